@@ -1,0 +1,164 @@
+"""Dataset loaders: one canonical record stream per dataset, found locally or on the hub.
+
+Entry points: `load_documents` (pre-training corpora), `load_samples` (benchmarks),
+`dataset_table` (`lab corpora list`) and `dataset_stats` (`lab corpora stats`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lab.codetokens import code_tokens
+from lab.common import LabError, sha256_file
+from lab.corpora import codetrans, concode, csn
+from lab.corpora.base import DatasetSpec, Document, Sample, load_hub_split, sample_id
+
+__all__ = [
+    "DATASETS", "Document", "Sample", "Loaded", "get_spec", "load_documents", "load_samples",
+    "dataset_table", "dataset_stats",
+]
+
+DATASETS: dict[str, DatasetSpec] = {
+    spec.name: spec
+    for spec in (csn.SPEC, codetrans.SPEC, concode.SPEC, codetrans.PAPER_SPEC, concode.PAPER_SPEC)
+}
+BENCHMARKS = tuple(name for name, spec in DATASETS.items() if spec.kind == "benchmark")
+
+
+def get_spec(name: str) -> DatasetSpec:
+    spec = DATASETS.get(name)
+    if spec is None:
+        raise LabError(f"unknown dataset '{name}' (choose from {', '.join(DATASETS)})")
+    return spec
+
+
+@dataclass
+class Loaded:
+    """Records of one split plus where they came from (for manifests)."""
+
+    dataset: str
+    split: str
+    where: str
+    files: list[Path] = field(default_factory=list)
+    records: list[Any] = field(default_factory=list)
+
+    def provenance(self, with_hashes: bool = True) -> dict[str, Any]:
+        spec = get_spec(self.dataset)
+        files = [
+            {"path": str(path), "bytes": path.stat().st_size,
+             **({"sha256": sha256_file(path)} if with_hashes else {})}
+            for path in self.files
+        ]
+        return {
+            "dataset": self.dataset, "split": self.split, "where": self.where,
+            "hub_id": spec.hub_id if self.where == "hub" else None,
+            "records": len(self.records), "files": files,
+        }
+
+
+def _rows(spec: DatasetSpec, split: str, corpora_dir: Path | None) -> tuple[str, list[Path], list]:
+    where, files = spec.locate(split, corpora_dir)
+    if files is None:
+        hub_rows = load_hub_split(spec.hub_id, spec.hub_config, spec.hub_splits[split])
+        return where, [], [spec.read_hub_row(row) for row in hub_rows]
+    return where, files, list(spec.read_local(files, split))
+
+
+def load_documents(name: str, splits: tuple[str, ...] | list[str], corpora_dir: Path | None = None
+                   ) -> list[Loaded]:
+    """Pre-training documents of the named splits, each with a stable `name:split:index` id."""
+    spec = get_spec(name)
+    if spec.kind != "corpus":
+        raise LabError(f"{name} is a benchmark, not a pre-training corpus")
+    loaded = []
+    for split in splits:
+        split = spec.canonical_split(split)
+        where, files, texts = _rows(spec, split, corpora_dir)
+        docs = [Document(sample_id(name, split, i), text) for i, text in enumerate(texts)]
+        loaded.append(Loaded(name, split, where, files, docs))
+    return loaded
+
+
+def load_samples(name: str, split: str, corpora_dir: Path | None = None,
+                 require_references: bool = False) -> Loaded:
+    """Benchmark samples of one split. With `require_references`, a split whose outputs are
+    empty (CodeXGLUE's current CONCODE test.json) is refused instead of scored against ""."""
+    spec = get_spec(name)
+    if spec.kind != "benchmark":
+        raise LabError(f"{name} is a pre-training corpus, not a benchmark")
+    split = spec.canonical_split(split)
+    where, files, pairs = _rows(spec, split, corpora_dir)
+    samples = [Sample(sample_id(name, split, i), split, i, inp, out)
+               for i, (inp, out) in enumerate(pairs)]
+    loaded = Loaded(name, split, where, files, samples)
+    if require_references:
+        check_references(loaded)
+    return loaded
+
+
+def check_references(loaded: Loaded) -> None:
+    empty = [s.index for s in loaded.records if not s.output.strip()]
+    if empty:
+        source = loaded.files[-1] if loaded.files else loaded.where
+        raise LabError(
+            f"{source}: {len(empty)} of {len(loaded.records)} samples of {loaded.dataset} split "
+            f"'{loaded.split}' have an empty reference (first: line {empty[0] + 1}); this split "
+            "cannot be scored or injected on its output side (CodeXGLUE emptied CONCODE's test "
+            "references; use the test.json of CodeXGLUE commit 097f8fd)"
+        )
+
+
+def dataset_table(corpora_dir: Path | None = None) -> list[dict[str, Any]]:
+    """For each dataset and split: where it would be read from (a local folder, hub, missing)."""
+    rows = []
+    for name, spec in DATASETS.items():
+        for split in spec.splits:
+            try:
+                where, _files = spec.locate(split, corpora_dir)
+            except LabError:
+                where = "missing"
+            rows.append({"dataset": name, "kind": spec.kind, "split": split, "where": where})
+    return rows
+
+
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+def _length_summary(lengths: list[int]) -> dict[str, float]:
+    if not lengths:
+        return {"mean": 0.0, **{f"p{int(q * 100)}": 0.0 for q in QUANTILES}, "max": 0}
+    arr = np.asarray(lengths)
+    summary = {"mean": round(float(arr.mean()), 1)}
+    summary.update({f"p{int(q * 100)}": float(np.quantile(arr, q)) for q in QUANTILES})
+    summary["max"] = int(arr.max())
+    return summary
+
+
+def dataset_stats(name: str, corpora_dir: Path | None = None) -> list[dict[str, Any]]:
+    """Split counts and token-length quantiles (lab code tokens) of every available split."""
+    spec = get_spec(name)
+    rows = []
+    for split in spec.splits:
+        try:
+            if spec.kind == "corpus":
+                loaded = load_documents(name, [split], corpora_dir)[0]
+                sides = {"text": [len(code_tokens(d.text)) for d in loaded.records]}
+            else:
+                loaded = load_samples(name, split, corpora_dir)
+                sides = {
+                    "input": [len(code_tokens(s.input)) for s in loaded.records],
+                    "output": [len(code_tokens(s.output)) for s in loaded.records],
+                }
+        except LabError as exc:
+            if "not found locally" not in str(exc):
+                raise
+            rows.append({"split": split, "records": None, "where": "missing"})
+            continue
+        row: dict[str, Any] = {"split": split, "records": len(loaded.records), "where": loaded.where}
+        for side, lengths in sides.items():
+            row[side] = _length_summary(lengths)
+        rows.append(row)
+    return rows

@@ -1,0 +1,145 @@
+"""Canonical records, data discovery and the readers shared by the dataset loaders."""
+from __future__ import annotations
+
+import gzip
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import orjson
+
+from lab.common import LabError
+
+
+@dataclass(frozen=True)
+class Document:
+    """One pre-training document. `id` is stable: dataset:split:index."""
+
+    id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One benchmark sample. `output` is "" where the split carries no reference."""
+
+    id: str
+    split: str
+    index: int
+    input: str
+    output: str
+
+
+def sample_id(dataset: str, split: str, index: int) -> str:
+    return f"{dataset}:{split}:{index}"
+
+
+def candidate_roots(corpora_dir: Path | None) -> list[tuple[str, Path]]:
+    """Where local data is looked for, in order: --corpora, LAB_CORPORA, ./corpora."""
+    roots: list[tuple[str, Path]] = []
+    if corpora_dir is not None:
+        corpora_dir = Path(corpora_dir)
+        if not corpora_dir.is_dir():
+            raise LabError(f"--corpora {corpora_dir}: no such directory")
+        roots.append(("--corpora", corpora_dir))
+    env = os.environ.get("LAB_CORPORA")
+    if env:
+        if not Path(env).is_dir():
+            raise LabError(f"LAB_CORPORA={env}: no such directory")
+        roots.append(("LAB_CORPORA", Path(env)))
+    roots.append(("./corpora", Path("corpora")))
+    return roots
+
+
+def hub_allowed() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("1", "true", "True", "YES", "yes")
+
+
+def load_hub_split(hub_id: str, config: str | None, split: str) -> Iterable[dict[str, Any]]:
+    """Rows of a hub dataset split; only reached when no local copy exists."""
+    try:
+        import datasets  # noqa: PLC0415 - optional dependency, imported only when used
+    except ImportError as exc:
+        raise LabError(
+            f"hub dataset {hub_id}: the 'datasets' package is not installed (pip install 'lab[hub]')"
+        ) from exc
+    try:
+        return datasets.load_dataset(hub_id, config, split=split)
+    except Exception as exc:  # the hub raises many types; the user needs one line
+        raise LabError(f"hub dataset {hub_id} split {split}: could not load ({exc})") from exc
+
+
+def open_text(path: Path):
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def read_json_lines(path: Path, fields: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    """Yield the named string fields of each JSON line; a corrupt line names file:line."""
+    with open_text(path) as handle:
+        for lineno, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise LabError(f"{path}:{lineno}: corrupt JSON line ({exc})") from None
+            if not isinstance(record, dict):
+                raise LabError(f"{path}:{lineno}: expected a JSON object")
+            values = []
+            for field in fields:
+                value = record.get(field)
+                if value is None:
+                    raise LabError(f"{path}:{lineno}: missing field '{field}'")
+                if not isinstance(value, str):
+                    raise LabError(f"{path}:{lineno}: field '{field}' is not a string")
+                values.append(value)
+            yield tuple(values)
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """What the lab knows of one dataset: its splits, local layouts, hub id and sides."""
+
+    name: str
+    kind: str  # "corpus" (pre-training documents) or "benchmark" (input/output samples)
+    splits: tuple[str, ...]
+    subdir: str
+    hub_id: str
+    hub_config: str | None
+    hub_splits: dict[str, str]
+    layout_help: str
+    find_local: Callable[[Path, str], list[Path] | None]
+    read_local: Callable[[list[Path], str], Iterator[Any]]
+    read_hub_row: Callable[[dict], Any] | None
+    input_language: str = "java"
+    output_language: str = ""
+    split_aliases: tuple[tuple[str, str], ...] = ()
+
+    def canonical_split(self, split: str) -> str:
+        aliases = dict(self.split_aliases)
+        split = aliases.get(split, split)
+        if split not in self.splits:
+            raise LabError(f"{self.name}: unknown split '{split}' (choose from {', '.join(self.splits)})")
+        return split
+
+    def locate(self, split: str, corpora_dir: Path | None) -> tuple[str, list[Path] | None]:
+        """(where, files): the first local root holding the split, else ("hub", None)."""
+        split = self.canonical_split(split)
+        for _label, root in candidate_roots(corpora_dir):
+            files = self.find_local(root / self.subdir, split)
+            if files:
+                return str(root / self.subdir), files
+        if self.hub_id and hub_allowed():
+            return "hub", None
+        raise LabError(self.missing_message(split, corpora_dir))
+
+    def missing_message(self, split: str, corpora_dir: Path | None) -> str:
+        looked = ", ".join(str(root / self.subdir) for _l, root in candidate_roots(corpora_dir))
+        why = "the hub is offline (HF_HUB_OFFLINE=1)" if self.hub_id else "it has no hub copy"
+        return (
+            f"{self.name} split '{split}' not found locally (looked in {looked}) and {why}: put {self.layout_help} under <DIR>/{self.subdir}/ and "
+            f"pass --corpora DIR or set LAB_CORPORA=DIR"
+        )
