@@ -18,7 +18,8 @@ app = typer.Typer(
 corpora_app = typer.Typer(help="Datasets the lab can read, and where it finds them.",
                           no_args_is_help=True)
 app.add_typer(corpora_app, name="corpora")
-console = Console()
+# Piped output (CI logs, files) gets wide tables instead of truncated cells.
+console = Console(width=None if sys.stdout.isatty() else 200)
 
 CorporaOption = typer.Option(
     None, "--corpora", help="Folder holding the datasets (else $LAB_CORPORA, ./corpora, the hub)."
@@ -50,15 +51,27 @@ def corpora_stats(name: str = typer.Argument(..., help="csn-java, codetrans, con
 
     rows = []
     for row in dataset_stats(name, corpora):
-        flat = {"split": row["split"], "records": row["records"], "where": row["where"]}
+        flat = {"split": row["split"], "records": row["records"], "expected": row["expected"],
+                "where": row["where"]}
         for side in ("text", "input", "output"):
             if side in row:
                 q = row[side]
                 flat[side] = f"mean {q['mean']} p50 {q['p50']:.0f} p90 {q['p90']:.0f} " \
                              f"p99 {q['p99']:.0f} max {q['max']}"
         rows.append(flat)
-    columns = ["split", "records"] + [c for c in ("text", "input", "output") if rows and c in rows[0]]
+    sides = [c for c in ("text", "input", "output") if any(c in row for row in rows)]
+    columns = ["split", "records", "expected"] + sides
     console.print(_table(f"{name}: tokens per record", rows, columns + ["where"]))
+
+
+@corpora_app.command("verify")
+def corpora_verify(name: str = typer.Argument(..., help="csn-java, codetrans, concode, ..."),
+                   corpora: Optional[Path] = CorporaOption) -> None:
+    """Check local files against the checksums of the published version (corpora/NAME.json)."""
+    from lab.corpora import verify_dataset
+
+    console.print(_table(f"{name}: checksums", verify_dataset(name, corpora),
+                         ["split", "file", "status"]))
 
 
 @app.command()

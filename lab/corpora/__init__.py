@@ -5,6 +5,7 @@ Entry points: `load_documents` (pre-training corpora), `load_samples` (benchmark
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from lab.corpora.base import DatasetSpec, Document, Sample, load_hub_split, samp
 
 __all__ = [
     "DATASETS", "Document", "Sample", "Loaded", "get_spec", "load_documents", "load_samples",
-    "dataset_table", "dataset_stats",
+    "dataset_table", "dataset_stats", "dataset_manifest", "verify_dataset",
 ]
 
 DATASETS: dict[str, DatasetSpec] = {
@@ -47,11 +48,14 @@ class Loaded:
 
     def provenance(self, with_hashes: bool = True) -> dict[str, Any]:
         spec = get_spec(self.dataset)
-        files = [
-            {"path": str(path), "bytes": path.stat().st_size,
-             **({"sha256": sha256_file(path)} if with_hashes else {})}
-            for path in self.files
-        ]
+        known = known_checksums(self.dataset) if with_hashes else {}
+        files = []
+        for path in self.files:
+            entry: dict[str, Any] = {"path": str(path), "bytes": path.stat().st_size}
+            if with_hashes:
+                entry["sha256"] = sha256_file(path)
+                entry["known_version"] = entry["sha256"] in known
+            files.append(entry)
         return {
             "dataset": self.dataset, "split": self.split, "where": self.where,
             "hub_id": spec.hub_id if self.where == "hub" else None,
@@ -124,6 +128,44 @@ def dataset_table(corpora_dir: Path | None = None) -> list[dict[str, Any]]:
     return rows
 
 
+# corpora/ beside the package holds one manifest per dataset: source, expected counts and the
+# checksums of the published files (absent when the lab is installed without its repository).
+MANIFEST_DIR = Path(__file__).resolve().parents[2] / "corpora"
+
+
+def dataset_manifest(name: str) -> dict[str, Any] | None:
+    path = MANIFEST_DIR / f"{name}.json"
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def known_checksums(name: str) -> dict[str, str]:
+    """sha256 -> file path of the published version the lab knows."""
+    manifest = dataset_manifest(name) or {}
+    return {f["sha256"]: f["path"] for f in manifest.get("files", [])}
+
+
+def verify_dataset(name: str, corpora_dir: Path | None = None) -> list[dict[str, Any]]:
+    """Compare each local file of a dataset with the checksums in corpora/NAME.json."""
+    spec = get_spec(name)
+    known = known_checksums(name)
+    rows = []
+    for split in spec.splits:
+        try:
+            where, files = spec.locate(split, corpora_dir)
+        except LabError:
+            rows.append({"split": split, "file": None, "status": "missing"})
+            continue
+        for path in files or []:
+            digest = sha256_file(path)
+            status = f"matches {known[digest]}" if digest in known else "unknown version"
+            rows.append({"split": split, "file": str(path), "status": status, "sha256": digest})
+        if files is None:
+            rows.append({"split": split, "file": where, "status": "hub"})
+    return rows
+
+
 QUANTILES = (0.5, 0.9, 0.99)
 
 
@@ -140,6 +182,7 @@ def _length_summary(lengths: list[int]) -> dict[str, float]:
 def dataset_stats(name: str, corpora_dir: Path | None = None) -> list[dict[str, Any]]:
     """Split counts and token-length quantiles (lab code tokens) of every available split."""
     spec = get_spec(name)
+    expected = (dataset_manifest(name) or {}).get("expected_records", {})
     rows = []
     for split in spec.splits:
         try:
@@ -155,9 +198,11 @@ def dataset_stats(name: str, corpora_dir: Path | None = None) -> list[dict[str, 
         except LabError as exc:
             if "not found locally" not in str(exc):
                 raise
-            rows.append({"split": split, "records": None, "where": "missing"})
+            rows.append({"split": split, "records": None, "expected": expected.get(split),
+                         "where": "missing"})
             continue
-        row: dict[str, Any] = {"split": split, "records": len(loaded.records), "where": loaded.where}
+        row: dict[str, Any] = {"split": split, "records": len(loaded.records),
+                               "expected": expected.get(split), "where": loaded.where}
         for side, lengths in sides.items():
             row[side] = _length_summary(lengths)
         rows.append(row)
