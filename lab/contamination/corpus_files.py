@@ -9,6 +9,7 @@ import gzip
 import hashlib
 import json
 import os
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -59,6 +60,10 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         raise LabError(f"{path}: corrupt JSON ({exc})") from None
     if not isinstance(manifest, dict) or "shards" not in manifest:
         raise LabError(f"{path}: field 'shards' missing")
+    shards = manifest["shards"]
+    if not isinstance(shards, list) or not all(
+            isinstance(s, dict) and isinstance(s.get("file"), str) for s in shards):
+        raise LabError(f"{path}: field 'shards' must be a list of {{\"file\": ...}} objects")
     return manifest
 
 
@@ -69,12 +74,16 @@ def read_corpus(folder: Path) -> Iterator[dict[str, Any]]:
         path = folder / shard["file"]
         if not path.is_file():
             raise LabError(f"{path}: shard listed in {MANIFEST} is missing")
-        with gzip.open(path, "rb") as handle:
-            for lineno, line in enumerate(handle, start=1):
-                try:
-                    record = orjson.loads(line)
-                except orjson.JSONDecodeError as exc:
-                    raise LabError(f"{path}:{lineno}: corrupt JSON line ({exc})") from None
-                if not isinstance(record, dict) or "text" not in record or "id" not in record:
-                    raise LabError(f"{path}:{lineno}: record needs fields 'id' and 'text'")
-                yield record
+        lineno = 0
+        try:
+            with gzip.open(path, "rb") as handle:
+                for lineno, line in enumerate(handle, start=1):
+                    try:
+                        record = orjson.loads(line)
+                    except orjson.JSONDecodeError as exc:
+                        raise LabError(f"{path}:{lineno}: corrupt JSON line ({exc})") from None
+                    if not isinstance(record, dict) or "text" not in record or "id" not in record:
+                        raise LabError(f"{path}:{lineno}: record needs fields 'id' and 'text'")
+                    yield record
+        except (OSError, EOFError, zlib.error) as exc:  # truncated or not gzip
+            raise LabError(f"{path}: unreadable after line {lineno} ({exc})") from None

@@ -15,7 +15,9 @@ import numpy as np
 from lab.codetokens import code_tokens
 from lab.common import LabError, sha256_file
 from lab.corpora import codetrans, concode, csn
-from lab.corpora.base import DatasetSpec, Document, Sample, load_hub_split, sample_id
+from lab.corpora.base import (
+    DatasetSpec, Document, Sample, candidate_roots, load_hub_split, sample_id,
+)
 
 __all__ = [
     "DATASETS", "Document", "Sample", "Loaded", "get_spec", "load_documents", "load_samples",
@@ -117,6 +119,7 @@ def check_references(loaded: Loaded) -> None:
 
 def dataset_table(corpora_dir: Path | None = None) -> list[dict[str, Any]]:
     """For each dataset and split: where it would be read from (a local folder, hub, missing)."""
+    candidate_roots(corpora_dir)  # a missing --corpora/LAB_CORPORA folder is an error, not "missing"
     rows = []
     for name, spec in DATASETS.items():
         for split in spec.splits:
@@ -149,6 +152,7 @@ def known_checksums(name: str) -> dict[str, str]:
 def verify_dataset(name: str, corpora_dir: Path | None = None) -> list[dict[str, Any]]:
     """Compare each local file of a dataset with the checksums in corpora/NAME.json."""
     spec = get_spec(name)
+    candidate_roots(corpora_dir)  # a missing --corpora/LAB_CORPORA folder is an error, not "missing"
     known = known_checksums(name)
     rows = []
     for split in spec.splits:

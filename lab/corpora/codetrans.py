@@ -6,7 +6,7 @@ from typing import Iterator
 
 
 from lab.common import LabError
-from lab.corpora.base import DatasetSpec, open_text, read_json_lines
+from lab.corpora.base import DatasetSpec, read_json_lines, read_text_lines
 
 NAME = "codetrans"
 
@@ -20,8 +20,7 @@ def find_local(folder: Path, split: str) -> list[Path] | None:
 
 
 def _lines(path: Path) -> list[str]:
-    with open_text(path) as handle:
-        return [line.rstrip("\n").rstrip("\r") for line in handle]
+    return [line.rstrip("\n").rstrip("\r") for _lineno, line in read_text_lines(path)]
 
 
 def read_local(files: list[Path], split: str) -> Iterator[tuple[str, str]]:

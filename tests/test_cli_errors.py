@@ -1,0 +1,359 @@
+"""Every bad input of the CLI: one line `lab: error: ...` on stderr, exit code 2, no traceback,
+and no output directory (nor temporary sibling) left behind. The CLI runs as a subprocess on
+tiny synthetic corpora."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """The subprocess's working directory: empty, so ./corpora is never found."""
+    folder = tmp_path / "work"
+    folder.mkdir()
+    return folder
+
+
+def run_lab(args: list[str], cwd: Path, corpora: Path | None, **env_overrides: str
+            ) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "LAB_CORPORA"}
+    env["HF_HUB_OFFLINE"] = "1"
+    env["COLUMNS"] = "200"
+    if corpora is not None:
+        env["LAB_CORPORA"] = str(corpora)
+    env.update(env_overrides)
+    return subprocess.run([sys.executable, "-m", "lab.cli", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> str:
+    """Exit 2, a single stderr line `lab: error: ...` containing every fragment, no traceback."""
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    line = lines[0]
+    assert line.startswith("lab: error: "), line
+    for fragment in fragments:
+        assert fragment in line, (fragment, line)
+    assert result.stdout.strip() == "", result.stdout
+    return line
+
+
+def assert_nothing_written(out: Path) -> None:
+    """Neither `out` nor a temporary sibling of it (out.tmp-*, out.old-*, out.json.*.tmp)."""
+    assert not out.exists()
+    if out.parent.exists():
+        leftovers = [p.name for p in out.parent.iterdir() if p.name.startswith(out.name)]
+        assert leftovers == []
+
+
+def inject_args(out: Path, benchmark: str = "codetrans", setting: str = "paired", *extra: str
+                ) -> list[str]:
+    return ["inject", "--benchmark", benchmark, "--setting", setting, "--seed", "7",
+            "--out", out, *extra]
+
+
+# --- help ----------------------------------------------------------------------------------------
+
+def test_help_lists_the_commands(workdir):
+    result = run_lab(["--help"], workdir, None)
+    assert result.returncode == 0, result.stderr
+    for command in ("inject", "audit", "corpora"):
+        assert command in result.stdout
+    assert result.stderr == ""
+
+
+# --- where the data is ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["inject", "corpora list", "corpora stats codetrans", "audit"])
+def test_missing_corpora_directory(workdir, tiny_corpora, command):
+    out = workdir / "arm"
+    args = {"inject": inject_args(out),
+            "audit": ["audit", "--benchmark", "codetrans", "--out", out]}.get(command, command.split())
+    result = run_lab([*args, "--corpora", workdir / "nope"], workdir, tiny_corpora)
+    assert_one_line_error(result, "--corpora", "nope: no such directory")
+    assert_nothing_written(out)
+
+
+@pytest.mark.parametrize("command", ["inject", "corpora list", "corpora stats csn-java"])
+def test_lab_corpora_pointing_at_a_missing_directory(workdir, command):
+    out = workdir / "arm"
+    args = inject_args(out) if command == "inject" else command.split()
+    result = run_lab(args, workdir, workdir / "gone")
+    assert_one_line_error(result, f"LAB_CORPORA={workdir / 'gone'}: no such directory")
+    assert_nothing_written(out)
+
+
+def test_nothing_local_offline_says_where_to_put_the_files(workdir, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = workdir / "arm"
+    result = run_lab(inject_args(out), workdir, empty)
+    assert_one_line_error(result, "codetrans split 'test' not found locally", "HF_HUB_OFFLINE=1",
+                          "--corpora DIR", "LAB_CORPORA=DIR")
+    assert_nothing_written(out)
+
+
+# --- corrupt data --------------------------------------------------------------------------------
+
+def _csn_shard(root: Path, split: str = "valid") -> Path:
+    return root / "codesearchnet-java" / "java" / "final" / "jsonl" / split / f"java_{split}_0.jsonl.gz"
+
+
+def test_corrupt_json_line_in_a_csn_shard_names_file_and_line(workdir, tiny_corpora):
+    shard = _csn_shard(tiny_corpora)
+    with gzip.open(shard, "rt", encoding="utf-8") as handle:
+        lines = handle.readlines()
+    lines[6] = lines[6][:40] + "\n"  # cut inside a string: line 7 is not JSON any more
+    with gzip.open(shard, "wt", encoding="utf-8") as handle:
+        handle.writelines(lines)
+    out = workdir / "arm"
+    assert_one_line_error(run_lab(inject_args(out), workdir, tiny_corpora),
+                          f"{shard}:7:", "corrupt JSON")
+    assert_nothing_written(out)
+    assert_one_line_error(run_lab(["corpora", "stats", "csn-java"], workdir, tiny_corpora),
+                          f"{shard}:7:")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not-gzip", "not-utf8"])
+def test_unreadable_csn_shard_names_the_file(workdir, tiny_corpora, damage):
+    shard = _csn_shard(tiny_corpora, "test")
+    if damage == "truncated":
+        data = shard.read_bytes()
+        shard.write_bytes(data[: len(data) // 2])
+    elif damage == "not-gzip":
+        shard.write_bytes(b'{"code": "void plain() {}"}\n')
+    else:
+        with gzip.open(shard, "wb") as handle:
+            handle.write(b'{"code": "void f() {}"}\n{"code": "\xff\xfe"}\n')
+    out = workdir / "arm"
+    assert_one_line_error(run_lab(inject_args(out), workdir, tiny_corpora), str(shard))
+    assert_nothing_written(out)
+
+
+def test_corrupt_line_in_concode_test_names_file_and_line(workdir, tiny_corpora):
+    path = tiny_corpora / "concode" / "test.json"
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[4] = '{"nl": "returns the size", "code": \n'
+    path.write_text("".join(lines), encoding="utf-8")
+    out = workdir / "arm"
+    assert_one_line_error(run_lab(inject_args(out, "concode", "input-only"), workdir, tiny_corpora),
+                          f"{path}:5:", "corrupt JSON")
+    assert_nothing_written(out)
+    report = workdir / "report"
+    assert_one_line_error(
+        run_lab(["audit", "--benchmark", "concode", "--split", "test", "--out", report],
+                workdir, tiny_corpora), f"{path}:5:")
+    assert_nothing_written(report)
+
+
+def test_codetrans_files_of_unequal_length(workdir, tiny_corpora):
+    java = tiny_corpora / "codetrans" / "test.java-cs.txt.java"
+    with open(java, "a", encoding="utf-8") as handle:
+        handle.write("public void orphan() {}\n")
+    out = workdir / "arm"
+    assert_one_line_error(run_lab(inject_args(out), workdir, tiny_corpora),
+                          "test.java-cs.txt.cs: 30 lines", "has 31")
+    assert_nothing_written(out)
+
+
+# --- bad options ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("extra, fragments", [
+    (["--setting", "sideways"], ["--setting sideways: unknown setting", "paired"]),
+    (["--benchmark", "humaneval"], ["unknown dataset 'humaneval'", "codetrans"]),
+    (["--benchmark", "csn-java"], ["csn-java: not a benchmark"]),
+    (["--split", "final"], ["codetrans: unknown split 'final'"]),
+    (["--fraction", "0"], ["--fraction 0.0: must be in (0, 1]"]),
+    (["--fraction", "1.5"], ["--fraction 1.5: must be in (0, 1]"]),
+    (["--repeat", "0"], ["--repeat 0: must be >= 1"]),
+    (["--limit", "0"], ["--limit 0: must be >= 1"]),
+    (["--base", "concode"], ["concode is a benchmark, not a pre-training corpus"]),
+    (["--seed", "seven"], ["Invalid value for '--seed'"]),
+    (["--bogus-option"], ["--bogus-option"]),
+])
+def test_bad_inject_options(workdir, tiny_corpora, extra, fragments):
+    out = workdir / "arm"
+    base = inject_args(out)
+    # a repeated option takes its last value, so `extra` overrides the base arguments
+    assert_one_line_error(run_lab([*base, *extra], workdir, tiny_corpora), *fragments)
+    assert_nothing_written(out)
+
+
+def test_missing_required_option(workdir, tiny_corpora):
+    assert_one_line_error(run_lab(["inject", "--benchmark", "codetrans"], workdir, tiny_corpora),
+                          "Missing option")
+
+
+@pytest.mark.parametrize("extra", [
+    ["--setting", "unpaired", "--limit", "5"],   # 60 documents to remove, 5 in the base
+    ["--repeat", "20"],                           # 600 documents to remove, 320 in the base
+])
+def test_more_documents_to_remove_than_the_base_holds(workdir, tiny_corpora, extra):
+    out = workdir / "arm"
+    assert_one_line_error(run_lab([*inject_args(out), *extra], workdir, tiny_corpora),
+                          "documents to remove, but the base corpus holds only")
+    assert_nothing_written(out)
+
+
+def test_limit_larger_than_the_base(workdir, tiny_corpora):
+    out = workdir / "arm"
+    assert_one_line_error(run_lab([*inject_args(out), "--limit", "100000"], workdir, tiny_corpora),
+                          "--limit 100000: the base corpus holds only 320 documents")
+    assert_nothing_written(out)
+
+
+def test_existing_output_needs_force(workdir, tiny_corpora):
+    out = workdir / "arm"
+    out.mkdir()
+    (out / "keep.txt").write_text("previous result\n", encoding="utf-8")
+    result = run_lab(inject_args(out), workdir, tiny_corpora)
+    assert_one_line_error(result, f"{out}: output directory exists", "--force")
+    assert (out / "keep.txt").read_text(encoding="utf-8") == "previous result\n"
+    assert sorted(p.name for p in workdir.iterdir()) == ["arm"]
+
+    result = run_lab([*inject_args(out), "--force"], workdir, tiny_corpora)
+    assert result.returncode == 0, result.stderr
+    assert not (out / "keep.txt").exists()
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["setting"] == "paired" and manifest["counts"]["final_documents"] == 320
+    assert sorted(p.name for p in workdir.iterdir()) == ["arm"]
+
+
+# --- CONCODE test without references -------------------------------------------------------------
+
+@pytest.fixture
+def empty_reference_corpora(tiny_corpora: Path) -> Path:
+    path = tiny_corpora / "concode" / "test.json"
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    path.write_text("".join(json.dumps({"code": "", "nl": r["nl"]}) + "\n" for r in rows),
+                    encoding="utf-8")
+    return tiny_corpora
+
+
+@pytest.mark.parametrize("setting", ["output-only", "unpaired", "paired"])
+def test_output_side_settings_refuse_empty_concode_references(workdir, empty_reference_corpora,
+                                                             setting):
+    out = workdir / "arm"
+    path = empty_reference_corpora / "concode" / "test.json"
+    assert_one_line_error(run_lab(inject_args(out, "concode", setting), workdir,
+                                  empty_reference_corpora),
+                          f"{path}:", "25 of 25", "empty reference")
+    assert_nothing_written(out)
+
+
+def test_input_only_works_on_empty_concode_references(workdir, empty_reference_corpora):
+    out = workdir / "arm"
+    result = run_lab(inject_args(out, "concode", "input-only"), workdir, empty_reference_corpora)
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["counts"]["injected_documents"] == 25
+    assert sorted(p.name for p in workdir.iterdir()) == ["arm"]
+
+
+# --- --test-ids ----------------------------------------------------------------------------------
+
+def test_unknown_test_id_names_file_and_line(workdir, tiny_corpora):
+    ids = workdir / "ids.txt"
+    ids.write_text("codetrans:test:0\n# a comment\n3\n\ncodetrans:test:999\n", encoding="utf-8")
+    out = workdir / "arm"
+    assert_one_line_error(run_lab([*inject_args(out), "--test-ids", ids], workdir, tiny_corpora),
+                          f"{ids}:5: unknown test id 'codetrans:test:999'")
+    assert_nothing_written(out)
+
+
+def test_missing_test_ids_file(workdir, tiny_corpora):
+    out = workdir / "arm"
+    assert_one_line_error(
+        run_lab([*inject_args(out), "--test-ids", workdir / "none.txt"], workdir, tiny_corpora),
+        "--test-ids", "none.txt: no such file")
+    assert_nothing_written(out)
+
+
+# --- audit --against -----------------------------------------------------------------------------
+
+def _write_gz(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wb") as handle:
+        handle.write(data)
+
+
+@pytest.mark.parametrize("kind, fragment", [
+    ("empty-dir", "not a lab corpus directory (no manifest.json"),
+    ("missing-dir", "no such corpus directory"),
+    ("foreign-manifest", "field 'shards' missing"),
+    ("bad-json-manifest", "corrupt JSON"),
+    ("shards-not-a-list", "field 'shards' must be a list"),
+    ("shard-without-file", "field 'shards' must be a list"),
+    ("missing-shard", "shard listed in manifest.json is missing"),
+    ("truncated-shard", "part-00000.jsonl.gz: unreadable"),
+    ("corrupt-shard-line", "part-00000.jsonl.gz:2: corrupt JSON"),
+])
+def test_audit_against_a_directory_that_is_not_a_lab_corpus(workdir, tiny_corpora, kind, fragment):
+    corpus = workdir / "corpus-dir"
+    manifest = corpus / "manifest.json"
+    shard = corpus / "corpus" / "part-00000.jsonl.gz"
+    good = {"shards": [{"file": "corpus/part-00000.jsonl.gz"}]}
+    if kind != "missing-dir":
+        corpus.mkdir()
+    if kind == "foreign-manifest":
+        manifest.write_text(json.dumps({"name": "some other tool", "version": 3}), encoding="utf-8")
+    elif kind == "bad-json-manifest":
+        manifest.write_text("{\n", encoding="utf-8")
+    elif kind == "shards-not-a-list":
+        manifest.write_text(json.dumps({"shards": 5}), encoding="utf-8")
+    elif kind == "shard-without-file":
+        manifest.write_text(json.dumps({"shards": [{"documents": 3}]}), encoding="utf-8")
+    elif kind in ("missing-shard", "truncated-shard", "corrupt-shard-line"):
+        manifest.write_text(json.dumps(good), encoding="utf-8")
+    if kind == "truncated-shard":
+        _write_gz(shard, b"".join(json.dumps({"id": f"d{i}", "text": f"void m{i}() {{}}"}).encode()
+                                  + b"\n" for i in range(200)))
+        shard.write_bytes(shard.read_bytes()[:-12])
+    elif kind == "corrupt-shard-line":
+        _write_gz(shard, b'{"id": "d0", "text": "void m() {}"}\n{"id": "d1", "text": \n')
+    report = workdir / "report"
+    result = run_lab(["audit", "--benchmark", "codetrans", "--split", "test", "--against", corpus,
+                      "--out", report], workdir, tiny_corpora)
+    assert_one_line_error(result, fragment)
+    assert_nothing_written(report)
+
+
+def test_audit_output_directory_exists(workdir, tiny_corpora):
+    report = workdir / "report"
+    report.mkdir()
+    result = run_lab(["audit", "--benchmark", "codetrans", "--split", "test", "--out", report],
+                     workdir, tiny_corpora)
+    assert_one_line_error(result, "output directory exists", "--force")
+    assert list(report.iterdir()) == []
+
+
+@pytest.mark.parametrize("against, fragment", [
+    ("humaneval", "unknown dataset 'humaneval'"),
+    ("concode", "--against concode: a benchmark needs a split"),
+    ("csn-java:final", "csn-java: unknown split 'final'"),
+])
+def test_audit_against_an_unknown_dataset(workdir, tiny_corpora, against, fragment):
+    result = run_lab(["audit", "--benchmark", "codetrans", "--split", "test", "--against", against],
+                     workdir, tiny_corpora)
+    assert_one_line_error(result, fragment)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["audit", "--benchmark", "csn-java"], "--benchmark csn-java: not a benchmark"),
+    (["audit", "--benchmark", "codetrans", "--split", "final"], "unknown split 'final'"),
+    (["audit", "--benchmark", "concode", "--split", "train"], "concode split 'train' not found locally"),
+    (["corpora", "stats", "humaneval"], "unknown dataset 'humaneval'"),
+    (["corpora", "verify", "humaneval"], "unknown dataset 'humaneval'"),
+    (["corpora", "frobnicate"], "frobnicate"),
+])
+def test_other_bad_commands(workdir, tiny_corpora, args, fragment):
+    assert_one_line_error(run_lab(args, workdir, tiny_corpora), fragment)
