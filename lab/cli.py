@@ -133,6 +133,81 @@ def audit(
         console.print(f"report: {out}/report.jsonl  summary: {out}/summary.json")
 
 
+tokenizer_app = typer.Typer(help="The study's shared BPE tokenizer.", no_args_is_help=True)
+app.add_typer(tokenizer_app, name="tokenizer")
+
+
+@tokenizer_app.command("train")
+def tokenizer_train(
+    corpus: Path = typer.Option(..., help="A control-arm corpus directory (lab inject --setting control)."),
+    out: Path = typer.Option(..., help="Output directory."),
+    benchmarks: str = typer.Option("codetrans,concode", help="Benchmarks whose train splits are added."),
+    vocab_size: int = typer.Option(16000, help="Vocabulary size, special tokens included."),
+    min_frequency: int = typer.Option(2, help="Minimum pair frequency for a merge."),
+    force: bool = typer.Option(False, help="Replace an existing output directory."),
+    corpora: Optional[Path] = CorporaOption,
+) -> None:
+    """Train the byte-level BPE tokenizer on the control corpus plus benchmark train splits."""
+    from lab.tokenizer import train_tokenizer
+
+    manifest = train_tokenizer(corpus, out, [b for b in benchmarks.split(",") if b], vocab_size,
+                               min_frequency, corpora, force)
+    console.print(f"tokenizer: {out} (vocabulary {manifest['vocab_size']}, "
+                  f"sha256 {manifest['tokenizer_sha256'][:16]})")
+
+
+@app.command()
+def pretrain(
+    model: str = typer.Option(..., help="roberta (masked LM) or gpt2 (causal LM)."),
+    corpus: Path = typer.Option(..., help="Corpus directory made by lab inject."),
+    tokenizer: Path = typer.Option(..., help="Tokenizer directory made by lab tokenizer train."),
+    out: Path = typer.Option(..., help="Output directory (OUT.partial while training)."),
+    preset: str = typer.Option("tiny", help="paper, small, tiny or micro."),
+    epochs: float = typer.Option(1.0, help="Training epochs."),
+    lr: float = typer.Option(5e-4, help="Peak learning rate."),
+    batch_size: int = typer.Option(16, help="Sequences per device and step."),
+    block_size: int = typer.Option(256, help="Tokens per packed sequence."),
+    seed: int = typer.Option(0, help="Seeds initial weights, data order and masking."),
+    grad_accum: int = typer.Option(1, help="Gradient accumulation steps."),
+    max_steps: int = typer.Option(-1, help="Stop after this many steps (overrides epochs)."),
+    warmup_steps: int = typer.Option(0, help="Linear warm-up steps."),
+    weight_decay: float = typer.Option(0.01, help="AdamW weight decay."),
+    lr_scheduler: str = typer.Option("linear", help="linear, constant, cosine, ..."),
+    save_steps: int = typer.Option(500, help="Checkpoint every N steps."),
+    log_steps: int = typer.Option(10, help="Log the loss every N steps."),
+    deepspeed: Optional[Path] = typer.Option(None, help="DeepSpeed JSON config (recipes/deepspeed/)."),
+    bf16: bool = typer.Option(False, help="bf16 autocast."),
+    compile: bool = typer.Option(False, "--compile", help="torch.compile the model."),
+    resume: bool = typer.Option(False, help="Continue OUT.partial from its newest checkpoint."),
+    force: bool = typer.Option(False, help="Restart and replace existing outputs."),
+    dry_run: bool = typer.Option(False, help="Print parameter counts and tokens per step only."),
+    cache_dir: Optional[Path] = typer.Option(None, help="Token cache (default $LAB_CACHE/tokens)."),
+) -> None:
+    """Pre-train RoBERTa or GPT-2 from scratch on one arm's corpus."""
+    from lab.train.pretrain import PretrainConfig, run_pretrain
+
+    cfg = PretrainConfig(
+        model=model, corpus=corpus, tokenizer=tokenizer, out=out, preset=preset, epochs=epochs,
+        lr=lr, batch_size=batch_size, block_size=block_size, seed=seed, grad_accum=grad_accum,
+        max_steps=max_steps, warmup_steps=warmup_steps, weight_decay=weight_decay,
+        lr_scheduler=lr_scheduler, save_steps=save_steps, log_steps=log_steps,
+        deepspeed=deepspeed, bf16=bf16, compile=compile, resume=resume, force=force,
+        dry_run=dry_run, cache_dir=cache_dir,
+    )
+    result = run_pretrain(cfg)
+    if dry_run:
+        params = result["parameters"]
+        console.print(f"{result['model']} {result['preset']}: {params['total']:,} parameters "
+                      f"({params['non_embedding']:,} non-embedding), vocabulary "
+                      f"{result['vocab_size']}, {result['tokens_per_step']:,} tokens per step")
+        return
+    if result.get("kind") == "lab-pretrained":
+        loss = result["loss"]
+        console.print(f"{out}: {result['steps']} steps, loss {loss['first']:.3f} -> "
+                      f"{loss['final']:.3f}, {result['useful_tokens_per_second']:,.0f} useful "
+                      f"tokens/s, padding {result['packing']['padding_fraction']:.1%}")
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Console entry point: user errors become one line on stderr and exit code 2."""
     try:

@@ -1,0 +1,106 @@
+"""Model presets and construction: RoBERTa (masked LM) and GPT-2 (causal LM) from scratch.
+
+One preset names one shape for both families, so an MLM-vs-CLM comparison is like for like.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from lab.common import LabError
+
+MODELS = ("roberta", "gpt2")
+
+
+@dataclass(frozen=True)
+class Preset:
+    layers: int
+    hidden: int
+    heads: int
+    ffn: int
+    max_positions: int
+    note: str
+    # GPT-2 as the study ran it: 1,024 positions and an untied output head (~150M parameters
+    # at a 40-50k vocabulary); None keeps the shared shape.
+    gpt2_max_positions: int | None = None
+    gpt2_tie_head: bool = True
+
+
+PRESETS: dict[str, Preset] = {
+    # The study's sizes: RoBERTa-base (12/768/12, ~125M with a 50k vocabulary) and GPT-2 base
+    # (~124M tied, ~163M with an untied head at 50k; the study reports 150M).
+    "paper": Preset(12, 768, 12, 3072, 512, "the study's models; GPU nodes",
+                    gpt2_max_positions=1024, gpt2_tie_head=False),
+    "small": Preset(6, 512, 8, 2048, 512, "about 20M; a single GPU or patient CPU"),
+    "tiny": Preset(4, 256, 4, 1024, 512, "a few million; CPU studies in minutes"),
+    "micro": Preset(2, 64, 2, 128, 256, "under 1M with a small vocabulary; tests and CI"),
+}
+
+
+def get_preset(name: str) -> Preset:
+    if name not in PRESETS:
+        raise LabError(f"--preset {name}: unknown preset (choose from {', '.join(PRESETS)})")
+    return PRESETS[name]
+
+
+def check_model(name: str) -> str:
+    if name not in MODELS:
+        raise LabError(f"--model {name}: unknown model (choose from {', '.join(MODELS)})")
+    return name
+
+
+def build_config(model: str, preset: str, tokenizer: Any, block_size: int):
+    """A transformers config for `model` at `preset`, sized to the tokenizer."""
+    from transformers import GPT2Config, RobertaConfig
+
+    check_model(model)
+    shape = get_preset(preset)
+    positions = shape.max_positions
+    if model == "gpt2" and shape.gpt2_max_positions:
+        positions = shape.gpt2_max_positions
+    if block_size > positions:
+        raise LabError(
+            f"--block-size {block_size}: larger than the {model} {preset} preset's {positions} positions"
+        )
+    if block_size < 16:
+        raise LabError(f"--block-size {block_size}: must be at least 16")
+    special = dict(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, vocab_size=len(tokenizer),
+    )
+    if model == "roberta":
+        # RoBERTa offsets positions by padding_idx + 1, hence the two extra positions.
+        return RobertaConfig(
+            num_hidden_layers=shape.layers, hidden_size=shape.hidden,
+            num_attention_heads=shape.heads, intermediate_size=shape.ffn,
+            max_position_embeddings=shape.max_positions + 2, type_vocab_size=1, **special,
+        )
+    return GPT2Config(
+        n_layer=shape.layers, n_embd=shape.hidden, n_head=shape.heads, n_inner=shape.ffn,
+        n_positions=positions, tie_word_embeddings=shape.gpt2_tie_head, **special,
+    )
+
+
+def build_model(model: str, config: Any):
+    """Randomly initialised weights (seeded by the caller)."""
+    from transformers import GPT2LMHeadModel, RobertaForMaskedLM
+
+    cls = RobertaForMaskedLM if model == "roberta" else GPT2LMHeadModel
+    return cls(config)
+
+
+def model_family(config: Any) -> str:
+    kind = getattr(config, "model_type", "")
+    if kind == "roberta":
+        return "roberta"
+    if kind == "gpt2":
+        return "gpt2"
+    raise LabError(f"model type '{kind}' is not one the lab builds")
+
+
+def count_parameters(model: Any) -> dict[str, int]:
+    unique = {id(p): p for p in model.parameters()}  # tied weights once
+    embedding = sum(p.numel() for n, p in model.named_parameters() if "embed" in n or "wte" in n
+                    or "wpe" in n)
+    total = sum(p.numel() for p in unique.values())
+    return {"total": total, "embedding": embedding, "non_embedding": total - embedding}

@@ -1,0 +1,125 @@
+"""One byte-level BPE tokenizer per study, trained without any test data.
+
+It is trained on the control arm's corpus plus the benchmarks' train splits and shared by
+every arm and seed, so the vocabulary itself carries no contamination. Saved as a transformers
+fast tokenizer with the special tokens both model families use and the paired-injection marker.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from lab.common import (
+    LabError, atomic_output_dir, environment_record, sha256_file, write_json_atomic,
+)
+from lab.contamination import SEP_MARKER
+from lab.contamination.corpus_files import read_corpus, read_manifest
+from lab.corpora import get_spec, load_samples
+
+BOS, EOS, PAD, UNK, MASK = "<s>", "</s>", "<pad>", "<unk>", "<mask>"
+SPECIAL_TOKENS = [BOS, PAD, EOS, UNK, MASK, SEP_MARKER]  # ids 0..5, RoBERTa's order first
+MANIFEST = "lab_tokenizer.json"
+
+
+def _benchmark_train_texts(benchmarks: list[str], corpora_dir: Path | None,
+                           used: list[dict[str, Any]]) -> Iterator[str]:
+    for name in benchmarks:
+        spec = get_spec(name)
+        if spec.kind != "benchmark":
+            raise LabError(f"--benchmarks {name}: not a benchmark")
+        try:
+            loaded = load_samples(name, "train", corpora_dir)
+        except LabError as exc:
+            if "not found locally" not in str(exc):
+                raise
+            # CONCODE's train split is often absent offline; say so in the manifest.
+            used.append({"dataset": name, "split": "train", "records": 0, "where": "missing"})
+            continue
+        used.append(loaded.provenance())
+        for sample in loaded.records:
+            yield sample.input
+            if sample.output.strip():
+                yield sample.output
+
+
+def train_tokenizer(corpus: Path, out: Path, benchmarks: list[str], vocab_size: int = 8000,
+                    min_frequency: int = 2, corpora_dir: Path | None = None,
+                    force: bool = False) -> dict[str, Any]:
+    """Entry point of `lab tokenizer train`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    started = time.perf_counter()
+    if vocab_size < len(SPECIAL_TOKENS) + 256:
+        raise LabError(f"--vocab-size {vocab_size}: must be at least {len(SPECIAL_TOKENS) + 256}")
+    corpus_manifest = read_manifest(corpus)
+    if corpus_manifest.get("setting") != "control" or corpus_manifest.get("counts", {}).get(
+            "injected_documents"):
+        raise LabError(
+            f"{corpus}/manifest.json: setting is '{corpus_manifest.get('setting')}'; the "
+            "tokenizer must be trained on a control corpus (no test data)"
+        )
+    if Path(out).exists() and not force:
+        raise LabError(f"{out}: output directory exists (use --force to replace it)")
+
+    used: list[dict[str, Any]] = []
+
+    def texts() -> Iterator[str]:
+        for record in read_corpus(corpus):
+            yield record["text"]
+        yield from _benchmark_train_texts(benchmarks, corpora_dir, used)
+
+    bpe = Tokenizer(models.BPE(unk_token=UNK))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    )
+    bpe.train_from_iterator(texts(), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK,
+        mask_token=MASK, additional_special_tokens=[SEP_MARKER],
+    )
+    with atomic_output_dir(Path(out), force=force) as tmp:
+        fast.save_pretrained(str(tmp))
+        manifest = {
+            "kind": "lab-tokenizer",
+            "vocab_size": len(fast),
+            "requested_vocab_size": vocab_size,
+            "min_frequency": min_frequency,
+            "special_tokens": SPECIAL_TOKENS,
+            "trained_on": {
+                "corpus": str(corpus), "corpus_sha256": corpus_manifest.get("corpus_sha256"),
+                "corpus_setting": corpus_manifest.get("setting"),
+                "benchmark_train_splits": used,
+            },
+            "tokenizer_sha256": sha256_file(tmp / "tokenizer.json"),
+            "wall_seconds": round(time.perf_counter() - started, 2),
+            "environment": environment_record(),
+        }
+        write_json_atomic(tmp / MANIFEST, manifest)
+    return manifest
+
+
+def load_tokenizer(folder: Path):
+    """A saved lab tokenizer as a transformers fast tokenizer (refuses anything else)."""
+    from transformers import PreTrainedTokenizerFast
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise LabError(f"--tokenizer {folder}: no such directory")
+    if not (folder / "tokenizer.json").is_file() or not (folder / MANIFEST).is_file():
+        raise LabError(f"--tokenizer {folder}: not a lab tokenizer (make one with lab tokenizer train)")
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(folder))
+    for token in SPECIAL_TOKENS:
+        if tokenizer.convert_tokens_to_ids(token) in (None, tokenizer.unk_token_id) and token != UNK:
+            raise LabError(f"{folder}/tokenizer.json: special token {token} is missing")
+    return tokenizer
+
+
+def tokenizer_hash(folder: Path) -> str:
+    manifest = json.loads((Path(folder) / MANIFEST).read_text(encoding="utf-8"))
+    return manifest["tokenizer_sha256"]

@@ -1,0 +1,278 @@
+"""Pre-training from scratch: RoBERTa (masked LM) or GPT-2 (causal LM) on one arm's corpus.
+
+The HF Trainer runs the loop, so the same code path serves one CPU process, DDP under torchrun
+and DeepSpeed ZeRO on GPU nodes. Work happens in `OUT.partial/` (checkpoints survive a kill and
+`--resume` continues from the newest complete one); `OUT` appears only when training finished.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lab.common import LabError, dumps_json, environment_record, write_json_atomic
+from lab.contamination.corpus_files import read_manifest
+from lab.models import build_config, build_model, check_model, count_parameters, get_preset
+
+CONFIG_FILE = "lab_pretrain_config.json"
+MANIFEST = "manifest.json"
+# Settings that change the trained weights; a resume must match them exactly.
+RESUME_KEYS = ("model", "corpus_sha256", "tokenizer_sha256", "preset", "epochs", "lr", "batch_size",
+               "block_size", "seed", "grad_accum", "max_steps", "warmup_steps", "weight_decay",
+               "lr_scheduler", "mlm_probability", "bf16")
+
+
+@dataclass
+class PretrainConfig:
+    model: str
+    corpus: Path
+    tokenizer: Path
+    out: Path
+    preset: str = "tiny"
+    epochs: float = 1.0
+    lr: float = 5e-4
+    batch_size: int = 16
+    block_size: int = 256
+    seed: int = 0
+    grad_accum: int = 1
+    max_steps: int = -1
+    warmup_steps: int = 0
+    weight_decay: float = 0.01
+    lr_scheduler: str = "linear"
+    mlm_probability: float = 0.15
+    save_steps: int = 500
+    log_steps: int = 10
+    deepspeed: Path | None = None
+    bf16: bool = False
+    compile: bool = False
+    resume: bool = False
+    force: bool = False
+    dry_run: bool = False
+    cache_dir: Path | None = None
+
+
+def state_sha256(model: Any) -> str:
+    """Hash of all weights (names, shapes and values) in a fixed order."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().float().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _validate(cfg: PretrainConfig) -> None:
+    check_model(cfg.model)
+    get_preset(cfg.preset)
+    for name, value, low in (("--batch-size", cfg.batch_size, 1), ("--grad-accum", cfg.grad_accum, 1),
+                             ("--save-steps", cfg.save_steps, 1), ("--log-steps", cfg.log_steps, 1)):
+        if value < low:
+            raise LabError(f"{name} {value}: must be >= {low}")
+    if cfg.epochs <= 0 and cfg.max_steps <= 0:
+        raise LabError(f"--epochs {cfg.epochs}: must be > 0 (or give --max-steps)")
+    if not cfg.lr > 0:
+        raise LabError(f"--lr {cfg.lr}: must be > 0")
+    if not 0 < cfg.mlm_probability < 1:
+        raise LabError(f"--mlm-probability {cfg.mlm_probability}: must be in (0, 1)")
+    if cfg.deepspeed is not None:
+        path = Path(cfg.deepspeed)
+        if not path.is_file():
+            raise LabError(f"--deepspeed {path}: no such file")
+        try:
+            parsed = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise LabError(f"--deepspeed {path}: not valid JSON ({exc})") from None
+        if not isinstance(parsed, dict):
+            raise LabError(f"--deepspeed {path}: must hold a JSON object")
+
+
+def _latest_checkpoint(folder: Path) -> Path | None:
+    """Newest checkpoint whose save completed (the trainer state is written last)."""
+    complete = [p for p in folder.glob("checkpoint-*")
+                if (p / "trainer_state.json").is_file() and p.name.split("-")[-1].isdigit()]
+    return max(complete, key=lambda p: int(p.name.split("-")[-1]), default=None)
+
+
+def _training_arguments(cfg: PretrainConfig, checkpoints: Path):
+    import torch
+    from transformers import TrainingArguments
+
+    wanted = dict(
+        output_dir=str(checkpoints), per_device_train_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=cfg.grad_accum, num_train_epochs=cfg.epochs,
+        max_steps=cfg.max_steps, learning_rate=cfg.lr, lr_scheduler_type=cfg.lr_scheduler,
+        warmup_steps=cfg.warmup_steps, weight_decay=cfg.weight_decay, logging_steps=cfg.log_steps,
+        logging_first_step=True, save_strategy="steps", save_steps=cfg.save_steps,
+        save_total_limit=2, seed=cfg.seed, data_seed=cfg.seed, report_to=[],
+        use_cpu=not torch.cuda.is_available(), bf16=cfg.bf16, torch_compile=cfg.compile,
+        deepspeed=str(cfg.deepspeed) if cfg.deepspeed else None, dataloader_num_workers=0,
+        remove_unused_columns=False, disable_tqdm=True,
+    )
+    # Only pass what this transformers version knows (the lab supports 4.44 to 5.x).
+    known = {f.name for f in dataclasses.fields(TrainingArguments)}
+    return TrainingArguments(**{k: v for k, v in wanted.items() if k in known})
+
+
+def _make_trainer_class():
+    from transformers import Trainer
+
+    class LabTrainer(Trainer):
+        """Records a hash of the first batch each process trains on (its data order)."""
+
+        first_batch_sha256: str | None = None
+
+        def training_step(self, model, inputs, *args, **kwargs):
+            if self.first_batch_sha256 is None:
+                ids = inputs["input_ids"].detach().cpu().numpy().tobytes()
+                self.first_batch_sha256 = hashlib.sha256(ids).hexdigest()
+            return super().training_step(model, inputs, *args, **kwargs)
+
+    return LabTrainer
+
+
+def dry_run(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    config = build_config(cfg.model, cfg.preset, tokenizer, cfg.block_size)
+    with torch.device("meta"):
+        model = build_model(cfg.model, config)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    return {
+        "model": cfg.model, "preset": cfg.preset, "parameters": count_parameters(model),
+        "vocab_size": len(tokenizer), "block_size": cfg.block_size,
+        "tokens_per_step": cfg.batch_size * cfg.grad_accum * world * cfg.block_size,
+        "corpus_documents": corpus_manifest.get("counts", {}).get("final_documents"),
+    }
+
+
+def run_pretrain(cfg: PretrainConfig) -> dict[str, Any]:
+    """Entry point of `lab pretrain`."""
+    started = time.perf_counter()
+    _validate(cfg)
+    from lab.tokenizer import load_tokenizer, tokenizer_hash
+
+    tokenizer = load_tokenizer(cfg.tokenizer)
+    corpus_manifest = read_manifest(cfg.corpus)
+    if cfg.dry_run:
+        return dry_run(cfg, tokenizer, corpus_manifest)
+
+    out = Path(cfg.out)
+    work = out.with_name(out.name + ".partial")
+    run_config = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()}
+    run_config["corpus_sha256"] = corpus_manifest["corpus_sha256"]
+    run_config["tokenizer_sha256"] = tokenizer_hash(cfg.tokenizer)
+    _prepare_work_dir(cfg, out, work, run_config)
+
+    import torch
+    from transformers import DataCollatorForLanguageModeling, set_seed
+
+    from lab.train.packing import PackedDataset, pack_documents, packing_report, tokenize_corpus
+
+    args = _training_arguments(cfg, work / "checkpoints")
+    with args.main_process_first(desc="tokenise corpus"):
+        tokenized = tokenize_corpus(cfg.corpus, tokenizer, run_config["tokenizer_sha256"],
+                                    cfg.cache_dir)
+    packing = pack_documents(tokenized.lengths(), cfg.block_size)
+    dataset = PackedDataset(tokenized, packing, tokenizer.bos_token_id, tokenizer.eos_token_id,
+                            tokenizer.pad_token_id)
+    if len(dataset) == 0:
+        raise LabError(f"{cfg.corpus}: the corpus has no tokens to train on")
+
+    set_seed(cfg.seed)
+    config = build_config(cfg.model, cfg.preset, tokenizer, cfg.block_size)
+    model = build_model(cfg.model, config)
+    init_sha = state_sha256(model)
+    collator = DataCollatorForLanguageModeling(
+        tokenizer, mlm=cfg.model == "roberta", mlm_probability=cfg.mlm_probability,
+    )
+    trainer = _make_trainer_class()(model=model, args=args, train_dataset=dataset,
+                                    data_collator=collator)
+    checkpoint = _latest_checkpoint(work / "checkpoints") if cfg.resume else None
+    train_started = time.perf_counter()
+    result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    train_seconds = time.perf_counter() - train_started
+
+    rank = args.process_index
+    final_sha = state_sha256(trainer.model)
+    rank_record = {"rank": rank, "first_batch_sha256": trainer.first_batch_sha256,
+                   "final_weights_sha256": final_sha}
+    (work / "ranks").mkdir(exist_ok=True)
+    write_json_atomic(work / "ranks" / f"rank-{rank}.json", rank_record)
+    trainer.accelerator.wait_for_everyone()
+    if not args.should_save:
+        return rank_record
+
+    trainer.save_model(str(work / "model"))
+    tokenizer.save_pretrained(str(work / "model"))
+    history = [h for h in trainer.state.log_history if "loss" in h]
+    report = packing_report(tokenized, packing)
+    (work / "packing.json").write_text(dumps_json(report), encoding="utf-8")
+    steps = trainer.state.global_step
+    sequences_seen = steps * cfg.batch_size * cfg.grad_accum * args.world_size
+    useful_per_sequence = report["useful_tokens"] / max(1, report["sequences"])
+    manifest = {
+        "kind": "lab-pretrained",
+        "config": run_config,
+        "model": {"family": cfg.model, "preset": cfg.preset,
+                  "parameters": count_parameters(trainer.model), "vocab_size": len(tokenizer)},
+        "corpus": {"path": str(cfg.corpus), "sha256": run_config["corpus_sha256"],
+                   "setting": corpus_manifest.get("setting"),
+                   "benchmark": corpus_manifest.get("benchmark"),
+                   "injected_ids": len(corpus_manifest.get("injected_ids", [])),
+                   "token_cache": tokenized.key},
+        "tokenizer": {"path": str(cfg.tokenizer), "sha256": run_config["tokenizer_sha256"]},
+        "packing": {k: v for k, v in report.items() if not k.endswith("_ids")},
+        "seed": cfg.seed,
+        "init_weights_sha256": init_sha,
+        "first_batch_sha256": trainer.first_batch_sha256,
+        "final_weights_sha256": final_sha,
+        "ranks": [json.loads(p.read_text()) for p in sorted((work / "ranks").glob("rank-*.json"))],
+        "world_size": args.world_size,
+        "resumed_from": checkpoint.name if checkpoint else None,
+        "steps": steps,
+        "loss": {"first": history[0]["loss"] if history else None,
+                 "final": history[-1]["loss"] if history else None,
+                 "train_loss": result.training_loss, "history": history},
+        "train_seconds": round(train_seconds, 2),
+        "useful_tokens_per_second": round(sequences_seen * useful_per_sequence / train_seconds, 1)
+        if train_seconds > 0 else None,
+        "wall_seconds": round(time.perf_counter() - started, 2),
+        "environment": environment_record(),
+    }
+    write_json_atomic(work / MANIFEST, manifest)
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(work, out)
+    return manifest
+
+
+def _prepare_work_dir(cfg: PretrainConfig, out: Path, work: Path, run_config: dict) -> None:
+    """Refuse to clobber results; on --resume, refuse a checkpoint of another configuration."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return  # rank 0 checks and prepares; the others wait for it at the first barrier
+    if out.exists() and not cfg.force:
+        raise LabError(f"{out}: output directory exists (use --force to replace it)")
+    saved = work / CONFIG_FILE
+    if work.exists() and cfg.resume:
+        if not saved.is_file():
+            raise LabError(f"{work}: no {CONFIG_FILE}, cannot resume (use --force to restart)")
+        previous = json.loads(saved.read_text(encoding="utf-8"))
+        changed = [k for k in RESUME_KEYS if previous.get(k) != run_config.get(k)]
+        if changed:
+            raise LabError(
+                f"{saved}: --resume from a checkpoint of another config ({', '.join(changed)} "
+                "differ); use the same settings or --force to restart"
+            )
+        return
+    if work.exists() and not cfg.force:
+        raise LabError(f"{work}: an interrupted run exists (use --resume to continue it or "
+                       "--force to restart)")
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    write_json_atomic(saved, run_config)
