@@ -49,10 +49,8 @@ def check_model(name: str) -> str:
     return name
 
 
-def build_config(model: str, preset: str, tokenizer: Any, block_size: int):
-    """A transformers config for `model` at `preset`, sized to the tokenizer."""
-    from transformers import GPT2Config, RobertaConfig
-
+def check_block_size(model: str, preset: str, block_size: int) -> int:
+    """The preset's number of positions, after refusing a block that does not fit it."""
     check_model(model)
     shape = get_preset(preset)
     positions = shape.max_positions
@@ -64,6 +62,15 @@ def build_config(model: str, preset: str, tokenizer: Any, block_size: int):
         )
     if block_size < 16:
         raise LabError(f"--block-size {block_size}: must be at least 16")
+    return positions
+
+
+def build_config(model: str, preset: str, tokenizer: Any, block_size: int):
+    """A transformers config for `model` at `preset`, sized to the tokenizer."""
+    from transformers import GPT2Config, RobertaConfig
+
+    positions = check_block_size(model, preset, block_size)
+    shape = get_preset(preset)
     special = dict(
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, vocab_size=len(tokenizer),

@@ -181,7 +181,58 @@ class PackedDataset:
         return {
             "input_ids": torch.from_numpy(ids),
             "attention_mask": torch.from_numpy((ids != self.pad).astype(np.int64)),
+            "index": index,
         }
+
+
+class PackedCollator:
+    """Batches packed sequences with labels for causal LM (pads ignored) or masked LM (15%
+    masked, 80/10/10 mask/random/keep, special tokens never masked).
+
+    Masks come from a generator seeded by (seed, epoch, sequence index), not from the global
+    RNG, so a run resumed from a checkpoint draws exactly the masks the uninterrupted run drew
+    (the global RNG is also consumed by samplers and prefetching, which resumption reorders).
+    The trainer sets `epoch` at the start of every epoch (see EpochTracker).
+    """
+
+    def __init__(self, tokenizer: Any, mlm: bool, mlm_probability: float = 0.15, seed: int = 0):
+        import torch
+
+        self.mlm, self.probability, self.seed = mlm, mlm_probability, seed
+        self.pad = tokenizer.pad_token_id
+        self.mask = tokenizer.mask_token_id
+        self.vocab = len(tokenizer)
+        self.special = torch.tensor(sorted(set(tokenizer.all_special_ids)))
+        self.epoch = 0
+
+    def _generator(self, index: int):
+        import torch
+
+        mixed = ((self.seed * 1_000_003 + self.epoch) * 2_147_483_647 + index) % (1 << 63)
+        return torch.Generator().manual_seed(mixed)
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        import torch
+
+        input_ids = torch.stack([f["input_ids"] for f in features]).clone()
+        attention_mask = torch.stack([f["attention_mask"] for f in features])
+        labels = input_ids.clone()
+        if not self.mlm:
+            labels[attention_mask == 0] = -100
+            return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+        maskable = ~torch.isin(input_ids, self.special)
+        for row, feature in enumerate(features):
+            gen = self._generator(int(feature["index"]))
+            length = input_ids.shape[1]
+            chosen = (torch.rand(length, generator=gen) < self.probability) & maskable[row]
+            action = torch.rand(length, generator=gen)
+            random_tokens = torch.randint(self.vocab, (length,), generator=gen)
+            labels[row][~chosen] = -100
+            to_mask = chosen & (action < 0.8)
+            to_random = chosen & (action >= 0.8) & (action < 0.9)
+            input_ids[row][to_mask] = self.mask
+            input_ids[row][to_random] = random_tokens[to_random]
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
 
 def packing_report(corpus: TokenizedCorpus, packing: Packing) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import shutil
 import time
@@ -18,7 +19,7 @@ from typing import Any
 
 from lab.common import LabError, dumps_json, environment_record, write_json_atomic
 from lab.contamination.corpus_files import read_manifest
-from lab.models import build_config, build_model, check_model, count_parameters, get_preset
+from lab.models import build_config, build_model, check_block_size, count_parameters
 
 CONFIG_FILE = "lab_pretrain_config.json"
 MANIFEST = "manifest.json"
@@ -66,9 +67,22 @@ def state_sha256(model: Any) -> str:
     return digest.hexdigest()
 
 
+def trained_weights_sha256(model: Any) -> str:
+    """state_sha256 of a model after training. Under DeepSpeed ZeRO-3 each rank holds only a
+    partition of every weight, so all ranks gather the full weights first (a collective: every
+    rank must call this)."""
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if is_deepspeed_zero3_enabled():
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None):
+            return state_sha256(model)
+    return state_sha256(model)
+
+
 def _validate(cfg: PretrainConfig) -> None:
-    check_model(cfg.model)
-    get_preset(cfg.preset)
+    check_block_size(cfg.model, cfg.preset, cfg.block_size)
     for name, value, low in (("--batch-size", cfg.batch_size, 1), ("--grad-accum", cfg.grad_accum, 1),
                              ("--save-steps", cfg.save_steps, 1), ("--log-steps", cfg.log_steps, 1)):
         if value < low:
@@ -119,12 +133,25 @@ def _training_arguments(cfg: PretrainConfig, checkpoints: Path):
 
 
 def _make_trainer_class():
-    from transformers import Trainer
+    from transformers import Trainer, TrainerCallback
+
+    class EpochTracker(TrainerCallback):
+        """Tells the collator which epoch it is batching (also right after a resume)."""
+
+        def __init__(self, collator: Any):
+            self.collator = collator
+
+        def on_epoch_begin(self, args, state, control, **kwargs):
+            self.collator.epoch = int(math.floor((state.epoch or 0.0) + 1e-9))
 
     class LabTrainer(Trainer):
         """Records a hash of the first batch each process trains on (its data order)."""
 
         first_batch_sha256: str | None = None
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.add_callback(EpochTracker(self.data_collator))
 
         def training_step(self, model, inputs, *args, **kwargs):
             if self.first_batch_sha256 is None:
@@ -167,14 +194,27 @@ def run_pretrain(cfg: PretrainConfig) -> dict[str, Any]:
     run_config["corpus_sha256"] = corpus_manifest["corpus_sha256"]
     run_config["tokenizer_sha256"] = tokenizer_hash(cfg.tokenizer)
     _prepare_work_dir(cfg, out, work, run_config)
+    try:
+        return _train(cfg, tokenizer, corpus_manifest, run_config, out, work, started)
+    except BaseException:
+        # Nothing to resume from: leave no half-made directory behind.
+        if int(os.environ.get("RANK", "0")) == 0 and _latest_checkpoint(work / "checkpoints") is None:
+            shutil.rmtree(work, ignore_errors=True)
+        raise
 
-    import torch
-    from transformers import DataCollatorForLanguageModeling, set_seed
 
-    from lab.train.packing import PackedDataset, pack_documents, packing_report, tokenize_corpus
+def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
+           run_config: dict[str, Any], out: Path, work: Path, started: float) -> dict[str, Any]:
+    from transformers import set_seed
+
+    from lab.train.packing import (
+        PackedCollator, PackedDataset, pack_documents, packing_report, tokenize_corpus,
+    )
 
     args = _training_arguments(cfg, work / "checkpoints")
-    with args.main_process_first(desc="tokenise corpus"):
+    # local=False: global rank 0 fills the token cache before any other rank (on any node) reads
+    # it, so nodes sharing a cache on a common filesystem never build it concurrently.
+    with args.main_process_first(local=False, desc="tokenise corpus"):
         tokenized = tokenize_corpus(cfg.corpus, tokenizer, run_config["tokenizer_sha256"],
                                     cfg.cache_dir)
     packing = pack_documents(tokenized.lengths(), cfg.block_size)
@@ -187,9 +227,9 @@ def run_pretrain(cfg: PretrainConfig) -> dict[str, Any]:
     config = build_config(cfg.model, cfg.preset, tokenizer, cfg.block_size)
     model = build_model(cfg.model, config)
     init_sha = state_sha256(model)
-    collator = DataCollatorForLanguageModeling(
-        tokenizer, mlm=cfg.model == "roberta", mlm_probability=cfg.mlm_probability,
-    )
+    parameters = count_parameters(model)  # before ZeRO-3 partitions the weights
+    collator = PackedCollator(tokenizer, mlm=cfg.model == "roberta",
+                              mlm_probability=cfg.mlm_probability, seed=cfg.seed)
     trainer = _make_trainer_class()(model=model, args=args, train_dataset=dataset,
                                     data_collator=collator)
     checkpoint = _latest_checkpoint(work / "checkpoints") if cfg.resume else None
@@ -198,16 +238,17 @@ def run_pretrain(cfg: PretrainConfig) -> dict[str, Any]:
     train_seconds = time.perf_counter() - train_started
 
     rank = args.process_index
-    final_sha = state_sha256(trainer.model)
+    final_sha = trained_weights_sha256(trainer.model)
     rank_record = {"rank": rank, "first_batch_sha256": trainer.first_batch_sha256,
                    "final_weights_sha256": final_sha}
     (work / "ranks").mkdir(exist_ok=True)
     write_json_atomic(work / "ranks" / f"rank-{rank}.json", rank_record)
     trainer.accelerator.wait_for_everyone()
+    # Every rank calls save_model (ZeRO-3 gathers the weights collectively); only rank 0 writes.
+    trainer.save_model(str(work / "model"))
     if not args.should_save:
         return rank_record
 
-    trainer.save_model(str(work / "model"))
     tokenizer.save_pretrained(str(work / "model"))
     history = [h for h in trainer.state.log_history if "loss" in h]
     report = packing_report(tokenized, packing)
@@ -219,7 +260,7 @@ def run_pretrain(cfg: PretrainConfig) -> dict[str, Any]:
         "kind": "lab-pretrained",
         "config": run_config,
         "model": {"family": cfg.model, "preset": cfg.preset,
-                  "parameters": count_parameters(trainer.model), "vocab_size": len(tokenizer)},
+                  "parameters": parameters, "vocab_size": len(tokenizer)},
         "corpus": {"path": str(cfg.corpus), "sha256": run_config["corpus_sha256"],
                    "setting": corpus_manifest.get("setting"),
                    "benchmark": corpus_manifest.get("benchmark"),
