@@ -20,7 +20,7 @@ from lab.tokenizer import SPECIAL_TOKENS, load_tokenizer, tokenizer_hash, train_
 from lab.train.packing import (
     PackedCollator, PackedDataset, pack_documents, packing_report, tokenize_corpus,
 )
-from lab.train.pretrain import PretrainConfig, run_pretrain
+from lab.train.pretrain import PretrainConfig, check_seed_diversity, run_pretrain
 
 pytestmark = pytest.mark.skipif(not os.environ.get("LAB_CORPORA"), reason="needs LAB_CORPORA")
 
@@ -194,6 +194,10 @@ def test_seeds_differ_in_weights_and_data_order_and_repeat_exactly(world):
     assert again["init_weights_sha256"] == a["init_weights_sha256"]
     assert again["final_weights_sha256"] == a["final_weights_sha256"]
     assert again["loss"]["history"] == a["loss"]["history"]
+    check_seed_diversity([a, b])
+    collapsed = dict(b, init_weights_sha256=a["init_weights_sha256"])
+    with pytest.raises(LabError, match="seeds 0 and 1 collapsed"):
+        check_seed_diversity([a, collapsed])
 
 
 def _cli(*args: str) -> list[str]:

@@ -317,3 +317,21 @@ def _prepare_work_dir(cfg: PretrainConfig, out: Path, work: Path, run_config: di
         shutil.rmtree(work)
     work.mkdir(parents=True)
     write_json_atomic(saved, run_config)
+
+
+def check_seed_diversity(manifests: list[dict[str, Any]]) -> None:
+    """Refuse repetitions whose seeds collapsed: runs with different seeds must differ in both
+    initial weights and data order (a seed silently ignored, as under some DeepSpeed setups,
+    turns five repetitions into one)."""
+    for field in ("init_weights_sha256", "first_batch_sha256"):
+        seen: dict[str, int] = {}
+        for manifest in manifests:
+            value, seed = manifest.get(field), manifest.get("seed")
+            if value is None:
+                raise LabError(f"pre-training manifest of seed {seed}: field '{field}' missing")
+            if value in seen and seen[value] != seed:
+                raise LabError(
+                    f"seeds {seen[value]} and {seed} collapsed: identical {field.replace('_sha256', '')} "
+                    "(the seed did not reach the model or the data order)"
+                )
+            seen[value] = seed
