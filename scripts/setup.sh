@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up the lab on a fresh machine: a virtual environment in .venv with the lab installed.
 #   bash scripts/setup.sh          # the lab
-#   bash scripts/setup.sh --dev    # the lab and its test tools
+#   bash scripts/setup.sh --dev    # the lab, its test tools and DeepSpeed (the distributed tests)
 # Works offline except for the package registries. Re-running it is cheap.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,4 +19,11 @@ pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
 # CUDA build. GPU users may set LAB_TORCH_SPEC (for example "torch==2.13.0" from their index).
 pip install "${LAB_TORCH_SPEC:-torch==2.13.0}"
 pip install -e ".${extras}"
+if [ -n "$extras" ]; then
+  # DeepSpeed ships as a source package whose build imports torch: built without isolation
+  # against the torch above (an isolated build would pull a multi-GB CUDA torch) and with no
+  # ops compiled ahead of time (DS_BUILD_OPS=0; the few it needs are compiled on first use).
+  pip install "setuptools>=68"
+  DS_BUILD_OPS=0 pip install --no-build-isolation "deepspeed>=0.14"
+fi
 echo "lab installed in $(pwd)/.venv: activate with '. .venv/bin/activate'"

@@ -126,6 +126,8 @@ def _training_arguments(cfg: PretrainConfig, checkpoints: Path):
         use_cpu=not torch.cuda.is_available(), bf16=cfg.bf16, torch_compile=cfg.compile,
         deepspeed=str(cfg.deepspeed) if cfg.deepspeed else None, dataloader_num_workers=0,
         remove_unused_columns=False, disable_tqdm=True,
+        # Both families use every weight in every step: skip DDP's per-step unused-weight search.
+        ddp_find_unused_parameters=False,
     )
     # Only pass what this transformers version knows (the lab supports 4.44 to 5.x).
     known = {f.name for f in dataclasses.fields(TrainingArguments)}
@@ -152,6 +154,12 @@ def _make_trainer_class():
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.add_callback(EpochTracker(self.data_collator))
+            # RoBERTa's masked-LM loss is a mean that ignores `num_items_in_batch`, but its
+            # forward takes **kwargs, so the Trainer would take it for a sum over the tokens of
+            # all processes: it multiplies it by the process count and skips the division by
+            # --grad-accum (loss and gradients N times too large).
+            if getattr(self.model.config, "model_type", "") == "roberta":
+                self.model_accepts_loss_kwargs = False
 
         def training_step(self, model, inputs, *args, **kwargs):
             if self.first_batch_sha256 is None:
