@@ -97,10 +97,13 @@ def _build_cache(corpus: Path, tokenizer: Any, folder: Path) -> None:
         np.save(tmp / "offsets.npy", offsets)
         (tmp / "documents.json").write_text(json.dumps({"ids": ids, "injected": injected}))
         (tmp / "complete").write_text("")
-        if folder.exists():  # another process finished first: keep theirs
-            shutil.rmtree(tmp)
-        else:
+        try:
             os.replace(tmp, folder)
+        except OSError:
+            # Another process (another node sharing the cache) finished first: keep theirs.
+            if not (folder / "complete").is_file():
+                raise
+            shutil.rmtree(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
