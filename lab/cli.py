@@ -133,6 +133,73 @@ def audit(
         console.print(f"report: {out}/report.jsonl  summary: {out}/summary.json")
 
 
+@app.command()
+def finetune(
+    pretrained: Path = typer.Option(..., help="Directory made by lab pretrain."),
+    task: str = typer.Option(..., help="translation (CodeTrans Java->C#) or generation (CONCODE NL->Java)."),
+    epochs: int = typer.Option(..., help="Training epochs; 0 = direct inference (GPT-2 only)."),
+    out: Path = typer.Option(..., help="Output directory."),
+    seed: int = typer.Option(0, help="Seeds the train subset, decoder init and data order."),
+    train_size: Optional[int] = typer.Option(None, help="Seeded subset of N training samples."),
+    select: str = typer.Option("last", help="last, or best on validation loss."),
+    lr: float = typer.Option(5e-4, help="Peak learning rate."),
+    batch_size: int = typer.Option(8, help="Samples per step."),
+    max_source_length: int = typer.Option(256, help="Source tokens kept."),
+    max_target_length: int = typer.Option(256, help="Target tokens kept (and generated)."),
+    decoder_layers: int = typer.Option(6, help="RoBERTa: layers of the new decoder."),
+    force: bool = typer.Option(False, help="Replace an existing output directory."),
+    corpora: Optional[Path] = CorporaOption,
+) -> None:
+    """Fine-tune a pre-trained model on the task's train split (or keep it: --epochs 0)."""
+    from lab.train.finetune import FinetuneConfig, run_finetune
+
+    manifest = run_finetune(FinetuneConfig(
+        pretrained=pretrained, task=task, epochs=epochs, out=out, seed=seed,
+        train_size=train_size, select=select, lr=lr, batch_size=batch_size,
+        max_source_length=max_source_length, max_target_length=max_target_length,
+        decoder_layers=decoder_layers, force=force, corpora_dir=corpora,
+    ))
+    loss = manifest["loss"]
+    trained = f"loss {loss['first']:.3f} -> {loss['final']:.3f}" if loss["first"] else "not trained"
+    console.print(f"{out}: {manifest['architecture']} for {task}, {manifest['data']['train_used']} "
+                  f"training samples, {epochs} epochs, {trained}")
+
+
+@app.command()
+def evaluate(
+    model: Path = typer.Option(..., help="A lab finetune directory, or a lab pretrain GPT-2 directory."),
+    task: str = typer.Option(..., help="translation or generation."),
+    split: str = typer.Option("test", help="Benchmark split to generate for."),
+    ids: Optional[Path] = typer.Option(None, help="File of sample ids to evaluate (one per line)."),
+    decoding: str = typer.Option("greedy", help="greedy, beam:K or sample."),
+    temperature: float = typer.Option(0.8, help="Sampling temperature."),
+    top_p: float = typer.Option(0.95, help="Sampling top-p."),
+    top_k: int = typer.Option(50, help="Sampling top-k."),
+    batch_size: int = typer.Option(16, help="Samples per generation batch."),
+    max_new_tokens: Optional[int] = typer.Option(None, help="Default: the fine-tuning target length."),
+    metrics: str = typer.Option("bleu,bleu_sentence,meteor,em,codebleu", help="Comma-separated."),
+    seed: int = typer.Option(0, help="Seed for sampling."),
+    out: Optional[Path] = typer.Option(None, help="Default: MODEL/eval-TASK-SPLIT-DECODING."),
+    force: bool = typer.Option(False, help="Replace an existing output directory."),
+    corpora: Optional[Path] = CorporaOption,
+) -> None:
+    """Generate for a split and score every sample (split into injected / held-out)."""
+    from lab.eval.generate import run_evaluate
+
+    result = run_evaluate(model, task, split, ids, decoding, batch_size, max_new_tokens,
+                          tuple(m for m in metrics.split(",") if m), out, force, seed, corpora,
+                          temperature, top_p, top_k)
+    rows = [{"group": "all", "samples": result["samples"], **result["metrics"]}]
+    rows += [{"group": g, **v} for g, v in result["by_group"].items()]
+    columns = ["group", "samples"] + [m for m in result["metrics"] if not m.startswith("codebleu_")]
+    for row in rows:
+        for key, value in row.items():
+            if isinstance(value, float):
+                row[key] = f"{value:.2f}"
+    console.print(_table(f"{task} {split} ({result['decoding']['mode']})", rows, columns))
+    console.print(f"predictions and metrics: {result['out']}")
+
+
 tokenizer_app = typer.Typer(help="The study's shared BPE tokenizer.", no_args_is_help=True)
 app.add_typer(tokenizer_app, name="tokenizer")
 

@@ -19,6 +19,9 @@ from typing import Any
 
 from lab.common import LabError, dumps_json, environment_record, write_json_atomic
 from lab.contamination.corpus_files import read_manifest
+from lab.train.common import (
+    latest_checkpoint, state_sha256, trained_weights_sha256, training_arguments,
+)
 from lab.models import build_config, build_model, check_block_size, count_parameters
 
 CONFIG_FILE = "lab_pretrain_config.json"
@@ -58,29 +61,6 @@ class PretrainConfig:
     cache_dir: Path | None = None
 
 
-def state_sha256(model: Any) -> str:
-    """Hash of all weights (names, shapes and values) in a fixed order."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().float().numpy().tobytes())
-    return digest.hexdigest()
-
-
-def trained_weights_sha256(model: Any) -> str:
-    """state_sha256 of a model after training. Under DeepSpeed ZeRO-3 each rank holds only a
-    partition of every weight, so all ranks gather the full weights first (a collective: every
-    rank must call this)."""
-    from transformers.integrations import is_deepspeed_zero3_enabled
-
-    if is_deepspeed_zero3_enabled():
-        import deepspeed
-
-        with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None):
-            return state_sha256(model)
-    return state_sha256(model)
-
-
 def _validate(cfg: PretrainConfig) -> None:
     check_block_size(cfg.model, cfg.preset, cfg.block_size)
     for name, value, low in (("--batch-size", cfg.batch_size, 1), ("--grad-accum", cfg.grad_accum, 1),
@@ -105,33 +85,16 @@ def _validate(cfg: PretrainConfig) -> None:
             raise LabError(f"--deepspeed {path}: must hold a JSON object")
 
 
-def _latest_checkpoint(folder: Path) -> Path | None:
-    """Newest checkpoint whose save completed (the trainer state is written last)."""
-    complete = [p for p in folder.glob("checkpoint-*")
-                if (p / "trainer_state.json").is_file() and p.name.split("-")[-1].isdigit()]
-    return max(complete, key=lambda p: int(p.name.split("-")[-1]), default=None)
-
-
 def _training_arguments(cfg: PretrainConfig, checkpoints: Path):
-    import torch
-    from transformers import TrainingArguments
-
-    wanted = dict(
-        output_dir=str(checkpoints), per_device_train_batch_size=cfg.batch_size,
+    return training_arguments(
+        checkpoints, per_device_train_batch_size=cfg.batch_size,
         gradient_accumulation_steps=cfg.grad_accum, num_train_epochs=cfg.epochs,
         max_steps=cfg.max_steps, learning_rate=cfg.lr, lr_scheduler_type=cfg.lr_scheduler,
         warmup_steps=cfg.warmup_steps, weight_decay=cfg.weight_decay, logging_steps=cfg.log_steps,
-        logging_first_step=True, save_strategy="steps", save_steps=cfg.save_steps,
-        save_total_limit=2, seed=cfg.seed, data_seed=cfg.seed, report_to=[],
-        use_cpu=not torch.cuda.is_available(), bf16=cfg.bf16, torch_compile=cfg.compile,
-        deepspeed=str(cfg.deepspeed) if cfg.deepspeed else None, dataloader_num_workers=0,
-        remove_unused_columns=False, disable_tqdm=True,
-        # Both families use every weight in every step: skip DDP's per-step unused-weight search.
-        ddp_find_unused_parameters=False,
+        save_strategy="steps", save_steps=cfg.save_steps, seed=cfg.seed, data_seed=cfg.seed,
+        bf16=cfg.bf16, torch_compile=cfg.compile,
+        deepspeed=str(cfg.deepspeed) if cfg.deepspeed else None,
     )
-    # Only pass what this transformers version knows (the lab supports 4.44 to 5.x).
-    known = {f.name for f in dataclasses.fields(TrainingArguments)}
-    return TrainingArguments(**{k: v for k, v in wanted.items() if k in known})
 
 
 def _make_trainer_class():
@@ -206,7 +169,7 @@ def run_pretrain(cfg: PretrainConfig) -> dict[str, Any]:
         return _train(cfg, tokenizer, corpus_manifest, run_config, out, work, started)
     except BaseException:
         # Nothing to resume from: leave no half-made directory behind.
-        if int(os.environ.get("RANK", "0")) == 0 and _latest_checkpoint(work / "checkpoints") is None:
+        if int(os.environ.get("RANK", "0")) == 0 and latest_checkpoint(work / "checkpoints") is None:
             shutil.rmtree(work, ignore_errors=True)
         raise
 
@@ -240,7 +203,7 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
                               mlm_probability=cfg.mlm_probability, seed=cfg.seed)
     trainer = _make_trainer_class()(model=model, args=args, train_dataset=dataset,
                                     data_collator=collator)
-    checkpoint = _latest_checkpoint(work / "checkpoints") if cfg.resume else None
+    checkpoint = latest_checkpoint(work / "checkpoints") if cfg.resume else None
     train_started = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     train_seconds = time.perf_counter() - train_started
@@ -272,7 +235,13 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
         "corpus": {"path": str(cfg.corpus), "sha256": run_config["corpus_sha256"],
                    "setting": corpus_manifest.get("setting"),
                    "benchmark": corpus_manifest.get("benchmark"),
-                   "injected_ids": len(corpus_manifest.get("injected_ids", [])),
+                   "benchmark_split": corpus_manifest.get("benchmark_split"),
+                   # Copied so evaluation can split scores into injected / held-out / naturally
+                   # overlapping samples without the corpus directory.
+                   "injected_ids": corpus_manifest.get("injected_ids", []),
+                   "held_out_ids": corpus_manifest.get("held_out_ids", []),
+                   "pre_existing_verbatim": corpus_manifest.get("pre_existing_verbatim", []),
+                   "injected_token_fraction": report["injected_token_fraction"],
                    "token_cache": tokenized.key},
         "tokenizer": {"path": str(cfg.tokenizer), "sha256": run_config["tokenizer_sha256"]},
         "packing": {k: v for k, v in report.items() if not k.endswith("_ids")},

@@ -1,0 +1,309 @@
+"""Fine-tuning a pre-trained model on CodeTrans (Java -> C#) or CONCODE (NL -> Java).
+
+GPT-2 learns one sequence `<s> source <SEP> target </s>` tokenised exactly as a paired injected
+document is, with the loss on target tokens only. RoBERTa becomes the encoder of an
+encoder-decoder model whose decoder (6 layers, as CodeXGLUE's baseline) starts from random
+weights, its embeddings copied from the encoder. `--epochs 0` keeps a GPT-2 as pre-trained
+(direct inference).
+"""
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from lab.common import LabError, atomic_output_dir, environment_record, write_json_atomic
+from lab.contamination import SEP_MARKER
+from lab.corpora import Sample, load_samples
+from lab.train.common import state_sha256, training_arguments
+
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    benchmark: str
+    train_split: str
+    valid_split: str
+    test_split: str
+    target_language: str
+
+
+TASKS = {
+    "translation": Task("translation", "codetrans", "train", "valid", "test", "cs"),
+    "generation": Task("generation", "concode", "train", "dev", "test", "java"),
+}
+
+
+def get_task(name: str) -> Task:
+    if name not in TASKS:
+        raise LabError(f"--task {name}: unknown task (choose from {', '.join(TASKS)})")
+    return TASKS[name]
+
+
+@dataclass
+class FinetuneConfig:
+    pretrained: Path
+    task: str
+    epochs: int
+    out: Path
+    seed: int = 0
+    train_size: int | None = None
+    select: str = "last"
+    lr: float = 5e-4
+    batch_size: int = 8
+    max_source_length: int = 256
+    max_target_length: int = 256
+    decoder_layers: int = 6
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    log_steps: int = 10
+    force: bool = False
+    corpora_dir: Path | None = None
+
+
+# --- reading what earlier stages wrote ---------------------------------------------------------
+
+def read_stage_manifest(folder: Path, option: str) -> dict[str, Any]:
+    path = Path(folder) / MANIFEST
+    if not Path(folder).is_dir():
+        raise LabError(f"{option} {folder}: no such directory")
+    if not path.is_file():
+        raise LabError(f"{option} {folder}: no {MANIFEST} (not a lab model directory)")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise LabError(f"{path}: corrupt JSON ({exc})") from None
+
+
+def pretraining_record(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The pre-training manifest behind a pre-trained or fine-tuned model directory."""
+    if manifest.get("kind") == "lab-pretrained":
+        return manifest
+    return manifest.get("pretrained", {})
+
+
+# --- encoding shared by training and generation -----------------------------------------------
+
+def causal_prompt(tokenizer: Any, source: str, max_source: int) -> list[int]:
+    """`<s> source <SEP>`, tokenised as the start of a paired document `source <SEP> target`."""
+    source_ids = tokenizer(source + " ", add_special_tokens=False)["input_ids"][:max_source]
+    return [tokenizer.bos_token_id, *source_ids, tokenizer.convert_tokens_to_ids(SEP_MARKER)]
+
+
+def causal_example(tokenizer: Any, sample: Sample, max_source: int, max_target: int
+                   ) -> dict[str, list[int]]:
+    """Input ids and labels of one GPT-2 training sequence; the prompt carries no loss."""
+    prompt = causal_prompt(tokenizer, sample.input, max_source)
+    target = tokenizer(" " + sample.output, add_special_tokens=False)["input_ids"][:max_target]
+    target = [*target, tokenizer.eos_token_id]
+    return {"input_ids": prompt + target, "labels": [-100] * len(prompt) + target}
+
+
+def seq2seq_source(tokenizer: Any, source: str, max_source: int) -> list[int]:
+    ids = tokenizer(source, add_special_tokens=False)["input_ids"][: max_source - 2]
+    return [tokenizer.bos_token_id, *ids, tokenizer.eos_token_id]
+
+
+def seq2seq_example(tokenizer: Any, sample: Sample, max_source: int, max_target: int
+                    ) -> dict[str, list[int]]:
+    target = tokenizer(sample.output, add_special_tokens=False)["input_ids"][: max_target - 1]
+    return {"input_ids": seq2seq_source(tokenizer, sample.input, max_source),
+            "labels": [*target, tokenizer.eos_token_id]}
+
+
+class PaddingCollator:
+    """Right-pads input ids (pad) and labels (-100); the mask marks real tokens."""
+
+    def __init__(self, pad_id: int):
+        self.pad_id = pad_id
+
+    def __call__(self, features: list[dict[str, list[int]]]) -> dict[str, Any]:
+        import torch
+
+        width = max(len(f["input_ids"]) for f in features)
+        label_width = max(len(f["labels"]) for f in features)
+        ids = torch.full((len(features), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(features), width), dtype=torch.long)
+        same_width = all(len(f["labels"]) == len(f["input_ids"]) for f in features)
+        labels = torch.full((len(features), width if same_width else label_width), -100,
+                            dtype=torch.long)
+        for row, feature in enumerate(features):
+            n = len(feature["input_ids"])
+            ids[row, :n] = torch.tensor(feature["input_ids"])
+            mask[row, :n] = 1
+            labels[row, : len(feature["labels"])] = torch.tensor(feature["labels"])
+        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+# --- models -------------------------------------------------------------------------------------
+
+def build_seq2seq(encoder_dir: Path, tokenizer: Any, decoder_layers: int):
+    """RoBERTa encoder (pre-trained) + a randomly initialised RoBERTa decoder with cross-attention."""
+    from transformers import EncoderDecoderModel, RobertaConfig, RobertaForCausalLM, RobertaModel
+
+    encoder = RobertaModel.from_pretrained(str(encoder_dir), add_pooling_layer=False)
+    decoder_config = RobertaConfig(**{**encoder.config.to_dict(), "is_decoder": True,
+                                      "add_cross_attention": True,
+                                      "num_hidden_layers": decoder_layers})
+    decoder = RobertaForCausalLM(decoder_config)
+    # CodeXGLUE's decoder shares the encoder's embeddings; a copy gives the same start
+    # without weights tied across the two halves (which saving and reloading would untie).
+    with __import__("torch").no_grad():
+        decoder.roberta.embeddings.word_embeddings.weight.copy_(encoder.embeddings.word_embeddings.weight)
+    model = EncoderDecoderModel(encoder=encoder, decoder=decoder)
+    model.config.decoder_start_token_id = tokenizer.bos_token_id
+    model.config.bos_token_id = tokenizer.bos_token_id
+    model.config.eos_token_id = tokenizer.eos_token_id
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model.config.vocab_size = decoder_config.vocab_size
+    return model
+
+
+def _training_samples(task: Task, cfg: FinetuneConfig) -> tuple[list[Sample], list[Sample], dict]:
+    """Train and validation samples; offline CONCODE has no train split, so it trains on dev."""
+    note: dict[str, Any] = {"train_split": task.train_split, "valid_split": task.valid_split}
+    try:
+        train = load_samples(task.benchmark, task.train_split, cfg.corpora_dir, True)
+    except LabError as exc:
+        if task.benchmark != "concode" or "not found locally" not in str(exc):
+            raise
+        train = load_samples(task.benchmark, task.valid_split, cfg.corpora_dir, True)
+        note = {"train_split": task.valid_split, "valid_split": None,
+                "note": "CONCODE's train split is not available here: trained on dev.json, "
+                        "no validation split (--select best is unavailable)"}
+    valid_records: list[Sample] = []
+    if note["valid_split"]:
+        valid_records = load_samples(task.benchmark, task.valid_split, cfg.corpora_dir, True).records
+    records = train.records
+    note["train_available"] = len(records)
+    if cfg.train_size is not None:
+        if not 1 <= cfg.train_size <= len(records):
+            raise LabError(f"--train-size {cfg.train_size}: must be in 1..{len(records)} "
+                           f"({task.benchmark} {note['train_split']})")
+        keep = sorted(random.Random(f"{cfg.seed}/train-size").sample(range(len(records)), cfg.train_size))
+        records = [records[i] for i in keep]
+    note["train_used"] = len(records)
+    note["train_files"] = train.provenance()
+    return records, valid_records, note
+
+
+def model_positions(model_dir: Path) -> int:
+    """Token positions the model can attend over (RoBERTa reserves two for its offset)."""
+    config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    if "n_positions" in config:
+        return int(config["n_positions"])
+    return int(config["max_position_embeddings"]) - 2
+
+
+def fit_lengths(cfg: FinetuneConfig, family: str, positions: int) -> None:
+    """Shrink source/target lengths to what the model's positions hold (recorded in the
+    manifest's config): GPT-2 holds `<s> source <SEP> target </s>` in one sequence."""
+    if family == "gpt2":
+        budget = positions - 3
+        if cfg.max_source_length + cfg.max_target_length > budget:
+            cfg.max_source_length = min(cfg.max_source_length, budget // 2)
+            cfg.max_target_length = budget - cfg.max_source_length
+    else:
+        cfg.max_source_length = min(cfg.max_source_length, positions)
+        cfg.max_target_length = min(cfg.max_target_length, positions)
+
+
+def _validate(cfg: FinetuneConfig, family: str) -> None:
+    if cfg.epochs < 0:
+        raise LabError(f"--epochs {cfg.epochs}: must be >= 0")
+    if cfg.epochs == 0 and family == "roberta":
+        raise LabError("--epochs 0 with RoBERTa: its decoder is untrained, so direct inference "
+                       "is only defined for GPT-2")
+    if cfg.select not in ("last", "best"):
+        raise LabError(f"--select {cfg.select}: choose last or best")
+    for name, value in (("--batch-size", cfg.batch_size), ("--max-source-length", cfg.max_source_length),
+                        ("--max-target-length", cfg.max_target_length),
+                        ("--decoder-layers", cfg.decoder_layers)):
+        if value < 1:
+            raise LabError(f"{name} {value}: must be >= 1")
+    if Path(cfg.out).exists() and not cfg.force:
+        raise LabError(f"{cfg.out}: output directory exists (use --force to replace it)")
+
+
+def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
+    """Entry point of `lab finetune`."""
+    started = time.perf_counter()
+    task = get_task(cfg.task)
+    pretrained = read_stage_manifest(cfg.pretrained, "--pretrained")
+    if pretrained.get("kind") != "lab-pretrained":
+        raise LabError(f"--pretrained {cfg.pretrained}: not a lab pre-trained model (lab pretrain)")
+    family = pretrained["model"]["family"]
+    _validate(cfg, family)
+
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Trainer, set_seed
+
+    model_dir = Path(cfg.pretrained) / "model"
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(model_dir))
+    fit_lengths(cfg, family, model_positions(model_dir))
+    train, valid, data_note = _training_samples(task, cfg)
+    if cfg.select == "best" and not valid:
+        raise LabError("--select best: no validation split for this task here; use --select last")
+    encode = causal_example if family == "gpt2" else seq2seq_example
+    train_set = [encode(tokenizer, s, cfg.max_source_length, cfg.max_target_length) for s in train]
+    valid_set = [encode(tokenizer, s, cfg.max_source_length, cfg.max_target_length) for s in valid]
+
+    set_seed(cfg.seed)
+    if family == "gpt2":
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir))
+    else:
+        model = build_seq2seq(model_dir, tokenizer, cfg.decoder_layers)
+    init_sha = state_sha256(model)
+    history: list[dict[str, Any]] = []
+    with atomic_output_dir(Path(cfg.out), force=cfg.force) as tmp:
+        if cfg.epochs > 0:
+            evaluate_each_epoch = bool(valid_set) and cfg.select == "best"
+            args = training_arguments(
+                tmp / "checkpoints", per_device_train_batch_size=cfg.batch_size,
+                per_device_eval_batch_size=cfg.batch_size, num_train_epochs=cfg.epochs,
+                learning_rate=cfg.lr, warmup_steps=cfg.warmup_steps,
+                weight_decay=cfg.weight_decay, logging_steps=cfg.log_steps, seed=cfg.seed,
+                data_seed=cfg.seed,
+                save_strategy="epoch" if evaluate_each_epoch else "no",
+                eval_strategy="epoch" if evaluate_each_epoch else "no",
+                load_best_model_at_end=evaluate_each_epoch, metric_for_best_model="eval_loss",
+                greater_is_better=False, save_total_limit=1 if evaluate_each_epoch else None,
+            )
+            trainer = Trainer(model=model, args=args, train_dataset=train_set,
+                              eval_dataset=valid_set if evaluate_each_epoch else None,
+                              data_collator=PaddingCollator(tokenizer.pad_token_id))
+            if family == "roberta":
+                trainer.model_accepts_loss_kwargs = False  # its loss is a mean, not a sum
+            trainer.train()
+            history = trainer.state.log_history
+            model = trainer.model
+            shutil.rmtree(tmp / "checkpoints", ignore_errors=True)
+        model.save_pretrained(str(tmp / "model"))
+        tokenizer.save_pretrained(str(tmp / "model"))
+        losses = [h["loss"] for h in history if "loss" in h]
+        manifest = {
+            "kind": "lab-finetuned",
+            "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
+            "task": asdict(task),
+            "family": family,
+            "architecture": "causal-lm" if family == "gpt2" else "encoder-decoder",
+            "data": data_note,
+            "seed": cfg.seed,
+            "init_weights_sha256": init_sha,
+            "final_weights_sha256": state_sha256(model),
+            "loss": {"first": losses[0] if losses else None, "final": losses[-1] if losses else None,
+                     "history": history},
+            "best_checkpoint_selected": cfg.select,
+            "pretrained": {k: pretrained.get(k) for k in
+                           ("config", "corpus", "tokenizer", "model", "seed", "final_weights_sha256")},
+            "pretrained_path": str(cfg.pretrained),
+            "wall_seconds": round(time.perf_counter() - started, 2),
+            "environment": environment_record(),
+        }
+        write_json_atomic(tmp / MANIFEST, manifest)
+    return manifest
