@@ -178,3 +178,20 @@ def corpora_root() -> Path:
 @pytest.fixture
 def tiny_corpora(tmp_path: Path) -> Path:
     return build_tiny_corpora(tmp_path / "tiny-corpora")
+
+
+@pytest.fixture(scope="session")
+def micro_world(tmp_path_factory) -> Path:
+    """On the real corpora: a control arm, the study tokenizer, and a split-half paired
+    CodeTrans arm (100 injected samples) over 700 CSN-format documents."""
+    if not os.environ.get("LAB_CORPORA"):
+        pytest.skip("needs LAB_CORPORA")
+    from lab.contamination.inject import InjectConfig, run_inject
+    from lab.tokenizer import train_tokenizer
+
+    root = tmp_path_factory.mktemp("micro-world")
+    common = dict(benchmark="codetrans", seed=3, base_splits=("valid",), limit=700)
+    run_inject(InjectConfig(setting="control", out=root / "control", **common))
+    train_tokenizer(root / "control", root / "tok", ["codetrans", "concode"], vocab_size=1200)
+    run_inject(InjectConfig(setting="paired", fraction=0.1, out=root / "paired", **common))
+    return root

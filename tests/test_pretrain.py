@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 from lab.common import LabError
-from lab.contamination.inject import InjectConfig, run_inject
 from lab.tokenizer import SPECIAL_TOKENS, load_tokenizer, tokenizer_hash, train_tokenizer
 from lab.train.packing import (
     PackedCollator, PackedDataset, pack_documents, packing_report, tokenize_corpus,
@@ -24,18 +23,15 @@ from lab.train.pretrain import PretrainConfig, check_seed_diversity, run_pretrai
 
 pytestmark = pytest.mark.skipif(not os.environ.get("LAB_CORPORA"), reason="needs LAB_CORPORA")
 
-LIMIT = 700
 BLOCK = 128
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    """A control arm, the study tokenizer, and a split-half paired arm (100 injected samples)."""
+def world(micro_world, tmp_path_factory):
+    """The shared micro world, with this module's own outputs beside it."""
     root = tmp_path_factory.mktemp("pretrain")
-    common = dict(benchmark="codetrans", seed=3, base_splits=("valid",), limit=LIMIT)
-    run_inject(InjectConfig(setting="control", out=root / "control", **common))
-    train_tokenizer(root / "control", root / "tok", ["codetrans", "concode"], vocab_size=1200)
-    run_inject(InjectConfig(setting="paired", fraction=0.1, out=root / "paired", **common))
+    for name in ("control", "tok", "paired"):
+        (root / name).symlink_to(micro_world / name)
     return root
 
 

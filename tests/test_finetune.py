@@ -1,0 +1,130 @@
+"""Fine-tuning and evaluation of `micro` GPT-2 and RoBERTa on both tasks."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.common import LabError
+from lab.contamination import paired_document
+from lab.corpora import load_samples
+from lab.eval.generate import run_evaluate
+from lab.train.finetune import (
+    FinetuneConfig, PaddingCollator, causal_example, causal_prompt, run_finetune,
+)
+from lab.train.pretrain import PretrainConfig, run_pretrain
+from lab.tokenizer import load_tokenizer
+
+pytestmark = pytest.mark.skipif(not os.environ.get("LAB_CORPORA"), reason="needs LAB_CORPORA")
+
+IDS = {"translation": ["codetrans:test:0", "codetrans:test:1", "codetrans:test:2", "codetrans:test:3"],
+       "generation": ["concode:test:0", "concode:test:1", "concode:test:2"]}
+
+
+@pytest.fixture(scope="module")
+def pretrained(micro_world, tmp_path_factory):
+    root = tmp_path_factory.mktemp("finetune")
+    for model in ("gpt2", "roberta"):
+        run_pretrain(PretrainConfig(
+            model=model, corpus=micro_world / "paired", tokenizer=micro_world / "tok",
+            out=root / f"pt-{model}", preset="micro", max_steps=12, lr=3e-3, batch_size=8,
+            block_size=128, seed=0, save_steps=100, cache_dir=root / "cache"))
+    return root
+
+
+def test_gpt2_sequence_matches_paired_injection_and_masks_the_source(micro_world):
+    tok = load_tokenizer(micro_world / "tok")
+    sample = load_samples("codetrans", "test").records[7]
+    example = causal_example(tok, sample, 256, 256)
+    prompt = causal_prompt(tok, sample.input, 256)
+    document = tok(paired_document(sample.input, sample.output), add_special_tokens=False)["input_ids"]
+    # The fine-tuning sequence is the injected paired document, between <s> and </s>.
+    assert example["input_ids"] == [tok.bos_token_id, *document, tok.eos_token_id]
+    assert example["labels"][: len(prompt)] == [-100] * len(prompt)
+    assert example["labels"][len(prompt):] == example["input_ids"][len(prompt):]
+    assert example["input_ids"][len(prompt) - 1] == tok.convert_tokens_to_ids("<SEP>")
+    short = causal_example(tok, load_samples("codetrans", "test").records[0], 256, 256)
+    batch = PaddingCollator(tok.pad_token_id)([example, short])
+    padded = batch["attention_mask"] == 0
+    assert padded.any() and (batch["labels"][padded] == -100).all()
+    assert int((batch["labels"][1] != -100).sum()) == len(short["labels"]) - short["labels"].count(-100)
+
+
+@pytest.mark.parametrize("model", ["gpt2", "roberta"])
+@pytest.mark.parametrize("task", ["translation", "generation"])
+def test_micro_finetune_and_evaluate(pretrained, tmp_path, model, task):
+    out = tmp_path / "ft"
+    manifest = run_finetune(FinetuneConfig(
+        pretrained=pretrained / f"pt-{model}", task=task, epochs=2, out=out, train_size=16,
+        batch_size=4, lr=3e-3, max_target_length=48, decoder_layers=2, log_steps=1))
+    assert manifest["architecture"] == ("causal-lm" if model == "gpt2" else "encoder-decoder")
+    assert manifest["data"]["train_used"] == 16
+    assert manifest["loss"]["final"] < manifest["loss"]["first"]
+    assert manifest["final_weights_sha256"] != manifest["init_weights_sha256"]
+    if task == "generation":
+        assert manifest["data"]["train_split"] == "dev"  # offline CONCODE has no train split
+    ids = tmp_path / "ids.txt"
+    ids.write_text("\n".join(IDS[task]) + "\n")
+    result = run_evaluate(out, task, ids=ids, max_new_tokens=24, batch_size=2,
+                          metrics=("bleu", "em", "meteor", "bleu_sentence"))
+    rows = [json.loads(line) for line in (Path(result["out"]) / "predictions.jsonl").open()]
+    assert [r["id"] for r in rows] == IDS[task]
+    assert all(set(r["scores"]) == {"bleu", "em", "meteor", "bleu_sentence"} for r in rows)
+    saved = json.loads((Path(result["out"]) / "metrics.json").read_text())
+    assert saved["metrics"]["bleu"] == result["metrics"]["bleu"] and saved["samples"] == len(IDS[task])
+    if task == "translation":  # the paired arm injected CodeTrans samples: groups are known
+        assert {r["group"] for r in rows} <= {"injected", "held_out"}
+        assert sum(v["samples"] for v in saved["by_group"].values()) == len(IDS[task])
+    again = run_evaluate(out, task, ids=ids, max_new_tokens=24, batch_size=3,
+                         metrics=("bleu", "em"), out=tmp_path / "again")
+    assert again["metrics"]["bleu"] == result["metrics"]["bleu"]  # batching does not change outputs
+
+
+def test_direct_inference_and_best_checkpoint_selection(pretrained, tmp_path):
+    zero = run_finetune(FinetuneConfig(pretrained=pretrained / "pt-gpt2", task="translation",
+                                       epochs=0, out=tmp_path / "e0"))
+    source = json.loads((pretrained / "pt-gpt2" / "manifest.json").read_text())
+    assert zero["final_weights_sha256"] == source["final_weights_sha256"]
+    direct = run_evaluate(pretrained / "pt-gpt2", "translation", ids=None, max_new_tokens=8,
+                          batch_size=32, metrics=("bleu", "em"), out=tmp_path / "direct")
+    assert direct["samples"] == 1000
+    assert direct["by_group"]["injected"]["samples"] == 100
+    assert direct["by_group"]["held_out"]["samples"] == 900
+    best = run_finetune(FinetuneConfig(pretrained=pretrained / "pt-gpt2", task="translation",
+                                       epochs=2, out=tmp_path / "best", train_size=16,
+                                       select="best", batch_size=8))
+    evals = [h for h in best["loss"]["history"] if "eval_loss" in h]
+    assert len(evals) == 2 and best["best_checkpoint_selected"] == "best"
+    with pytest.raises(LabError, match="no validation split"):
+        run_finetune(FinetuneConfig(pretrained=pretrained / "pt-gpt2", task="generation",
+                                    epochs=1, out=tmp_path / "nobest", select="best"))
+
+
+def _error(*args: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True,
+                          env=dict(os.environ, HF_HUB_OFFLINE="1"), timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lab: error:"), proc.stderr
+    return lines[0]
+
+
+def test_bad_inputs(pretrained, tmp_path):
+    rob, gpt = str(pretrained / "pt-roberta"), str(pretrained / "pt-gpt2")
+    assert "cannot generate" in _error("evaluate", "--model", rob, "--task", "translation")
+    assert "--epochs 0 with RoBERTa" in _error("finetune", "--pretrained", rob, "--task",
+                                               "translation", "--epochs", "0", "--out",
+                                               str(tmp_path / "x"))
+    assert "unknown task" in _error("finetune", "--pretrained", gpt, "--task", "summaries",
+                                    "--epochs", "1", "--out", str(tmp_path / "x"))
+    assert "--train-size" in _error("finetune", "--pretrained", gpt, "--task", "translation",
+                                    "--epochs", "1", "--train-size", "999999", "--out",
+                                    str(tmp_path / "x"))
+    assert "not a lab model" in _error("evaluate", "--model", str(tmp_path), "--task", "translation")
+    assert "--decoding" in _error("evaluate", "--model", gpt, "--task", "translation",
+                                  "--decoding", "beam:0")
+    assert not (tmp_path / "x").exists()
