@@ -275,6 +275,29 @@ def pretrain(
                       f"tokens/s, padding {result['packing']['padding_fraction']:.1%}")
 
 
+@app.command("score")
+def score_command(
+    pred: Path = typer.Option(..., help="Predictions: one per line, or predictions.jsonl "
+                                        "(fields prediction and reference)."),
+    ref: Optional[Path] = typer.Option(None, help="References, one per line (or .jsonl); "
+                                                  "not needed with a predictions.jsonl."),
+    metrics: Optional[str] = typer.Option(
+        None, help="Comma-separated: bleu,bleu_sentence,meteor,em,codebleu (default: all; "
+                   "codebleu only with --language)."),
+    language: Optional[str] = typer.Option(None, help="java or cs: CodeBLEU's grammar."),
+    out: Optional[Path] = typer.Option(None, help="Also write the scores to this JSON file."),
+) -> None:
+    """Score predictions against references: CodeXGLUE BLEU, sentence BLEU, METEOR, EM, CodeBLEU."""
+    from lab.eval.metrics import run_score
+
+    result = run_score(pred, ref, metrics, language, out)
+    rows = [{"metric": name, "score": f"{value:.2f}"} for name, value in result["metrics"].items()]
+    console.print(f"{result['predictions']} vs {result['references']}")
+    console.print(_table(f"{result['samples']} samples", rows, ["metric", "score"]))
+    if out is not None:
+        console.print(f"scores: {out}")
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Console entry point: user errors become one line on stderr and exit code 2."""
     try:

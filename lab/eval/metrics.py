@@ -69,9 +69,15 @@ def exact_match_per_sample(references: Sequence[str], predictions: Sequence[str]
 
 
 def ensure_wordnet() -> None:
-    """Point NLTK at the WordNet that setup installed (offline); fail with the fix if absent."""
-    import nltk
+    """Point NLTK at the WordNet that setup installed (offline); fail with the fix if absent.
 
+    Never downloads: setup puts WordNet 3.0 in .venv/nltk_data (sys.prefix/nltk_data, a folder
+    NLTK searches by itself); $NLTK_DATA and NLTK's other default folders also count.
+    """
+    try:
+        import nltk
+    except ImportError:
+        raise LabError("METEOR needs the 'nltk' package: run scripts/setup.sh") from None
     for candidate in (os.environ.get("NLTK_DATA"), str(Path(sys.prefix) / "nltk_data")):
         if candidate and candidate not in nltk.data.path:
             nltk.data.path.append(candidate)
@@ -84,29 +90,133 @@ def ensure_wordnet() -> None:
         ) from None
 
 
+class _WordNetSynonyms:
+    """What NLTK's METEOR asks of WordNet (`synsets(word)`), loaded on first use and cached.
+
+    Results equal those of `nltk.corpus.wordnet`; two costs are avoided:
+    - NLTK's reader, on construction, maps WordNet 3.0 onto the loaded WordNet for the
+      multilingual (OMW) functions, re-reading index.sense twice (about 2.5 s of its 4 s load)
+      even when the loaded WordNet is 3.0 itself. English synsets never use that map, so this
+      reader skips it (and OMW, which METEOR never uses).
+    - METEOR looks up every unmatched hypothesis token of every sample; code repeats the same
+      identifiers, so each distinct token is looked up once per process.
+    WordNet is not loaded at all when every hypothesis token matches exactly or by stem.
+    """
+
+    def __init__(self) -> None:
+        self._reader: Any = None
+        self._cache: dict[str, list] = {}
+
+    def _load(self) -> Any:
+        import warnings
+
+        import nltk
+        from nltk.corpus.reader.wordnet import WordNetCorpusReader
+
+        class EnglishWordNetReader(WordNetCorpusReader):
+            def map_wn(self, version: str = "wordnet") -> None:  # OMW only; see above
+                return None
+
+        ensure_wordnet()
+        root = nltk.data.find("corpora/wordnet")
+        with warnings.catch_warnings():  # "multilingual functions are not available"
+            warnings.simplefilter("ignore")
+            try:
+                reader = EnglishWordNetReader(root, None)
+                usable = bool(reader.synsets("dog"))
+            except Exception as exc:  # a damaged copy, e.g. CRLF files (wrong byte offsets)
+                raise LabError(f"WordNet at {root} is unreadable ({exc}): re-run scripts/setup.sh "
+                               "after removing that folder") from None
+        if not usable:
+            raise LabError(f"WordNet at {root} has no synsets for 'dog': re-run scripts/setup.sh "
+                           "after removing that folder")
+        return reader
+
+    def synsets(self, word: str) -> list:
+        found = self._cache.get(word)
+        if found is None:
+            if self._reader is None:
+                self._reader = self._load()
+            found = self._cache[word] = self._reader.synsets(word)
+        return found
+
+    def __getattr__(self, name: str) -> Any:  # anything else a future METEOR may ask for
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if self._reader is None:
+            self._reader = self._load()
+        return getattr(self._reader, name)
+
+
+_WORDNET = _WordNetSynonyms()
+
+
 def meteor_per_sample(references: Sequence[str], predictions: Sequence[str]) -> list[float]:
-    """NLTK's METEOR on whitespace tokens (0-100)."""
+    """NLTK's METEOR on whitespace tokens (0-100), WordNet 3.0 read offline."""
     ensure_wordnet()
     from nltk.translate.meteor_score import meteor_score
 
-    return [100.0 * meteor_score([r.split()], p.split()) for r, p in zip(references, predictions)]
+    return [100.0 * meteor_score([r.split()], p.split(), wordnet=_WORDNET)
+            for r, p in zip(references, predictions)]
 
 
 def codebleu_score(references: Sequence[str], predictions: Sequence[str], language: str
                    ) -> dict[str, float]:
+    """CodeBLEU (0-100) and its four components, from the `codebleu` package."""
     if language not in CODEBLEU_LANGUAGES:
         raise LabError(f"codebleu: no grammar for language '{language}' (java or cs)")
     try:
         from codebleu import calc_codebleu
-    except ImportError:
-        raise LabError("codebleu: the 'codebleu' package is not installed (scripts/setup.sh)") from None
-    scores = calc_codebleu(list(references), list(predictions), lang=CODEBLEU_LANGUAGES[language])
+        from codebleu.utils import get_tree_sitter_language
+
+        get_tree_sitter_language(CODEBLEU_LANGUAGES[language])
+    except (ImportError, TypeError) as exc:
+        # TypeError "an integer is required": a grammar wheel >= 0.23 with tree-sitter 0.22.
+        raise LabError(f"codebleu: cannot load the {language} grammar ({exc}): install "
+                       "codebleu==0.7.0 with tree-sitter-java<0.23 and tree-sitter-c-sharp<0.23 "
+                       "(scripts/setup.sh)") from None
+    lang = CODEBLEU_LANGUAGES[language]
+    if not sys.flags.hash_randomization:  # this process already runs with PYTHONHASHSEED=0
+        scores = calc_codebleu(list(references), list(predictions), lang=lang)
+    else:
+        scores = _codebleu_with_fixed_hash_seed(list(references), list(predictions), lang)
     return {key: 100.0 * value for key, value in scores.items()}
+
+
+# The codebleu package's data-flow match depends on the iteration order of sets of variable
+# names (`list(set(...))` in its DFG code; CodeXGLUE issue 152), which Python salts per process:
+# on the 1,000 CodeTrans test samples the data-flow component moved by 2 points (CodeBLEU by 0.5)
+# between runs. It is computed in a child with PYTHONHASHSEED=0 instead, which gives what the
+# unmodified package gives under that seed (string hashing is the same for Python >= 3.11).
+_CODEBLEU_CHILD = """
+import json, sys
+from codebleu import calc_codebleu
+job = json.load(sys.stdin)
+json.dump(calc_codebleu(job["references"], job["predictions"], lang=job["lang"]), sys.stdout)
+"""
+
+
+def _codebleu_with_fixed_hash_seed(references: list[str], predictions: list[str], lang: str
+                                   ) -> dict[str, float]:
+    import json
+    import subprocess
+
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    job = json.dumps({"references": references, "predictions": predictions, "lang": lang})
+    proc = subprocess.run([sys.executable, "-c", _CODEBLEU_CHILD], input=job, env=env,
+                          capture_output=True, text=True, encoding="utf-8")
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        raise LabError(f"codebleu failed ({last})")
+    return json.loads(proc.stdout)
 
 
 def score(references: Sequence[str], predictions: Sequence[str], metrics: Sequence[str] = METRICS,
           language: str | None = None) -> tuple[dict[str, float], dict[str, list[float]]]:
-    """(corpus-level scores, per-sample scores) for the requested metrics."""
+    """(corpus-level scores, per-sample scores) for the requested metrics.
+
+    codebleu needs `language` (java or cs) and is left out without it.
+    """
     if len(references) != len(predictions):
         raise LabError(f"{len(predictions)} predictions but {len(references)} references")
     if not references:
@@ -123,20 +233,216 @@ def score(references: Sequence[str], predictions: Sequence[str], metrics: Sequen
     per_sample_fns: dict[str, Callable[[Sequence[str], Sequence[str]], list[float]]] = {
         "bleu_sentence": bleu_per_sample, "em": exact_match_per_sample, "meteor": meteor_per_sample,
     }
+    sentence_bleu: list[float] | None = None  # shared by bleu's per-sample and bleu_sentence
     for metric in metrics:
         if metric == "bleu":
             corpus["bleu"] = bleu(references, predictions)
-            per_sample["bleu"] = bleu_per_sample(references, predictions)
+            if sentence_bleu is None:
+                sentence_bleu = bleu_per_sample(references, predictions)
+            per_sample["bleu"] = sentence_bleu
         elif metric == "codebleu":
             if language is None:
                 continue
             corpus.update({("codebleu" if k == "codebleu" else f"codebleu_{k}"): v
                            for k, v in codebleu_score(references, predictions, language).items()})
         else:
-            values = per_sample_fns[metric](references, predictions)
+            if metric == "bleu_sentence":
+                if sentence_bleu is None:
+                    sentence_bleu = bleu_per_sample(references, predictions)
+                values = sentence_bleu
+            else:
+                values = per_sample_fns[metric](references, predictions)
             per_sample[metric] = values
             corpus[metric] = sum(values) / len(values)
     return corpus, per_sample
+
+
+def parse_metrics(text: str | None, language: str | None) -> tuple[str, ...]:
+    """`--metrics a,b,c` (None: every metric; codebleu only when a language is given)."""
+    if text is None:
+        return tuple(m for m in METRICS if m != "codebleu" or language is not None)
+    chosen = tuple(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
+    if not chosen:
+        raise LabError(f"--metrics '{text}': no metric named (choose from {', '.join(METRICS)})")
+    for name in chosen:
+        if name not in METRICS:
+            raise LabError(f"--metrics: unknown metric '{name}' (choose from {', '.join(METRICS)})")
+    if "codebleu" in chosen and language is None:
+        raise LabError("--metrics codebleu needs --language (java or cs): the grammar to "
+                       "parse with")
+    return chosen
+
+
+def _read_text(path: Path) -> str:
+    path = Path(path)
+    if not path.exists():
+        raise LabError(f"{path}: no such file")
+    if not path.is_file():
+        raise LabError(f"{path}: not a file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise LabError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise LabError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def _is_jsonl(path: Path) -> bool:
+    return Path(path).suffix.lower() in (".jsonl", ".ndjson")
+
+
+def _lines(text: str) -> list[str]:
+    """Lines as Python's readlines() gives them in text mode (CodeXGLUE's evaluator): split at
+    newlines only (read_text already turned CR LF and CR into LF), not at the other separators
+    str.splitlines() knows (U+2028 may occur raw inside a JSON string)."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def _read_jsonl(path: Path, fields: Sequence[str]) -> tuple[dict[str, list[str]], list[int]]:
+    """Fields of every record of a JSON-lines file (blank lines skipped), and each record's line
+    number; every problem names file:line."""
+    import json
+
+    values: dict[str, list[str]] = {field: [] for field in fields}
+    numbers: list[int] = []
+    for number, line in enumerate(_lines(_read_text(path)), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise LabError(f"{path}:{number}: not valid JSON ({exc.msg}, column {exc.colno})"
+                           ) from None
+        if not isinstance(record, dict):
+            raise LabError(f"{path}:{number}: expected a JSON object with "
+                           f"{' and '.join(repr(f) for f in fields)}")
+        for field in fields:
+            value = record.get(field)
+            if not isinstance(value, str):
+                what = ("no" if field not in record
+                        else f"a {type(value).__name__} (not a string) as")
+                raise LabError(f"{path}:{number}: {what} '{field}' field")
+            values[field].append(value)
+        numbers.append(number)
+    return values, numbers
+
+
+def _read_side(path: Path, field: str) -> tuple[list[str], list[int], str]:
+    """(samples, their line numbers, unit) of one side: a JSON-lines field or one per line."""
+    if _is_jsonl(path):
+        columns, numbers = _read_jsonl(path, (field,))
+        return columns[field], numbers, "records"
+    lines = _lines(_read_text(path))
+    return lines, list(range(1, len(lines) + 1)), "lines"
+
+
+def read_scoring_inputs(pred: Path, ref: Path | None) -> tuple[list[str], list[str]]:
+    """(references, predictions) from `lab score`'s files, every problem as one LabError.
+
+    A `.jsonl` (or `.ndjson`) file holds records with `prediction` and/or `reference` (with
+    both, `ref` may be None); any other file holds one sample per line, as CodeXGLUE's
+    predictions/references files.
+    """
+    pred = Path(pred)
+    for path in (pred, ref):
+        if path is not None and not Path(path).exists():
+            raise LabError(f"{path}: no such file")
+    if ref is None:
+        if not _is_jsonl(pred):
+            raise LabError(f"--ref is required: {pred} is not a predictions.jsonl "
+                           "(records with 'prediction' and 'reference')")
+        columns, numbers = _read_jsonl(pred, ("prediction", "reference"))
+        predictions, references, ref_path, ref_numbers = (
+            columns["prediction"], columns["reference"], pred, numbers)
+    else:
+        ref_path = Path(ref)
+        predictions, _, pred_unit = _read_side(pred, "prediction")
+        references, ref_numbers, ref_unit = _read_side(ref_path, "reference")
+        if len(predictions) != len(references):
+            raise LabError(f"{pred} has {len(predictions)} {pred_unit}, "
+                           f"{ref_path} has {len(references)} {ref_unit}")
+    if not references:
+        raise LabError(f"{ref_path}: no references (empty file)")
+    empty = [i for i, r in enumerate(references) if not r.strip()]
+    if empty:
+        raise LabError(f"{ref_path}:{ref_numbers[empty[0]]}: empty reference ({len(empty)} in "
+                       "all): refusing to score against empty references")
+    return references, predictions
+
+
+def run_score(pred: Path, ref: Path | None = None, metrics: str | Sequence[str] | None = None,
+              language: str | None = None, out: Path | None = None) -> dict[str, Any]:
+    """Entry point of `lab score`: corpus scores of a predictions file against references."""
+    from lab.common import environment_record, write_json_atomic
+
+    if language is not None and language not in CODEBLEU_LANGUAGES:
+        raise LabError(f"--language '{language}': choose java or cs")
+    chosen = parse_metrics(metrics if metrics is None or isinstance(metrics, str)
+                           else ",".join(metrics), language)
+    if out is not None and Path(out).is_dir():
+        raise LabError(f"--out {out}: is a directory (name the JSON file to write)")
+    references, predictions = read_scoring_inputs(pred, ref)
+    if "meteor" in chosen:
+        ensure_wordnet()  # fail before any work
+    corpus, _ = score(references, predictions, chosen, language)
+    result = {
+        "kind": "lab-scores", "samples": len(references), "predictions": str(pred),
+        "references": str(ref if ref is not None else pred), "language": language,
+        "metrics": corpus, "metric_definitions": {m: describe()[m] for m in chosen},
+        "environment": environment_record(),
+    }
+    if out is not None:
+        out = Path(out)
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(out, result)
+        except OSError as exc:
+            raise LabError(f"--out {out}: cannot write ({exc.strerror or exc})") from None
+    return result
+
+
+EVALUATE_MODULES = Path(__file__).resolve().parent / "hf_metrics"
+
+
+def load_evaluate_metric(name: str, **kwargs: Any) -> Any:
+    """One of the lab's metrics as a Hugging Face `evaluate` module, loaded from its local folder
+    (lab/eval/hf_metrics/NAME/NAME.py): no hub access, so it works with HF_HUB_OFFLINE=1."""
+    if name not in METRICS:
+        raise LabError(f"unknown metric '{name}' (choose from {', '.join(METRICS)})")
+    try:
+        import evaluate
+    except ImportError:
+        raise LabError("the 'evaluate' package is not installed (scripts/setup.sh)") from None
+    return evaluate.load(str(EVALUATE_MODULES / name), **kwargs)
+
+
+def evaluate_info(name: str) -> Any:
+    """The MetricInfo of the `evaluate` module of metric `name` (shared by the modules)."""
+    import datasets
+    import evaluate
+
+    inputs = ("predictions: list of str, the generated code (one sample each); references: list "
+              "of str, the reference code (none empty)")
+    if name == "codebleu":
+        inputs += "; language: 'java' or 'cs' (the grammar to parse with)"
+    return evaluate.MetricInfo(
+        description=describe()[name] + " (computed by lab.eval.metrics; scores 0-100)",
+        citation="", inputs_description=inputs,
+        features=datasets.Features({"predictions": datasets.Value("string"),
+                                    "references": datasets.Value("string")}),
+    )
+
+
+def evaluate_compute(name: str, predictions: Sequence[str], references: Sequence[str],
+                     language: str | None = None) -> dict[str, float]:
+    """What the `evaluate` module of metric `name` returns: the corpus scores of `score()`."""
+    if name == "codebleu" and language is None:
+        raise LabError("codebleu needs language='java' or 'cs'")
+    corpus, _ = score(list(references), list(predictions), [name], language)
+    return corpus
 
 
 def describe() -> dict[str, Any]:
@@ -145,5 +451,6 @@ def describe() -> dict[str, Any]:
         "bleu_sentence": "mean sentence-level BLEU-4 (same smoothing), the replication package's variant",
         "meteor": "NLTK meteor_score on whitespace tokens, WordNet 3.0",
         "em": "exact match after whitespace normalisation",
-        "codebleu": "codebleu package (tree-sitter grammars), Java or C#",
+        "codebleu": "codebleu package 0.7.0 (tree-sitter grammars), Java or C#, run with "
+                    "PYTHONHASHSEED=0 (its data-flow match depends on set order)",
     }
