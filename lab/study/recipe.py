@@ -1,0 +1,235 @@
+"""Study recipes: typed, sectioned configuration validated on load.
+
+A recipe YAML maps onto the dataclasses below; every field has a type and a default. Unknown
+keys, wrong types and impossible values are refused with the key's path, for example
+`finetune.epochs[2]: expected int >= 0, got 'ten'`. `--set section.key=value` overrides a field
+(the value is parsed as YAML, then checked like the file).
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lab.common import LabError
+
+SETTINGS = ("control", "input-only", "output-only", "unpaired", "paired")
+
+
+@dataclass
+class CorpusSection:
+    base: str = "csn-java"
+    base_splits: list[str] = field(default_factory=lambda: ["train", "valid", "test"])
+    limit: int | None = None
+
+
+@dataclass
+class InjectionSection:
+    repeat: int = 1
+    fraction: float | None = None
+    decontaminate: bool = False
+
+
+@dataclass
+class TokenizerSection:
+    vocab_size: int = 8000
+
+
+@dataclass
+class PretrainSection:
+    epochs: float = 3.0
+    lr: float = 1e-3
+    batch_size: int = 16
+    block_size: int = 256
+    warmup_steps: int = 0
+    lr_scheduler: str = "linear"
+
+
+@dataclass
+class FinetuneSection:
+    epochs: list[int] = field(default_factory=lambda: [0])
+    train_sizes: list[int | None] = field(default_factory=lambda: [None])
+    lr: float = 5e-4
+    batch_size: int = 8
+    select: str = "last"
+
+
+@dataclass
+class EvaluationSection:
+    split: str = "test"
+    decoding: str = "greedy"
+    metrics: list[str] = field(default_factory=lambda: ["bleu", "meteor", "em"])
+    max_new_tokens: int | None = None
+
+
+@dataclass
+class StatisticsSection:
+    convention: str = "exact-two-sided"
+    alpha: float = 0.05
+
+
+@dataclass
+class Recipe:
+    name: str = "study"
+    benchmark: str = "codetrans"
+    arms: list[str] = field(default_factory=lambda: ["control", "paired"])
+    models: list[str] = field(default_factory=lambda: ["gpt2"])
+    preset: str = "tiny"
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    corpus: CorpusSection = field(default_factory=CorpusSection)
+    injection: InjectionSection = field(default_factory=InjectionSection)
+    tokenizer: TokenizerSection = field(default_factory=TokenizerSection)
+    pretrain: PretrainSection = field(default_factory=PretrainSection)
+    finetune: FinetuneSection = field(default_factory=FinetuneSection)
+    evaluation: EvaluationSection = field(default_factory=EvaluationSection)
+    statistics: StatisticsSection = field(default_factory=StatisticsSection)
+
+
+def _type_name(kind: Any) -> str:
+    return getattr(kind, "__name__", str(kind).replace("typing.", ""))
+
+
+def _convert(value: Any, kind: Any, path: str) -> Any:
+    """Check `value` against the annotation `kind`, recursing into lists and sections."""
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        options = typing.get_args(kind)
+        if value is None and type(None) in options:
+            return None
+        inner = [o for o in options if o is not type(None)]
+        return _convert(value, inner[0], path)
+    if origin is list:
+        if not isinstance(value, list):
+            raise LabError(f"{path}: expected a list, got {value!r}")
+        (item,) = typing.get_args(kind)
+        return [_convert(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
+    if dataclasses.is_dataclass(kind):
+        if not isinstance(value, dict):
+            raise LabError(f"{path}: expected a mapping, got {value!r}")
+        return _build(kind, value, path)
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise LabError(f"{path}: expected true or false, got {value!r}")
+        return value
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise LabError(f"{path}: expected int, got {value!r}")
+        return value
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise LabError(f"{path}: expected float, got {value!r}")
+        return float(value)
+    if kind is str:
+        if not isinstance(value, str):
+            raise LabError(f"{path}: expected str, got {value!r}")
+        return value
+    raise LabError(f"{path}: unsupported type {_type_name(kind)}")
+
+
+def _build(cls: Any, data: dict[str, Any], prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in names:
+            where = f"{prefix}.{key}" if prefix else str(key)
+            raise LabError(f"{where}: unknown key (known: {', '.join(sorted(names))})")
+    values = {key: _convert(value, hints[key], f"{prefix}.{key}" if prefix else key)
+              for key, value in data.items()}
+    return cls(**values)
+
+
+def _check(recipe: Recipe) -> None:
+    """Values that have the right type but cannot be run."""
+    from lab.corpora import get_spec
+    from lab.models import MODELS, PRESETS
+    from lab.study.stats import CONVENTIONS
+
+    def fail(path: str, message: str) -> None:
+        raise LabError(f"{path}: {message}")
+
+    spec = get_spec(recipe.benchmark)
+    if spec.kind != "benchmark":
+        fail("benchmark", f"'{recipe.benchmark}' is not a benchmark")
+    if not recipe.seeds:
+        fail("seeds", "needs at least one seed")
+    if len(set(recipe.seeds)) != len(recipe.seeds):
+        fail("seeds", "seeds repeat")
+    if not recipe.arms:
+        fail("arms", "needs at least one arm")
+    for i, arm in enumerate(recipe.arms):
+        if arm not in SETTINGS:
+            fail(f"arms[{i}]", f"unknown arm '{arm}' (choose from {', '.join(SETTINGS)})")
+        if arm in ("output-only", "unpaired", "paired") and not spec.output_language:
+            fail(f"arms[{i}]", f"{recipe.benchmark} has no output side for '{arm}'")
+    for i, model in enumerate(recipe.models):
+        if model not in MODELS:
+            fail(f"models[{i}]", f"unknown model '{model}' (choose from {', '.join(MODELS)})")
+    if recipe.preset not in PRESETS:
+        fail("preset", f"unknown preset '{recipe.preset}' (choose from {', '.join(PRESETS)})")
+    for i, epochs in enumerate(recipe.finetune.epochs):
+        if epochs < 0:
+            fail(f"finetune.epochs[{i}]", f"expected int >= 0, got {epochs}")
+        if epochs == 0 and "roberta" in recipe.models:
+            fail(f"finetune.epochs[{i}]", "0 (direct inference) is defined for GPT-2 only")
+    for i, size in enumerate(recipe.finetune.train_sizes):
+        if size is not None and size < 1:
+            fail(f"finetune.train_sizes[{i}]", f"expected int >= 1 or null, got {size}")
+    if recipe.injection.repeat < 1:
+        fail("injection.repeat", f"expected int >= 1, got {recipe.injection.repeat}")
+    fraction = recipe.injection.fraction
+    if fraction is not None and not 0 < fraction <= 1:
+        fail("injection.fraction", f"expected a number in (0, 1], got {fraction}")
+    if recipe.corpus.limit is not None and recipe.corpus.limit < 1:
+        fail("corpus.limit", f"expected int >= 1 or null, got {recipe.corpus.limit}")
+    if recipe.statistics.convention not in CONVENTIONS:
+        fail("statistics.convention", f"choose from {', '.join(CONVENTIONS)}")
+    if recipe.finetune.select not in ("last", "best"):
+        fail("finetune.select", "choose last or best")
+
+
+def apply_override(data: dict[str, Any], assignment: str) -> None:
+    """`a.b=value` into the raw mapping (value parsed as YAML)."""
+    if "=" not in assignment:
+        raise LabError(f"--set {assignment}: expected key=value")
+    key, raw = assignment.split("=", 1)
+    parts = key.strip().split(".")
+    node = data
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise LabError(f"--set {assignment}: {part} is not a section")
+    try:
+        node[parts[-1]] = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise LabError(f"--set {assignment}: value is not valid YAML ({exc})") from None
+
+
+def load_recipe(path: Path, overrides: list[str] | None = None) -> Recipe:
+    """Read, override and validate a recipe; errors name the file and the key's path."""
+    path = Path(path)
+    if not path.is_file():
+        raise LabError(f"{path}: no such recipe file")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark else ""
+        raise LabError(f"{path}{where}: malformed YAML ({getattr(exc, 'problem', exc)})") from None
+    if not isinstance(data, dict):
+        raise LabError(f"{path}: a recipe is a mapping of sections")
+    for assignment in overrides or []:
+        apply_override(data, assignment)
+    try:
+        recipe = _build(Recipe, data)
+        _check(recipe)
+    except LabError as exc:
+        raise LabError(f"{path}: {exc}") from None
+    return recipe
+
+
+def recipe_dict(recipe: Recipe) -> dict[str, Any]:
+    return dataclasses.asdict(recipe)

@@ -1,0 +1,47 @@
+"""Recipe validation: every refusal names the file and the key's path."""
+from __future__ import annotations
+
+import pytest
+
+from lab.common import LabError
+from lab.study.recipe import load_recipe
+
+
+@pytest.fixture
+def recipe_file(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("name: t\narms: [control, paired]\nseeds: [0, 1]\nfinetune:\n  epochs: [0, 1]\n")
+    return path
+
+
+def test_valid_recipe_and_defaults(recipe_file):
+    recipe = load_recipe(recipe_file)
+    assert recipe.arms == ["control", "paired"] and recipe.seeds == [0, 1]
+    assert recipe.pretrain.block_size == 256 and recipe.statistics.convention == "exact-two-sided"
+    assert load_recipe(recipe_file, ["pretrain.lr=0.002", "seeds=[3]"]).pretrain.lr == 0.002
+
+
+@pytest.mark.parametrize("override, message", [
+    ("finetune.epochs=[0, 1, ten]", "finetune.epochs[2]: expected int, got 'ten'"),
+    ("finetune.epochs=[0, -1]", "finetune.epochs[1]: expected int >= 0"),
+    ("bogus=1", "bogus: unknown key"),
+    ("pretrain.warmup=3", "pretrain.warmup: unknown key"),
+    ("seeds=[]", "seeds: needs at least one seed"),
+    ("arms=[control, pared]", "arms[1]: unknown arm 'pared'"),
+    ("pretrain.lr=fast", "pretrain.lr: expected float"),
+    ("injection.fraction=1.5", "injection.fraction: expected a number in (0, 1]"),
+    ("models=[roberta]", "finetune.epochs[0]: 0 (direct inference) is defined for GPT-2 only"),
+])
+def test_invalid_values_name_the_key(recipe_file, override, message):
+    with pytest.raises(LabError) as info:
+        load_recipe(recipe_file, [override])
+    assert str(info.value).startswith(str(recipe_file)) and message in str(info.value)
+
+
+def test_malformed_yaml_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("arms: [control\nseeds: 1\n")
+    with pytest.raises(LabError, match="malformed YAML"):
+        load_recipe(bad)
+    with pytest.raises(LabError, match="no such recipe file"):
+        load_recipe(tmp_path / "missing.yaml")
