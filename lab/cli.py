@@ -200,6 +200,28 @@ def evaluate(
     console.print(f"predictions and metrics: {result['out']}")
 
 
+@app.command()
+def study(
+    recipe: Path = typer.Argument(..., help="Recipe YAML (recipes/...)."),
+    out: Optional[Path] = typer.Option(None, help="Study directory (default runs/NAME)."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help="Override: section.key=value."),
+    dry_run: bool = typer.Option(False, help="Print the grid and what is already done."),
+    corpora: Optional[Path] = CorporaOption,
+) -> None:
+    """Run a whole contamination study; finished stages are reused, interrupted ones resumed."""
+    from lab.study.recipe import load_recipe
+    from lab.study.runner import run_study
+
+    parsed = load_recipe(recipe, list(set_ or []))
+    folder = out or Path("runs") / parsed.name
+    summary = run_study(parsed, folder, corpora, dry_run, progress=console.print)
+    if dry_run:
+        console.print(f"{parsed.name}: stages {summary['stages']}, {summary['done']} already done")
+        return
+    console.print(f"{parsed.name}: {summary['stages']} stages ({len(summary['ran'])} run now); "
+                  f"results {summary['results']}, per-sample {summary['samples']}")
+
+
 tokenizer_app = typer.Typer(help="The study's shared BPE tokenizer.", no_args_is_help=True)
 app.add_typer(tokenizer_app, name="tokenizer")
 

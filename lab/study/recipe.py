@@ -64,6 +64,7 @@ class EvaluationSection:
     decoding: str = "greedy"
     metrics: list[str] = field(default_factory=lambda: ["bleu", "meteor", "em"])
     max_new_tokens: int | None = None
+    max_samples: int | None = None  # the first N samples of the split (None: all)
 
 
 @dataclass

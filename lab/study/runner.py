@@ -1,0 +1,214 @@
+"""`lab study`: expand a recipe into stages, run what is not finished, collect one results table.
+
+Every stage writes one directory under STUDY/stages/, named by the kind of stage and a hash of
+its config and of its inputs' names, so a finished stage is never run twice and a pre-trained
+model is shared by every fine-tuning run that uses it. Each stage's entry function writes its
+output atomically (an interrupted pre-training keeps OUT.partial with checkpoints and is resumed),
+so after a kill the runner simply starts again.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from lab.common import LabError, dumps_json, environment_record, write_json_atomic
+from lab.study.recipe import Recipe, recipe_dict
+
+RESULTS = "results.csv"
+SAMPLES = "samples.csv"
+
+
+@dataclass
+class Stage:
+    kind: str
+    config: dict[str, Any]
+    inputs: list["Stage"] = field(default_factory=list)
+    labels: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        payload = json.dumps({"kind": self.kind, "config": self.config,
+                              "inputs": [s.key for s in self.inputs]}, sort_keys=True)
+        return f"{self.kind}-{hashlib.sha256(payload.encode()).hexdigest()[:12]}"
+
+    def out(self, study: Path) -> Path:
+        return study / "stages" / self.key
+
+    def done(self, study: Path) -> bool:
+        return (self.out(study) / "manifest.json").is_file() or (
+            self.out(study) / "metrics.json").is_file()
+
+
+def expand(recipe: Recipe) -> list[Stage]:
+    """All stages of a recipe in an order that respects their inputs."""
+    stages: list[Stage] = []
+    arm_stage: dict[tuple[str, int], Stage] = {}
+    for arm in recipe.arms:
+        for seed in recipe.seeds:
+            stage = Stage("inject", {
+                "benchmark": recipe.benchmark, "setting": arm, "seed": seed,
+                "base": recipe.corpus.base, "base_splits": recipe.corpus.base_splits,
+                "limit": recipe.corpus.limit, "repeat": recipe.injection.repeat,
+                "fraction": recipe.injection.fraction if arm != "control" else None,
+                "decontaminate": recipe.injection.decontaminate,
+            }, labels={"arm": arm, "seed": seed})
+            arm_stage[(arm, seed)] = stage
+            stages.append(stage)
+    # One tokenizer per study, trained on a control corpus (never on injected test data).
+    control = arm_stage.get(("control", recipe.seeds[0])) or Stage("inject", {
+        **arm_stage[(recipe.arms[0], recipe.seeds[0])].config, "setting": "control", "fraction": None,
+    }, labels={"arm": "control", "seed": recipe.seeds[0]})
+    if control not in stages:
+        stages.insert(0, control)
+    tokenizer = Stage("tokenizer", {"vocab_size": recipe.tokenizer.vocab_size,
+                                    "benchmarks": ["codetrans", "concode"]}, [control])
+    stages.append(tokenizer)
+    for model in recipe.models:
+        for arm in recipe.arms:
+            for seed in recipe.seeds:
+                pre = Stage("pretrain", {"model": model, "preset": recipe.preset, "seed": seed,
+                                         **recipe_dict(recipe)["pretrain"]},
+                            [arm_stage[(arm, seed)], tokenizer],
+                            labels={"model": model, "arm": arm, "seed": seed})
+                stages.append(pre)
+                for epochs in recipe.finetune.epochs:
+                    for size in recipe.finetune.train_sizes:
+                        fine = Stage("finetune", {
+                            "task": task_of(recipe.benchmark), "epochs": epochs, "train_size": size,
+                            "seed": seed, "lr": recipe.finetune.lr,
+                            "batch_size": recipe.finetune.batch_size,
+                            "select": recipe.finetune.select,
+                            "max_target_length": recipe.evaluation.max_new_tokens or 256,
+                        }, [pre], labels={**pre.labels, "epochs": epochs, "train_size": size})
+                        evaluation = Stage("evaluate", {
+                            "task": task_of(recipe.benchmark), **recipe_dict(recipe)["evaluation"],
+                        }, [fine], labels=fine.labels)
+                        stages += [fine, evaluation]
+    return stages
+
+
+def task_of(benchmark: str) -> str:
+    return {"codetrans": "translation", "concode": "generation"}[benchmark.split("-")[0]]
+
+
+def run_stage(stage: Stage, study: Path, corpora_dir: Path | None) -> None:
+    out = stage.out(study)
+    cfg = stage.config
+    if stage.kind == "inject":
+        from lab.contamination.inject import InjectConfig, run_inject
+
+        run_inject(InjectConfig(
+            benchmark=cfg["benchmark"], setting=cfg["setting"], seed=cfg["seed"], out=out,
+            base=cfg["base"], base_splits=tuple(cfg["base_splits"]), limit=cfg["limit"],
+            repeat=cfg["repeat"], fraction=cfg["fraction"], decontaminate=cfg["decontaminate"],
+            corpora_dir=corpora_dir))
+    elif stage.kind == "tokenizer":
+        from lab.tokenizer import train_tokenizer
+
+        manifest = train_tokenizer(stage.inputs[0].out(study), out / "tokenizer", cfg["benchmarks"],
+                                   cfg["vocab_size"], corpora_dir=corpora_dir, force=True)
+        write_json_atomic(out / "manifest.json", manifest)
+    elif stage.kind == "pretrain":
+        from lab.train.pretrain import PretrainConfig, run_pretrain
+
+        partial = out.with_name(out.name + ".partial")
+        run_pretrain(PretrainConfig(
+            model=cfg["model"], corpus=stage.inputs[0].out(study),
+            tokenizer=stage.inputs[1].out(study) / "tokenizer", out=out, preset=cfg["preset"],
+            epochs=cfg["epochs"], lr=cfg["lr"], batch_size=cfg["batch_size"],
+            block_size=cfg["block_size"], seed=cfg["seed"], warmup_steps=cfg["warmup_steps"],
+            lr_scheduler=cfg["lr_scheduler"], resume=partial.exists(),
+            cache_dir=study / "cache"))
+    elif stage.kind == "finetune":
+        from lab.train.finetune import FinetuneConfig, run_finetune
+
+        run_finetune(FinetuneConfig(
+            pretrained=stage.inputs[0].out(study), task=cfg["task"], epochs=cfg["epochs"],
+            out=out, seed=cfg["seed"], train_size=cfg["train_size"], select=cfg["select"],
+            lr=cfg["lr"], batch_size=cfg["batch_size"],
+            max_target_length=cfg["max_target_length"], force=True, corpora_dir=corpora_dir))
+    elif stage.kind == "evaluate":
+        from lab.eval.generate import run_evaluate
+
+        ids = None
+        if cfg.get("max_samples"):
+            ids = out.with_name(out.name + ".ids")
+            from lab.corpora import load_samples
+            from lab.train.finetune import get_task
+
+            task = get_task(cfg["task"])
+            records = load_samples(task.benchmark, cfg["split"], corpora_dir).records
+            ids.write_text("\n".join(s.id for s in records[: cfg["max_samples"]]) + "\n")
+        run_evaluate(stage.inputs[0].out(study), cfg["task"], cfg["split"], ids, cfg["decoding"],
+                     max_new_tokens=cfg["max_new_tokens"], metrics=tuple(cfg["metrics"]), out=out,
+                     force=True, corpora_dir=corpora_dir)
+
+
+def collect(recipe: Recipe, stages: list[Stage], study: Path) -> tuple[Path, Path]:
+    """results.csv (one row per evaluation and group) and samples.csv (one row per sample)."""
+    run_rows, sample_rows = [], []
+    for stage in stages:
+        if stage.kind != "evaluate" or not stage.done(study):
+            continue
+        metrics = json.loads((stage.out(study) / "metrics.json").read_text())
+        base = {"study": recipe.name, "benchmark": recipe.benchmark, "task": metrics["task"],
+                **{k: stage.labels.get(k) for k in ("model", "arm", "seed", "epochs", "train_size")},
+                "stage": stage.key}
+        groups = {"all": {"samples": metrics["samples"], **metrics["metrics"]}, **metrics["by_group"]}
+        for group, values in groups.items():
+            run_rows.append({**base, "group": group, **values})
+        with open(stage.out(study) / "predictions.jsonl", encoding="utf-8") as handle:
+            for line in handle:
+                row = json.loads(line)
+                sample_rows.append({**base, "id": row["id"], "group": row["group"],
+                                    **{f"score_{k}": v for k, v in row["scores"].items()}})
+    return _write_csv(study / RESULTS, run_rows), _write_csv(study / SAMPLES, sample_rows)
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
+    columns: list[str] = []
+    for row in rows:
+        columns += [c for c in row if c not in columns]
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()})
+    tmp.replace(path)
+    return path
+
+
+def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_run: bool = False,
+              progress: Callable[[str], None] = print) -> dict[str, Any]:
+    """Entry point of `lab study`."""
+    study = Path(study)
+    stages = expand(recipe)
+    if dry_run:
+        counts: dict[str, int] = {}
+        for stage in stages:
+            counts[stage.kind] = counts.get(stage.kind, 0) + 1
+        return {"stages": counts, "done": sum(s.done(study) for s in stages)}
+    study.mkdir(parents=True, exist_ok=True)
+    recorded = study / "recipe.json"
+    if recorded.is_file() and json.loads(recorded.read_text()) != recipe_dict(recipe):
+        raise LabError(f"{recorded}: the study directory holds another recipe (use a new --out)")
+    recorded.write_text(dumps_json(recipe_dict(recipe)), encoding="utf-8")
+    timings = []
+    for number, stage in enumerate(stages, 1):
+        if stage.done(study):
+            continue
+        started = time.perf_counter()
+        progress(f"[{number}/{len(stages)}] {stage.kind} {stage.labels} -> {stage.key}")
+        run_stage(stage, study, corpora_dir)
+        timings.append({"stage": stage.key, "seconds": round(time.perf_counter() - started, 2)})
+    results, samples = collect(recipe, stages, study)
+    summary = {"study": recipe.name, "stages": len(stages), "ran": timings,
+               "results": str(results), "samples": str(samples), "environment": environment_record()}
+    write_json_atomic(study / "study.json", summary)
+    return summary
