@@ -222,6 +222,22 @@ def study(
                   f"results {summary['results']}, per-sample {summary['samples']}")
 
 
+@app.command()
+def report(
+    study: Path = typer.Argument(..., help="A study directory made by lab study."),
+    convention: str = typer.Option("exact-two-sided",
+                                   help="exact-two-sided, study-tables, replication-package, exact-greater."),
+    metric: str = typer.Option("bleu", help="Metric of the decay figure."),
+) -> None:
+    """Paper-style tables (Markdown, LaTeX, CSV) and the contamination-decay figure."""
+    from lab.study.report import run_report
+
+    result = run_report(study, convention, metric)
+    console.print(result["markdown"], markup=False)
+    console.print(f"tables: {', '.join(str(p) for p in result['tables'])}")
+    console.print(f"figure: {', '.join(str(p) for p in result['figure'])}")
+
+
 tokenizer_app = typer.Typer(help="The study's shared BPE tokenizer.", no_args_is_help=True)
 app.add_typer(tokenizer_app, name="tokenizer")
 

@@ -57,3 +57,24 @@ def test_study_killed_midway_resumes_to_the_same_results(tmp_path):
     assert 0 < len(resumed["ran"]) < 25
     assert Path(resumed["results"]).read_text() == Path(reference["results"]).read_text()
     assert Path(resumed["samples"]).read_text() == Path(reference["samples"]).read_text()
+
+    from lab.study.report import run_report
+
+    report = run_report(tmp_path / "whole")
+    cells = [c for c in report["cells"] if c["metric"] == "bleu"]
+    assert {c["epochs"] for c in cells} == {0, 1} and all(c["seeds"] == 2 for c in cells)
+    assert all("p" in c and "p_holm" in c and "p_within" in c for c in cells)
+    assert "Mann-Whitney U, two-sided, exact" in report["markdown"]
+    assert all(p.stat().st_size > 0 for p in report["figure"] + report["tables"])
+
+
+def test_report_refuses_a_study_without_finished_runs(tmp_path):
+    from lab.common import LabError
+    from lab.study.report import run_report
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(LabError, match="no such file"):
+        run_report(tmp_path / "empty")
+    (tmp_path / "empty" / "results.csv").write_text("study,group\n")
+    with pytest.raises(LabError, match="no finished runs"):
+        run_report(tmp_path / "empty")
