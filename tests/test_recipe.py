@@ -1,6 +1,8 @@
 """Recipe validation: every refusal names the file and the key's path."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from lab.common import LabError
@@ -45,3 +47,19 @@ def test_malformed_yaml_and_missing_file(tmp_path):
         load_recipe(bad)
     with pytest.raises(LabError, match="no such recipe file"):
         load_recipe(tmp_path / "missing.yaml")
+
+
+RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").rglob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=[p.name for p in RECIPES])
+def test_shipped_recipes_are_valid(path):
+    recipe = load_recipe(path)
+    assert recipe.seeds and recipe.arms
+
+
+def test_reference_recipe_spells_out_the_defaults():
+    from lab.study.recipe import Recipe, recipe_dict
+
+    reference = next(p for p in RECIPES if p.name == "reference.yaml")
+    assert recipe_dict(load_recipe(reference)) == recipe_dict(Recipe())
