@@ -67,6 +67,18 @@ def test_study_killed_midway_resumes_to_the_same_results(tmp_path):
     assert "Mann-Whitney U, two-sided, exact" in report["markdown"]
     assert all(p.stat().st_size > 0 for p in report["figure"] + report["tables"])
 
+    # The analysis notebook runs on this study's output.
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    notebook = nbformat.read(Path(__file__).resolve().parents[1] / "notebooks" /
+                             "contamination_decay.ipynb", as_version=4)
+    os.environ["LAB_STUDY"] = str(tmp_path / "whole")
+    try:
+        nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3").execute()
+    finally:
+        del os.environ["LAB_STUDY"]
+    assert (tmp_path / "whole" / "decay-bleu-notebook.png").is_file()
+
 
 def test_report_refuses_a_study_without_finished_runs(tmp_path):
     from lab.common import LabError
