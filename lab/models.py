@@ -96,6 +96,11 @@ def build_model(model: str, config: Any):
     return cls(config)
 
 
+def positions_of(config: Any) -> int:
+    """Token positions a GPT-2 or RoBERTa config can attend over (RoBERTa reserves two)."""
+    return getattr(config, "n_positions", None) or config.max_position_embeddings - 2
+
+
 def model_family(config: Any) -> str:
     kind = getattr(config, "model_type", "")
     if kind == "roberta":

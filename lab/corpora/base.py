@@ -71,6 +71,15 @@ def load_hub_split(hub_id: str, config: str | None, split: str) -> Iterable[dict
         raise LabError(f"hub dataset {hub_id} split {split}: could not load ({exc})") from exc
 
 
+def one_file_per_split(suffix: str) -> Callable[[Path, str], list[Path] | None]:
+    """A finder for layouts with one file per split, named SPLIT + suffix."""
+    def find(folder: Path, split: str) -> list[Path] | None:
+        path = folder / f"{split}{suffix}"
+        return [path] if path.is_file() else None
+
+    return find
+
+
 def open_text(path: Path):
     if path.suffix == ".gz":
         return gzip.open(path, "rt", encoding="utf-8")

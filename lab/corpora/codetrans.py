@@ -6,7 +6,7 @@ from typing import Iterator
 
 
 from lab.common import LabError
-from lab.corpora.base import DatasetSpec, read_json_lines, read_text_lines
+from lab.corpora.base import DatasetSpec, one_file_per_split, read_json_lines, read_text_lines
 
 NAME = "codetrans"
 
@@ -56,11 +56,6 @@ SPEC = DatasetSpec(
 )
 
 
-def find_local_paper(folder: Path, split: str) -> list[Path] | None:
-    path = folder / f"{split}.jsonl"
-    return [path] if path.is_file() else None
-
-
 def read_local_paper(files: list[Path], split: str) -> Iterator[tuple[str, str]]:
     yield from read_json_lines(files[0], ("java_code", "cs_code"))
 
@@ -74,7 +69,7 @@ PAPER_SPEC = DatasetSpec(
     hub_config=None,
     hub_splits={},
     layout_help="the study's replication package subsets {valid,test}.jsonl",
-    find_local=find_local_paper,
+    find_local=one_file_per_split(".jsonl"),
     read_local=read_local_paper,
     read_hub_row=None,
     input_language="java",

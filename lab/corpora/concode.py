@@ -4,14 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator
 
-from lab.corpora.base import DatasetSpec, read_json_lines
+from lab.corpora.base import DatasetSpec, one_file_per_split, read_json_lines
 
 NAME = "concode"
-
-
-def find_local(folder: Path, split: str) -> list[Path] | None:
-    path = folder / f"{split}.json"
-    return [path] if path.is_file() else None
 
 
 def read_local(files: list[Path], split: str) -> Iterator[tuple[str, str]]:
@@ -31,18 +26,13 @@ SPEC = DatasetSpec(
     hub_config=None,
     hub_splits={"train": "train", "dev": "validation", "test": "test"},
     layout_help="CodeXGLUE's JSON lines {train,dev,test}.json with fields nl and code",
-    find_local=find_local,
+    find_local=one_file_per_split(".json"),
     read_local=read_local,
     read_hub_row=read_hub_row,
     input_language="nl",
     output_language="java",
     split_aliases=(("valid", "dev"), ("validation", "dev")),
 )
-
-
-def find_local_paper(folder: Path, split: str) -> list[Path] | None:
-    path = folder / f"{split}.jsonl"
-    return [path] if path.is_file() else None
 
 
 PAPER_SPEC = DatasetSpec(
@@ -54,7 +44,7 @@ PAPER_SPEC = DatasetSpec(
     hub_config=None,
     hub_splits={},
     layout_help="the study's replication package subsets {dev,test}.jsonl",
-    find_local=find_local_paper,
+    find_local=one_file_per_split(".jsonl"),
     read_local=read_local,
     read_hub_row=None,
     input_language="nl",

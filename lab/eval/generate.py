@@ -17,6 +17,7 @@ import orjson
 from lab.common import LabError, atomic_output_dir, environment_record, write_json_atomic
 from lab.corpora import Sample, load_samples
 from lab.eval import metrics as metric_fns
+from lab.models import positions_of
 from lab.train.finetune import (
     causal_prompt, get_task, pretraining_record, read_stage_manifest, seq2seq_source,
 )
@@ -78,8 +79,7 @@ def generate(model: Any, tokenizer: Any, architecture: str, sources: list[str], 
     """Batched generation with the KV cache, longest inputs first; outputs in input order."""
     import torch
 
-    config = model.config if architecture == "causal-lm" else model.config.decoder
-    positions = getattr(config, "n_positions", None) or config.max_position_embeddings - 2
+    positions = positions_of(model.config if architecture == "causal-lm" else model.config.decoder)
 
     if architecture == "causal-lm":
         prompts = [causal_prompt(tokenizer, s, max_source) for s in sources]
@@ -118,8 +118,7 @@ def generate(model: Any, tokenizer: Any, architecture: str, sources: list[str], 
 
 def default_source_length(model: Any, architecture: str) -> int:
     """Direct inference on a pre-trained GPT-2: half its positions for the prompt."""
-    config = model.config if architecture == "causal-lm" else model.config.encoder
-    positions = getattr(config, "n_positions", None) or config.max_position_embeddings - 2
+    positions = positions_of(model.config if architecture == "causal-lm" else model.config.encoder)
     return (positions - 3) // 2 if architecture == "causal-lm" else positions
 
 

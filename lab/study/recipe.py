@@ -8,6 +8,7 @@ keys, wrong types and impossible values are refused with the key's path, for exa
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,7 +98,7 @@ def _type_name(kind: Any) -> str:
 def _convert(value: Any, kind: Any, path: str) -> Any:
     """Check `value` against the annotation `kind`, recursing into lists and sections."""
     origin = typing.get_origin(kind)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         options = typing.get_args(kind)
         if value is None and type(None) in options:
             return None

@@ -19,6 +19,7 @@ from typing import Any
 from lab.common import LabError, atomic_output_dir, environment_record, write_json_atomic
 from lab.contamination import SEP_MARKER
 from lab.corpora import Sample, load_samples
+from lab.models import positions_of
 from lab.train.common import state_sha256, training_arguments
 
 MANIFEST = "manifest.json"
@@ -145,6 +146,7 @@ class PaddingCollator:
 
 def build_seq2seq(encoder_dir: Path, tokenizer: Any, decoder_layers: int):
     """RoBERTa encoder (pre-trained) + a randomly initialised RoBERTa decoder with cross-attention."""
+    import torch
     from transformers import EncoderDecoderModel, RobertaConfig, RobertaForCausalLM, RobertaModel
 
     encoder = RobertaModel.from_pretrained(str(encoder_dir), add_pooling_layer=False)
@@ -154,7 +156,7 @@ def build_seq2seq(encoder_dir: Path, tokenizer: Any, decoder_layers: int):
     decoder = RobertaForCausalLM(decoder_config)
     # CodeXGLUE's decoder shares the encoder's embeddings; a copy gives the same start
     # without weights tied across the two halves (which saving and reloading would untie).
-    with __import__("torch").no_grad():
+    with torch.no_grad():
         decoder.roberta.embeddings.word_embeddings.weight.copy_(encoder.embeddings.word_embeddings.weight)
     model = EncoderDecoderModel(encoder=encoder, decoder=decoder)
     model.config.decoder_start_token_id = tokenizer.bos_token_id
@@ -195,10 +197,9 @@ def _training_samples(task: Task, cfg: FinetuneConfig) -> tuple[list[Sample], li
 
 def model_positions(model_dir: Path) -> int:
     """Token positions the model can attend over (RoBERTa reserves two for its offset)."""
-    config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
-    if "n_positions" in config:
-        return int(config["n_positions"])
-    return int(config["max_position_embeddings"]) - 2
+    from transformers import AutoConfig
+
+    return positions_of(AutoConfig.from_pretrained(str(model_dir)))
 
 
 def fit_lengths(cfg: FinetuneConfig, family: str, positions: int) -> None:
