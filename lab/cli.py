@@ -86,6 +86,7 @@ def inject(
     limit: Optional[int] = typer.Option(None, help="Seeded subset of N base documents."),
     repeat: int = typer.Option(1, help="Inject every document K times."),
     fraction: Optional[float] = typer.Option(None, help="Inject a seeded fraction of the samples."),
+    samples: Optional[int] = typer.Option(None, help="Only the split's first N samples take part."),
     test_ids: Optional[Path] = typer.Option(None, help="File of sample ids to inject."),
     decontaminate: bool = typer.Option(False, help="First drop base near-duplicates of the test set."),
     force: bool = typer.Option(False, help="Replace an existing output directory."),
@@ -97,7 +98,7 @@ def inject(
     cfg = InjectConfig(
         benchmark=benchmark, setting=setting, seed=seed, out=out, split=split, base=base,
         base_splits=tuple(s for s in base_splits.split(",") if s), limit=limit, repeat=repeat,
-        fraction=fraction, test_ids=test_ids, decontaminate=decontaminate, force=force,
+        fraction=fraction, samples=samples, test_ids=test_ids, decontaminate=decontaminate, force=force,
         corpora_dir=corpora,
     )
     manifest = run_inject(cfg)
@@ -205,21 +206,117 @@ def study(
     recipe: Path = typer.Argument(..., help="Recipe YAML (recipes/...)."),
     out: Optional[Path] = typer.Option(None, help="Study directory (default runs/NAME)."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="Override: section.key=value."),
-    dry_run: bool = typer.Option(False, help="Print the grid and what is already done."),
+    dry_run: bool = typer.Option(False, help="Print the grid, what is done and the estimated cost."),
+    executor: str = typer.Option("local", help="local, slurm (submitit) or submitit-local."),
+    workers: Optional[int] = typer.Option(None, help="Stages at a time (local default: the cores; "
+                                                     "slurm: 64 jobs)."),
+    slurm: Optional[List[str]] = typer.Option(None, help="submitit parameter for --executor slurm, "
+                                                         "key=value (slurm_partition=gpu, gpus_per_node=1)."),
+    report: bool = typer.Option(True, help="Print the report's table and figure path at the end."),
     corpora: Optional[Path] = CorporaOption,
 ) -> None:
     """Run a whole contamination study; finished stages are reused, interrupted ones resumed."""
+    import os
+
     from lab.study.recipe import load_recipe
     from lab.study.runner import run_study
 
     parsed = load_recipe(recipe, list(set_ or []))
     folder = out or Path("runs") / parsed.name
-    summary = run_study(parsed, folder, corpora, dry_run, progress=console.print)
+    if workers is None:
+        workers = 64 if executor == "slurm" else (os.cpu_count() or 1)
     if dry_run:
-        console.print(f"{parsed.name}: stages {summary['stages']}, {summary['done']} already done")
+        plan = run_study(parsed, folder, corpora, dry_run=True, executor=executor, workers=workers)
+        rows = [{"stage": r["kind"], "count": r["stages"], "done": r["done"],
+                 "tokens": f"{r['tokens'] / 1e6:,.2f} M", "FLOPs": f"{r['flops']:.2e}",
+                 "est. CPU time": _duration(r["seconds"])} for r in plan["estimate"]]
+        total = sum(r["seconds"] for r in plan["estimate"])
+        console.print(_table(f"{parsed.name}: {plan['stages']} stages, {plan['done']} done -> {folder}",
+                             rows, list(rows[0])))
+        console.print(f"estimated: {_duration(total)} on a 2-core CPU with one worker "
+                      f"({sum(r['flops'] for r in plan['estimate']):.2e} FLOPs)")
         return
+    summary = _run_with_progress(parsed, folder, corpora, executor, workers,
+                                 _parse_pairs(slurm or [], "--slurm"))
     console.print(f"{parsed.name}: {summary['stages']} stages ({len(summary['ran'])} run now); "
                   f"results {summary['results']}, per-sample {summary['samples']}")
+    if report:
+        from lab.study.report import run_report
+
+        result = run_report(folder, parsed.statistics.convention)
+        console.print(result["markdown"], markup=False)
+        console.print(f"figure: {', '.join(str(p) for p in result['figure'])}")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _parse_pairs(pairs: List[str], option: str) -> dict[str, Any]:
+    import yaml
+
+    parsed: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise LabError(f"{option} {pair}: expected key=value")
+        key, value = pair.split("=", 1)
+        parsed[key.strip()] = yaml.safe_load(value)
+    return parsed
+
+
+def _run_with_progress(recipe: Any, folder: Path, corpora: Optional[Path], executor: str,
+                       workers: int, slurm: dict[str, Any]) -> dict[str, Any]:
+    """lab study with a rich progress bar over stages and a line per finished stage."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from lab.study.runner import describe, expand, run_study
+
+    stages = expand(recipe)
+    done = sum(s.done(folder) for s in stages)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console) as bar:
+        task = bar.add_task(recipe.name, total=len(stages), completed=done)
+        running: list[str] = []
+
+        def on_event(event: str, stage: Any, seconds: Optional[float] = None) -> None:
+            if event == "start":
+                running.append(describe(stage))
+            else:
+                running.remove(describe(stage))
+                bar.console.print(f"done {describe(stage)} in {_duration(seconds or 0)}")
+                bar.advance(task)
+            bar.update(task, description=f"{recipe.name}: {', '.join(running) or 'collecting'}")
+
+        return run_study(recipe, folder, corpora, executor=executor, workers=workers, slurm=slurm,
+                         on_event=on_event)
+
+
+@app.command()
+def stats(
+    study: Path = typer.Argument(..., help="A study directory made by lab study."),
+    convention: str = typer.Option("exact-two-sided",
+                                   help="exact-two-sided, study-tables, replication-package, exact-greater."),
+    fmt: str = typer.Option("table", "--format", help="table (rich), md, csv or json."),
+) -> None:
+    """Per cell: every arm over seeds, each arm vs the control, power, injected vs held-out."""
+    from lab.study.report import run_stats
+
+    if fmt not in ("table", "md", "csv", "json"):
+        raise LabError(f"--format {fmt}: choose from table, md, csv, json")
+    result = run_stats(study, convention)
+    if fmt == "table":
+        rows = [dict(zip(result["header"], row)) for row in result["rows"]]
+        console.print(_table(result["title"], rows, result["header"]))
+        console.print(result["note"], markup=False, highlight=False)
+    else:  # plain text for files and pipes: never wrapped or coloured
+        sys.stdout.write({"md": result["md"], "csv": result["csv"],
+                          "json": result["json"].read_text(encoding="utf-8")}[fmt])
+    if fmt != "json":  # json stays parseable; stats.json is in the same place every time
+        console.print(f"stats: {result['json']}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -229,13 +326,17 @@ def report(
                                    help="exact-two-sided, study-tables, replication-package, exact-greater."),
     metric: str = typer.Option("bleu", help="Metric of the decay figure."),
 ) -> None:
-    """Paper-style tables (Markdown, LaTeX, CSV) and the contamination-decay figure."""
+    """Paper-style tables (Markdown, LaTeX, CSV), stats.json and the contamination-decay figure."""
     from lab.study.report import run_report
 
     result = run_report(study, convention, metric)
-    console.print(result["markdown"], markup=False)
-    console.print(f"tables: {', '.join(str(p) for p in result['tables'])}")
-    console.print(f"figure: {', '.join(str(p) for p in result['figure'])}")
+    # soft_wrap: Markdown rows wider than the terminal stay one line each.
+    console.print(result["markdown"], markup=False, highlight=False, soft_wrap=True)
+    # Paths stay whole (no wrapping), the figure last: what to open next.
+    for label, paths in (("tables", result["tables"]), ("stats", [result["stats"]]),
+                         ("figure", result["figure"])):
+        console.print(f"{label}: {', '.join(str(p) for p in paths)}", markup=False,
+                      highlight=False, soft_wrap=True)
 
 
 tokenizer_app = typer.Typer(help="The study's shared BPE tokenizer.", no_args_is_help=True)

@@ -357,3 +357,60 @@ def test_audit_against_an_unknown_dataset(workdir, tiny_corpora, against, fragme
 ])
 def test_other_bad_commands(workdir, tiny_corpora, args, fragment):
     assert_one_line_error(run_lab(args, workdir, tiny_corpora), fragment)
+
+
+# ---- lab stats / lab report on bad study directories ----------------------------------------
+
+STUDY_HEADER = "study,benchmark,task,model,arm,seed,epochs,train_size,stage,group,samples,bleu\n"
+STUDY_ROW = "s,codetrans,translation,gpt2,{arm},{seed},0,,x,all,10,{bleu}\n"
+
+
+def _bad_study(root: Path, damage: str) -> Path:
+    """A study directory with one defect; returns the path the error must name."""
+    study = root / "study"
+    results = study / "results.csv"
+    if damage == "missing directory":
+        return study
+    study.mkdir()
+    if damage == "results.csv is a directory":
+        results.mkdir()
+    elif damage == "unreadable results.csv":
+        results.write_text(STUDY_HEADER)
+        results.chmod(0)
+    elif damage == "missing columns":
+        results.write_text("study,model,arm,group,bleu\ns,gpt2,control,all,1\n")
+    elif damage == "non-numeric metric":
+        results.write_text(STUDY_HEADER + STUDY_ROW.format(arm="control", seed=0, bleu=1.5)
+                           + STUDY_ROW.format(arm="paired", seed=0, bleu="n/a"))
+    elif damage == "no finished runs":
+        results.write_text(STUDY_HEADER)
+    return study if damage == "missing directory" else results
+
+
+@pytest.mark.parametrize("command", ["stats", "report"])
+@pytest.mark.parametrize("damage, fragment", [
+    ("missing directory", "no such study directory"),
+    ("results.csv is a directory", "is a directory"),
+    ("unreadable results.csv", "cannot read"),
+    ("missing columns", "missing column(s) task, seed, epochs, train_size"),
+    ("non-numeric metric", "line 3, column bleu: 'n/a' is not a number"),
+    ("no finished runs", "no finished runs"),
+])
+def test_stats_and_report_on_a_bad_study(workdir, tmp_path, command, damage, fragment):
+    if damage == "unreadable results.csv" and os.geteuid() == 0:
+        pytest.skip("root reads files whatever their mode")
+    path = _bad_study(tmp_path, damage)
+    assert_one_line_error(run_lab([command, tmp_path / "study"], workdir, None), str(path), fragment)
+    assert not (tmp_path / "study" / "report").exists()
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["stats", "--convention", "bayesian"], "statistics convention 'bayesian'"),
+    (["report", "--convention", "bayesian"], "statistics convention 'bayesian'"),
+    (["stats", "--format", "xml"], "--format xml"),
+])
+def test_stats_and_report_bad_options(workdir, tmp_path, args, fragment):
+    study = tmp_path / "study"
+    study.mkdir()
+    (study / "results.csv").write_text(STUDY_HEADER + STUDY_ROW.format(arm="control", seed=0, bleu=1))
+    assert_one_line_error(run_lab([args[0], study, *args[1:]], workdir, None), fragment)

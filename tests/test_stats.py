@@ -4,19 +4,20 @@ from __future__ import annotations
 import pytest
 
 from lab.common import LabError
-from lab.study.stats import compare, holm, mann_whitney, seeds_needed
+from lab.study.stats import (compare, holm, mann_whitney, min_seeds, samples_needed,
+                             seeds_needed)
 
 SEPARATED = ([5.0, 6.0, 7.0, 8.0, 9.0], [1.0, 2.0, 3.0, 4.0, 4.5])  # five runs a side, no overlap
 
 
 @pytest.mark.parametrize("convention, expected", [
-    ("replication-package", 0.0040),  # the replication package's README: greater, exact
-    ("study-tables", 0.0122),         # the published tables: two-sided, normal approximation
-    ("exact-two-sided", 0.0079),      # the lab's default
+    ("replication-package", 0.003968),  # the replication package's README: greater, exact (1/252)
+    ("study-tables", 0.01219),          # the published tables: two-sided, normal approximation
+    ("exact-two-sided", 0.007937),      # the lab's default (2/252)
 ])
 def test_known_p_values_under_complete_separation(convention, expected):
     _u, p, _alt, _method = mann_whitney(*SEPARATED, convention)
-    assert round(p, 4) == expected
+    assert p == pytest.approx(expected, rel=1e-3)
 
 
 def test_ties_fall_back_to_the_normal_approximation_and_say_so():
@@ -35,3 +36,26 @@ def test_effect_size_interval_and_corrections():
     assert seeds_needed(1.0, 1.0) > seeds_needed(2.0, 1.0) >= 2
     with pytest.raises(LabError, match="convention"):
         mann_whitney(*SEPARATED, "bayesian")
+
+
+def test_power_notes_match_a_hand_computation():
+    # z(0.975) + z(0.8) = 1.959964 + 0.841621 = 2.801585; two arms with spread 1 and lift 2:
+    # 2.801585^2 * 2 * 1^2 / 2^2 / 0.955 = 4.11 -> 5 seeds per arm.
+    assert seeds_needed(2.0, 1.0) == 5
+    # One-sided: z(0.95) + z(0.8) = 1.644854 + 0.841621 = 2.486475; 6.18256 / 2 / 0.955 = 3.24
+    # -> 4 seeds.
+    assert seeds_needed(2.0, 1.0, alternative="greater") == 4
+    assert seeds_needed(-2.0, 1.0) == 5 and seeds_needed(-2.0, 1.0, alternative="greater") is None
+    # Exact Mann-Whitney cannot reach 0.05 below 4 seeds (two-sided: 2/70) or 3 (greater: 1/20).
+    assert min_seeds() == 4 and min_seeds(alternative="greater") == 3
+    assert seeds_needed(10.0, 0.1) == 4 and seeds_needed(1.0, 0.0, alternative="greater") == 3
+    assert seeds_needed(0.0, 1.0) is None
+
+
+def test_samples_needed_matches_a_hand_computation():
+    # Within-model test, one-sided: 2.486475^2 * (10^2 + 10^2) / 5^2 / 0.955 = 51.79 -> 52.
+    assert samples_needed(5.0, 10.0, 10.0) == 52
+    # Unequal spreads add: 6.18256 * (3^2 + 4^2) / 1 / 0.955 = 161.85 -> 162.
+    assert samples_needed(1.0, 3.0, 4.0) == 162
+    assert samples_needed(0.0, 1.0, 1.0) is None and samples_needed(-1.0, 1.0, 1.0) is None
+    assert samples_needed(1.0, 0.0, 0.0) == 2

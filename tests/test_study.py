@@ -31,11 +31,18 @@ def test_grid_of_the_micro_recipe():
     assert len({s.key for s in stages}) == len(stages)
 
 
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
 def test_study_killed_midway_resumes_to_the_same_results(tmp_path):
     recipe = load_recipe(RECIPE)
-    reference = run_study(recipe, tmp_path / "whole", progress=lambda _m: None)
+    reference = run_study(recipe, tmp_path / "whole")
     assert len(reference["ran"]) == len(expand(recipe)) == 25
-    again = run_study(recipe, tmp_path / "whole", progress=lambda _m: None)
+    again = run_study(recipe, tmp_path / "whole")
     assert again["ran"] == []  # every stage cached
     rows = _rows(Path(reference["results"]))
     assert {r["arm"] for r in rows} == {"control", "paired"}
@@ -51,10 +58,21 @@ def test_study_killed_midway_resumes_to_the_same_results(tmp_path):
         if len(list((killed / "stages").glob("finetune-*"))) >= 2:
             break
         time.sleep(0.1)
+    workers = _children(proc.pid)
+    assert workers  # the pool's processes
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    resumed = run_study(recipe, killed, progress=lambda _m: None)
-    assert 0 < len(resumed["ran"]) < 25
+    # The default local executor ran stages in worker processes: they die with the runner
+    # instead of finishing a stage behind the back of the resumed run.
+    deadline = time.time() + 10
+    while workers and time.time() < deadline:
+        workers = [pid for pid in workers if Path(f"/proc/{pid}").exists()
+                   and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()]
+        time.sleep(0.1)
+    assert workers == []
+    # Resumed with the local pool: two worker processes, one thread each.
+    resumed = run_study(recipe, killed, workers=2)
+    assert resumed["workers"] == 2 and 0 < len(resumed["ran"]) < 25
     assert Path(resumed["results"]).read_text() == Path(reference["results"]).read_text()
     assert Path(resumed["samples"]).read_text() == Path(reference["samples"]).read_text()
 
@@ -78,6 +96,28 @@ def test_study_killed_midway_resumes_to_the_same_results(tmp_path):
     finally:
         del os.environ["LAB_STUDY"]
     assert (tmp_path / "whole" / "decay-bleu-notebook.png").is_file()
+
+
+def test_submitit_local_executor_reproduces_a_slice_of_the_study(tmp_path):
+    pytest.importorskip("submitit")
+    # One arm, one seed, direct inference: every stage has the same key as in the full micro
+    # study, so its metrics must equal what the in-process runner wrote for the same stage.
+    overrides = ["arms=[paired]", "seeds=[0]", "finetune.epochs=[0]"]
+    part = load_recipe(RECIPE, overrides)
+    summary = run_study(part, tmp_path / "slice", executor="submitit-local", workers=2)
+    assert len(summary["ran"]) == len(expand(part)) == 6
+    assert list((tmp_path / "slice" / "submitit").iterdir())  # the jobs' folders and logs
+    inline = run_study(part, tmp_path / "inline")
+    assert Path(summary["results"]).read_text() == Path(inline["results"]).read_text()
+
+
+def test_dry_run_prints_the_grid_and_its_cost(tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    out = subprocess.run([sys.executable, "-m", "lab.cli", "study", str(RECIPE), "--dry-run",
+                          "--out", str(tmp_path / "s")], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "25 stages, 0 done" in out.stdout and "pretrain" in out.stdout and "FLOPs" in out.stdout
+    assert not (tmp_path / "s").exists()  # a dry run writes nothing
 
 
 def test_report_refuses_a_study_without_finished_runs(tmp_path):

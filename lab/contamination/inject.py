@@ -42,6 +42,7 @@ class InjectConfig:
     limit: int | None = None
     repeat: int = 1
     fraction: float | None = None
+    samples: int | None = None  # only the split's first N samples take part (a benchmark subset)
     test_ids: Path | None = None
     decontaminate: bool = False
     force: bool = False
@@ -76,6 +77,10 @@ def validate(cfg: InjectConfig) -> None:
         raise LabError("--fraction and --test-ids: give one of them, not both")
     if cfg.limit is not None and cfg.limit < 1:
         raise LabError(f"--limit {cfg.limit}: must be >= 1")
+    if cfg.samples is not None and cfg.samples < 1:
+        raise LabError(f"--samples {cfg.samples}: must be >= 1")
+    if cfg.samples is not None and cfg.test_ids is not None:
+        raise LabError("--samples and --test-ids: give one of them, not both")
     if cfg.test_ids is not None and not Path(cfg.test_ids).is_file():
         raise LabError(f"--test-ids {cfg.test_ids}: no such file")
     if Path(cfg.out).exists() and not cfg.force:
@@ -155,6 +160,11 @@ def run_inject(cfg: InjectConfig) -> dict[str, Any]:
     samples: list[Sample] = bench.records
     if not samples:
         raise LabError(f"{cfg.benchmark} split '{cfg.split}': no samples")
+    if cfg.samples is not None:
+        if cfg.samples > len(samples):
+            raise LabError(f"--samples {cfg.samples}: {cfg.benchmark} {cfg.split} holds only "
+                           f"{len(samples)} samples")
+        samples = samples[: cfg.samples]
     chosen = select_samples(samples, cfg) if cfg.setting != "control" else []
     if cfg.setting in NEEDS_OUTPUT:
         check_references(bench)
@@ -210,7 +220,7 @@ def run_inject(cfg: InjectConfig) -> dict[str, Any]:
         "seed": cfg.seed,
         "options": {
             "base": cfg.base, "base_splits": list(cfg.base_splits), "limit": cfg.limit,
-            "repeat": cfg.repeat, "fraction": cfg.fraction,
+            "repeat": cfg.repeat, "fraction": cfg.fraction, "samples": cfg.samples,
             "test_ids": str(cfg.test_ids) if cfg.test_ids else None,
             "decontaminate": cfg.decontaminate, "shard_size": cfg.shard_size,
         },

@@ -32,6 +32,7 @@ class CorpusSection:
 class InjectionSection:
     repeat: int = 1
     fraction: float | None = None
+    samples: int | None = None  # only the first N test samples take part (a benchmark subset)
     decontaminate: bool = False
 
 
@@ -185,6 +186,8 @@ def _check(recipe: Recipe) -> None:
     fraction = recipe.injection.fraction
     if fraction is not None and not 0 < fraction <= 1:
         fail("injection.fraction", f"expected a number in (0, 1], got {fraction}")
+    if recipe.injection.samples is not None and recipe.injection.samples < 1:
+        fail("injection.samples", f"expected int >= 1 or null, got {recipe.injection.samples}")
     if recipe.corpus.limit is not None and recipe.corpus.limit < 1:
         fail("corpus.limit", f"expected int >= 1 or null, got {recipe.corpus.limit}")
     if recipe.statistics.convention not in CONVENTIONS:

@@ -1,81 +1,172 @@
 """`lab stats` and `lab report`: the study's answer as tables and the contamination-decay figure.
 
-Each cell (model x task x metric x epochs x train size) compares a contaminated arm with the
-control over seeds (Mann-Whitney U under a named convention, Holm-corrected across the table's
-cells), and, where the arm was injected split-half, injected against held-out samples of the
-same models (a within-model test on per-sample scores, with far more power).
+Each cell (model x task x metric x epochs x train size) gives every arm's mean and spread over
+seeds, compares each contaminated arm with the control (Mann-Whitney U under a named convention,
+Holm-corrected across the table's cells, with the seeds that the observed lift would need for
+80% power), and, where the arm was injected split-half, injected against held-out samples of the
+same models (a within-model test on per-sample scores, with far more power). Studies without a
+control arm (the quickstart) get the within-model half only.
 """
 from __future__ import annotations
 
 import csv
+import io
 import math
+from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from lab.common import LabError, write_json_atomic
 from lab.study.runner import RESULTS, SAMPLES
-from lab.study.stats import compare, holm, paired_within_model
+from lab.study.stats import (ALPHA, CONVENTIONS, POWER, compare, holm, paired_within_model,
+                             samples_needed, seeds_needed)
 
 SCORE_FLOOR = 5.0  # below this (BLEU-like 0-100) a lift says little: the cell is flagged
+LABELS = ("model", "task", "arm", "seed", "epochs", "train_size", "group")  # results.csv must have
+SAMPLE_LABELS = ("model", "task", "arm", "epochs", "train_size", "group")   # samples.csv must have
+NOT_METRICS = {"study", "benchmark", "task", "model", "arm", "seed", "epochs", "train_size",
+               "stage", "group", "samples", "id"}
+WITHIN_TEST = "Mann-Whitney U, greater, asymptotic"
 
 
-def _read(path: Path) -> list[dict[str, str]]:
-    if not path.is_file():
+def _number(value: str, path: Path, line: int, column: str) -> float | None:
+    """A CSV cell as a float; empty (or nan/inf, which no mean survives) counts as missing."""
+    if value == "":
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        raise LabError(f"{path}: line {line}, column {column}: '{value}' is not a number") from None
+    return number if math.isfinite(number) else None
+
+
+def _read_csv(path: Path, required: tuple[str, ...], numeric: Callable[[str], bool]
+              ) -> list[dict[str, Any]]:
+    """Rows of a study CSV, numeric columns parsed; every defect is a LabError naming the file
+    (and the line and column where there is one)."""
+    if path.is_dir():
+        raise LabError(f"{path}: is a directory, not a CSV file")
+    if not path.exists():
         raise LabError(f"{path}: no such file (run lab study first)")
-    with open(path, newline="", encoding="utf-8") as handle:
-        return list(csv.DictReader(handle))
+    rows: list[tuple[int, dict[str, Any]]] = []
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            for row in reader:
+                rows.append((reader.line_num, row))
+            columns = list(reader.fieldnames or [])
+    except OSError as exc:
+        raise LabError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise LabError(f"{path}: not UTF-8 text") from None
+    except csv.Error as exc:
+        raise LabError(f"{path}: line {len(rows) + 2}: {exc}") from None
+    if not rows:
+        return []  # header only: the caller says what that means
+    missing = [c for c in required if c not in columns]
+    if missing:
+        raise LabError(f"{path}: missing column(s) {', '.join(missing)}")
+    for line, row in rows:
+        if None in row or None in row.values():
+            raise LabError(f"{path}: line {line}: expected {len(columns)} fields like the header")
+        if not row["epochs"].isdigit():
+            raise LabError(f"{path}: line {line}, column epochs: '{row['epochs']}' is not a "
+                           "whole number")
+        for column in columns:
+            if numeric(column):
+                row[column] = _number(row[column], path, line, column)
+    return [row for _line, row in rows]
 
 
-def _metrics(rows: list[dict[str, str]]) -> list[str]:
-    fixed = {"study", "benchmark", "task", "model", "arm", "seed", "epochs", "train_size",
-             "stage", "group", "samples"}
-    return [c for c in rows[0] if c not in fixed and not c.startswith("codebleu_")]
+def _std(values: list[float]) -> float | None:
+    """Sample standard deviation; None for a single value (one seed has no spread to show)."""
+    if len(values) < 2:
+        return None
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
-def study_stats(study: Path, convention: str = "exact-two-sided") -> list[dict[str, Any]]:
-    """One record per cell and contaminated arm."""
+def _scores(samples: list[dict[str, Any]], metric: str) -> list[float]:
+    return [s[f"score_{metric}"] for s in samples if s.get(f"score_{metric}") is not None]
+
+
+def _size_order(size: str) -> tuple[int, int, str]:
+    return (0, int(size), "") if size.isdigit() else (1, 0, size)
+
+
+def study_stats(study: Path, convention: str = "exact-two-sided", include_control: bool = False
+                ) -> list[dict[str, Any]]:
+    """One record per cell and arm: the contaminated arms, and with include_control the control
+    too (its mean and spread only)."""
+    if convention not in CONVENTIONS:
+        raise LabError(f"statistics convention '{convention}': choose from {', '.join(CONVENTIONS)}")
+    alternative = CONVENTIONS[convention][0]
     study = Path(study)
     if not study.is_dir():
-        raise LabError(f"{study}: no such study directory")
-    rows = [r for r in _read(study / RESULTS) if r["group"] == "all"]
+        raise LabError(f"{study}: " + ("not a directory" if study.exists() else
+                                       "no such study directory"))
+    results = study / RESULTS
+    rows = [r for r in _read_csv(results, LABELS, lambda c: c not in NOT_METRICS)
+            if r["group"] == "all"]
     if not rows:
-        raise LabError(f"{study / RESULTS}: the study has no finished runs")
-    samples = _read(study / SAMPLES) if (study / SAMPLES).is_file() else []
-    cells: list[dict[str, Any]] = []
-    keys = sorted({(r["model"], r["task"], r["epochs"], r["train_size"]) for r in rows},
-                  key=lambda k: (k[0], k[1], int(k[2]), k[3]))
+        raise LabError(f"{results}: the study has no finished runs")
+    metrics = [c for c in rows[0] if c not in NOT_METRICS and not c.startswith("codebleu_")]
+    if not metrics:
+        raise LabError(f"{results}: no metric columns (bleu, meteor, em, ...)")
+    samples = (_read_csv(study / SAMPLES, SAMPLE_LABELS, lambda c: c.startswith("score_"))
+               if (study / SAMPLES).exists() else [])
+
+    runs: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        runs[(r["model"], r["task"], int(r["epochs"]), r["train_size"])][r["arm"]].append(r)
+    per_sample: dict[tuple, list] = defaultdict(list)
+    for s in samples:
+        per_sample[(s["model"], s["task"], int(s["epochs"]), s["train_size"], s["arm"],
+                    s["group"])].append(s)
     arms = sorted({r["arm"] for r in rows} - {"control"})
-    for metric in _metrics(rows):
-        for model, task, epochs, size in keys:
-            here = [r for r in rows if (r["model"], r["task"], r["epochs"], r["train_size"])
-                    == (model, task, epochs, size)]
-            control = [float(r[metric]) for r in here if r["arm"] == "control" and r[metric] != ""]
+    if include_control and any(r["arm"] == "control" for r in rows):
+        arms.insert(0, "control")
+    keys = sorted(runs, key=lambda k: (k[0], k[1], k[2], _size_order(k[3])))
+
+    cells: list[dict[str, Any]] = []
+    for metric in metrics:
+        for key in keys:
+            model, task, epochs, size = key
+            control = [r[metric] for r in runs[key]["control"] if r[metric] is not None]
             for arm in arms:
-                experimental = [float(r[metric]) for r in here if r["arm"] == arm and r[metric] != ""]
+                values = [r[metric] for r in runs[key][arm] if r[metric] is not None]
                 cell: dict[str, Any] = {"model": model, "task": task, "metric": metric,
-                                        "epochs": int(epochs), "train_size": size, "arm": arm,
-                                        "seeds": len(experimental)}
-                if experimental and control:
-                    result = compare(experimental, control, convention)
-                    cell.update(experimental=result.mean_experimental,
-                                experimental_std=_std(experimental), control=result.mean_control,
-                                control_std=_std(control), lift=result.lift, p=result.p,
+                                        "epochs": epochs, "train_size": size, "arm": arm,
+                                        "convention": convention, "seeds": len(values)}
+                if values:
+                    cell.update(mean=sum(values) / len(values), std=_std(values))
+                if arm == "control":
+                    cells.append(cell)
+                    continue
+                if values and control:
+                    result = compare(values, control, convention)
+                    cell.update(control=result.mean_control, control_std=_std(control),
+                                control_seeds=len(control), lift=result.lift,
+                                lift_pct=result.lift_pct, lift_ci_low=result.lift_ci[0],
+                                lift_ci_high=result.lift_ci[1], u=result.u, p=result.p,
                                 test=result.convention(), cliffs_delta=result.cliffs_delta,
-                                lift_ci_low=result.lift_ci[0], lift_ci_high=result.lift_ci[1])
-                    cell["below_floor"] = max(result.mean_experimental, result.mean_control) < SCORE_FLOOR
-                score_key = f"score_{metric}"
-                injected = [float(s[score_key]) for s in samples if s["arm"] == arm
-                            and (s["model"], s["task"], s["epochs"], s["train_size"])
-                            == (model, task, epochs, size) and s["group"] == "injected"
-                            and s.get(score_key, "") != ""]
-                held = [float(s[score_key]) for s in samples if s["arm"] == arm
-                        and (s["model"], s["task"], s["epochs"], s["train_size"])
-                        == (model, task, epochs, size) and s["group"] == "held_out"
-                        and s.get(score_key, "") != ""]
+                                a12=result.a12,
+                                below_floor=max(result.mean_experimental, result.mean_control)
+                                < SCORE_FLOOR)
+                    spreads = [s for s in (cell["std"], cell["control_std"]) if s is not None]
+                    if spreads:  # pooled over the two arms (equal seeds assumed)
+                        pooled = math.sqrt(sum(s * s for s in spreads) / len(spreads))
+                        cell["seeds_for_power"] = seeds_needed(result.lift, pooled, ALPHA, POWER,
+                                                               alternative)
+                injected = _scores(per_sample[key + (arm, "injected")], metric)
+                held = _scores(per_sample[key + (arm, "held_out")], metric)
                 if injected and held:
                     _u, p_within = paired_within_model(injected, held)
-                    cell.update(injected=sum(injected) / len(injected),
-                                held_out=sum(held) / len(held), p_within=p_within)
+                    mean_i, mean_h = sum(injected) / len(injected), sum(held) / len(held)
+                    cell.update(injected=mean_i, held_out=mean_h, injected_samples=len(injected),
+                                held_out_samples=len(held), p_within=p_within,
+                                samples_for_power=samples_needed(
+                                    mean_i - mean_h, _std(injected) or 0.0, _std(held) or 0.0))
                 cells.append(cell)
     tested = [i for i, c in enumerate(cells) if "p" in c]
     for i, adjusted in zip(tested, holm([cells[i]["p"] for i in tested])):
@@ -83,82 +174,208 @@ def study_stats(study: Path, convention: str = "exact-two-sided") -> list[dict[s
     return cells
 
 
-def _std(values: list[float]) -> float:
-    if len(values) < 2:
-        return 0.0
-    mean = sum(values) / len(values)
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+# ---- tables -------------------------------------------------------------------------------
+
+def _num(cell: dict[str, Any], key: str, spec: str = ".2f") -> str:
+    value = cell.get(key)
+    return "-" if value is None else format(value, spec)
 
 
-def _fmt(cell: dict[str, Any], key: str, std: str | None = None) -> str:
-    if key not in cell:
+def _mean_std(cell: dict[str, Any], mean: str, std: str) -> str:
+    if cell.get(mean) is None:
         return "-"
-    text = f"{cell[key]:.2f}"
-    return f"{text} ± {cell[std]:.2f}" if std and std in cell else text
+    return f"{cell[mean]:.2f}" + (f" ± {cell[std]:.2f}" if cell.get(std) is not None else "")
+
+
+def _lift(cell: dict[str, Any]) -> str:
+    if "lift" not in cell:
+        return "-"
+    return f"{cell['lift']:+.2f} [{cell['lift_ci_low']:+.2f}, {cell['lift_ci_high']:+.2f}]"
+
+
+def _p(cell: dict[str, Any]) -> str:
+    return _num(cell, "p", ".4g") + (" †" if cell.get("below_floor") else "")
+
+
+# (header, formatter) of the two tables: the paper-style one of lab report, the full one of
+# lab stats.
+PAPER_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+    ("model", lambda c: c["model"]), ("task", lambda c: c["task"]),
+    ("metric", lambda c: c["metric"]), ("epochs", lambda c: str(c["epochs"])),
+    ("train size", lambda c: c["train_size"] or "all"), ("arm", lambda c: c["arm"]),
+    ("experimental", lambda c: _mean_std(c, "mean", "std")),
+    ("control", lambda c: _mean_std(c, "control", "control_std")),
+    ("p", _p), ("p (Holm)", lambda c: _num(c, "p_holm", ".4g")),
+    ("seeds for 80% power", lambda c: _num(c, "seeds_for_power", "d")),
+    ("injected", lambda c: _num(c, "injected")), ("held-out", lambda c: _num(c, "held_out")),
+    ("p (within)", lambda c: _num(c, "p_within", ".2g")),
+]
+STATS_COLUMNS = PAPER_COLUMNS[:6] + [
+    ("seeds", lambda c: str(c["seeds"])), ("mean ± std", lambda c: _mean_std(c, "mean", "std")),
+    ("control", lambda c: _mean_std(c, "control", "control_std")), ("lift [95% CI]", _lift),
+    ("U", lambda c: _num(c, "u", "g")), ("p", _p), ("p (Holm)", lambda c: _num(c, "p_holm", ".4g")),
+    ("Cliff's delta", lambda c: _num(c, "cliffs_delta")), ("A12", lambda c: _num(c, "a12")),
+    ("seeds for 80% power", lambda c: _num(c, "seeds_for_power", "d")),
+    ("injected", lambda c: _num(c, "injected")), ("held-out", lambda c: _num(c, "held_out")),
+    ("p (within)", lambda c: _num(c, "p_within", ".2g")),
+    ("samples for 80% power", lambda c: _num(c, "samples_for_power", "d")),
+]
+
+
+def _test_name(cells: list[dict[str, Any]]) -> str:
+    """The convention's test by name, and whether ties forced the normal approximation."""
+    convention = cells[0]["convention"] if cells else "exact-two-sided"
+    alternative, method = CONVENTIONS[convention]
+    name = f"Mann-Whitney U, {alternative}, {method} (convention {convention})"
+    if any(c.get("test", "").endswith("asymptotic") for c in cells) and method == "exact":
+        name += "; asymptotic in cells with tied scores"
+    return name
+
+
+def _note(cells: list[dict[str, Any]], within_power: bool) -> str:
+    alternative = CONVENTIONS[cells[0]["convention"] if cells else "exact-two-sided"][0]
+    sides = "one-sided" if alternative == "greater" else "two-sided"
+    note = (f"Arm vs control over seeds: {_test_name(cells)}; Holm across the table's cells; "
+            "'-' where the study has no control arm. Within: injected vs held-out samples of the "
+            f"same models, {WITHIN_TEST}. Seeds for 80% power: the seeds per arm at which a "
+            f"{sides} test at alpha {ALPHA} would detect the observed lift with 80% "
+            "probability given the observed spread over seeds (normal approximation, Mann-Whitney "
+            "efficiency 0.955, never below what the exact test needs to reach alpha at all).")
+    if within_power:
+        note += (" Samples for 80% power: the same for the within-model test, per group, from "
+                 "the per-sample spread.")
+    return note + f" † both means below {SCORE_FLOOR}: a lift there says little."
+
+
+def _rows(cells: list[dict[str, Any]], columns: list[tuple[str, Callable]]
+          ) -> tuple[list[str], list[list[str]]]:
+    return [h for h, _ in columns], [[fmt(c) for _, fmt in columns] for c in cells]
+
+
+def _markdown(header: list[str], rows: list[list[str]], note: str) -> str:
+    return ("| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n"
+            + "".join("| " + " | ".join(row) + " |\n" for row in rows) + f"\n{note}\n")
+
+
+def _csv(header: list[str], rows: list[list[str]], test: str) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header + ["test"])  # the convention rides along in every row
+    writer.writerows(row + [test] for row in rows)
+    return out.getvalue()
 
 
 def tables(cells: list[dict[str, Any]]) -> dict[str, str]:
-    """Paper-style tables: Markdown, LaTeX and CSV."""
-    header = ["model", "task", "metric", "epochs", "arm", "experimental", "control", "p", "p (Holm)",
-              "injected", "held-out", "p (within)"]
-    lines = []
-    for c in cells:
-        flag = " †" if c.get("below_floor") else ""
-        lines.append([c["model"], c["task"], c["metric"], str(c["epochs"]), c["arm"],
-                      _fmt(c, "experimental", "experimental_std"), _fmt(c, "control", "control_std"),
-                      (f"{c['p']:.4f}" if "p" in c else "-") + flag,
-                      f"{c['p_holm']:.4f}" if "p_holm" in c else "-",
-                      _fmt(c, "injected"), _fmt(c, "held_out"),
-                      f"{c['p_within']:.2g}" if "p_within" in c else "-"])
-    test = next((c["test"] for c in cells if "test" in c), "Mann-Whitney U")
-    note = (f"Arm vs control over seeds: {test}; Holm across the table's cells. Within: injected vs "
-            "held-out samples of the same models, Mann-Whitney U, greater, asymptotic. "
-            f"† both means below {SCORE_FLOOR}: a lift there says little.")
-    markdown = "| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n"
-    markdown += "".join("| " + " | ".join(row) + " |\n" for row in lines) + f"\n{note}\n"
-    latex = ("\\begin{tabular}{" + "l" * 5 + "r" * 7 + "}\n\\toprule\n" + " & ".join(header)
-             + " \\\\\n\\midrule\n"
+    """Paper-style tables of the contaminated arms: Markdown, LaTeX and CSV."""
+    cells = [c for c in cells if c["arm"] != "control"] or cells
+    columns = PAPER_COLUMNS
+    if len({c["train_size"] for c in cells}) <= 1:  # one train size: the column says nothing
+        columns = [c for c in columns if c[0] != "train size"]
+    header, lines = _rows(cells, columns)
+    note = _note(cells, within_power=False)
+    latex = ("\\begin{tabular}{" + "l" * (len(header) - 8) + "r" * 8 + "}\n\\toprule\n"
+             + " & ".join(header).replace("%", "\\%") + " \\\\\n\\midrule\n"
              + "".join(" & ".join(x.replace("±", "$\\pm$").replace("†", "$^\\dagger$")
                                   .replace("_", "\\_") for x in row) + " \\\\\n" for row in lines)
              + "\\bottomrule\n\\end{tabular}\n% " + note + "\n")
-    csv_text = ",".join(header) + "\n" + "".join(
-        ",".join('"' + x + '"' for x in row) + "\n" for row in lines)
-    return {"md": markdown, "tex": latex, "csv": csv_text}
+    return {"md": _markdown(header, lines, note), "tex": latex,
+            "csv": _csv(header, lines, _test_name(cells))}
+
+
+# ---- figure -------------------------------------------------------------------------------
+
+def _panel(ax: Any, series: list[dict[str, Any]], arm: str, metric: str) -> None:
+    """One (model, task, arm): against the control when there is one (with the split-half pair
+    as thin dashed lines), else injected against held-out; p-values on a second axis."""
+    pairs = [c for c in series if c.get("injected") is not None]
+    with_control = [c for c in series if c.get("control") is not None]
+    joined, p_key = [], None
+    if with_control:
+        epochs = [c["epochs"] for c in with_control]
+        ax.errorbar(epochs, [c["control"] for c in with_control],
+                    yerr=[c["control_std"] or 0 for c in with_control], marker="o", capsize=3,
+                    label="control")
+        ax.errorbar(epochs, [c["mean"] for c in with_control],
+                    yerr=[c["std"] or 0 for c in with_control], marker="s", capsize=3, label=arm)
+        joined = [(c["epochs"], c["control"], c["mean"]) for c in with_control]
+        if pairs:
+            ax.plot([c["epochs"] for c in pairs], [c["injected"] for c in pairs], "--^", lw=0.8,
+                    ms=3, color="tab:green", label=f"{arm}: injected samples")
+            ax.plot([c["epochs"] for c in pairs], [c["held_out"] for c in pairs], "--v", lw=0.8,
+                    ms=3, color="tab:purple", label=f"{arm}: held-out samples")
+        p_key, p_label = "p", "p, arm vs control"
+    elif pairs:
+        epochs = [c["epochs"] for c in pairs]
+        ax.plot(epochs, [c["injected"] for c in pairs], "-^", color="tab:green",
+                label="injected samples")
+        ax.plot(epochs, [c["held_out"] for c in pairs], "-v", color="tab:purple",
+                label="held-out samples")
+        joined = [(c["epochs"], c["held_out"], c["injected"]) for c in pairs]
+        p_key, p_label = "p_within", "p, injected vs held-out"
+    else:  # neither a control nor a split-half pair: the arm's score alone
+        ax.errorbar([c["epochs"] for c in series], [c["mean"] for c in series],
+                    yerr=[c["std"] or 0 for c in series], marker="s", capsize=3, label=arm)
+    for epoch, low, high in joined:
+        ax.plot([epoch, epoch], [low, high], color="grey", lw=0.8, zorder=1)
+    ax.set_xticks(sorted({c["epochs"] for c in series}))
+    ax.set_xlabel("fine-tuning epochs (0 = direct inference)")
+    ax.set_ylabel(metric)
+    handles, labels = ax.get_legend_handles_labels()
+    # errorbar handles come after plain lines: list control and arm before the split-half pair.
+    order = sorted(range(len(labels)), key=lambda i: labels[i].endswith(" samples"))
+    handles, labels = [handles[i] for i in order], [labels[i] for i in order]
+    points = [(c["epochs"], c[p_key]) for c in series if c.get(p_key) is not None] if p_key else []
+    if points:
+        twin = ax.twinx()
+        twin.plot([e for e, _ in points], [max(p, 1e-300) for _, p in points], ":o", ms=4,
+                  color="tab:red", label=p_label)
+        twin.axhline(ALPHA, color="tab:red", lw=0.6, alpha=0.6, label=f"alpha = {ALPHA}")
+        if p_key == "p_within":  # per-sample tests reach tiny p: a log axis keeps them visible
+            twin.set_yscale("log")
+            twin.set_ylim(max(min(min(p for _, p in points), ALPHA) / 10, 1e-300), 1.5)
+        else:
+            twin.set_ylim(0, 1)
+        twin.set_ylabel(p_label, color="tab:red")
+        more = twin.get_legend_handles_labels()
+        handles, labels = handles + more[0], labels + more[1]
+    # Below the panel: inside, the lines of both axes would run through it.
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2,
+              fontsize=8, frameon=False)
+
+
+def _plotted(cells: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
+    """The cells of the decay figure: the contaminated arms (the control alone if that is all)."""
+    chosen = [c for c in cells if c["metric"] == metric and c.get("mean") is not None]
+    if not chosen:
+        known = ", ".join(sorted({c["metric"] for c in cells})) or "none"
+        raise LabError(f"no finished cells with metric '{metric}' to plot (metrics: {known})")
+    return [c for c in chosen if c["arm"] != "control"] or chosen
 
 
 def decay_figure(cells: list[dict[str, Any]], metric: str, out_base: Path) -> list[Path]:
-    """Each arm's score against fine-tuning epochs (one panel per task), control and arm joined
-    at every epoch, p-values on a second axis; PNG and SVG."""
+    """Each arm's score against fine-tuning epochs, one panel per model, task and arm; PNG and
+    SVG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    chosen = [c for c in cells if c["metric"] == metric and "experimental" in c]
-    if not chosen:
-        raise LabError(f"no finished cells with metric {metric} to plot")
-    panels = sorted({(c["model"], c["task"], c["arm"]) for c in chosen})
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
-    for ax, (model, task, arm) in zip(axes[0], panels):
-        series = sorted((c for c in chosen if (c["model"], c["task"], c["arm"]) == (model, task, arm)),
-                        key=lambda c: c["epochs"])
-        epochs = [c["epochs"] for c in series]
-        ax.errorbar(epochs, [c["control"] for c in series], yerr=[c["control_std"] for c in series],
-                    marker="o", capsize=3, label="control")
-        ax.errorbar(epochs, [c["experimental"] for c in series],
-                    yerr=[c["experimental_std"] for c in series], marker="s", capsize=3, label=arm)
-        for c in series:
-            ax.plot([c["epochs"]] * 2, [c["control"], c["experimental"]], color="black", lw=0.8)
-        ax.set_xlabel("fine-tuning epochs (0 = direct inference)")
-        ax.set_ylabel(metric)
-        ax.set_title(f"{model}, {task}")
-        twin = ax.twinx()
-        twin.plot(epochs, [c["p"] for c in series], "r--o", ms=4, label="p")
-        twin.axhline(0.05, color="red", lw=0.5, ls=":")
-        twin.set_ylim(0, 1)
-        twin.set_ylabel("p-value", color="red")
-        ax.legend(loc="upper left", fontsize=8)
-    fig.tight_layout()
+    chosen = _plotted(cells, metric)
+    sizes = len({c["train_size"] for c in chosen}) > 1
+    panels = sorted({(c["model"], c["task"], c["arm"], c["train_size"] if sizes else "")
+                     for c in chosen}, key=lambda k: k[:3] + (_size_order(k[3]),))
+    columns = min(3, len(panels))
+    rows = math.ceil(len(panels) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(5.5 * columns, 5 * rows), squeeze=False,
+                             layout="constrained")
+    for ax, (model, task, arm, size) in zip(axes.flat, panels):
+        series = sorted((c for c in chosen if (c["model"], c["task"], c["arm"]) == (model, task, arm)
+                         and (not sizes or c["train_size"] == size)), key=lambda c: c["epochs"])
+        _panel(ax, series, arm, metric)
+        ax.set_title(f"{model}, {task}, {arm}" + (f", train size {size or 'all'}" if sizes else ""),
+                     fontsize=10)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
     paths = [out_base.with_suffix(".png"), out_base.with_suffix(".svg")]
     for path in paths:
         fig.savefig(path, dpi=120)
@@ -166,18 +383,50 @@ def decay_figure(cells: list[dict[str, Any]], metric: str, out_base: Path) -> li
     return paths
 
 
+# ---- entry points -------------------------------------------------------------------------
+
+def _write_stats(study: Path, convention: str, cells: list[dict[str, Any]]) -> Path:
+    """STUDY/report/stats.json, written whole or not at all."""
+    folder = Path(study) / "report"
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise LabError(f"{folder}: cannot create ({exc.strerror or exc})") from None
+    path = folder / "stats.json"
+    alternative, method = CONVENTIONS[convention]
+    write_json_atomic(path, {"convention": convention,
+                             "test": f"Mann-Whitney U, {alternative}, {method}",
+                             "within_test": WITHIN_TEST, "alpha": ALPHA, "power": POWER,
+                             "cells": cells})
+    return path
+
+
+def run_stats(study: Path, convention: str = "exact-two-sided") -> dict[str, Any]:
+    """Entry point of `lab stats`: every arm per cell, the tests, effect sizes and power notes;
+    writes STUDY/report/stats.json."""
+    cells = study_stats(study, convention, include_control=True)
+    path = _write_stats(study, convention, cells)
+    header, rows = _rows(cells, STATS_COLUMNS)
+    note = _note(cells, within_power=True)
+    return {"cells": cells, "json": path, "title": f"{Path(study)}: {_test_name(cells)}",
+            "header": header, "rows": rows, "note": note, "md": _markdown(header, rows, note),
+            "csv": _csv(header, rows, _test_name(cells))}
+
+
 def run_report(study: Path, convention: str = "exact-two-sided", metric: str = "bleu"
                ) -> dict[str, Any]:
     """Entry point of `lab report`: tables (md, tex, csv), stats.json and the decay figure."""
     study = Path(study)
-    cells = study_stats(study, convention)
-    folder = study / "report"
-    folder.mkdir(exist_ok=True)
+    cells = study_stats(study, convention, include_control=True)
+    _plotted(cells, metric)  # an unknown --metric fails before anything is written
     written = []
-    for suffix, text in tables(cells).items():
-        path = folder / f"table.{suffix}"
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
-    write_json_atomic(folder / "stats.json", cells)
-    figure = decay_figure(cells, metric, folder / f"decay-{metric}")
-    return {"cells": cells, "tables": written, "figure": figure, "markdown": tables(cells)["md"]}
+    path = _write_stats(study, convention, cells)
+    rendered = tables(cells)
+    for suffix, text in rendered.items():
+        written.append(study / "report" / f"table.{suffix}")
+        written[-1].write_text(text, encoding="utf-8")
+    figure = decay_figure(cells, metric, study / "report" / f"decay-{metric}")
+    # The returned cells are the compared arms (the control's own rows are in stats.json).
+    return {"cells": [c for c in cells if c["arm"] != "control"], "tables": written,
+            "stats": path, "figure": figure,
+            "markdown": rendered["md"]}

@@ -8,13 +8,17 @@ so after a kill the runner simply starts again.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
 import hashlib
 import json
+import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from lab.common import LabError, dumps_json, environment_record, write_json_atomic
 from lab.study.recipe import Recipe, recipe_dict
@@ -55,6 +59,7 @@ def expand(recipe: Recipe) -> list[Stage]:
                 "base": recipe.corpus.base, "base_splits": recipe.corpus.base_splits,
                 "limit": recipe.corpus.limit, "repeat": recipe.injection.repeat,
                 "fraction": recipe.injection.fraction if arm != "control" else None,
+                **({"samples": recipe.injection.samples} if recipe.injection.samples else {}),
                 "decontaminate": recipe.injection.decontaminate,
             }, labels={"arm": arm, "seed": seed})
             arm_stage[(arm, seed)] = stage
@@ -96,7 +101,28 @@ def task_of(benchmark: str) -> str:
     return {"codetrans": "translation", "concode": "generation"}[benchmark.split("-")[0]]
 
 
+@contextlib.contextmanager
+def _stage_lock(stage: Stage, study: Path) -> Iterator[None]:
+    """Hold STUDY/stages/KEY.lock while a stage runs: a second runner on the same study (a
+    resumed run beside the workers of a killed one, two SLURM jobs) waits instead of colliding.
+    The kernel releases the lock when its holder dies."""
+    lock = stage.out(study).with_name(stage.key + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def run_stage(stage: Stage, study: Path, corpora_dir: Path | None) -> None:
+    with _stage_lock(stage, study):
+        if not stage.done(study):  # another runner may have finished it while we waited
+            _run_stage_unlocked(stage, study, corpora_dir)
+
+
+def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None) -> None:
     out = stage.out(study)
     cfg = stage.config
     if stage.kind == "inject":
@@ -105,7 +131,8 @@ def run_stage(stage: Stage, study: Path, corpora_dir: Path | None) -> None:
         run_inject(InjectConfig(
             benchmark=cfg["benchmark"], setting=cfg["setting"], seed=cfg["seed"], out=out,
             base=cfg["base"], base_splits=tuple(cfg["base_splits"]), limit=cfg["limit"],
-            repeat=cfg["repeat"], fraction=cfg["fraction"], decontaminate=cfg["decontaminate"],
+            repeat=cfg["repeat"], fraction=cfg["fraction"], samples=cfg.get("samples"),
+            decontaminate=cfg["decontaminate"],
             corpora_dir=corpora_dir))
     elif stage.kind == "tokenizer":
         from lab.tokenizer import train_tokenizer
@@ -184,31 +211,154 @@ def _write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
+EXECUTORS = ("local", "slurm", "submitit-local")
+
+
+def describe(stage: Stage) -> str:
+    labels = " ".join(f"{k}={v}" for k, v in stage.labels.items())
+    return f"{stage.kind} {labels}".strip()
+
+
+def _worker_init(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    if sys.platform.startswith("linux"):
+        # Die with the runner: a killed `lab study` must not leave workers finishing stages
+        # behind the back of the run that resumes it (PR_SET_PDEATHSIG = 1, SIGKILL).
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+
+
+class _Finished:
+    """Handle of a stage that already ran in this process (one local worker: no pool)."""
+
+    def done(self) -> bool:
+        return True
+
+    def result(self) -> None:
+        return None
+
+
+def _submitter(executor: str, workers: int, study: Path, corpora_dir: Path | None,
+               slurm: dict[str, Any] | None):
+    """(submit(stage) -> handle with done()/result(), shutdown())."""
+    if executor == "local" and workers == 1:
+        def run_here(stage: Stage) -> _Finished:
+            run_stage(stage, study, corpora_dir)
+            return _Finished()
+        return run_here, lambda: None
+    if executor == "local":
+        import multiprocessing
+        import os
+        from concurrent.futures import ProcessPoolExecutor
+
+        # Split the cores between the workers so that N stages side by side do not
+        # oversubscribe the machine (each would otherwise start one thread per core).
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_worker_init, initargs=(threads,))
+        return (lambda stage: pool.submit(run_stage, stage, study, corpora_dir),
+                lambda: pool.shutdown(wait=True, cancel_futures=True))
+    try:
+        import submitit
+    except ImportError:
+        raise LabError(f"--executor {executor}: needs submitit (pip install 'lab[slurm]')") from None
+    folder = study / "submitit"
+    if executor == "slurm":
+        pool = submitit.AutoExecutor(folder=folder, cluster="slurm")
+        pool.update_parameters(**{"timeout_min": 24 * 60, "name": "lab-study", **(slurm or {})})
+    else:
+        pool = submitit.LocalExecutor(folder=folder)
+        pool.update_parameters(timeout_min=24 * 60)
+    return (lambda stage: _SubmititHandle(pool.submit(run_stage, stage, study, corpora_dir), stage),
+            lambda: None)
+
+
+class _SubmititHandle:
+    def __init__(self, job: Any, stage: Stage):
+        self.job, self.stage = job, stage
+
+    def done(self) -> bool:
+        return self.job.done()
+
+    def result(self) -> None:
+        try:
+            self.job.result()
+        except LabError:
+            raise
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            raise LabError(f"stage {self.stage.key} failed on {type(self.job).__name__} "
+                           f"{self.job.job_id}: {first} (logs: {self.job.paths.stderr})") from None
+
+
+def _schedule(stages: list[Stage], study: Path, submit: Callable[[Stage], Any], workers: int,
+              on_event: Callable[..., None]) -> list[dict[str, Any]]:
+    """Run every unfinished stage once its inputs are finished, at most `workers` at a time."""
+    waiting = [s for s in stages if not s.done(study)]
+    running: dict[str, tuple[Stage, Any, float]] = {}
+    timings = []
+    while waiting or running:
+        for stage in list(waiting):
+            if len(running) >= workers:
+                break
+            if all(i.done(study) for i in stage.inputs):
+                waiting.remove(stage)
+                on_event("start", stage)
+                running[stage.key] = (stage, submit(stage), time.perf_counter())
+        finished = [key for key, (_s, handle, _t) in running.items() if handle.done()]
+        for key in finished:
+            stage, handle, started = running.pop(key)
+            handle.result()  # re-raises the stage's error: the study stops there
+            seconds = round(time.perf_counter() - started, 2)
+            timings.append({"stage": key, "kind": stage.kind, "seconds": seconds})
+            on_event("end", stage, seconds)
+        if not finished and running:
+            time.sleep(0.2)
+        elif not finished and not running and waiting:
+            missing = waiting[0]
+            raise LabError(f"stage {missing.key} waits for inputs that did not finish")
+    return timings
+
+
 def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_run: bool = False,
-              progress: Callable[[str], None] = print) -> dict[str, Any]:
-    """Entry point of `lab study`."""
+              executor: str = "local", workers: int = 1, slurm: dict[str, Any] | None = None,
+              on_event: Callable[..., None] | None = None) -> dict[str, Any]:
+    """Entry point of `lab study`: run the stages that are not finished, then collect results."""
     study = Path(study)
     stages = expand(recipe)
+    if executor not in EXECUTORS:
+        raise LabError(f"--executor {executor}: choose from {', '.join(EXECUTORS)}")
+    if workers < 1:
+        raise LabError(f"--workers {workers}: must be >= 1")
     if dry_run:
-        counts: dict[str, int] = {}
-        for stage in stages:
-            counts[stage.kind] = counts.get(stage.kind, 0) + 1
-        return {"stages": counts, "done": sum(s.done(study) for s in stages)}
+        from lab.study.cost import estimate
+
+        return {"stages": len(stages), "done": sum(s.done(study) for s in stages),
+                "estimate": estimate(recipe, stages, study)}
+    if study.exists() and not study.is_dir():
+        raise LabError(f"{study}: exists and is not a study directory")
     study.mkdir(parents=True, exist_ok=True)
     recorded = study / "recipe.json"
-    if recorded.is_file() and json.loads(recorded.read_text()) != recipe_dict(recipe):
-        raise LabError(f"{recorded}: the study directory holds another recipe (use a new --out)")
-    recorded.write_text(dumps_json(recipe_dict(recipe)), encoding="utf-8")
-    timings = []
-    for number, stage in enumerate(stages, 1):
-        if stage.done(study):
-            continue
-        started = time.perf_counter()
-        progress(f"[{number}/{len(stages)}] {stage.kind} {stage.labels} -> {stage.key}")
-        run_stage(stage, study, corpora_dir)
-        timings.append({"stage": stage.key, "seconds": round(time.perf_counter() - started, 2)})
+    if recorded.is_file():
+        try:
+            previous = json.loads(recorded.read_text())
+        except (OSError, ValueError) as exc:
+            raise LabError(f"{recorded}: unreadable ({exc})") from None
+        if previous != recipe_dict(recipe):
+            raise LabError(f"{recorded}: the study directory holds another recipe (use a new --out)")
+    else:
+        write_json_atomic(recorded, recipe_dict(recipe))
+    submit, shutdown = _submitter(executor, workers, study, corpora_dir, slurm)
+    try:
+        timings = _schedule(stages, study, submit, workers, on_event or (lambda *a, **k: None))
+    finally:
+        shutdown()
     results, samples = collect(recipe, stages, study)
     summary = {"study": recipe.name, "stages": len(stages), "ran": timings,
+               "executor": executor, "workers": workers,
                "results": str(results), "samples": str(samples), "environment": environment_record()}
     write_json_atomic(study / "study.json", summary)
     return summary

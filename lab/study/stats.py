@@ -118,14 +118,53 @@ def paired_within_model(injected: Sequence[float], held_out: Sequence[float]) ->
     return float(result.statistic), float(result.pvalue)
 
 
-def seeds_needed(lift: float, std: float, alpha: float = 0.05, power: float = 0.8) -> int | None:
-    """Seeds per arm for a two-sided two-sample test to detect `lift` with the observed spread
-    (normal approximation, inflated by 1/0.955 for Mann-Whitney's efficiency)."""
+ALPHA = 0.05  # every convention's significance level; the power notes use it
+POWER = 0.8
+EFFICIENCY = 0.955  # Mann-Whitney's asymptotic efficiency relative to the t-test (3/pi)
+
+
+def _normal_n(effect: float, variance_sum: float, alpha: float, power: float, sides: int) -> float:
+    """Per-group n of a two-sample z-test: (z_alpha + z_power)^2 (s1^2 + s2^2) / effect^2,
+    inflated for Mann-Whitney's efficiency."""
     from scipy.stats import norm
 
-    if lift == 0:
+    z = norm.ppf(1 - alpha / sides) + norm.ppf(power)
+    return z * z * variance_sum / effect ** 2 / EFFICIENCY
+
+
+def min_seeds(alpha: float = ALPHA, alternative: str = "two-sided") -> int:
+    """Fewest seeds per arm at which the exact test can reach alpha at all (complete
+    separation): below it no spread, however small, gives a significant result."""
+    sides = 1 if alternative == "greater" else 2
+    n = 2
+    while sides / math.comb(2 * n, n) > alpha:
+        n += 1
+    return n
+
+
+def seeds_needed(lift: float, std: float, alpha: float = ALPHA, power: float = POWER,
+                 alternative: str = "two-sided") -> int | None:
+    """Seeds per arm for the arm-vs-control test to detect `lift` with the observed spread
+    `std` (one pooled standard deviation over seeds); normal approximation, never fewer than
+    the exact test needs to reach alpha. None: no number of seeds shows this lift."""
+    if lift == 0 or (alternative == "greater" and lift < 0):
         return None
+    floor = min_seeds(alpha, alternative)
     if std == 0:
+        return floor
+    sides = 1 if alternative == "greater" else 2
+    return max(floor, math.ceil(_normal_n(abs(lift), 2 * std * std, alpha, power, sides)))
+
+
+def samples_needed(effect: float, std_injected: float, std_held_out: float, alpha: float = ALPHA,
+                   power: float = POWER) -> int | None:
+    """Samples per group for the within-model test (one-sided 'greater', as
+    paired_within_model) to detect a per-sample mean difference `effect` (injected minus
+    held-out) given each group's per-sample spread; normal approximation. None: the injected
+    samples do not score higher, so more samples would not help."""
+    if effect <= 0:
+        return None
+    variance_sum = std_injected ** 2 + std_held_out ** 2
+    if variance_sum == 0:
         return 2
-    z = norm.ppf(1 - alpha / 2) + norm.ppf(power)
-    return max(2, math.ceil(2 * (z * std / lift) ** 2 / 0.955))
+    return max(2, math.ceil(_normal_n(effect, variance_sum, alpha, power, 1)))

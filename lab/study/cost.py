@@ -1,0 +1,106 @@
+"""What a study will cost before it runs: tokens, FLOPs and a CPU-time estimate per stage kind.
+
+FLOPs follow the usual 6 x parameters x tokens for training and 2 x parameters x tokens for
+generation. Time is FLOPs over the throughput this lab reaches on a 2-core CPU box (measured with
+benchmarks/pretrain_throughput.py and benchmarks/generation.py on the tiny preset); on other
+hardware, scale the FLOPs column by its own throughput.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lab.study.recipe import Recipe
+
+CHARS_PER_TOKEN = 3.4        # byte-level BPE on Java, measured on CSN with an 8k/4k vocabulary
+CSN_DOCUMENT_CHARS = 740     # mean CSN-format Java method
+TRAIN_FLOPS_PER_SECOND = 70e9     # tiny GPT-2: 2,150 useful tokens/s at ~5.3M parameters
+GENERATE_FLOPS_PER_SECOND = 15e9  # batched greedy decoding, KV cache, tiny preset
+INJECT_SECONDS_PER_BASE_DOCUMENT = 6e-5  # 7 s for the full 120k-document corpus
+STAGE_OVERHEAD_SECONDS = {"inject": 2, "tokenizer": 5, "pretrain": 10, "finetune": 8, "evaluate": 5}
+
+
+def parameters(recipe: Recipe, model: str) -> int:
+    """Transformer parameters of a preset at the recipe's vocabulary (biases and norms included)."""
+    from lab.models import get_preset
+
+    preset = get_preset(recipe.preset)
+    d, layers, vocab = preset.hidden, preset.layers, recipe.tokenizer.vocab_size
+    positions = (preset.gpt2_max_positions or preset.max_positions) if model == "gpt2" else preset.max_positions
+    block = layers * (4 * d * d + 2 * d * preset.ffn + 9 * d + preset.ffn)
+    head = 0 if (model != "gpt2" or preset.gpt2_tie_head) else vocab * d
+    return block + vocab * d + positions * d + head
+
+
+def _benchmark_sizes(recipe: Recipe) -> dict[str, Any]:
+    """Sample counts and mean side lengths (chars) of the benchmark's splits, read from the data
+    when it is available, else the CodeTrans test split's shape."""
+    from lab.corpora import load_samples
+
+    sizes: dict[str, Any] = {}
+    for split in ("train", "test"):
+        try:
+            records = load_samples(recipe.benchmark, split).records
+        except Exception:  # an estimate should not fail for want of data: fall back
+            records = []
+        if records:
+            sizes[split] = (len(records), sum(len(s.input) for s in records) / len(records),
+                            sum(len(s.output or "") for s in records) / len(records))
+    sizes.setdefault("test", (1000, 190.0, 190.0))
+    sizes.setdefault("train", sizes["test"])
+    return sizes
+
+
+def _base_documents(recipe: Recipe) -> int:
+    import json
+
+    manifest = Path(__file__).resolve().parents[2] / "corpora" / f"{recipe.corpus.base}.json"
+    try:
+        counts = json.loads(manifest.read_text())["expected_records"]
+        total = sum(counts.get(split, 0) for split in recipe.corpus.base_splits)
+    except (OSError, ValueError, KeyError):
+        total = 120_000
+    return total
+
+
+def estimate(recipe: Recipe, stages: list[Any], study: Path) -> list[dict[str, Any]]:
+    """One row per stage kind: stages, already done, tokens, FLOPs and estimated CPU seconds."""
+    bench = _benchmark_sizes(recipe)
+    test_n, test_in, test_out = bench["test"]
+    train_n, train_in, train_out = bench["train"]
+    base_total = _base_documents(recipe)
+    arm_documents = recipe.corpus.limit or base_total
+    block = recipe.pretrain.block_size
+    corpus_tokens = arm_documents * min(CSN_DOCUMENT_CHARS / CHARS_PER_TOKEN, block)
+    rows: dict[str, dict[str, Any]] = {}
+    for stage in stages:
+        row = rows.setdefault(stage.kind, {"kind": stage.kind, "stages": 0, "done": 0, "tokens": 0.0,
+                                           "flops": 0.0, "seconds": 0.0})
+        row["stages"] += 1
+        if stage.done(study):
+            row["done"] += 1
+            continue
+        cfg, tokens, flops, seconds = stage.config, 0.0, 0.0, float(STAGE_OVERHEAD_SECONDS[stage.kind])
+        if stage.kind == "inject":
+            seconds += INJECT_SECONDS_PER_BASE_DOCUMENT * base_total
+        elif stage.kind == "tokenizer":
+            seconds += arm_documents * CSN_DOCUMENT_CHARS * 2e-7
+        elif stage.kind == "pretrain":
+            tokens = corpus_tokens * cfg["epochs"]
+            flops = 6 * parameters(recipe, cfg["model"]) * tokens
+            seconds += flops / TRAIN_FLOPS_PER_SECOND
+        elif stage.kind == "finetune":
+            examples = min(cfg["train_size"] or train_n, train_n)
+            tokens = examples * (train_in + train_out) / CHARS_PER_TOKEN * cfg["epochs"]
+            flops = 6 * parameters(recipe, stage.labels["model"]) * tokens
+            seconds += flops / TRAIN_FLOPS_PER_SECOND
+        elif stage.kind == "evaluate":
+            samples = min(cfg.get("max_samples") or test_n, test_n)
+            generated = cfg.get("max_new_tokens") or test_out / CHARS_PER_TOKEN
+            tokens = samples * (test_in / CHARS_PER_TOKEN + generated)
+            flops = 2 * parameters(recipe, stage.labels["model"]) * tokens
+            seconds += flops / GENERATE_FLOPS_PER_SECOND
+        row["tokens"] += tokens
+        row["flops"] += flops
+        row["seconds"] += seconds
+    return list(rows.values())
