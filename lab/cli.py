@@ -243,7 +243,7 @@ def study(
     if report:
         from lab.study.report import run_report
 
-        result = run_report(folder, parsed.statistics.convention)
+        result = run_report(folder)  # the recipe's convention and alpha
         console.print(result["markdown"], markup=False)
         console.print(f"figure: {', '.join(str(p) for p in result['figure'])}")
 
@@ -295,11 +295,17 @@ def _run_with_progress(recipe: Any, folder: Path, corpora: Optional[Path], execu
                          on_event=on_event)
 
 
+ConventionOption = typer.Option(
+    None, help="exact-two-sided, study-tables, replication-package, exact-greater "
+               "(default: the study's recipe).")
+AlphaOption = typer.Option(None, help="Significance level (default: the study's recipe).")
+
+
 @app.command()
 def stats(
     study: Path = typer.Argument(..., help="A study directory made by lab study."),
-    convention: str = typer.Option("exact-two-sided",
-                                   help="exact-two-sided, study-tables, replication-package, exact-greater."),
+    convention: Optional[str] = ConventionOption,
+    alpha: Optional[float] = AlphaOption,
     fmt: str = typer.Option("table", "--format", help="table (rich), md, csv or json."),
 ) -> None:
     """Per cell: every arm over seeds, each arm vs the control, power, injected vs held-out."""
@@ -307,7 +313,7 @@ def stats(
 
     if fmt not in ("table", "md", "csv", "json"):
         raise LabError(f"--format {fmt}: choose from table, md, csv, json")
-    result = run_stats(study, convention)
+    result = run_stats(study, convention, alpha)
     if fmt == "table":
         rows = [dict(zip(result["header"], row)) for row in result["rows"]]
         console.print(_table(result["title"], rows, result["header"]))
@@ -322,14 +328,14 @@ def stats(
 @app.command()
 def report(
     study: Path = typer.Argument(..., help="A study directory made by lab study."),
-    convention: str = typer.Option("exact-two-sided",
-                                   help="exact-two-sided, study-tables, replication-package, exact-greater."),
+    convention: Optional[str] = ConventionOption,
+    alpha: Optional[float] = AlphaOption,
     metric: str = typer.Option("bleu", help="Metric of the decay figure."),
 ) -> None:
     """Paper-style tables (Markdown, LaTeX, CSV), stats.json and the contamination-decay figure."""
     from lab.study.report import run_report
 
-    result = run_report(study, convention, metric)
+    result = run_report(study, convention, metric, alpha)
     # soft_wrap: Markdown rows wider than the terminal stay one line each.
     console.print(result["markdown"], markup=False, highlight=False, soft_wrap=True)
     # Paths stay whole (no wrapping), the figure last: what to open next.

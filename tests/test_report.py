@@ -41,8 +41,9 @@ def write_study(root: Path, arms: dict[str, list[float]], epochs: tuple[int, ...
                     continue
                 for group, shift in (("injected", 10.0), ("held_out", 0.0)):
                     scores = [max(0.0, rng.gauss(bleu + shift, 4.0)) for _ in range(samples_per_group)]
+                    # A corpus-level metric is not the mean of per-sample scores: offset it.
                     results.append({**base, "group": group, "samples": samples_per_group,
-                                    "bleu": sum(scores) / len(scores), "em": 0.0})
+                                    "bleu": sum(scores) / len(scores) + 0.5, "em": 0.0})
                     samples += [{**base, "id": f"{group}-{i}", "group": group, "score_bleu": s,
                                  "score_em": float(s > bleu + 5)} for i, s in enumerate(scores)]
     for name, rows in (("results.csv", results), ("samples.csv", samples)):
@@ -90,6 +91,9 @@ def test_every_arm_effect_sizes_power_and_the_within_model_test(tmp_path):
     pooled = ((paired["std"] ** 2 + control["std"] ** 2) / 2) ** 0.5
     assert paired["seeds_for_power"] == seeds_needed(4.1, pooled, alternative="greater")
     assert paired["injected"] > paired["held_out"] + 5 and paired["p_within"] < 1e-6
+    # The columns show the groups' corpus-level metric (results.csv), the test uses samples.
+    assert paired["injected"] == pytest.approx(paired["injected_sample_mean"] + 0.5)
+    assert paired["held_out"] == pytest.approx(paired["held_out_sample_mean"] + 0.5)
     assert paired["injected_samples"] == paired["held_out_samples"] == 100  # 5 seeds x 20
     assert paired["samples_for_power"] >= 2
 
@@ -116,6 +120,31 @@ def test_report_with_a_control_and_a_split_half_arm(tmp_path):
     assert "injected" not in _cell(report["cells"], "input-only")
     assert "seeds for 80% power" in report["markdown"]
     assert report["figure"][0].name == "decay-bleu.png" and report["figure"][0].stat().st_size > 0
+
+
+def test_convention_and_alpha_come_from_the_recipe_and_mark_significance(tmp_path):
+    study = write_study(tmp_path / "s", {"control": CONTROL, "paired": PAIRED,
+                                         "input-only": [v - 6 for v in CONTROL]})
+    (study / "recipe.json").write_text(json.dumps(
+        {"statistics": {"convention": "replication-package", "alpha": 0.001}}))
+    result = run_stats(study)
+    paired, lower = _cell(result["cells"]), _cell(result["cells"], "input-only")
+    assert paired["convention"] == "replication-package" and paired["alpha"] == 0.001
+    assert paired["p"] == pytest.approx(0.003968, rel=1e-3)
+    row = next(r for r in result["rows"] if r[5] == "paired" and r[2] == "bleu" and r[3] == "0")
+    assert "0.003968" in row and "0.003968*" not in row  # above alpha = 0.001: no star
+    assert "alpha = 0.001" in result["note"]
+    # Given alpha and convention override the recipe; a significant drop is named as such.
+    result = run_stats(study, "exact-two-sided", alpha=0.05)
+    rows = {(r[5], r[2], r[3]): r for r in result["rows"]}
+    assert "0.007937*" in rows[("paired", "bleu", "0")]
+    # Both means are below the score floor there: flagged too.
+    assert "0.007937* (lower) †" in rows[("input-only", "bleu", "0")]
+    (study / "recipe.json").write_text("{not json")
+    with pytest.raises(LabError, match="recipe.json: unreadable"):
+        run_stats(study)
+    with pytest.raises(LabError, match="alpha 2.0"):
+        run_stats(study, "exact-two-sided", alpha=2.0)
 
 
 def test_unknown_metric_and_convention(tmp_path):

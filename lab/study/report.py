@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -86,6 +87,10 @@ def _std(values: list[float]) -> float | None:
     return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
+def _mean(values: list[float], fallback: float) -> float:
+    return sum(values) / len(values) if values else fallback
+
+
 def _scores(samples: list[dict[str, Any]], metric: str) -> list[float]:
     return [s[f"score_{metric}"] for s in samples if s.get(f"score_{metric}") is not None]
 
@@ -94,20 +99,38 @@ def _size_order(size: str) -> tuple[int, int, str]:
     return (0, int(size), "") if size.isdigit() else (1, 0, size)
 
 
-def study_stats(study: Path, convention: str = "exact-two-sided", include_control: bool = False
-                ) -> list[dict[str, Any]]:
-    """One record per cell and arm: the contaminated arms, and with include_control the control
-    too (its mean and spread only)."""
+def _settings(study: Path, convention: str | None, alpha: float | None) -> tuple[str, float]:
+    """The test convention and alpha: as given, else the study's recipe (STUDY/recipe.json),
+    else the lab's defaults."""
+    recorded: dict[str, Any] = {}
+    recipe = study / "recipe.json"
+    if (convention is None or alpha is None) and recipe.is_file():
+        try:
+            recorded = json.loads(recipe.read_text(encoding="utf-8")).get("statistics") or {}
+        except (OSError, ValueError, AttributeError):
+            raise LabError(f"{recipe}: unreadable (not the JSON lab study writes)") from None
+    convention = convention or recorded.get("convention") or "exact-two-sided"
+    alpha = alpha if alpha is not None else recorded.get("alpha", ALPHA)
     if convention not in CONVENTIONS:
         raise LabError(f"statistics convention '{convention}': choose from {', '.join(CONVENTIONS)}")
-    alternative = CONVENTIONS[convention][0]
+    if not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+        raise LabError(f"statistics alpha {alpha!r}: expected a number in (0, 1)")
+    return convention, float(alpha)
+
+
+def study_stats(study: Path, convention: str | None = None, include_control: bool = False,
+                alpha: float | None = None) -> list[dict[str, Any]]:
+    """One record per cell and arm: the contaminated arms, and with include_control the control
+    too (its mean and spread only). Convention and alpha default to the study's recipe."""
     study = Path(study)
     if not study.is_dir():
         raise LabError(f"{study}: " + ("not a directory" if study.exists() else
                                        "no such study directory"))
+    convention, alpha = _settings(study, convention, alpha)
+    alternative = CONVENTIONS[convention][0]
     results = study / RESULTS
-    rows = [r for r in _read_csv(results, LABELS, lambda c: c not in NOT_METRICS)
-            if r["group"] == "all"]
+    every_group = _read_csv(results, LABELS, lambda c: c not in NOT_METRICS)
+    rows = [r for r in every_group if r["group"] == "all"]
     if not rows:
         raise LabError(f"{results}: the study has no finished runs")
     metrics = [c for c in rows[0] if c not in NOT_METRICS and not c.startswith("codebleu_")]
@@ -119,6 +142,12 @@ def study_stats(study: Path, convention: str = "exact-two-sided", include_contro
     runs: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         runs[(r["model"], r["task"], int(r["epochs"]), r["train_size"])][r["arm"]].append(r)
+    # Split-half groups as whole-corpus metrics (the same metric as the arm's own score), per run.
+    group_runs: dict[tuple, list] = defaultdict(list)
+    for r in every_group:
+        if r["group"] in ("injected", "held_out"):
+            group_runs[(r["model"], r["task"], int(r["epochs"]), r["train_size"], r["arm"],
+                        r["group"])].append(r)
     per_sample: dict[tuple, list] = defaultdict(list)
     for s in samples:
         per_sample[(s["model"], s["task"], int(s["epochs"]), s["train_size"], s["arm"],
@@ -137,7 +166,8 @@ def study_stats(study: Path, convention: str = "exact-two-sided", include_contro
                 values = [r[metric] for r in runs[key][arm] if r[metric] is not None]
                 cell: dict[str, Any] = {"model": model, "task": task, "metric": metric,
                                         "epochs": epochs, "train_size": size, "arm": arm,
-                                        "convention": convention, "seeds": len(values)}
+                                        "convention": convention, "alpha": alpha,
+                                        "seeds": len(values)}
                 if values:
                     cell.update(mean=sum(values) / len(values), std=_std(values))
                 if arm == "control":
@@ -156,17 +186,24 @@ def study_stats(study: Path, convention: str = "exact-two-sided", include_contro
                     spreads = [s for s in (cell["std"], cell["control_std"]) if s is not None]
                     if spreads:  # pooled over the two arms (equal seeds assumed)
                         pooled = math.sqrt(sum(s * s for s in spreads) / len(spreads))
-                        cell["seeds_for_power"] = seeds_needed(result.lift, pooled, ALPHA, POWER,
+                        cell["seeds_for_power"] = seeds_needed(result.lift, pooled, alpha, POWER,
                                                                alternative)
                 injected = _scores(per_sample[key + (arm, "injected")], metric)
                 held = _scores(per_sample[key + (arm, "held_out")], metric)
                 if injected and held:
+                    # The test and its power use per-sample scores; the columns show the
+                    # corpus-level metric of each group (mean over seeds), like the arm's score.
                     _u, p_within = paired_within_model(injected, held)
                     mean_i, mean_h = sum(injected) / len(injected), sum(held) / len(held)
-                    cell.update(injected=mean_i, held_out=mean_h, injected_samples=len(injected),
-                                held_out_samples=len(held), p_within=p_within,
-                                samples_for_power=samples_needed(
-                                    mean_i - mean_h, _std(injected) or 0.0, _std(held) or 0.0))
+                    corpus = {g: [r[metric] for r in group_runs[key + (arm, g)]
+                                  if r.get(metric) is not None] for g in ("injected", "held_out")}
+                    cell.update(injected=_mean(corpus["injected"], mean_i),
+                                held_out=_mean(corpus["held_out"], mean_h),
+                                injected_sample_mean=mean_i, held_out_sample_mean=mean_h,
+                                injected_samples=len(injected), held_out_samples=len(held),
+                                p_within=p_within, samples_for_power=samples_needed(
+                                    mean_i - mean_h, _std(injected) or 0.0, _std(held) or 0.0,
+                                    alpha))
                 cells.append(cell)
     tested = [i for i, c in enumerate(cells) if "p" in c]
     for i, adjusted in zip(tested, holm([cells[i]["p"] for i in tested])):
@@ -193,8 +230,19 @@ def _lift(cell: dict[str, Any]) -> str:
     return f"{cell['lift']:+.2f} [{cell['lift_ci_low']:+.2f}, {cell['lift_ci_high']:+.2f}]"
 
 
+def _significant(cell: dict[str, Any], key: str, spec: str) -> str:
+    """A p-value, starred at or below the study's alpha; a significant difference in the wrong
+    direction (the arm below the control) says so, since a two-sided test fires either way."""
+    text = _num(cell, key, spec)
+    if cell.get(key) is not None and cell[key] <= cell["alpha"]:
+        text += "*"
+        if key != "p_within" and cell.get("lift", 0) < 0:
+            text += " (lower)"
+    return text
+
+
 def _p(cell: dict[str, Any]) -> str:
-    return _num(cell, "p", ".4g") + (" †" if cell.get("below_floor") else "")
+    return _significant(cell, "p", ".4g") + (" †" if cell.get("below_floor") else "")
 
 
 # (header, formatter) of the two tables: the paper-style one of lab report, the full one of
@@ -205,19 +253,20 @@ PAPER_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("train size", lambda c: c["train_size"] or "all"), ("arm", lambda c: c["arm"]),
     ("experimental", lambda c: _mean_std(c, "mean", "std")),
     ("control", lambda c: _mean_std(c, "control", "control_std")),
-    ("p", _p), ("p (Holm)", lambda c: _num(c, "p_holm", ".4g")),
+    ("p", _p), ("p (Holm)", lambda c: _significant(c, "p_holm", ".4g")),
     ("seeds for 80% power", lambda c: _num(c, "seeds_for_power", "d")),
     ("injected", lambda c: _num(c, "injected")), ("held-out", lambda c: _num(c, "held_out")),
-    ("p (within)", lambda c: _num(c, "p_within", ".2g")),
+    ("p (within)", lambda c: _significant(c, "p_within", ".2g")),
 ]
 STATS_COLUMNS = PAPER_COLUMNS[:6] + [
     ("seeds", lambda c: str(c["seeds"])), ("mean ± std", lambda c: _mean_std(c, "mean", "std")),
     ("control", lambda c: _mean_std(c, "control", "control_std")), ("lift [95% CI]", _lift),
-    ("U", lambda c: _num(c, "u", "g")), ("p", _p), ("p (Holm)", lambda c: _num(c, "p_holm", ".4g")),
+    ("U", lambda c: _num(c, "u", "g")), ("p", _p),
+    ("p (Holm)", lambda c: _significant(c, "p_holm", ".4g")),
     ("Cliff's delta", lambda c: _num(c, "cliffs_delta")), ("A12", lambda c: _num(c, "a12")),
     ("seeds for 80% power", lambda c: _num(c, "seeds_for_power", "d")),
     ("injected", lambda c: _num(c, "injected")), ("held-out", lambda c: _num(c, "held_out")),
-    ("p (within)", lambda c: _num(c, "p_within", ".2g")),
+    ("p (within)", lambda c: _significant(c, "p_within", ".2g")),
     ("samples for 80% power", lambda c: _num(c, "samples_for_power", "d")),
 ]
 
@@ -234,11 +283,14 @@ def _test_name(cells: list[dict[str, Any]]) -> str:
 
 def _note(cells: list[dict[str, Any]], within_power: bool) -> str:
     alternative = CONVENTIONS[cells[0]["convention"] if cells else "exact-two-sided"][0]
+    alpha = cells[0]["alpha"] if cells else ALPHA
     sides = "one-sided" if alternative == "greater" else "two-sided"
     note = (f"Arm vs control over seeds: {_test_name(cells)}; Holm across the table's cells; "
-            "'-' where the study has no control arm. Within: injected vs held-out samples of the "
-            f"same models, {WITHIN_TEST}. Seeds for 80% power: the seeds per arm at which a "
-            f"{sides} test at alpha {ALPHA} would detect the observed lift with 80% "
+            "'-' where the study has no control arm. Injected, held-out: the metric on each "
+            "half of a split-half arm's test samples (mean over seeds). Within: injected vs "
+            f"held-out per-sample scores of the same models, {WITHIN_TEST}. * p <= alpha "
+            f"= {alpha}; '(lower)': significant with the arm below the control. Seeds for 80% "
+            f"power: the seeds per arm at which a {sides} test at alpha {alpha} would detect the observed lift with 80% "
             "probability given the observed spread over seeds (normal approximation, Mann-Whitney "
             "efficiency 0.955, never below what the exact test needs to reach alpha at all).")
     if within_power:
@@ -329,10 +381,11 @@ def _panel(ax: Any, series: list[dict[str, Any]], arm: str, metric: str) -> None
         twin = ax.twinx()
         twin.plot([e for e, _ in points], [max(p, 1e-300) for _, p in points], ":o", ms=4,
                   color="tab:red", label=p_label)
-        twin.axhline(ALPHA, color="tab:red", lw=0.6, alpha=0.6, label=f"alpha = {ALPHA}")
+        alpha = series[0]["alpha"]
+        twin.axhline(alpha, color="tab:red", lw=0.6, alpha=0.6, label=f"alpha = {alpha}")
         if p_key == "p_within":  # per-sample tests reach tiny p: a log axis keeps them visible
             twin.set_yscale("log")
-            twin.set_ylim(max(min(min(p for _, p in points), ALPHA) / 10, 1e-300), 1.5)
+            twin.set_ylim(max(min(min(p for _, p in points), alpha) / 10, 1e-300), 1.5)
         else:
             twin.set_ylim(0, 1)
         twin.set_ylabel(p_label, color="tab:red")
@@ -385,7 +438,7 @@ def decay_figure(cells: list[dict[str, Any]], metric: str, out_base: Path) -> li
 
 # ---- entry points -------------------------------------------------------------------------
 
-def _write_stats(study: Path, convention: str, cells: list[dict[str, Any]]) -> Path:
+def _write_stats(study: Path, cells: list[dict[str, Any]]) -> Path:
     """STUDY/report/stats.json, written whole or not at all."""
     folder = Path(study) / "report"
     try:
@@ -393,19 +446,21 @@ def _write_stats(study: Path, convention: str, cells: list[dict[str, Any]]) -> P
     except OSError as exc:
         raise LabError(f"{folder}: cannot create ({exc.strerror or exc})") from None
     path = folder / "stats.json"
+    convention, alpha = cells[0]["convention"], cells[0]["alpha"]
     alternative, method = CONVENTIONS[convention]
     write_json_atomic(path, {"convention": convention,
                              "test": f"Mann-Whitney U, {alternative}, {method}",
-                             "within_test": WITHIN_TEST, "alpha": ALPHA, "power": POWER,
+                             "within_test": WITHIN_TEST, "alpha": alpha, "power": POWER,
                              "cells": cells})
     return path
 
 
-def run_stats(study: Path, convention: str = "exact-two-sided") -> dict[str, Any]:
+def run_stats(study: Path, convention: str | None = None, alpha: float | None = None
+              ) -> dict[str, Any]:
     """Entry point of `lab stats`: every arm per cell, the tests, effect sizes and power notes;
-    writes STUDY/report/stats.json."""
-    cells = study_stats(study, convention, include_control=True)
-    path = _write_stats(study, convention, cells)
+    writes STUDY/report/stats.json. Convention and alpha default to the study's recipe."""
+    cells = study_stats(study, convention, include_control=True, alpha=alpha)
+    path = _write_stats(study, cells)
     header, rows = _rows(cells, STATS_COLUMNS)
     note = _note(cells, within_power=True)
     return {"cells": cells, "json": path, "title": f"{Path(study)}: {_test_name(cells)}",
@@ -413,14 +468,15 @@ def run_stats(study: Path, convention: str = "exact-two-sided") -> dict[str, Any
             "csv": _csv(header, rows, _test_name(cells))}
 
 
-def run_report(study: Path, convention: str = "exact-two-sided", metric: str = "bleu"
-               ) -> dict[str, Any]:
-    """Entry point of `lab report`: tables (md, tex, csv), stats.json and the decay figure."""
+def run_report(study: Path, convention: str | None = None, metric: str = "bleu",
+               alpha: float | None = None) -> dict[str, Any]:
+    """Entry point of `lab report`: tables (md, tex, csv), stats.json and the decay figure.
+    Convention and alpha default to the study's recipe."""
     study = Path(study)
-    cells = study_stats(study, convention, include_control=True)
+    cells = study_stats(study, convention, include_control=True, alpha=alpha)
     _plotted(cells, metric)  # an unknown --metric fails before anything is written
     written = []
-    path = _write_stats(study, convention, cells)
+    path = _write_stats(study, cells)
     rendered = tables(cells)
     for suffix, text in rendered.items():
         written.append(study / "report" / f"table.{suffix}")

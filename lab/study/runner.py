@@ -13,6 +13,7 @@ import csv
 import fcntl
 import hashlib
 import json
+import os
 import signal
 import sys
 import time
@@ -116,7 +117,12 @@ def _stage_lock(stage: Stage, study: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def run_stage(stage: Stage, study: Path, corpora_dir: Path | None) -> None:
+def run_stage(stage: Stage, study: Path, corpora_dir: Path | None, threads: int | None = None
+              ) -> None:
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
     with _stage_lock(stage, study):
         if not stage.done(study):  # another runner may have finished it while we waited
             _run_stage_unlocked(stage, study, corpora_dir)
@@ -219,10 +225,7 @@ def describe(stage: Stage) -> str:
     return f"{stage.kind} {labels}".strip()
 
 
-def _worker_init(threads: int) -> None:
-    import torch
-
-    torch.set_num_threads(threads)
+def _worker_init() -> None:
     if sys.platform.startswith("linux"):
         # Die with the runner: a killed `lab study` must not leave workers finishing stages
         # behind the back of the run that resumes it (PR_SET_PDEATHSIG = 1, SIGKILL).
@@ -243,23 +246,19 @@ class _Finished:
 
 def _submitter(executor: str, workers: int, study: Path, corpora_dir: Path | None,
                slurm: dict[str, Any] | None):
-    """(submit(stage) -> handle with done()/result(), shutdown())."""
+    """(submit(stage, threads) -> handle with done()/result(), shutdown())."""
     if executor == "local" and workers == 1:
-        def run_here(stage: Stage) -> _Finished:
+        def run_here(stage: Stage, _threads: int) -> _Finished:
             run_stage(stage, study, corpora_dir)
             return _Finished()
         return run_here, lambda: None
     if executor == "local":
         import multiprocessing
-        import os
         from concurrent.futures import ProcessPoolExecutor
 
-        # Split the cores between the workers so that N stages side by side do not
-        # oversubscribe the machine (each would otherwise start one thread per core).
-        threads = max(1, (os.cpu_count() or 1) // workers)
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_worker_init, initargs=(threads,))
-        return (lambda stage: pool.submit(run_stage, stage, study, corpora_dir),
+                                   initializer=_worker_init)
+        return (lambda stage, threads: pool.submit(run_stage, stage, study, corpora_dir, threads),
                 lambda: pool.shutdown(wait=True, cancel_futures=True))
     try:
         import submitit
@@ -272,7 +271,8 @@ def _submitter(executor: str, workers: int, study: Path, corpora_dir: Path | Non
     else:
         pool = submitit.LocalExecutor(folder=folder)
         pool.update_parameters(timeout_min=24 * 60)
-    return (lambda stage: _SubmititHandle(pool.submit(run_stage, stage, study, corpora_dir), stage),
+    return (lambda stage, _threads: _SubmititHandle(pool.submit(run_stage, stage, study, corpora_dir),
+                                                   stage),
             lambda: None)
 
 
@@ -294,20 +294,23 @@ class _SubmititHandle:
                            f"{self.job.job_id}: {first} (logs: {self.job.paths.stderr})") from None
 
 
-def _schedule(stages: list[Stage], study: Path, submit: Callable[[Stage], Any], workers: int,
+def _schedule(stages: list[Stage], study: Path, submit: Callable[[Stage, int], Any], workers: int,
               on_event: Callable[..., None]) -> list[dict[str, Any]]:
     """Run every unfinished stage once its inputs are finished, at most `workers` at a time."""
     waiting = [s for s in stages if not s.done(study)]
     running: dict[str, tuple[Stage, Any, float]] = {}
     timings = []
+    cores = os.cpu_count() or 1
     while waiting or running:
-        for stage in list(waiting):
-            if len(running) >= workers:
-                break
-            if all(i.done(study) for i in stage.inputs):
-                waiting.remove(stage)
-                on_event("start", stage)
-                running[stage.key] = (stage, submit(stage), time.perf_counter())
+        ready = [s for s in waiting if all(i.done(study) for i in s.inputs)]
+        launch = ready[: max(0, workers - len(running))]
+        # The cores are shared by the stages that will run side by side: a lone stage (the
+        # pre-training that every fine-tuning waits for) gets them all, N at once get 1/N each.
+        threads = max(1, cores // max(1, len(running) + len(launch)))
+        for stage in launch:
+            waiting.remove(stage)
+            on_event("start", stage)
+            running[stage.key] = (stage, submit(stage, threads), time.perf_counter())
         finished = [key for key, (_s, handle, _t) in running.items() if handle.done()]
         for key in finished:
             stage, handle, started = running.pop(key)
