@@ -12,7 +12,8 @@ from lab.study.recipe import load_recipe
 @pytest.fixture
 def recipe_file(tmp_path):
     path = tmp_path / "r.yaml"
-    path.write_text("name: t\narms: [control, paired]\nseeds: [0, 1]\nfinetune:\n  epochs: [0, 1]\n")
+    path.write_text("name: t\narms: [control, paired]\nseeds: [0, 1]\nfinetune:\n  epochs: [0, 1]\n"
+                    "corpus:\n  limit: 1000\ninjection:\n  samples: 200\n  repeat: 3\n")
     return path
 
 
@@ -24,7 +25,11 @@ def test_valid_recipe_and_defaults(recipe_file):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("finetune.epochs=[0, 1, ten]", "finetune.epochs[2]: expected int, got 'ten'"),
+    ("finetune.epochs=[0, 1, ten]", "finetune.epochs[2]: expected int >= 0, got 'ten'"),
+    ("finetune.train_sizes=[many]", "finetune.train_sizes[0]: expected int >= 1 or null"),
+    ("seeds=[0, x]", "seeds[1]: expected int, got 'x'"),
+    ("corpus.limit=500", "corpus.limit: 500 documents cannot take 600 injected ones"),
+    ("arms=[control, unpaired]", "corpus.limit: 1000 documents cannot take 1200 injected ones"),
     ("finetune.epochs=[0, -1]", "finetune.epochs[1]: expected int >= 0"),
     ("bogus=1", "bogus: unknown key"),
     ("pretrain.warmup=3", "pretrain.warmup: unknown key"),

@@ -35,6 +35,8 @@ def write_study(root: Path, arms: dict[str, list[float]], epochs: tuple[int, ...
                 base = dict(zip(LABELS, ["s", "codetrans", "translation", "gpt2", arm, seed, epoch,
                                          "", f"evaluate-{arm}-{seed}-{epoch}"]))
                 bleu = value - epoch
+                base.update(injected_token_fraction=0.0 if arm == "control" else 0.25 + seed / 100,
+                            pretrain_loss=2.0)
                 results.append({**base, "group": "all", "samples": 2 * samples_per_group,
                                 "bleu": bleu, "em": bleu / 2})
                 if arm not in split_half:
@@ -83,6 +85,9 @@ def test_every_arm_effect_sizes_power_and_the_within_model_test(tmp_path):
     study = write_study(tmp_path / "s", {"control": CONTROL, "paired": PAIRED})
     cells = run_stats(study, "replication-package")["cells"]
     control, paired = _cell(cells, "control"), _cell(cells)
+    # Mean over the seeds' runs (0.25 + seed / 100 for seeds 0-4), as read from results.csv.
+    assert paired["injected_token_fraction"] == pytest.approx(0.27)
+    assert control["injected_token_fraction"] == 0.0 and paired["pretrain_loss"] == 2.0
     assert control["seeds"] == 5 and control["mean"] == pytest.approx(2.9)
     assert "p" not in control and "injected" not in control
     assert paired["mean"] == pytest.approx(7.0) and paired["control"] == pytest.approx(2.9)
@@ -105,8 +110,15 @@ def test_report_without_a_control_arm(tmp_path):
     cell = _cell(report["cells"])
     assert "p" not in cell and "control" not in cell and cell["std"] is None
     assert cell["p_within"] < 0.05
+    # Without a control arm the table drops the columns it cannot fill (the CSV keeps them).
+    header = report["markdown"].splitlines()[0]
+    assert header == ("| model | task | metric | epochs | arm | injected tokens | experimental | "
+                      "injected | held-out | p (within) |")
     row = next(line for line in report["markdown"].splitlines() if "| 0 | paired |" in line)
-    assert row.split(" | ")[5:8] == ["30.00", "-", "-"]  # experimental, control, p
+    assert row.split(" | ")[5:7] == ["25.0%", "30.00"]  # the injected share is in every row
+    csv_header = (study / "report" / "table.csv").read_text().splitlines()[0]
+    assert "control" in csv_header and "p (Holm)" in csv_header
+    assert (study / "report" / "table.tex").read_text().startswith("\\begin{tabular}{lllrlrrrrr}")
     assert all(p.stat().st_size > 0 for p in report["figure"] + report["tables"])
     stats = run_stats(study)
     assert [c["arm"] for c in stats["cells"]] == ["paired"] * 6  # 2 metrics x 3 epochs

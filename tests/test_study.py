@@ -73,6 +73,9 @@ def test_study_killed_midway_resumes_to_the_same_results(tmp_path):
     # Resumed with the local pool: two worker processes, one thread each.
     resumed = run_study(recipe, killed, workers=2)
     assert resumed["workers"] == 2 and 0 < len(resumed["ran"]) < 25
+    # Worker processes write each stage's output to its own log, not over the progress display.
+    logs = "".join(p.read_text() for p in (killed / "stages").glob("finetune-*.log"))
+    assert "'train_runtime'" in logs  # the Trainer's summary line of a fine-tuning stage
     assert Path(resumed["results"]).read_text() == Path(reference["results"]).read_text()
     assert Path(resumed["samples"]).read_text() == Path(reference["samples"]).read_text()
 

@@ -8,6 +8,7 @@ keys, wrong types and impossible values are refused with the key's path, for exa
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -53,8 +54,9 @@ class PretrainSection:
 
 @dataclass
 class FinetuneSection:
-    epochs: list[int] = field(default_factory=lambda: [0])
-    train_sizes: list[int | None] = field(default_factory=lambda: [None])
+    epochs: list[int] = field(default_factory=lambda: [0], metadata={"expect": "int >= 0"})
+    train_sizes: list[int | None] = field(default_factory=lambda: [None],
+                                          metadata={"expect": "int >= 1 or null"})
     lr: float = 5e-4
     batch_size: int = 8
     select: str = "last"
@@ -96,20 +98,21 @@ def _type_name(kind: Any) -> str:
     return getattr(kind, "__name__", str(kind).replace("typing.", ""))
 
 
-def _convert(value: Any, kind: Any, path: str) -> Any:
-    """Check `value` against the annotation `kind`, recursing into lists and sections."""
+def _convert(value: Any, kind: Any, path: str, expect: str | None = None) -> Any:
+    """Check `value` against the annotation `kind`, recursing into lists and sections; `expect`
+    names what a scalar must be where the type alone says too little ("int >= 0")."""
     origin = typing.get_origin(kind)
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(kind)
         if value is None and type(None) in options:
             return None
         inner = [o for o in options if o is not type(None)]
-        return _convert(value, inner[0], path)
+        return _convert(value, inner[0], path, expect)
     if origin is list:
         if not isinstance(value, list):
             raise LabError(f"{path}: expected a list, got {value!r}")
         (item,) = typing.get_args(kind)
-        return [_convert(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [_convert(v, item, f"{path}[{i}]", expect) for i, v in enumerate(value)]
     if dataclasses.is_dataclass(kind):
         if not isinstance(value, dict):
             raise LabError(f"{path}: expected a mapping, got {value!r}")
@@ -120,7 +123,7 @@ def _convert(value: Any, kind: Any, path: str) -> Any:
         return value
     if kind is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise LabError(f"{path}: expected int, got {value!r}")
+            raise LabError(f"{path}: expected {expect or 'int'}, got {value!r}")
         return value
     if kind is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -135,12 +138,14 @@ def _convert(value: Any, kind: Any, path: str) -> Any:
 
 def _build(cls: Any, data: dict[str, Any], prefix: str = "") -> Any:
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    names = set(fields)
     for key in data:
         if key not in names:
             where = f"{prefix}.{key}" if prefix else str(key)
             raise LabError(f"{where}: unknown key (known: {', '.join(sorted(names))})")
-    values = {key: _convert(value, hints[key], f"{prefix}.{key}" if prefix else key)
+    values = {key: _convert(value, hints[key], f"{prefix}.{key}" if prefix else key,
+                            fields[key].metadata.get("expect"))
               for key, value in data.items()}
     return cls(**values)
 
@@ -190,6 +195,16 @@ def _check(recipe: Recipe) -> None:
         fail("injection.samples", f"expected int >= 1 or null, got {recipe.injection.samples}")
     if recipe.corpus.limit is not None and recipe.corpus.limit < 1:
         fail("corpus.limit", f"expected int >= 1 or null, got {recipe.corpus.limit}")
+    if recipe.corpus.limit is not None and recipe.injection.samples is not None:
+        # Every injected document replaces a base document: an arm cannot inject more
+        # documents than it holds (unpaired injects two per sample).
+        share = recipe.injection.fraction or 1.0
+        per_sample = max((2 if arm == "unpaired" else 1) for arm in recipe.arms if arm != "control") \
+            if any(arm != "control" for arm in recipe.arms) else 0
+        documents = math.ceil(recipe.injection.samples * share) * recipe.injection.repeat * per_sample
+        if documents >= recipe.corpus.limit:
+            fail("corpus.limit", f"{recipe.corpus.limit} documents cannot take {documents} injected "
+                 "ones (injection.samples x fraction x repeat, x2 for unpaired); raise the limit")
     if recipe.statistics.convention not in CONVENTIONS:
         fail("statistics.convention", f"choose from {', '.join(CONVENTIONS)}")
     if recipe.finetune.select not in ("last", "best"):

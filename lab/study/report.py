@@ -26,7 +26,8 @@ SCORE_FLOOR = 5.0  # below this (BLEU-like 0-100) a lift says little: the cell i
 LABELS = ("model", "task", "arm", "seed", "epochs", "train_size", "group")  # results.csv must have
 SAMPLE_LABELS = ("model", "task", "arm", "epochs", "train_size", "group")   # samples.csv must have
 NOT_METRICS = {"study", "benchmark", "task", "model", "arm", "seed", "epochs", "train_size",
-               "stage", "group", "samples", "id"}
+               "stage", "group", "samples", "id", "injected_token_fraction", "pretrain_loss"}
+RUN_NUMBERS = {"injected_token_fraction", "pretrain_loss"}  # numeric, but not metrics
 WITHIN_TEST = "Mann-Whitney U, greater, asymptotic"
 
 
@@ -129,7 +130,7 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
     convention, alpha = _settings(study, convention, alpha)
     alternative = CONVENTIONS[convention][0]
     results = study / RESULTS
-    every_group = _read_csv(results, LABELS, lambda c: c not in NOT_METRICS)
+    every_group = _read_csv(results, LABELS, lambda c: c in RUN_NUMBERS or c not in NOT_METRICS)
     rows = [r for r in every_group if r["group"] == "all"]
     if not rows:
         raise LabError(f"{results}: the study has no finished runs")
@@ -170,6 +171,10 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
                                         "seeds": len(values)}
                 if values:
                     cell.update(mean=sum(values) / len(values), std=_std(values))
+                for column in ("injected_token_fraction", "pretrain_loss"):  # older studies lack them
+                    known = [r[column] for r in runs[key][arm] if r.get(column) is not None]
+                    if known:
+                        cell[column] = sum(known) / len(known)
                 if arm == "control":
                     cells.append(cell)
                     continue
@@ -251,6 +256,7 @@ PAPER_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("model", lambda c: c["model"]), ("task", lambda c: c["task"]),
     ("metric", lambda c: c["metric"]), ("epochs", lambda c: str(c["epochs"])),
     ("train size", lambda c: c["train_size"] or "all"), ("arm", lambda c: c["arm"]),
+    ("injected tokens", lambda c: _num(c, "injected_token_fraction", ".1%")),
     ("experimental", lambda c: _mean_std(c, "mean", "std")),
     ("control", lambda c: _mean_std(c, "control", "control_std")),
     ("p", _p), ("p (Holm)", lambda c: _significant(c, "p_holm", ".4g")),
@@ -258,8 +264,9 @@ PAPER_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("injected", lambda c: _num(c, "injected")), ("held-out", lambda c: _num(c, "held_out")),
     ("p (within)", lambda c: _significant(c, "p_within", ".2g")),
 ]
-STATS_COLUMNS = PAPER_COLUMNS[:6] + [
-    ("seeds", lambda c: str(c["seeds"])), ("mean ± std", lambda c: _mean_std(c, "mean", "std")),
+TEXT_COLUMNS = {"model", "task", "metric", "train size", "arm"}  # left-aligned in LaTeX
+STATS_COLUMNS = PAPER_COLUMNS[:7] + [
+    ("pre-training loss", lambda c: _num(c, "pretrain_loss")), ("seeds", lambda c: str(c["seeds"])), ("mean ± std", lambda c: _mean_std(c, "mean", "std")),
     ("control", lambda c: _mean_std(c, "control", "control_std")), ("lift [95% CI]", _lift),
     ("U", lambda c: _num(c, "u", "g")), ("p", _p),
     ("p (Holm)", lambda c: _significant(c, "p_holm", ".4g")),
@@ -282,21 +289,32 @@ def _test_name(cells: list[dict[str, Any]]) -> str:
 
 
 def _note(cells: list[dict[str, Any]], within_power: bool) -> str:
+    """What the table's columns and marks mean, for the parts this table has."""
     alternative = CONVENTIONS[cells[0]["convention"] if cells else "exact-two-sided"][0]
     alpha = cells[0]["alpha"] if cells else ALPHA
     sides = "one-sided" if alternative == "greater" else "two-sided"
-    note = (f"Arm vs control over seeds: {_test_name(cells)}; Holm across the table's cells; "
-            "'-' where the study has no control arm. Injected, held-out: the metric on each "
-            "half of a split-half arm's test samples (mean over seeds). Within: injected vs "
-            f"held-out per-sample scores of the same models, {WITHIN_TEST}. * p <= alpha "
-            f"= {alpha}; '(lower)': significant with the arm below the control. Seeds for 80% "
-            f"power: the seeds per arm at which a {sides} test at alpha {alpha} would detect the observed lift with 80% "
-            "probability given the observed spread over seeds (normal approximation, Mann-Whitney "
-            "efficiency 0.955, never below what the exact test needs to reach alpha at all).")
-    if within_power:
-        note += (" Samples for 80% power: the same for the within-model test, per group, from "
-                 "the per-sample spread.")
-    return note + f" † both means below {SCORE_FLOOR}: a lift there says little."
+    parts = ["Injected tokens: the share of pre-training tokens that were injected test data."]
+    if any("p" in c for c in cells):
+        parts.append(
+            f"Arm vs control over seeds: {_test_name(cells)}; Holm across the table's cells. "
+            f"Seeds for 80% power: the seeds per arm at which a {sides} test at alpha {alpha} "
+            "would detect the observed lift with 80% probability given the observed spread over "
+            "seeds (normal approximation, Mann-Whitney efficiency 0.955, never below what the "
+            "exact test needs to reach alpha at all).")
+    else:
+        parts.append("No control arm: no arm-vs-control test.")
+    if any("p_within" in c for c in cells):
+        parts.append(
+            "Injected, held-out: the metric on each half of a split-half arm's test samples (mean "
+            f"over seeds). p (within): injected vs held-out per-sample scores of the same models, "
+            f"{WITHIN_TEST}.")
+        if within_power:
+            parts.append("Samples for 80% power: the same for the within-model test, per group, "
+                         "from the per-sample spread.")
+    parts.append(f"* p <= alpha = {alpha}; '(lower)': significant with the arm below the control.")
+    if any(c.get("below_floor") for c in cells):
+        parts.append(f"† both means below {SCORE_FLOOR}: a lift there says little.")
+    return " ".join(parts)
 
 
 def _rows(cells: list[dict[str, Any]], columns: list[tuple[str, Callable]]
@@ -325,12 +343,17 @@ def tables(cells: list[dict[str, Any]]) -> dict[str, str]:
         columns = [c for c in columns if c[0] != "train size"]
     header, lines = _rows(cells, columns)
     note = _note(cells, within_power=False)
-    latex = ("\\begin{tabular}{" + "l" * (len(header) - 8) + "r" * 8 + "}\n\\toprule\n"
-             + " & ".join(header).replace("%", "\\%") + " \\\\\n\\midrule\n"
+    # For reading, drop columns the study cannot fill (no control arm: no p; no split-half arm:
+    # no injected/held-out); the CSV keeps every column so that its schema never changes.
+    keep = [i for i in range(len(header)) if any(row[i] != "-" for row in lines)]
+    shown, shown_lines = [header[i] for i in keep], [[row[i] for i in keep] for row in lines]
+    latex = ("\\begin{tabular}{" + "".join("l" if h in TEXT_COLUMNS else "r" for h in shown)
+             + "}\n\\toprule\n" + " & ".join(shown).replace("%", "\\%") + " \\\\\n\\midrule\n"
              + "".join(" & ".join(x.replace("±", "$\\pm$").replace("†", "$^\\dagger$")
-                                  .replace("_", "\\_") for x in row) + " \\\\\n" for row in lines)
+                                  .replace("_", "\\_") for x in row) + " \\\\\n"
+                       for row in shown_lines)
              + "\\bottomrule\n\\end{tabular}\n% " + note + "\n")
-    return {"md": _markdown(header, lines, note), "tex": latex,
+    return {"md": _markdown(shown, shown_lines, note), "tex": latex,
             "csv": _csv(header, lines, _test_name(cells))}
 
 

@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -117,14 +118,49 @@ def _stage_lock(stage: Stage, study: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def run_stage(stage: Stage, study: Path, corpora_dir: Path | None, threads: int | None = None
-              ) -> None:
+def stage_log(stage: Stage, study: Path) -> Path:
+    return stage.out(study).with_name(stage.key + ".log")
+
+
+@contextlib.contextmanager
+def _output_to(log_path: Path) -> Iterator[None]:
+    """Send this process's stdout and stderr (file descriptors, so library and C-level output
+    too) to a log file: stages in worker processes would otherwise interleave their training
+    logs and progress bars with the runner's progress display."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(log_path, "a", encoding="utf-8") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            traceback.print_exc()
+            raise
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
+def run_stage(stage: Stage, study: Path, corpora_dir: Path | None, threads: int | None = None,
+              capture: bool = False) -> None:
+    """Run one stage unless it is finished; with capture, its output goes to STUDY/stages/KEY.log."""
     if threads:
         import torch
 
         torch.set_num_threads(threads)
     with _stage_lock(stage, study):
-        if not stage.done(study):  # another runner may have finished it while we waited
+        if stage.done(study):  # another runner may have finished it while we waited
+            return
+        if not capture:
+            _run_stage_unlocked(stage, study, corpora_dir)
+            return
+        with _output_to(stage_log(stage, study)):
             _run_stage_unlocked(stage, study, corpora_dir)
 
 
@@ -189,9 +225,14 @@ def collect(recipe: Recipe, stages: list[Stage], study: Path) -> tuple[Path, Pat
         if stage.kind != "evaluate" or not stage.done(study):
             continue
         metrics = json.loads((stage.out(study) / "metrics.json").read_text())
+        pretrain = json.loads((stage.inputs[0].inputs[0].out(study) / "manifest.json").read_text())
         base = {"study": recipe.name, "benchmark": recipe.benchmark, "task": metrics["task"],
                 **{k: stage.labels.get(k) for k in ("model", "arm", "seed", "epochs", "train_size")},
-                "stage": stage.key}
+                "stage": stage.key,
+                # How much of pre-training was test data, and how far its loss came down: a
+                # lift (or its absence) means little without either.
+                "injected_token_fraction": pretrain["packing"]["injected_token_fraction"],
+                "pretrain_loss": pretrain["loss"]["final"]}
         groups = {"all": {"samples": metrics["samples"], **metrics["metrics"]}, **metrics["by_group"]}
         for group, values in groups.items():
             run_rows.append({**base, "group": group, **values})
@@ -258,7 +299,8 @@ def _submitter(executor: str, workers: int, study: Path, corpora_dir: Path | Non
 
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=_worker_init)
-        return (lambda stage, threads: pool.submit(run_stage, stage, study, corpora_dir, threads),
+        return (lambda stage, threads: pool.submit(run_stage, stage, study, corpora_dir, threads,
+                                                   True),
                 lambda: pool.shutdown(wait=True, cancel_futures=True))
     try:
         import submitit
@@ -314,7 +356,15 @@ def _schedule(stages: list[Stage], study: Path, submit: Callable[[Stage, int], A
         finished = [key for key, (_s, handle, _t) in running.items() if handle.done()]
         for key in finished:
             stage, handle, started = running.pop(key)
-            handle.result()  # re-raises the stage's error: the study stops there
+            try:
+                handle.result()  # re-raises the stage's error: the study stops there
+            except LabError:
+                raise
+            except Exception as exc:  # a crash inside a worker: its traceback is in the log
+                log = stage_log(stage, study)
+                where = f" (traceback in {log})" if log.is_file() else ""
+                raise LabError(f"stage {key} ({describe(stage)}) failed: "
+                               f"{type(exc).__name__}: {exc}{where}") from exc
             seconds = round(time.perf_counter() - started, 2)
             timings.append({"stage": key, "kind": stage.kind, "seconds": seconds})
             on_event("end", stage, seconds)
