@@ -219,12 +219,15 @@ def study(
     import os
 
     from lab.study.recipe import load_recipe
-    from lab.study.runner import run_study
+    from lab.study.runner import check_executor, run_study
 
     parsed = load_recipe(recipe, list(set_ or []))
     folder = out or Path("runs") / parsed.name
     if workers is None:
         workers = 64 if executor == "slurm" else (os.cpu_count() or 1)
+    check_executor(executor, workers)
+    if folder.exists() and not folder.is_dir():
+        raise LabError(f"{folder}: exists and is not a study directory")
     if dry_run:
         plan = run_study(parsed, folder, corpora, dry_run=True, executor=executor, workers=workers)
         rows = [{"stage": r["kind"], "count": r["stages"], "done": r["done"],

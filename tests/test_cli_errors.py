@@ -414,3 +414,43 @@ def test_stats_and_report_bad_options(workdir, tmp_path, args, fragment):
     study.mkdir()
     (study / "results.csv").write_text(STUDY_HEADER + STUDY_ROW.format(arm="control", seed=0, bleu=1))
     assert_one_line_error(run_lab([args[0], study, *args[1:]], workdir, None), fragment)
+
+
+# ---- lab study on bad recipes ----------------------------------------------------------------
+
+GOOD_RECIPE = ("name: t\nbenchmark: codetrans\narms: [control, paired]\nmodels: [gpt2]\n"
+               "preset: micro\nseeds: [0, 1]\nfinetune:\n  epochs: [0, 1]\n")
+
+
+@pytest.mark.parametrize("text, args, fragment", [
+    (GOOD_RECIPE + "colour: blue\n", [], "colour: unknown key"),
+    (GOOD_RECIPE.replace("seeds: [0, 1]", "seeds: zero"), [], "seeds: expected a list, got 'zero'"),
+    (GOOD_RECIPE.replace("seeds: [0, 1]", "seeds: []"), [], "seeds: needs at least one seed"),
+    (GOOD_RECIPE.replace("paired]", "pairs]"), [], "arms[1]: unknown arm 'pairs'"),
+    (GOOD_RECIPE.replace("[0, 1]\n", "[0, -1]\n"), [], "finetune.epochs[1]: expected int >= 0"),
+    (GOOD_RECIPE.replace("[gpt2]", "[roberta]"), [], "0 (direct inference) is defined for GPT-2"),
+    (GOOD_RECIPE + "injection:\n  samples: 1001\n", [], "codetrans's test split holds 1000"),
+    (GOOD_RECIPE + "arms: [control\n", [], "malformed YAML"),
+    (GOOD_RECIPE, ["--set", "finetune.epochs=[0, ten]"], "finetune.epochs[1]: expected int >= 0, "
+                                                       "got 'ten'"),
+    (GOOD_RECIPE, ["--executor", "cloud"], "--executor cloud: choose from local, slurm"),
+    (GOOD_RECIPE, ["--workers", "0"], "--workers 0: must be >= 1"),
+])
+def test_study_refuses_a_bad_recipe(workdir, tmp_path, text, args, fragment):
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text(text)
+    line = assert_one_line_error(run_lab(["study", recipe, "--out", tmp_path / "s", *args],
+                                         workdir, None), fragment)
+    if not args:
+        assert str(recipe) in line  # recipe errors name the file
+    assert not (tmp_path / "s").exists()  # nothing written
+
+
+def test_study_refuses_a_missing_recipe_and_a_file_as_study_folder(workdir, tmp_path):
+    assert_one_line_error(run_lab(["study", tmp_path / "none.yaml"], workdir, None),
+                          "none.yaml: no such recipe file")
+    recipe = tmp_path / "ok.yaml"
+    recipe.write_text(GOOD_RECIPE)
+    (tmp_path / "s").write_text("not a folder")
+    assert_one_line_error(run_lab(["study", recipe, "--out", tmp_path / "s"], workdir, None),
+                          "exists and is not a study directory")

@@ -52,15 +52,10 @@ def _benchmark_sizes(recipe: Recipe) -> dict[str, Any]:
 
 
 def _base_documents(recipe: Recipe) -> int:
-    import json
+    from lab.corpora import dataset_manifest
 
-    manifest = Path(__file__).resolve().parents[2] / "corpora" / f"{recipe.corpus.base}.json"
-    try:
-        counts = json.loads(manifest.read_text())["expected_records"]
-        total = sum(counts.get(split, 0) for split in recipe.corpus.base_splits)
-    except (OSError, ValueError, KeyError):
-        total = 120_000
-    return total
+    counts = (dataset_manifest(recipe.corpus.base) or {}).get("expected_records") or {}
+    return sum(counts.get(split, 0) for split in recipe.corpus.base_splits) or 120_000
 
 
 def estimate(recipe: Recipe, stages: list[Any], study: Path) -> list[dict[str, Any]]:
@@ -71,7 +66,20 @@ def estimate(recipe: Recipe, stages: list[Any], study: Path) -> list[dict[str, A
     base_total = _base_documents(recipe)
     arm_documents = recipe.corpus.limit or base_total
     block = recipe.pretrain.block_size
-    corpus_tokens = arm_documents * min(CSN_DOCUMENT_CHARS / CHARS_PER_TOKEN, block)
+    base_tokens = min(CSN_DOCUMENT_CHARS / CHARS_PER_TOKEN, block)
+    samples = min(recipe.injection.samples or test_n, test_n)
+
+    def arm_tokens(setting: str) -> float:
+        """Tokens of one epoch of an arm: injected documents are benchmark sides, not CSN
+        functions (a paired CodeTrans document is about half a CSN function)."""
+        if setting == "control":
+            return arm_documents * base_tokens
+        sides = {"input-only": [test_in], "output-only": [test_out], "unpaired": [test_in, test_out],
+                 "paired": [test_in + test_out]}[setting]
+        copies = round(samples * (recipe.injection.fraction or 1.0)) * recipe.injection.repeat
+        injected = [copies, [min(chars / CHARS_PER_TOKEN, block) for chars in sides]]
+        removed = copies * len(sides)
+        return (arm_documents - removed) * base_tokens + injected[0] * sum(injected[1])
     rows: dict[str, dict[str, Any]] = {}
     for stage in stages:
         row = rows.setdefault(stage.kind, {"kind": stage.kind, "stages": 0, "done": 0, "tokens": 0.0,
@@ -86,7 +94,7 @@ def estimate(recipe: Recipe, stages: list[Any], study: Path) -> list[dict[str, A
         elif stage.kind == "tokenizer":
             seconds += arm_documents * CSN_DOCUMENT_CHARS * 2e-7
         elif stage.kind == "pretrain":
-            tokens = corpus_tokens * cfg["epochs"]
+            tokens = arm_tokens(stage.labels["arm"]) * cfg["epochs"]
             flops = 6 * parameters(recipe, cfg["model"]) * tokens
             seconds += flops / TRAIN_FLOPS_PER_SECOND
         elif stage.kind == "finetune":

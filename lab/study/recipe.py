@@ -152,8 +152,10 @@ def _build(cls: Any, data: dict[str, Any], prefix: str = "") -> Any:
 
 def _check(recipe: Recipe) -> None:
     """Values that have the right type but cannot be run."""
-    from lab.corpora import get_spec
-    from lab.models import MODELS, PRESETS
+    from lab.corpora import dataset_manifest, get_spec
+    from lab.eval.metrics import METRICS
+    from lab.models import MODELS, PRESETS, check_block_size
+    from transformers.trainer_utils import SchedulerType
     from lab.study.stats import CONVENTIONS
 
     def fail(path: str, message: str) -> None:
@@ -193,6 +195,11 @@ def _check(recipe: Recipe) -> None:
         fail("injection.fraction", f"expected a number in (0, 1], got {fraction}")
     if recipe.injection.samples is not None and recipe.injection.samples < 1:
         fail("injection.samples", f"expected int >= 1 or null, got {recipe.injection.samples}")
+    test_samples = ((dataset_manifest(recipe.benchmark) or {}).get("expected_records") or {}) \
+        .get("test")
+    if recipe.injection.samples and test_samples and recipe.injection.samples > test_samples:
+        fail("injection.samples", f"{recipe.injection.samples}: {recipe.benchmark}'s test split "
+             f"holds {test_samples} samples")
     if recipe.corpus.limit is not None and recipe.corpus.limit < 1:
         fail("corpus.limit", f"expected int >= 1 or null, got {recipe.corpus.limit}")
     if recipe.corpus.limit is not None and recipe.injection.samples is not None:
@@ -205,6 +212,42 @@ def _check(recipe: Recipe) -> None:
         if documents >= recipe.corpus.limit:
             fail("corpus.limit", f"{recipe.corpus.limit} documents cannot take {documents} injected "
                  "ones (injection.samples x fraction x repeat, x2 for unpaired); raise the limit")
+    for model in recipe.models:
+        try:
+            check_block_size(model, recipe.preset, recipe.pretrain.block_size)
+        except LabError as exc:
+            fail("pretrain.block_size", str(exc).split(": ", 1)[-1])
+    schedulers = [kind.value for kind in SchedulerType]
+    if recipe.pretrain.lr_scheduler not in schedulers:
+        fail("pretrain.lr_scheduler", f"unknown '{recipe.pretrain.lr_scheduler}' (choose from "
+             f"{', '.join(schedulers)})")
+    if recipe.tokenizer.vocab_size < 300:  # 256 byte symbols plus the special tokens
+        fail("tokenizer.vocab_size", f"expected int >= 300, got {recipe.tokenizer.vocab_size}")
+    if recipe.evaluation.split not in spec.splits:
+        fail("evaluation.split", f"unknown split '{recipe.evaluation.split}' of {recipe.benchmark} "
+             f"(choose from {', '.join(spec.splits)})")
+    for i, metric in enumerate(recipe.evaluation.metrics):
+        if metric not in METRICS:
+            fail(f"evaluation.metrics[{i}]", f"unknown metric '{metric}' (choose from "
+                 f"{', '.join(METRICS)})")
+    decoding = recipe.evaluation.decoding
+    if not (decoding in ("greedy", "sample") or (decoding.startswith("beam:")
+                                                  and decoding[5:].isdigit() and int(decoding[5:]) >= 1)):
+        fail("evaluation.decoding", f"'{decoding}': choose greedy, beam:K (K >= 1) or sample")
+    for path, value in (("evaluation.max_samples", recipe.evaluation.max_samples),
+                        ("evaluation.max_new_tokens", recipe.evaluation.max_new_tokens)):
+        if value is not None and value < 1:
+            fail(path, f"expected int >= 1 or null, got {value}")
+    for path, value in (("pretrain.batch_size", recipe.pretrain.batch_size),
+                        ("finetune.batch_size", recipe.finetune.batch_size)):
+        if value < 1:
+            fail(path, f"expected int >= 1, got {value}")
+    for path, value in (("pretrain.lr", recipe.pretrain.lr), ("finetune.lr", recipe.finetune.lr),
+                        ("pretrain.epochs", recipe.pretrain.epochs)):
+        if not value > 0:
+            fail(path, f"expected a number > 0, got {value}")
+    if not 0 < recipe.statistics.alpha < 1:
+        fail("statistics.alpha", f"expected a number in (0, 1), got {recipe.statistics.alpha}")
     if recipe.statistics.convention not in CONVENTIONS:
         fail("statistics.convention", f"choose from {', '.join(CONVENTIONS)}")
     if recipe.finetune.select not in ("last", "best"):

@@ -376,16 +376,20 @@ def _schedule(stages: list[Stage], study: Path, submit: Callable[[Stage, int], A
     return timings
 
 
+def check_executor(executor: str, workers: int) -> None:
+    if executor not in EXECUTORS:
+        raise LabError(f"--executor {executor}: choose from {', '.join(EXECUTORS)}")
+    if workers < 1:
+        raise LabError(f"--workers {workers}: must be >= 1")
+
+
 def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_run: bool = False,
               executor: str = "local", workers: int = 1, slurm: dict[str, Any] | None = None,
               on_event: Callable[..., None] | None = None) -> dict[str, Any]:
     """Entry point of `lab study`: run the stages that are not finished, then collect results."""
     study = Path(study)
     stages = expand(recipe)
-    if executor not in EXECUTORS:
-        raise LabError(f"--executor {executor}: choose from {', '.join(EXECUTORS)}")
-    if workers < 1:
-        raise LabError(f"--workers {workers}: must be >= 1")
+    check_executor(executor, workers)
     if dry_run:
         from lab.study.cost import estimate
 
