@@ -135,6 +135,64 @@ def audit(
 
 
 @app.command()
+def perturb(
+    input_file: Path = typer.Argument(..., help="JSON-lines records (the study's paper-llm layout)."),
+    seed: int = typer.Option(0, help="Seeds every choice: same input and seed, same bytes."),
+    tolerance: float = typer.Option(
+        0.1, help="Largest relative change of a side's characters or sub-tokens."),
+    strict: bool = typer.Option(False, help="Refuse a sample that cannot be perturbed."),
+    out: Optional[Path] = typer.Option(None, help="Write the perturbed file and OUT.report.json."),
+    compare: Optional[Path] = typer.Option(None, help="The study's manual _perturbed twin."),
+    code_fields: Optional[str] = typer.Option(None, help="Comma-separated (default: detected)."),
+    nl_fields: Optional[str] = typer.Option(None, help="Comma-separated (default: the others)."),
+    wordnet: bool = typer.Option(True, help="Also take synonyms from WordNet."),
+    force: bool = typer.Option(False, help="Replace an existing output file."),
+) -> None:
+    """Rename identifiers by sub-token synonyms, one map per record (the study's Table I)."""
+    from lab.contamination.perturb import run_perturb
+
+    def names(value: Optional[str]) -> Optional[List[str]]:
+        return None if value is None else [name for name in value.split(",") if name]
+
+    result = run_perturb(input_file, seed=seed, tolerance=tolerance, strict=strict, out=out,
+                         compare=compare, code_fields=names(code_fields),
+                         nl_fields=names(nl_fields), wordnet=wordnet, force=force)
+
+    def spread(block: dict[str, float]) -> str:
+        return f"{block['avg']:.2f} / {block['std']:.2f} / {block['med']:.1f}"
+
+    def perturbance(count: float, ratio: float) -> str:
+        return f"{count:.2f} ({ratio:.2f}%)"
+
+    rows = [{"field": f"{row['field']} ({row['kind']})", "contaminated": spread(row["exp"]),
+             "perturbed": spread(row["ctl"]), "perturbance": perturbance(row["count"], row["ratio"]),
+             "Table I": row["table_i"] and perturbance(row["table_i"]["count"], row["table_i"]["ratio"])}
+            for row in result["fields"]]
+    console.print(_table(f"{input_file} (seed {seed}): {result['perturbed']}/{result['records']} "
+                         f"samples perturbed; tokens avg / std / med, sub-token count",
+                         rows, ["field", "contaminated", "perturbed", "perturbance", "Table I"]))
+    if result["unperturbed"]:
+        console.print("not perturbed: " + ", ".join(
+            f"sample {u['index']} ({u['reason']})" for u in result["unperturbed"][:5])
+            + (" ..." if len(result["unperturbed"]) > 5 else ""))
+    if result["compare"] is not None:
+        cmp = result["compare"]
+        rows = [{"field": row["field"], "automated": perturbance(row["auto_count"], row["auto_ratio"]),
+                 "manual": perturbance(row["manual_count"], row["manual_ratio"]),
+                 "Table I": row["table_i"] and perturbance(row["table_i"]["count"], row["table_i"]["ratio"])}
+                for row in cmp["fields"]]
+        console.print(_table(f"vs {cmp['twin']}", rows, ["field", "automated", "manual", "Table I"]))
+        ids = cmp["identifiers"]
+        console.print(f"lab token count kept: automated {cmp['auto_keep_lab_tokens']}/{cmp['samples']}, "
+                      f"manual {cmp['manual_keep_lab_tokens']}/{cmp['samples']}; renamed identifiers: "
+                      f"manual {ids['manual']}, automated {ids['auto']}, both {ids['both']} "
+                      f"(tool covers {ids['auto_covers_manual']:.0%} of manual, manual covers "
+                      f"{ids['manual_covers_auto']:.0%} of tool)")
+    if out is not None:
+        console.print(f"perturbed: {result['out']}  report: {result['report']}")
+
+
+@app.command()
 def finetune(
     pretrained: Path = typer.Option(..., help="Directory made by lab pretrain."),
     task: str = typer.Option(..., help="translation (CodeTrans Java->C#) or generation (CONCODE NL->Java)."),
@@ -199,6 +257,47 @@ def evaluate(
                 row[key] = f"{value:.2f}"
     console.print(_table(f"{task} {split} ({result['decoding']['mode']})", rows, columns))
     console.print(f"predictions and metrics: {result['out']}")
+
+
+@app.command()
+def probe(
+    model: Path = typer.Option(..., help="A lab pretrain directory (GPT-2 or RoBERTa) or a "
+                                         "fine-tuned GPT-2."),
+    groups: Optional[Path] = typer.Option(None, help="Corpus or model whose injected / held-out "
+                                                     "samples to probe (default: the model's own "
+                                                     "pre-training corpus; for a control model, a "
+                                                     "contaminated arm)."),
+    form: str = typer.Option("auto", help="auto (the injection setting), input, output, unpaired, "
+                                          "paired."),
+    min_k: float = typer.Option(0.2, help="k of Min-K% probability."),
+    max_samples: Optional[int] = typer.Option(None, help="Probe the first N samples only."),
+    max_names: int = typer.Option(32, help="Identifiers and literals filled per sample."),
+    batch_size: int = typer.Option(16, help="Documents per forward pass."),
+    out: Optional[Path] = typer.Option(None, help="Default: MODEL/probe."),
+    force: bool = typer.Option(False, help="Replace an existing output directory."),
+    corpora: Optional[Path] = CorporaOption,
+) -> None:
+    """Was the injected data memorised? Loss, Min-K%, extraction and infill probes."""
+    from lab.eval.probe import run_probe
+
+    result = run_probe(model, out, groups, form, min_k, max_samples, max_names, batch_size,
+                       corpora, force)
+    rows = []
+    for name, probe_summary in result["probes"].items():
+        rows.append({"probe": name, **{k: _fmt(probe_summary[k]) for k in
+                                       ("injected", "held_out", "gap", "auc")},
+                     "p": _fmt(probe_summary["p"], ".2g"),
+                     "samples": "/".join(str(v) for v in probe_summary["samples"].values())})
+    console.print(_table(f"{result['family']} {result['form']} form, {result['samples']} samples "
+                         f"(groups: {result['groups']})", rows,
+                         ["probe", "injected", "held_out", "gap", "auc", "p", "samples"]))
+    console.print("AUC: how well the probe tells injected from held-out samples (0.5: not at "
+                  "all); p: one-sided Mann-Whitney U, asymptotic.", markup=False)
+    console.print(f"per-sample probes and summary: {result['out']}", markup=False, soft_wrap=True)
+
+
+def _fmt(value: Any, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
 
 
 @app.command()

@@ -21,6 +21,8 @@ _TOKEN = re.compile(
     _LITERALS_AND_COMMENTS + r"|>>>=|<<=|>>=|->|::|\+\+|--|&&|\|\||[-+*/%&|^!=<>]=|<<|\S",
     re.DOTALL,
 )
+# Public name of the lexer for code that needs token positions (renaming in lab perturb).
+TOKEN_PATTERN = _TOKEN
 # The same lexer without punctuation: what remains is identifiers, keywords, literals, comments.
 _WORD_TOKEN = re.compile(_LITERALS_AND_COMMENTS, re.DOTALL)
 _COMMENT_START = ("//", "/*")

@@ -207,3 +207,49 @@ def test_lab_stats_command(tmp_path):
     table = subprocess.run([sys.executable, "-m", "lab.cli", "stats", str(study)], env=env,
                            capture_output=True, text=True, timeout=120)
     assert table.returncode == 0 and "exact-two-sided" in table.stdout, table.stderr
+
+
+def _write_probes(study: Path, rows: list[dict]) -> None:
+    columns = ["study", "benchmark", "model", "arm", "seed", "groups", "form", "stage", "id",
+               "group", "tokens", "loss", "min_k", "infill", "extraction_em", "extraction_bleu"]
+    with open(study / "probes.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns, restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_memorised_column_from_the_probes(tmp_path):
+    study = write_study(tmp_path / "s", {"control": CONTROL, "paired": PAIRED,
+                                         "input-only": [v - 1 for v in PAIRED]})
+    rng = random.Random(1)
+    rows = []
+    for seed in range(5):
+        for i in range(20):
+            sample = f"codetrans:test:{i}"
+            half = "injected" if i < 10 else "held_out"
+            common = {"model": "gpt2", "seed": seed, "id": sample}
+            # paired (split-half): injected samples have a far lower loss than held-out ones.
+            rows.append({**common, "arm": "paired", "groups": "paired", "group": half,
+                         "loss": rng.gauss(1.0 if half == "injected" else 4.0, 0.3)})
+            # the control on the paired arm's split: both halves alike (never seen).
+            rows.append({**common, "arm": "control", "groups": "paired", "group": half,
+                         "loss": rng.gauss(4.0, 0.3)})
+            # input-only injected every sample: compared with the control on the same ones,
+            # no lower than the control's loss (not memorised).
+            rows.append({**common, "arm": "input-only", "groups": "input-only", "group": "injected",
+                         "loss": rng.gauss(4.0, 0.3)})
+            rows.append({**common, "arm": "control", "groups": "input-only", "group": "injected",
+                         "loss": rng.gauss(4.0, 0.3)})
+    _write_probes(study, rows)
+    cells = run_stats(study)["cells"]
+    paired, control = _cell(cells), _cell(cells, "control")
+    lone = _cell(cells, "input-only")
+    assert paired["memorised"] and paired["memorised_auc"] > 0.99
+    assert paired["memorised_by"] == "injected vs held-out"
+    assert not control["memorised"] and 0.35 < control["memorised_auc"] < 0.65
+    assert not lone["memorised"] and lone["memorised_by"] == "vs the control's loss"
+    report = run_report(study)
+    assert "memorised? (AUC)" in report["markdown"] and "yes (1.00)" in report["markdown"]
+    # Without probes.csv the column is left out of the readable tables.
+    (study / "probes.csv").unlink()
+    assert "memorised?" not in run_report(study)["markdown"]

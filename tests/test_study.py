@@ -28,6 +28,10 @@ def test_grid_of_the_micro_recipe():
     kinds = [s.kind for s in stages]
     assert kinds.count("inject") == 4 and kinds.count("tokenizer") == 1
     assert kinds.count("pretrain") == 4 and kinds.count("finetune") == 8 == kinds.count("evaluate")
+    # One probe per pre-trained model; the control's is on the paired arm's samples.
+    probes = [s for s in stages if s.kind == "probe"]
+    assert len(probes) == 4 and all(s.labels["groups"] == "paired" for s in probes)
+    assert [len(s.inputs) for s in probes if s.labels["arm"] == "control"] == [2, 2]
     assert len({s.key for s in stages}) == len(stages)
 
 
@@ -41,7 +45,7 @@ def _children(pid: int) -> list[int]:
 def test_study_killed_midway_resumes_to_the_same_results(tmp_path):
     recipe = load_recipe(RECIPE)
     reference = run_study(recipe, tmp_path / "whole")
-    assert len(reference["ran"]) == len(expand(recipe)) == 25
+    assert len(reference["ran"]) == len(expand(recipe)) == 29
     again = run_study(recipe, tmp_path / "whole")
     assert again["ran"] == []  # every stage cached
     rows = _rows(Path(reference["results"]))
@@ -72,12 +76,21 @@ def test_study_killed_midway_resumes_to_the_same_results(tmp_path):
     assert workers == []
     # Resumed with the local pool: two worker processes, one thread each.
     resumed = run_study(recipe, killed, workers=2)
-    assert resumed["workers"] == 2 and 0 < len(resumed["ran"]) < 25
+    assert resumed["workers"] == 2 and 0 < len(resumed["ran"]) < 29
     # Worker processes write each stage's output to its own log, not over the progress display.
     logs = "".join(p.read_text() for p in (killed / "stages").glob("finetune-*.log"))
     assert "'train_runtime'" in logs  # the Trainer's summary line of a fine-tuning stage
     assert Path(resumed["results"]).read_text() == Path(reference["results"]).read_text()
     assert Path(resumed["samples"]).read_text() == Path(reference["samples"]).read_text()
+    probes = _rows(Path(reference["probes"]))
+    assert {(r["arm"], r["groups"]) for r in probes} == {("paired", "paired"), ("control", "paired")}
+    # Probe scores are float sums whose order depends on the thread count (the resumed workers
+    # ran one thread each, the reference two): equal to float precision, not bit for bit.
+    again = _rows(Path(resumed["probes"]))
+    assert [(r["stage"], r["id"]) for r in again] == [(r["stage"], r["id"]) for r in probes]
+    for old, new in zip(probes, again):
+        for column in ("loss", "min_k", "infill", "extraction_bleu"):
+            assert float(new[column] or 0) == pytest.approx(float(old[column] or 0), rel=1e-4, abs=1e-5)
 
     from lab.study.report import run_report
 
@@ -108,7 +121,7 @@ def test_submitit_local_executor_reproduces_a_slice_of_the_study(tmp_path):
     overrides = ["arms=[paired]", "seeds=[0]", "finetune.epochs=[0]"]
     part = load_recipe(RECIPE, overrides)
     summary = run_study(part, tmp_path / "slice", executor="submitit-local", workers=2)
-    assert len(summary["ran"]) == len(expand(part)) == 6
+    assert len(summary["ran"]) == len(expand(part)) == 7
     assert list((tmp_path / "slice" / "submitit").iterdir())  # the jobs' folders and logs
     inline = run_study(part, tmp_path / "inline")
     assert Path(summary["results"]).read_text() == Path(inline["results"]).read_text()
@@ -119,7 +132,7 @@ def test_dry_run_prints_the_grid_and_its_cost(tmp_path):
     out = subprocess.run([sys.executable, "-m", "lab.cli", "study", str(RECIPE), "--dry-run",
                           "--out", str(tmp_path / "s")], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert "25 stages, 0 done" in out.stdout and "pretrain" in out.stdout and "FLOPs" in out.stdout
+    assert "29 stages, 0 done" in out.stdout and "pretrain" in out.stdout and "FLOPs" in out.stdout
     assert not (tmp_path / "s").exists()  # a dry run writes nothing
 
 

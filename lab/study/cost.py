@@ -17,7 +17,8 @@ CSN_DOCUMENT_CHARS = 740     # mean CSN-format Java method
 TRAIN_FLOPS_PER_SECOND = 70e9     # tiny GPT-2: 2,150 useful tokens/s at ~5.3M parameters
 GENERATE_FLOPS_PER_SECOND = 15e9  # batched greedy decoding, KV cache, tiny preset
 INJECT_SECONDS_PER_BASE_DOCUMENT = 6e-5  # 7 s for the full 120k-document corpus
-STAGE_OVERHEAD_SECONDS = {"inject": 2, "tokenizer": 5, "pretrain": 10, "finetune": 8, "evaluate": 5}
+STAGE_OVERHEAD_SECONDS = {"inject": 2, "tokenizer": 5, "pretrain": 10, "finetune": 8, "evaluate": 5,
+                          "probe": 5}
 
 
 def parameters(recipe: Recipe, model: str) -> int:
@@ -107,6 +108,15 @@ def estimate(recipe: Recipe, stages: list[Any], study: Path) -> list[dict[str, A
             generated = cfg.get("max_new_tokens") or test_out / CHARS_PER_TOKEN
             tokens = samples * (test_in / CHARS_PER_TOKEN + generated)
             flops = 2 * parameters(recipe, stage.labels["model"]) * tokens
+            seconds += flops / GENERATE_FLOPS_PER_SECOND
+        elif stage.kind == "probe":
+            # Scoring passes over each probed sample (RoBERTa: 7 masked passes plus one per
+            # name) and, for GPT-2, a greedy extraction of each output.
+            samples = min(cfg.get("max_samples") or test_n, test_n)
+            model = stage.labels["model"]
+            passes = 1 if model == "gpt2" else 7 + cfg["max_names"] // 2
+            tokens = samples * (test_in + test_out) / CHARS_PER_TOKEN
+            flops = 2 * parameters(recipe, model) * tokens * passes
             seconds += flops / GENERATE_FLOPS_PER_SECOND
         row["tokens"] += tokens
         row["flops"] += flops

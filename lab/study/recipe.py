@@ -72,6 +72,14 @@ class EvaluationSection:
 
 
 @dataclass
+class ProbeSection:
+    enabled: bool = True       # probe every pre-trained model (lab probe): was it memorised?
+    min_k: float = 0.2
+    max_samples: int | None = 200  # the first N probed samples (injected and held-out)
+    max_names: int = 32        # identifiers and literals filled per sample
+
+
+@dataclass
 class StatisticsSection:
     convention: str = "exact-two-sided"
     alpha: float = 0.05
@@ -91,6 +99,7 @@ class Recipe:
     pretrain: PretrainSection = field(default_factory=PretrainSection)
     finetune: FinetuneSection = field(default_factory=FinetuneSection)
     evaluation: EvaluationSection = field(default_factory=EvaluationSection)
+    probe: ProbeSection = field(default_factory=ProbeSection)
     statistics: StatisticsSection = field(default_factory=StatisticsSection)
 
 
@@ -246,6 +255,12 @@ def _check(recipe: Recipe) -> None:
                         ("pretrain.epochs", recipe.pretrain.epochs)):
         if not value > 0:
             fail(path, f"expected a number > 0, got {value}")
+    if not 0 < recipe.probe.min_k <= 1:
+        fail("probe.min_k", f"expected a fraction in (0, 1], got {recipe.probe.min_k}")
+    for path, value in (("probe.max_samples", recipe.probe.max_samples),
+                        ("probe.max_names", recipe.probe.max_names)):
+        if value is not None and value < 1:
+            fail(path, f"expected int >= 1, got {value}")
     if not 0 < recipe.statistics.alpha < 1:
         fail("statistics.alpha", f"expected a number in (0, 1), got {recipe.statistics.alpha}")
     if recipe.statistics.convention not in CONVENTIONS:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lab.common import LabError, write_json_atomic
-from lab.study.runner import RESULTS, SAMPLES
+from lab.study.runner import PROBE_COLUMNS, PROBES, RESULTS, SAMPLES
 from lab.study.stats import (ALPHA, CONVENTIONS, POWER, compare, holm, paired_within_model,
                              samples_needed, seeds_needed)
 
@@ -71,7 +71,7 @@ def _read_csv(path: Path, required: tuple[str, ...], numeric: Callable[[str], bo
     for line, row in rows:
         if None in row or None in row.values():
             raise LabError(f"{path}: line {line}: expected {len(columns)} fields like the header")
-        if not row["epochs"].isdigit():
+        if "epochs" in required and not row["epochs"].isdigit():
             raise LabError(f"{path}: line {line}, column epochs: '{row['epochs']}' is not a "
                            "whole number")
         for column in columns:
@@ -210,10 +210,58 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
                                     mean_i - mean_h, _std(injected) or 0.0, _std(held) or 0.0,
                                     alpha))
                 cells.append(cell)
+    memorised = memorisation(study, alpha)
+    for cell in cells:
+        cell.update(memorised.get((cell["model"], cell["arm"]), {}))
     tested = [i for i, c in enumerate(cells) if "p" in c]
     for i, adjusted in zip(tested, holm([cells[i]["p"] for i in tested])):
         cells[i]["p_holm"] = adjusted
     return cells
+
+
+def memorisation(study: Path, alpha: float) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (model, arm): did the pre-trained models tell injected samples from others by their
+    loss (lab probe, pooled over seeds)? Split-half arms: injected vs held-out samples of the
+    same models; fully injected arms: their loss on the injected samples vs the control models'
+    loss on the same samples (same seed). The control: the same within-model comparison on a
+    contaminated arm's split, which it never saw (expect AUC near 0.5)."""
+    from lab.eval.probe import auc_and_p
+
+    path = Path(study) / PROBES
+    if not path.exists():
+        return {}
+    rows = _read_csv(path, ("model", "arm", "seed", "groups", "id", "group", "loss"),
+                     lambda c: c in PROBE_COLUMNS)
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for model, arm in sorted({(r["model"], r["arm"]) for r in rows}):
+        own = [r for r in rows if (r["model"], r["arm"]) == (model, arm) and r["loss"] is not None]
+        if arm == "control":
+            own = [r for r in own if r["groups"] == own[0]["groups"]] if own else []
+        injected = [r for r in own if r["group"] == "injected"]
+        held = [r for r in own if r["group"] == "held_out"]
+        if held:
+            auc, p = auc_and_p([r["loss"] for r in injected], [r["loss"] for r in held], False)
+            by = "injected vs held-out"
+        else:
+            control = {(r["seed"], r["id"]): r["loss"] for r in rows
+                       if (r["model"], r["arm"], r["groups"]) == (model, "control", arm)
+                       and r["loss"] is not None}
+            pairs = [(r["loss"], control[(r["seed"], r["id"])]) for r in injected
+                     if (r["seed"], r["id"]) in control]
+            if not pairs:
+                continue
+            auc, p = auc_and_p([a for a, _ in pairs], [b for _, b in pairs], False)
+            by = "vs the control's loss"
+        if auc is not None:
+            found[(model, arm)] = {"memorised": p <= alpha, "memorised_auc": auc,
+                                   "memorised_p": p, "memorised_by": by}
+    return found
+
+
+def _memorised(cell: dict[str, Any]) -> str:
+    if "memorised" not in cell:
+        return "-"
+    return f"{'yes' if cell['memorised'] else 'no'} ({cell['memorised_auc']:.2f})"
 
 
 # ---- tables -------------------------------------------------------------------------------
@@ -257,6 +305,7 @@ PAPER_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("metric", lambda c: c["metric"]), ("epochs", lambda c: str(c["epochs"])),
     ("train size", lambda c: c["train_size"] or "all"), ("arm", lambda c: c["arm"]),
     ("injected tokens", lambda c: _num(c, "injected_token_fraction", ".1%")),
+    ("memorised? (AUC)", _memorised),
     ("experimental", lambda c: _mean_std(c, "mean", "std")),
     ("control", lambda c: _mean_std(c, "control", "control_std")),
     ("p", _p), ("p (Holm)", lambda c: _significant(c, "p_holm", ".4g")),
@@ -294,6 +343,12 @@ def _note(cells: list[dict[str, Any]], within_power: bool) -> str:
     alpha = cells[0]["alpha"] if cells else ALPHA
     sides = "one-sided" if alternative == "greater" else "two-sided"
     parts = ["Injected tokens: the share of pre-training tokens that were injected test data."]
+    if any("memorised" in c for c in cells):
+        parts.append(
+            "Memorised?: whether the pre-trained models' loss (lab probe) tells the injected "
+            "samples apart, with the ROC AUC (0.5: no signal): injected vs held-out samples for "
+            "split-half arms, else vs the control models' loss on the same samples; yes when the "
+            f"one-sided Mann-Whitney p <= {alpha}.")
     if any("p" in c for c in cells):
         parts.append(
             f"Arm vs control over seeds: {_test_name(cells)}; Holm across the table's cells. "

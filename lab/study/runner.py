@@ -27,6 +27,8 @@ from lab.study.recipe import Recipe, recipe_dict
 
 RESULTS = "results.csv"
 SAMPLES = "samples.csv"
+PROBES = "probes.csv"  # per pre-trained model and probed sample: the memorisation probes
+PROBE_COLUMNS = ("tokens", "loss", "min_k", "infill", "extraction_em", "extraction_bleu")
 
 
 @dataclass
@@ -46,8 +48,9 @@ class Stage:
         return study / "stages" / self.key
 
     def done(self, study: Path) -> bool:
-        return (self.out(study) / "manifest.json").is_file() or (
-            self.out(study) / "metrics.json").is_file()
+        # The file each kind writes last, inside its atomically renamed directory.
+        return any((self.out(study) / name).is_file()
+                   for name in ("manifest.json", "metrics.json", "summary.json"))
 
 
 def expand(recipe: Recipe) -> list[Stage]:
@@ -83,6 +86,7 @@ def expand(recipe: Recipe) -> list[Stage]:
                             [arm_stage[(arm, seed)], tokenizer],
                             labels={"model": model, "arm": arm, "seed": seed})
                 stages.append(pre)
+                stages += _probes(recipe, pre, arm, seed, arm_stage)
                 for epochs in recipe.finetune.epochs:
                     for size in recipe.finetune.train_sizes:
                         fine = Stage("finetune", {
@@ -97,6 +101,20 @@ def expand(recipe: Recipe) -> list[Stage]:
                         }, [fine], labels=fine.labels)
                         stages += [fine, evaluation]
     return stages
+
+
+def _probes(recipe: Recipe, pre: Stage, arm: str, seed: int,
+            arm_stage: dict[tuple[str, int], Stage]) -> list[Stage]:
+    """Probe stages of one pre-trained model: a contaminated arm on its own injected and
+    held-out samples; the control on each contaminated arm's samples (which it never saw)."""
+    if not recipe.probe.enabled:
+        return []
+    config = {"min_k": recipe.probe.min_k, "max_samples": recipe.probe.max_samples,
+              "max_names": recipe.probe.max_names}
+    if arm != "control":
+        return [Stage("probe", config, [pre], labels={**pre.labels, "groups": arm})]
+    return [Stage("probe", config, [pre, arm_stage[(other, seed)]], labels={**pre.labels, "groups": other})
+            for other in recipe.arms if other != "control"]
 
 
 def task_of(benchmark: str) -> str:
@@ -193,6 +211,13 @@ def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None) -> 
             block_size=cfg["block_size"], seed=cfg["seed"], warmup_steps=cfg["warmup_steps"],
             lr_scheduler=cfg["lr_scheduler"], resume=partial.exists(),
             cache_dir=study / "cache"))
+    elif stage.kind == "probe":
+        from lab.eval.probe import run_probe
+
+        groups = stage.inputs[1].out(study) if len(stage.inputs) > 1 else None
+        run_probe(stage.inputs[0].out(study), out, groups=groups, min_k=cfg["min_k"],
+                  max_samples=cfg["max_samples"], max_names=cfg["max_names"],
+                  corpora_dir=corpora_dir, force=True)
     elif stage.kind == "finetune":
         from lab.train.finetune import FinetuneConfig, run_finetune
 
@@ -241,6 +266,20 @@ def collect(recipe: Recipe, stages: list[Stage], study: Path) -> tuple[Path, Pat
                 row = json.loads(line)
                 sample_rows.append({**base, "id": row["id"], "group": row["group"],
                                     **{f"score_{k}": v for k, v in row["scores"].items()}})
+    probe_rows = []
+    for stage in stages:
+        if stage.kind != "probe" or not stage.done(study):
+            continue
+        summary = json.loads((stage.out(study) / "summary.json").read_text())
+        base = {"study": recipe.name, "benchmark": recipe.benchmark,
+                **{k: stage.labels.get(k) for k in ("model", "arm", "seed", "groups")},
+                "form": summary["form"], "stage": stage.key}
+        with open(stage.out(study) / "probes.jsonl", encoding="utf-8") as handle:
+            for line in handle:
+                row = json.loads(line)
+                probe_rows.append({**base, "id": row["id"], "group": row["group"],
+                                   **{k: row.get(k) for k in PROBE_COLUMNS}})
+    _write_csv(study / PROBES, probe_rows)
     return _write_csv(study / RESULTS, run_rows), _write_csv(study / SAMPLES, sample_rows)
 
 
@@ -416,6 +455,7 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
     results, samples = collect(recipe, stages, study)
     summary = {"study": recipe.name, "stages": len(stages), "ran": timings,
                "executor": executor, "workers": workers,
-               "results": str(results), "samples": str(samples), "environment": environment_record()}
+               "results": str(results), "samples": str(samples), "probes": str(study / PROBES),
+               "environment": environment_record()}
     write_json_atomic(study / "study.json", summary)
     return summary

@@ -1,0 +1,331 @@
+"""`lab probe`: was the injected test data memorised? The manipulation check of a study.
+
+A null lift means little if the model never learned the injected samples. For a pre-trained (or
+fine-tuned GPT-2) model, every probed test sample is scored on the form it was injected in
+(input, output, both as separate documents, or `input <SEP> output`), and injected samples are
+compared with held-out ones:
+
+- loss: mean token negative log-likelihood of `<s> document </s>` (perplexity = exp(loss)); for
+  RoBERTa a pseudo-log-likelihood: every token masked once, in 7 strided passes (~15% masked);
+- min_k: Min-K% probability (Shi et al.): the mean log-probability of the k% least likely tokens;
+- extraction (GPT-2): greedy continuation of `<s> input <SEP>` against the output, exact match
+  and sentence BLEU (Pythia-style extraction);
+- infill (TraWiC-style, cf. the membership-inference paper in ../shared/papers/002_*): each
+  identifier and string literal masked one at a time and filled by the model, counting exact
+  hits. GPT-2 fills from the prefix: under greedy decoding the fill is exact iff every token of
+  the name is the model's top prediction given the true prefix, so one forward pass scores every
+  name. RoBERTa fills the name's tokens from <mask>s with both sides visible (masked-token
+  recovery on the sample's identifiers).
+
+Each probe's summary is the gap between injected and held-out samples, a one-sided Mann-Whitney
+test (injected more member-like) and the ROC AUC of the probe at separating the two groups
+(0.5: no signal). On a control model, pass the contaminated arm's corpus as --groups: the same
+samples, never seen, should give an AUC near 0.5.
+"""
+from __future__ import annotations
+
+import math
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from lab.codetokens import KEYWORDS, TOKEN_PATTERN
+from lab.common import LabError, atomic_output_dir, environment_record, write_json_atomic
+from lab.contamination import paired_document
+from lab.corpora import Sample, load_samples
+from lab.eval import metrics as metric_fns
+from lab.models import positions_of
+from lab.train.finetune import causal_prompt, pretraining_record, read_stage_manifest
+
+# Probe name -> (what it measures, whether a higher value means "more likely seen").
+PROBES: dict[str, tuple[str, bool]] = {
+    "loss": ("mean token loss of the injected form", False),
+    "min_k": ("Min-K% log-probability of the injected form", True),
+    "extraction_em": ("greedy continuation of `input <SEP>` equals the output (%)", True),
+    "extraction_bleu": ("sentence BLEU of that continuation", True),
+    "infill": ("identifiers and string literals filled exactly, one at a time (%)", True),
+}
+FORMS = ("auto", "input", "output", "unpaired", "paired")
+PLL_PASSES = 7  # RoBERTa pseudo-likelihood: token i is masked in pass i % 7
+_NAME = re.compile(r'@?"|[^\W\d]|\$')  # how a lexer token that is a name or string literal starts
+
+
+def load_probed_model(model_dir: Path) -> tuple[Any, Any, dict[str, Any], str]:
+    """(model, tokenizer, manifest, family) of a lab pre-trained model or fine-tuned GPT-2."""
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, PreTrainedTokenizerFast
+
+    manifest = read_stage_manifest(model_dir, "--model")
+    kind = manifest.get("kind")
+    if kind == "lab-pretrained":
+        family = manifest["model"]["family"]
+    elif kind == "lab-finetuned" and manifest.get("architecture") == "causal-lm":
+        family = "gpt2"
+    elif kind == "lab-finetuned":
+        raise LabError(f"--model {model_dir}: a fine-tuned encoder-decoder is not probed; probe "
+                       "its pre-trained RoBERTa")
+    else:
+        raise LabError(f"--model {model_dir}: not a lab pre-trained or fine-tuned model")
+    weights = Path(model_dir) / "model"
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(weights))
+    loader = AutoModelForCausalLM if family == "gpt2" else AutoModelForMaskedLM
+    model = loader.from_pretrained(str(weights))
+    model.eval()
+    return model, tokenizer, manifest, family
+
+
+def probe_groups(manifest: dict[str, Any], groups_dir: Path | None) -> dict[str, Any]:
+    """The corpus record that says which samples were injected and how: the model's own
+    pre-training corpus, or (--groups) another arm's corpus or model, for a control model."""
+    if groups_dir is None:
+        record = pretraining_record(manifest).get("corpus", {})
+        source = "the model's pre-training corpus"
+    else:
+        other = read_stage_manifest(groups_dir, "--groups")
+        if other.get("kind") == "lab-corpus":
+            record = other
+        elif other.get("kind") in ("lab-pretrained", "lab-finetuned"):
+            record = pretraining_record(other).get("corpus", {})
+        else:
+            raise LabError(f"--groups {groups_dir}: not a lab corpus or model directory")
+        source = str(groups_dir)
+    if not record.get("injected_ids"):
+        raise LabError(f"{source}: injected no test samples, so there is nothing to probe "
+                       "(for a control model, pass --groups a contaminated arm's corpus)")
+    return {"benchmark": record["benchmark"], "split": record.get("benchmark_split", "test"),
+            "setting": record["setting"], "injected": list(record["injected_ids"]),
+            "held_out": list(record.get("held_out_ids", [])), "source": source}
+
+
+def documents(sample: Sample, form: str) -> list[str]:
+    """The texts a sample was injected as under a setting (its 'form')."""
+    return {"input": [sample.input], "output": [sample.output],
+            "unpaired": [sample.input, sample.output],
+            "paired": [paired_document(sample.input, sample.output)]}[form]
+
+
+def name_spans(text: str, limit: int) -> list[tuple[int, int]]:
+    """Character spans of the first `limit` identifiers (not keywords) and string literals."""
+    spans = [(m.start(), m.end()) for m in TOKEN_PATTERN.finditer(text)
+             if _NAME.match(m.group()) and m.group() not in KEYWORDS]
+    return spans[:limit]
+
+
+def _encode(tokenizer: Any, text: str, max_tokens: int) -> tuple[list[int], list[tuple[int, int]]]:
+    """`<s> text </s>` ids (cut to max_tokens) and each id's character span (-1 for specials)."""
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids = encoded["input_ids"][: max_tokens - 2]
+    offsets = [tuple(o) for o in encoded["offset_mapping"][: len(ids)]]
+    return ([tokenizer.bos_token_id, *ids, tokenizer.eos_token_id],
+            [(-1, -1), *offsets, (-1, -1)])
+
+
+def _name_positions(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[list[int]]:
+    """Per name span, the token positions overlapping it (names cut off by truncation dropped)."""
+    found = []
+    for start, end in spans:
+        positions = [i for i, (a, b) in enumerate(offsets) if a >= 0 and a < end and b > start]
+        if positions:
+            found.append(positions)
+    return found
+
+
+def _batched(items: list[Any], size: int):
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def _causal_scores(model: Any, docs: list[tuple[list[int], list[list[int]]]], batch_size: int
+                   ) -> list[tuple[list[float], int, int]]:
+    """Per document: token log-probabilities (tokens 1..n-1), and names filled exactly / names."""
+    import torch
+
+    results = []
+    for batch in _batched(docs, batch_size):
+        width = max(len(ids) for ids, _ in batch)
+        ids = torch.zeros((len(batch), width), dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, (doc, _names) in enumerate(batch):
+            ids[row, :len(doc)] = torch.tensor(doc)
+            mask[row, :len(doc)] = 1
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=mask).logits.float()
+        logprobs = torch.log_softmax(logits[:, :-1], dim=-1)
+        targets = ids[:, 1:]
+        token_lp = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        correct = logprobs.argmax(-1) == targets
+        for row, (doc, names) in enumerate(batch):
+            n = len(doc) - 1
+            # Token at position p is predicted at p - 1; a name is filled exactly when every
+            # one of its tokens is the greedy choice.
+            hits = sum(all(bool(correct[row, p - 1]) for p in positions) for positions in names)
+            results.append((token_lp[row, :n].tolist(), hits, len(names)))
+    return results
+
+
+def _masked_scores(model: Any, tokenizer: Any, docs: list[tuple[list[int], list[list[int]]]],
+                   batch_size: int) -> list[tuple[list[float], int, int]]:
+    """RoBERTa: pseudo-log-likelihood over strided masks, and names recovered from <mask>s."""
+    import torch
+
+    mask_id = tokenizer.mask_token_id
+    jobs: list[tuple[int, list[int], list[int]]] = []  # (document, ids, masked positions)
+    for d, (doc, names) in enumerate(docs):
+        inner = range(1, len(doc) - 1)
+        for r in range(PLL_PASSES):
+            positions = [p for p in inner if p % PLL_PASSES == r]
+            if positions:
+                jobs.append((d, doc, positions))
+    name_jobs = [(d, doc, positions) for d, (doc, names) in enumerate(docs) for positions in names]
+    token_lp: list[list[float]] = [[] for _ in docs]
+    hits = [0] * len(docs)
+    for kind, work in (("pll", jobs), ("names", name_jobs)):
+        for batch in _batched(work, batch_size):
+            width = max(len(doc) for _d, doc, _p in batch)
+            ids = torch.full((len(batch), width), tokenizer.pad_token_id, dtype=torch.long)
+            attention = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, (_d, doc, positions) in enumerate(batch):
+                ids[row, :len(doc)] = torch.tensor(doc)
+                attention[row, :len(doc)] = 1
+                ids[row, positions] = mask_id
+            with torch.no_grad():
+                logprobs = torch.log_softmax(model(input_ids=ids, attention_mask=attention)
+                                             .logits.float(), dim=-1)
+            for row, (d, doc, positions) in enumerate(batch):
+                truth = torch.tensor([doc[p] for p in positions])
+                scores = logprobs[row, positions]
+                if kind == "pll":
+                    token_lp[d] += scores.gather(-1, truth.unsqueeze(-1)).squeeze(-1).tolist()
+                else:
+                    hits[d] += int(bool((scores.argmax(-1) == truth).all()))
+    return [(token_lp[d], hits[d], len(names)) for d, (_doc, names) in enumerate(docs)]
+
+
+def min_k_score(token_logprobs: list[float], k: float) -> float:
+    """Mean log-probability of the ceil(k * n) least likely tokens."""
+    lowest = sorted(token_logprobs)[: max(1, math.ceil(k * len(token_logprobs)))]
+    return sum(lowest) / len(lowest)
+
+
+def auc_and_p(injected: list[float], held_out: list[float], higher_is_member: bool
+              ) -> tuple[float | None, float | None]:
+    """ROC AUC of the probe at telling injected from held-out samples (ties count half) and
+    the one-sided Mann-Whitney p that injected samples look more seen."""
+    from scipy.stats import mannwhitneyu
+
+    if not injected or not held_out:
+        return None, None
+    sign = 1.0 if higher_is_member else -1.0
+    a, b = [sign * v for v in injected], [sign * v for v in held_out]
+    if len(set(a + b)) == 1:  # no spread at all: no signal, and scipy's test is undefined
+        return 0.5, 1.0
+    result = mannwhitneyu(a, b, alternative="greater", method="asymptotic")
+    return float(result.statistic) / (len(a) * len(b)), float(result.pvalue)
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per probe: means of both groups, their gap, AUC and p."""
+    summary = {}
+    for probe, (meaning, higher_is_member) in PROBES.items():
+        values = {g: [r[probe] for r in rows if r["group"] == g and r.get(probe) is not None]
+                  for g in ("injected", "held_out")}
+        if not values["injected"]:
+            continue
+        means = {g: (sum(v) / len(v) if v else None) for g, v in values.items()}
+        auc, p = auc_and_p(values["injected"], values["held_out"], higher_is_member)
+        summary[probe] = {
+            "meaning": meaning, "higher_means_seen": higher_is_member,
+            "injected": means["injected"], "held_out": means["held_out"],
+            "gap": None if means["held_out"] is None else means["injected"] - means["held_out"],
+            "auc": auc, "p": p, "test": "Mann-Whitney U, one-sided (injected more seen), asymptotic",
+            "samples": {g: len(v) for g, v in values.items()},
+        }
+    return summary
+
+
+def run_probe(model_dir: Path, out: Path | None = None, groups: Path | None = None,
+              form: str = "auto", min_k: float = 0.2, max_samples: int | None = None,
+              max_names: int = 32, batch_size: int = 16, corpora_dir: Path | None = None,
+              force: bool = False) -> dict[str, Any]:
+    """Entry point of `lab probe`: probes.jsonl (per sample) and summary.json (per probe)."""
+    import torch
+
+    started = time.perf_counter()
+    if form not in FORMS:
+        raise LabError(f"--form {form}: choose from {', '.join(FORMS)}")
+    if not 0 < min_k <= 1:
+        raise LabError(f"--min-k {min_k}: expected a fraction in (0, 1]")
+    for option, value in (("--max-samples", max_samples), ("--max-names", max_names),
+                          ("--batch-size", batch_size)):
+        if value is not None and value < 1:
+            raise LabError(f"{option} {value}: must be >= 1")
+    # Everything that can be refused is checked before the model is loaded.
+    chosen = probe_groups(read_stage_manifest(model_dir, "--model"), groups)
+    setting = chosen["setting"] if form == "auto" else form
+    if setting not in FORMS[1:]:
+        raise LabError(f"the corpus setting '{setting}' has no injected form to probe")
+    out = Path(out) if out else Path(model_dir) / "probe"
+    if out.exists() and not force:
+        raise LabError(f"{out}: output directory exists (use --force to replace it)")
+    model, tokenizer, manifest, family = load_probed_model(model_dir)
+
+    group_of = {i: "injected" for i in chosen["injected"]}
+    group_of.update({i: "held_out" for i in chosen["held_out"]})
+    needs_output = setting != "input" or family == "gpt2"
+    samples = [s for s in load_samples(chosen["benchmark"], chosen["split"], corpora_dir,
+                                       require_references=needs_output).records if s.id in group_of]
+    samples = samples[:max_samples] if max_samples else samples
+    positions = positions_of(model.config)
+    block = int(pretraining_record(manifest).get("config", {}).get("block_size") or positions)
+    max_tokens = min(block, positions)
+
+    torch.manual_seed(0)
+    docs, owner = [], []
+    for index, sample in enumerate(samples):
+        for text in documents(sample, setting):
+            ids, offsets = _encode(tokenizer, text, max_tokens)
+            docs.append((ids, _name_positions(offsets, name_spans(text, max_names))))
+            owner.append(index)
+    scored = (_causal_scores(model, docs, batch_size) if family == "gpt2"
+              else _masked_scores(model, tokenizer, docs, batch_size))
+    rows: list[dict[str, Any]] = []
+    for index, sample in enumerate(samples):
+        parts = [scored[d] for d in range(len(docs)) if owner[d] == index]
+        token_lp = [lp for part in parts for lp in part[0]]
+        hits, names = sum(p[1] for p in parts), sum(p[2] for p in parts)
+        loss = -sum(token_lp) / len(token_lp)
+        rows.append({"id": sample.id, "group": group_of[sample.id], "tokens": len(token_lp),
+                     "loss": loss, "perplexity": math.exp(min(loss, 50.0)),
+                     "min_k": min_k_score(token_lp, min_k), "names": names,
+                     "infill": 100.0 * hits / names if names else None})
+    if family == "gpt2":
+        from lab.eval.generate import Decoding, generate
+
+        max_source = (positions - 3) // 2
+        prompts = [causal_prompt(tokenizer, s.input, max_source) for s in samples]
+        longest = max(len(tokenizer(" " + s.output, add_special_tokens=False)["input_ids"])
+                      for s in samples)
+        continuations = generate(model, tokenizer, "causal-lm", [s.input for s in samples],
+                                 Decoding(), max_source, longest + 1, batch_size)
+        references = [s.output for s in samples]
+        em = metric_fns.exact_match_per_sample(references, continuations)
+        bleu = metric_fns.bleu_per_sample(references, continuations)
+        for row, prompt, text, e, b in zip(rows, prompts, continuations, em, bleu):
+            row.update(extraction=text, extraction_em=e, extraction_bleu=b,
+                       prompt_tokens=len(prompt))
+    summary = {
+        "kind": "lab-probe", "model": str(model_dir), "family": family,
+        "groups": chosen["source"], "benchmark": chosen["benchmark"], "split": chosen["split"],
+        "form": setting, "min_k": min_k, "max_names": max_names, "samples": len(samples),
+        "probes": summarise(rows), "wall_seconds": round(time.perf_counter() - started, 2),
+        "environment": environment_record(),
+    }
+    with atomic_output_dir(out, force=force) as tmp:
+        with open(tmp / "probes.jsonl", "wb") as handle:
+            for row in rows:
+                handle.write(orjson.dumps(row, option=orjson.OPT_SORT_KEYS) + b"\n")
+        write_json_atomic(tmp / "summary.json", summary)
+    summary["out"] = str(out)
+    return summary

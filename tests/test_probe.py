@@ -1,0 +1,117 @@
+"""lab probe: memorisation probes on micro models (mechanics, both families, bad inputs)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from lab.common import LabError
+from lab.eval.probe import (_causal_scores, _encode, _name_positions, auc_and_p, load_probed_model,
+                            min_k_score, name_spans, run_probe)
+from lab.train.pretrain import PretrainConfig, run_pretrain
+
+pytestmark = pytest.mark.skipif(not os.environ.get("LAB_CORPORA"), reason="needs LAB_CORPORA")
+
+
+@pytest.fixture(scope="module")
+def models(micro_world, tmp_path_factory):
+    root = tmp_path_factory.mktemp("probe")
+    for model, arm in (("gpt2", "paired"), ("roberta", "paired"), ("gpt2", "control")):
+        run_pretrain(PretrainConfig(
+            model=model, corpus=micro_world / arm, tokenizer=micro_world / "tok",
+            out=root / f"{model}-{arm}", preset="micro", max_steps=12, lr=3e-3, batch_size=8,
+            block_size=128, seed=0, save_steps=100, cache_dir=root / "cache"))
+    return root
+
+
+def test_small_pieces():
+    assert min_k_score([-1.0, -5.0, -2.0, -9.0, -0.5], 0.2) == -9.0  # ceil(0.2 * 5) = 1 token
+    assert min_k_score([-1.0, -5.0, -2.0, -9.0], 0.5) == -7.0
+    auc, p = auc_and_p([1.0, 2.0], [3.0, 4.0], higher_is_member=False)  # lower loss = seen
+    assert auc == 1.0 and p < 0.2
+    assert auc_and_p([1.0, 2.0], [3.0, 4.0], higher_is_member=True)[0] == 0.0
+    assert auc_and_p([2.0, 2.0], [2.0, 2.0], True) == (0.5, 1.0)
+    text = 'int count = name.size("a b"); // note'
+    spans = [text[a:b] for a, b in name_spans(text, 10)]
+    assert spans == ["count", "name", "size", '"a b"']  # no keyword, number or comment
+    assert [text[a:b] for a, b in name_spans(text, 2)] == ["count", "name"]
+
+
+def test_greedy_infill_equals_generation_from_the_prefix(models):
+    """The one-pass infill (every token of a name is the top prediction given the true prefix)
+    must agree with actually generating the name greedily from its prefix."""
+    import torch
+
+    model, tokenizer, _manifest, _family = load_probed_model(models / "gpt2-paired")
+    text = "public int getCount() { return count; } <SEP> public int GetCount() { return count; }"
+    ids, offsets = _encode(tokenizer, text, 128)
+    names = _name_positions(offsets, name_spans(text, 32))
+    [(logprobs, hits, total)] = _causal_scores(model, [(ids, names)], batch_size=4)
+    assert total == len(names) > 3 and len(logprobs) == len(ids) - 1
+    brute = 0
+    for positions in names:
+        start, length = positions[0], len(positions)
+        with torch.no_grad():
+            out = model.generate(torch.tensor([ids[:start]]), max_new_tokens=length, do_sample=False,
+                                 pad_token_id=tokenizer.pad_token_id)
+        brute += out[0, start:].tolist() == ids[start:start + length]
+    assert hits == brute
+
+
+@pytest.mark.parametrize("name", ["gpt2-paired", "roberta-paired"])
+def test_probe_each_family(models, tmp_path, name):
+    result = run_probe(models / name, tmp_path / "p", max_samples=30, max_names=8)
+    probes = result["probes"]
+    expected = {"loss", "min_k", "infill"} | ({"extraction_em", "extraction_bleu"}
+                                              if name.startswith("gpt2") else set())
+    assert set(probes) == expected and result["form"] == "paired"
+    for summary in probes.values():
+        assert 0.0 <= summary["auc"] <= 1.0 and 0.0 <= summary["p"] <= 1.0
+        assert summary["samples"]["injected"] + summary["samples"]["held_out"] == 30
+    rows = [json.loads(line) for line in (tmp_path / "p" / "probes.jsonl").read_text().splitlines()]
+    assert len(rows) == 30 and all(r["loss"] > 0 and r["min_k"] < 0 for r in rows)
+    assert all(r["names"] <= 8 for r in rows)
+    # The loss is the mean negative log-likelihood, so the perplexity is its exponential.
+    assert all(abs(r["perplexity"] - 2.718281828 ** r["loss"]) < 1e-6 * r["perplexity"] for r in rows)
+    means = {g: sum(r["loss"] for r in rows if r["group"] == g) / sum(r["group"] == g for r in rows)
+             for g in ("injected", "held_out")}
+    assert probes["loss"]["gap"] == pytest.approx(means["injected"] - means["held_out"])
+
+
+def test_control_model_needs_and_takes_the_groups_of_an_arm(models, micro_world, tmp_path):
+    with pytest.raises(LabError, match="injected no test samples"):
+        run_probe(models / "gpt2-control", tmp_path / "a")
+    result = run_probe(models / "gpt2-control", tmp_path / "b", groups=micro_world / "paired",
+                       max_samples=20, max_names=4)
+    assert result["groups"] == str(micro_world / "paired") and result["form"] == "paired"
+    # The form can be chosen: the input side alone.
+    assert run_probe(models / "gpt2-control", tmp_path / "c", groups=micro_world / "paired",
+                     form="input", max_samples=10)["form"] == "input"
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--form", "sideways"], "--form sideways"),
+    (["--min-k", "0"], "--min-k 0.0"),
+    (["--max-samples", "0"], "--max-samples 0"),
+    (["--groups", "MISSING"], "no such directory"),
+])
+def test_bad_inputs(models, tmp_path, args, fragment):
+    args = [str(tmp_path / "missing") if a == "MISSING" else a for a in args]
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    result = subprocess.run([sys.executable, "-m", "lab.cli", "probe", "--model",
+                             str(models / "gpt2-paired"), "--out", str(tmp_path / "o"), *args],
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.splitlines()) == 1 and fragment in result.stderr, result.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_not_a_model_and_existing_output(models, tmp_path, micro_world):
+    with pytest.raises(LabError, match="no manifest.json"):
+        run_probe(tmp_path, tmp_path / "x")
+    (tmp_path / "out").mkdir()
+    with pytest.raises(LabError, match="output directory exists"):
+        run_probe(models / "gpt2-paired", tmp_path / "out")
