@@ -545,6 +545,47 @@ def score_command(
         console.print(f"scores: {out}")
 
 
+@app.command("llm-eval")
+def llm_eval(
+    model: Path = typer.Option(..., help="A local causal LM folder (Hugging Face: config.json + "
+                                         "weights) or a lab pre-trained GPT-2; never downloaded."),
+    contaminated: Path = typer.Option(..., help="JSON lines: the contaminated set (experimental)."),
+    perturbed: Path = typer.Option(..., help="JSON lines: its perturbed twin, line i for line i "
+                                             "(control)."),
+    task: Optional[str] = typer.Option(
+        None, help="java2cs, cs2java, summarization or generation (default: from the file names "
+                   "java2csharp / csharp2java / *summar* / *generate* / *genne*, else "
+                   "{description, code} records mean generation)."),
+    repetitions: int = typer.Option(5, help="Sampling runs per set; seeds SEED .. SEED+N-1."),
+    seed: int = typer.Option(0, help="Seed of the first repetition."),
+    temperature: float = typer.Option(0.8, help="Sampling temperature."),
+    top_p: float = typer.Option(0.95, help="Sampling top-p."),
+    top_k: int = typer.Option(50, help="Sampling top-k."),
+    max_new_tokens: int = typer.Option(256, help="Longest answer; it ends earlier at 'END OF CASE'."),
+    batch_size: int = typer.Option(8, help="Prompts per generation batch."),
+    limit: Optional[int] = typer.Option(None, help="Only the first N pairs."),
+    convention: str = typer.Option(
+        "study-tables", help="Mann-Whitney convention: study-tables (the study's tables), "
+                             "exact-two-sided, replication-package, exact-greater."),
+    out: Optional[Path] = typer.Option(None, help="Write generations.jsonl, results.json and "
+                                                  "table.md here."),
+    force: bool = typer.Option(False, help="Replace an existing output directory."),
+) -> None:
+    """The study's LLM arm: one-shot prompts on a contaminated set and its perturbed twin, BLEU and
+    METEOR over repetitions, Mann-Whitney U between the two sets."""
+    from lab.eval.llm_eval import run_llm_eval
+
+    result = run_llm_eval(model, contaminated, perturbed, task, out, force, repetitions, seed,
+                          temperature, top_p, top_k, max_new_tokens, batch_size, limit, convention)
+    used = result["data"]["contaminated"]["used"]
+    console.print(_table(f"{result['task_label']}: {used} pairs, {repetitions} repetitions",
+                         result["rows"], ["model", "task", "metric", "experimental", "control", "p"]))
+    console.print(result["note"], markup=False, highlight=False, soft_wrap=True)
+    if out is not None:
+        console.print(f"generations, results and table: {result['out']}", markup=False,
+                      highlight=False, soft_wrap=True)
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Console entry point: user errors become one line on stderr and exit code 2."""
     try:

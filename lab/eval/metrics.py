@@ -273,7 +273,7 @@ def parse_metrics(text: str | None, language: str | None) -> tuple[str, ...]:
     return chosen
 
 
-def _read_text(path: Path) -> str:
+def read_text_file(path: Path) -> str:
     path = Path(path)
     if not path.exists():
         raise LabError(f"{path}: no such file")
@@ -301,14 +301,14 @@ def _lines(text: str) -> list[str]:
     return lines
 
 
-def _read_jsonl(path: Path, fields: Sequence[str]) -> tuple[dict[str, list[str]], list[int]]:
+def read_jsonl_fields(path: Path, fields: Sequence[str]) -> tuple[dict[str, list[str]], list[int]]:
     """Fields of every record of a JSON-lines file (blank lines skipped), and each record's line
     number; every problem names file:line."""
     import json
 
     values: dict[str, list[str]] = {field: [] for field in fields}
     numbers: list[int] = []
-    for number, line in enumerate(_lines(_read_text(path)), 1):
+    for number, line in enumerate(_lines(read_text_file(path)), 1):
         if not line.strip():
             continue
         try:
@@ -333,9 +333,9 @@ def _read_jsonl(path: Path, fields: Sequence[str]) -> tuple[dict[str, list[str]]
 def _read_side(path: Path, field: str) -> tuple[list[str], list[int], str]:
     """(samples, their line numbers, unit) of one side: a JSON-lines field or one per line."""
     if _is_jsonl(path):
-        columns, numbers = _read_jsonl(path, (field,))
+        columns, numbers = read_jsonl_fields(path, (field,))
         return columns[field], numbers, "records"
-    lines = _lines(_read_text(path))
+    lines = _lines(read_text_file(path))
     return lines, list(range(1, len(lines) + 1)), "lines"
 
 
@@ -354,7 +354,7 @@ def read_scoring_inputs(pred: Path, ref: Path | None) -> tuple[list[str], list[s
         if not _is_jsonl(pred):
             raise LabError(f"--ref is required: {pred} is not a predictions.jsonl "
                            "(records with 'prediction' and 'reference')")
-        columns, numbers = _read_jsonl(pred, ("prediction", "reference"))
+        columns, numbers = read_jsonl_fields(pred, ("prediction", "reference"))
         predictions, references, ref_path, ref_numbers = (
             columns["prediction"], columns["reference"], pred, numbers)
     else:
