@@ -80,6 +80,16 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+def write_jsonl(path: Path, rows: Any) -> None:
+    """One JSON object per line, keys sorted (equal rows give equal bytes); for files inside an
+    atomic_output_dir."""
+    import orjson
+
+    with open(path, "wb") as handle:
+        for row in rows:
+            handle.write(orjson.dumps(row, option=orjson.OPT_SORT_KEYS) + b"\n")
+
+
 @contextlib.contextmanager
 def atomic_output_dir(out: Path, force: bool = False) -> Iterator[Path]:
     """Yield a temporary sibling of `out`; it becomes `out` only if the block completes.

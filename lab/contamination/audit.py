@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-import orjson
-
 from lab.codetokens import fingerprint_tokens, normalized_hash
-from lab.common import LabError, atomic_output_dir, environment_record, write_json_atomic
+from lab.common import (LabError, atomic_output_dir, environment_record, write_json_atomic,
+                        write_jsonl)
 from lab.contamination import segments
 from lab.contamination.corpus_files import read_corpus, read_manifest
 from lab.corpora import DATASETS, Sample, get_spec, load_documents, load_samples
@@ -257,9 +256,7 @@ def run_audit(benchmark: str, splits: list[str] | None = None, against: str = "c
     }
     if out is not None:
         with atomic_output_dir(Path(out), force=force) as tmp:
-            with open(tmp / "report.jsonl", "wb") as handle:
-                for row in rows:
-                    handle.write(orjson.dumps(row, option=orjson.OPT_SORT_KEYS) + b"\n")
+            write_jsonl(tmp / "report.jsonl", rows)
             write_json_atomic(tmp / "summary.json", summary)
     summary["rows"] = rows
     summary["matched_documents"] = matched_documents

@@ -74,6 +74,21 @@ def load_generator(model_dir: Path) -> tuple[Any, Any, dict[str, Any], str]:
     return model, tokenizer, manifest, architecture
 
 
+def padded(rows: list[list[int]], pad: int, left: bool) -> tuple[Any, Any]:
+    """(ids, attention mask) of token lists padded to the longest: on the left for a causal LM
+    that generates (every prompt then ends where its output starts), else on the right."""
+    import torch
+
+    width = max(len(row) for row in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        span = slice(width - len(row), width) if left else slice(0, len(row))
+        ids[i, span] = torch.tensor(row, dtype=torch.long)
+        mask[i, span] = 1
+    return ids, mask
+
+
 def generate(model: Any, tokenizer: Any, architecture: str, sources: list[str], decoding: Decoding,
              max_source: int, max_new_tokens: int, batch_size: int) -> list[str]:
     """Batched generation with the KV cache, longest inputs first; outputs in input order."""
@@ -90,17 +105,8 @@ def generate(model: Any, tokenizer: Any, architecture: str, sources: list[str], 
     pad = tokenizer.pad_token_id
     for start in range(0, len(order), batch_size):
         batch = order[start:start + batch_size]
-        width = max(len(prompts[i]) for i in batch)
-        ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, i in enumerate(batch):
-            n = len(prompts[i])
-            if architecture == "causal-lm":  # left padding: every prompt ends where output starts
-                ids[row, width - n:] = torch.tensor(prompts[i])
-                mask[row, width - n:] = 1
-            else:
-                ids[row, :n] = torch.tensor(prompts[i])
-                mask[row, :n] = 1
+        ids, mask = padded([prompts[i] for i in batch], pad, left=architecture == "causal-lm")
+        width = ids.shape[1]
         # A causal model's prompt and output share its positions.
         room = positions - width if architecture == "causal-lm" else positions - 1
         with torch.no_grad():

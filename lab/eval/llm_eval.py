@@ -18,8 +18,10 @@ import orjson
 
 from lab.common import (
     LabError, atomic_output_dir, environment_record, sha256_file, sha256_text, write_json_atomic,
+    write_jsonl,
 )
 from lab.eval import metrics as metric_fns
+from lab.eval.generate import padded
 from lab.study.stats import ALPHA, CONVENTIONS, compare
 
 MARKER = "END OF CASE"
@@ -257,12 +259,8 @@ def generate(model: Any, tokenizer: Any, prompts: list[list[int]], positions: in
     outputs, budgets = [""] * len(prompts), [0] * len(prompts)
     for start in range(0, len(order), batch_size):
         batch = order[start:start + batch_size]
-        width = max(len(prompts[i]) for i in batch)
-        ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, i in enumerate(batch):
-            ids[row, width - len(prompts[i]):] = torch.tensor(prompts[i])
-            mask[row, width - len(prompts[i]):] = 1
+        ids, mask = padded([prompts[i] for i in batch], pad, left=True)
+        width = ids.shape[1]
         budget = min(max_new_tokens, positions - width) if positions else max_new_tokens
         with torch.no_grad():
             generated = model.generate(
@@ -416,9 +414,7 @@ def run_llm_eval(model: Path, contaminated: Path, perturbed: Path, task: str | N
     }
     if out is not None:
         with atomic_output_dir(Path(out), force=force) as tmp:
-            with open(tmp / "generations.jsonl", "wb") as handle:
-                for row in generations:
-                    handle.write(orjson.dumps(row, option=orjson.OPT_SORT_KEYS) + b"\n")
+            write_jsonl(tmp / "generations.jsonl", generations)
             write_json_atomic(tmp / "results.json", record)
             (tmp / "table.md").write_text(table, encoding="utf-8")
         record["out"] = str(out)

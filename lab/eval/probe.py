@@ -30,13 +30,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from lab.codetokens import KEYWORDS, TOKEN_PATTERN
-from lab.common import LabError, atomic_output_dir, environment_record, write_json_atomic
+from lab.common import (LabError, atomic_output_dir, environment_record, write_json_atomic,
+                        write_jsonl)
 from lab.contamination import paired_document
 from lab.corpora import Sample, load_samples
 from lab.eval import metrics as metric_fns
+from lab.eval.generate import Decoding, generate, padded
 from lab.models import positions_of
 from lab.train.finetune import causal_prompt, pretraining_record, read_stage_manifest
 
@@ -144,12 +144,7 @@ def _causal_scores(model: Any, docs: list[tuple[list[int], list[list[int]]]], ba
 
     results = []
     for batch in _batched(docs, batch_size):
-        width = max(len(ids) for ids, _ in batch)
-        ids = torch.zeros((len(batch), width), dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, (doc, _names) in enumerate(batch):
-            ids[row, :len(doc)] = torch.tensor(doc)
-            mask[row, :len(doc)] = 1
+        ids, mask = padded([doc for doc, _names in batch], 0, left=False)
         with torch.no_grad():
             logits = model(input_ids=ids, attention_mask=mask).logits.float()
         logprobs = torch.log_softmax(logits[:, :-1], dim=-1)
@@ -183,12 +178,9 @@ def _masked_scores(model: Any, tokenizer: Any, docs: list[tuple[list[int], list[
     hits = [0] * len(docs)
     for kind, work in (("pll", jobs), ("names", name_jobs)):
         for batch in _batched(work, batch_size):
-            width = max(len(doc) for _d, doc, _p in batch)
-            ids = torch.full((len(batch), width), tokenizer.pad_token_id, dtype=torch.long)
-            attention = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, (_d, doc, positions) in enumerate(batch):
-                ids[row, :len(doc)] = torch.tensor(doc)
-                attention[row, :len(doc)] = 1
+            ids, attention = padded([doc for _d, doc, _p in batch], tokenizer.pad_token_id,
+                                    left=False)
+            for row, (_d, _doc, positions) in enumerate(batch):
                 ids[row, positions] = mask_id
             with torch.no_grad():
                 logprobs = torch.log_softmax(model(input_ids=ids, attention_mask=attention)
@@ -301,8 +293,6 @@ def run_probe(model_dir: Path, out: Path | None = None, groups: Path | None = No
                      "min_k": min_k_score(token_lp, min_k), "names": names,
                      "infill": 100.0 * hits / names if names else None})
     if family == "gpt2":
-        from lab.eval.generate import Decoding, generate
-
         max_source = (positions - 3) // 2
         prompts = [causal_prompt(tokenizer, s.input, max_source) for s in samples]
         longest = max(len(tokenizer(" " + s.output, add_special_tokens=False)["input_ids"])
@@ -323,9 +313,7 @@ def run_probe(model_dir: Path, out: Path | None = None, groups: Path | None = No
         "environment": environment_record(),
     }
     with atomic_output_dir(out, force=force) as tmp:
-        with open(tmp / "probes.jsonl", "wb") as handle:
-            for row in rows:
-                handle.write(orjson.dumps(row, option=orjson.OPT_SORT_KEYS) + b"\n")
+        write_jsonl(tmp / "probes.jsonl", rows)
         write_json_atomic(tmp / "summary.json", summary)
     summary["out"] = str(out)
     return summary

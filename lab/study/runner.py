@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from lab.common import LabError, dumps_json, environment_record, write_json_atomic
+from lab.common import LabError, environment_record, write_json_atomic
 from lab.study.recipe import Recipe, recipe_dict
 
 RESULTS = "results.csv"
