@@ -146,3 +146,27 @@ def test_report_refuses_a_study_without_finished_runs(tmp_path):
     (tmp_path / "empty" / "results.csv").write_text("study,group\n")
     with pytest.raises(LabError, match="no finished runs"):
         run_report(tmp_path / "empty")
+
+
+def test_a_study_folder_keeps_its_recipe(tmp_path):
+    import json
+
+    from lab.common import LabError
+    from lab.study.recipe import recipe_dict, recipe_from_dict
+
+    recipe = load_recipe(RECIPE)
+    study = tmp_path / "s"
+    study.mkdir()
+    other = recipe_dict(load_recipe(RECIPE, ["seeds=[0]", "pretrain.lr=0.001"]))
+    (study / "recipe.json").write_text(json.dumps(other))
+    with pytest.raises(LabError, match=r"differs in pretrain\.lr, seeds; use a new --out"):
+        run_study(recipe, study)
+    assert not (study / "stages").exists()
+    # A study recorded before a section existed (here: probe) resumes with its defaults.
+    older = recipe_dict(recipe)
+    del older["probe"]
+    assert recipe_dict(recipe_from_dict(older)) == recipe_dict(recipe)
+    older["colour"] = "blue"
+    (study / "recipe.json").write_text(json.dumps(older))
+    with pytest.raises(LabError, match="a recipe this lab cannot read.*colour: unknown key"):
+        run_study(recipe, study)

@@ -309,5 +309,15 @@ def load_recipe(path: Path, overrides: list[str] | None = None) -> Recipe:
     return recipe
 
 
+def recipe_from_dict(data: Any) -> Recipe:
+    """A recipe from its recorded dict (STUDY/recipe.json), checked like a file; fields the
+    record lacks take their defaults."""
+    if not isinstance(data, dict):
+        raise LabError("a recipe is a mapping of sections")
+    recipe = _build(Recipe, data)
+    _check(recipe)
+    return recipe
+
+
 def recipe_dict(recipe: Recipe) -> dict[str, Any]:
     return dataclasses.asdict(recipe)

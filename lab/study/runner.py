@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from lab.common import LabError, environment_record, write_json_atomic
-from lab.study.recipe import Recipe, recipe_dict
+from lab.study.recipe import Recipe, recipe_dict, recipe_from_dict
 
 RESULTS = "results.csv"
 SAMPLES = "samples.csv"
@@ -415,6 +415,14 @@ def _schedule(stages: list[Stage], study: Path, submit: Callable[[Stage, int], A
     return timings
 
 
+def _differences(old: Any, new: Any, path: str = "") -> list[str]:
+    """Paths of the fields whose values differ between two recipe dicts."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [d for key in sorted(set(old) | set(new))
+                for d in _differences(old.get(key), new.get(key), f"{path}.{key}" if path else key)]
+    return [] if old == new else [path]
+
+
 def check_executor(executor: str, workers: int) -> None:
     if executor not in EXECUTORS:
         raise LabError(f"--executor {executor}: choose from {', '.join(EXECUTORS)}")
@@ -440,13 +448,18 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
     recorded = study / "recipe.json"
     if recorded.is_file():
         try:
-            previous = json.loads(recorded.read_text())
+            previous = recipe_from_dict(json.loads(recorded.read_text()))
         except (OSError, ValueError) as exc:
             raise LabError(f"{recorded}: unreadable ({exc})") from None
-        if previous != recipe_dict(recipe):
-            raise LabError(f"{recorded}: the study directory holds another recipe (use a new --out)")
-    else:
-        write_json_atomic(recorded, recipe_dict(recipe))
+        except LabError as exc:
+            raise LabError(f"{recorded}: a recipe this lab cannot read ({exc})") from None
+        # Fields added to the schema since the study began take their defaults, so an older
+        # study resumes; any real difference is refused and named.
+        changed = _differences(recipe_dict(previous), recipe_dict(recipe))
+        if changed:
+            raise LabError(f"{recorded}: the study directory holds another recipe (differs in "
+                           f"{', '.join(changed[:3])}; use a new --out)")
+    write_json_atomic(recorded, recipe_dict(recipe))
     submit, shutdown = _submitter(executor, workers, study, corpora_dir, slurm)
     try:
         timings = _schedule(stages, study, submit, workers, on_event or (lambda *a, **k: None))
