@@ -20,6 +20,11 @@ class LabError(Exception):
     """A problem with the user's input: the CLI prints it on one line and exits with code 2."""
 
 
+class DataNotFound(LabError):
+    """A dataset split that is neither local nor loadable from the hub (offline, no network,
+    no `datasets` package): callers that can do without it (CONCODE's train split) catch this."""
+
+
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:

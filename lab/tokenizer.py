@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from lab.common import (
-    LabError, atomic_output_dir, environment_record, sha256_file, write_json_atomic,
+    DataNotFound, LabError, atomic_output_dir, environment_record, sha256_file, write_json_atomic,
 )
 from lab.contamination import SEP_MARKER
 from lab.contamination.corpus_files import read_corpus, read_manifest
@@ -31,11 +31,10 @@ def _benchmark_train_texts(benchmarks: list[str], corpora_dir: Path | None,
             raise LabError(f"--benchmarks {name}: not a benchmark")
         try:
             loaded = load_samples(name, "train", corpora_dir)
-        except LabError as exc:
-            if "not found locally" not in str(exc):
-                raise
-            # CONCODE's train split is often absent offline; say so in the manifest.
-            used.append({"dataset": name, "split": "train", "records": 0, "where": "missing"})
+        except DataNotFound as exc:
+            # CONCODE's train split is often absent offline; say so (and why) in the manifest.
+            used.append({"dataset": name, "split": "train", "records": 0, "where": "missing",
+                         "reason": str(exc)})
             continue
         used.append(loaded.provenance())
         for sample in loaded.records:

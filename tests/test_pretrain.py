@@ -67,6 +67,24 @@ def test_tokenizer_is_deterministic_and_refuses_contaminated_corpora(world, tmp_
     assert not (tmp_path / "bad").exists()
 
 
+def test_tokenizer_without_hub_access_records_the_missing_split(world, tmp_path, monkeypatch):
+    """Hub look-ups allowed but failing (no network): CONCODE's absent train split is recorded
+    as missing, with the reason, instead of stopping the study; the tokenizer is the same."""
+    datasets = pytest.importorskip("datasets")
+
+    def unreachable(*_args, **_kwargs):
+        raise ConnectionError("no route to huggingface.co")
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(datasets, "load_dataset", unreachable)
+    manifest = train_tokenizer(world / "control", tmp_path / "t", ["codetrans", "concode"],
+                               vocab_size=1200)
+    [concode] = [s for s in manifest["trained_on"]["benchmark_train_splits"]
+                 if s["dataset"] == "concode"]
+    assert concode["where"] == "missing" and "no route to huggingface.co" in concode["reason"]
+    assert tokenizer_hash(tmp_path / "t") == tokenizer_hash(world / "tok")
+
+
 # --- packing ---------------------------------------------------------------------------------
 
 def test_packing_places_every_document_once_within_the_block():

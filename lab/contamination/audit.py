@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from lab.codetokens import fingerprint_tokens, normalized_hash
-from lab.common import (LabError, atomic_output_dir, environment_record, write_json_atomic,
+from lab.common import (DataNotFound, LabError, atomic_output_dir, environment_record, write_json_atomic,
                         write_jsonl)
 from lab.contamination import segments
 from lab.contamination.corpus_files import read_corpus, read_manifest
@@ -228,10 +228,10 @@ def run_audit(benchmark: str, splits: list[str] | None = None, against: str = "c
     for split in requested:
         try:
             loaded.append(load_samples(benchmark, split, corpora_dir))
-        except LabError as exc:
+        except DataNotFound:
             # Auditing "all splits" tolerates one missing offline (CONCODE's train); a split the
             # user named explicitly must exist.
-            if splits or "not found locally" not in str(exc):
+            if splits:
                 raise
             skipped.append(split)
     against_label, documents = _against_documents(against, corpora_dir)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from lab.codetokens import code_tokens
-from lab.common import LabError, sha256_file
+from lab.common import DataNotFound, LabError, sha256_file
 from lab.corpora import codetrans, concode, csn
 from lab.corpora.base import (
     DatasetSpec, Document, Sample, candidate_roots, load_hub_split, sample_id,
@@ -199,9 +199,7 @@ def dataset_stats(name: str, corpora_dir: Path | None = None) -> list[dict[str, 
                     "input": [len(code_tokens(s.input)) for s in loaded.records],
                     "output": [len(code_tokens(s.output)) for s in loaded.records],
                 }
-        except LabError as exc:
-            if "not found locally" not in str(exc):
-                raise
+        except DataNotFound:
             rows.append({"split": split, "records": None, "expected": expected.get(split),
                          "where": "missing"})
             continue

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import orjson
 
-from lab.common import LabError
+from lab.common import DataNotFound, LabError
 
 
 @dataclass(frozen=True)
@@ -62,13 +62,13 @@ def load_hub_split(hub_id: str, config: str | None, split: str) -> Iterable[dict
     try:
         import datasets  # noqa: PLC0415 - optional dependency, imported only when used
     except ImportError as exc:
-        raise LabError(
+        raise DataNotFound(
             f"hub dataset {hub_id}: the 'datasets' package is not installed (pip install 'lab[hub]')"
         ) from exc
     try:
         return datasets.load_dataset(hub_id, config, split=split)
     except Exception as exc:  # the hub raises many types; the user needs one line
-        raise LabError(f"hub dataset {hub_id} split {split}: could not load ({exc})") from exc
+        raise DataNotFound(f"hub dataset {hub_id} split {split}: could not load ({exc})") from exc
 
 
 def one_file_per_split(suffix: str) -> Callable[[Path, str], list[Path] | None]:
@@ -155,7 +155,7 @@ class DatasetSpec:
                 return str(root / self.subdir), files
         if self.hub_id and hub_allowed():
             return "hub", None
-        raise LabError(self.missing_message(split, corpora_dir))
+        raise DataNotFound(self.missing_message(split, corpora_dir))
 
     def missing_message(self, split: str, corpora_dir: Path | None) -> str:
         looked = ", ".join(str(root / self.subdir) for _l, root in candidate_roots(corpora_dir))

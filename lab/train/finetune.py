@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.common import LabError, atomic_output_dir, environment_record, write_json_atomic
+from lab.common import (DataNotFound, LabError, atomic_output_dir, environment_record,
+                        write_json_atomic)
 from lab.contamination import SEP_MARKER
 from lab.corpora import Sample, load_samples
 from lab.models import positions_of
@@ -172,8 +173,8 @@ def _training_samples(task: Task, cfg: FinetuneConfig) -> tuple[list[Sample], li
     note: dict[str, Any] = {"train_split": task.train_split, "valid_split": task.valid_split}
     try:
         train = load_samples(task.benchmark, task.train_split, cfg.corpora_dir, True)
-    except LabError as exc:
-        if task.benchmark != "concode" or "not found locally" not in str(exc):
+    except DataNotFound:
+        if task.benchmark != "concode":
             raise
         train = load_samples(task.benchmark, task.valid_split, cfg.corpora_dir, True)
         note = {"train_split": task.valid_split, "valid_split": None,
