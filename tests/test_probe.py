@@ -81,6 +81,19 @@ def test_probe_each_family(models, tmp_path, name):
     assert probes["loss"]["gap"] == pytest.approx(means["injected"] - means["held_out"])
 
 
+@pytest.mark.parametrize("setting, form, texts", [
+    ("input-only", "input", ["int a;"]), ("output-only", "output", ["int b;"]),
+    ("unpaired", "unpaired", ["int a;", "int b;"]), ("paired", "paired", ["int a; <SEP> int b;"]),
+])
+def test_each_setting_is_probed_in_the_form_it_was_injected(setting, form, texts):
+    from lab.corpora import Sample
+    from lab.eval.probe import SETTING_FORMS, documents
+
+    assert SETTING_FORMS[setting] == form
+    sample = Sample(id="x:test:0", split="test", index=0, input="int a;", output="int b;")
+    assert documents(sample, form) == texts
+
+
 def test_control_model_needs_and_takes_the_groups_of_an_arm(models, micro_world, tmp_path):
     with pytest.raises(LabError, match="injected no test samples"):
         run_probe(models / "gpt2-control", tmp_path / "a")
@@ -90,6 +103,14 @@ def test_control_model_needs_and_takes_the_groups_of_an_arm(models, micro_world,
     # The form can be chosen: the input side alone.
     assert run_probe(models / "gpt2-control", tmp_path / "c", groups=micro_world / "paired",
                      form="input", max_samples=10)["form"] == "input"
+    # Groups from an output-only arm: probed on the output side, as it was injected.
+    from lab.contamination.inject import InjectConfig, run_inject
+
+    run_inject(InjectConfig(benchmark="codetrans", setting="output-only", seed=3, fraction=0.1,
+                            base_splits=("valid",), limit=700, out=tmp_path / "output-only"))
+    result = run_probe(models / "gpt2-control", tmp_path / "d", groups=tmp_path / "output-only",
+                       max_samples=10, max_names=4)
+    assert result["form"] == "output" and result["probes"]["loss"]["samples"]["injected"] > 0
 
 
 @pytest.mark.parametrize("args, fragment", [

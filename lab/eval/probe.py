@@ -49,6 +49,9 @@ PROBES: dict[str, tuple[str, bool]] = {
     "infill": ("identifiers and string literals filled exactly, one at a time (%)", True),
 }
 FORMS = ("auto", "input", "output", "unpaired", "paired")
+# The form in which each injection setting put a sample into the corpus.
+SETTING_FORMS = {"input-only": "input", "output-only": "output", "unpaired": "unpaired",
+                 "paired": "paired"}
 PLL_PASSES = 7  # RoBERTa pseudo-likelihood: token i is masked in pass i % 7
 _NAME = re.compile(r'@?"|[^\W\d]|\$')  # how a lexer token that is a name or string literal starts
 
@@ -255,9 +258,9 @@ def run_probe(model_dir: Path, out: Path | None = None, groups: Path | None = No
             raise LabError(f"{option} {value}: must be >= 1")
     # Everything that can be refused is checked before the model is loaded.
     chosen = probe_groups(read_stage_manifest(model_dir, "--model"), groups)
-    setting = chosen["setting"] if form == "auto" else form
-    if setting not in FORMS[1:]:
-        raise LabError(f"the corpus setting '{setting}' has no injected form to probe")
+    setting = SETTING_FORMS.get(chosen["setting"]) if form == "auto" else form
+    if setting is None:
+        raise LabError(f"the corpus setting '{chosen['setting']}' has no injected form to probe")
     out = Path(out) if out else Path(model_dir) / "probe"
     if out.exists() and not force:
         raise LabError(f"{out}: output directory exists (use --force to replace it)")
