@@ -166,7 +166,9 @@ def run_pretrain(cfg: PretrainConfig) -> dict[str, Any]:
     run_config["tokenizer_sha256"] = tokenizer_hash(cfg.tokenizer)
     _prepare_work_dir(cfg, out, work, run_config)
     try:
-        return _train(cfg, tokenizer, corpus_manifest, run_config, out, work, started)
+        result = _train(cfg, tokenizer, corpus_manifest, run_config, out, work, started)
+        _leave_process_group()
+        return result
     except BaseException:
         # Nothing to resume from: leave no half-made directory behind.
         if int(os.environ.get("RANK", "0")) == 0 and latest_checkpoint(work / "checkpoints") is None:
@@ -267,6 +269,17 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
         shutil.rmtree(out)
     os.replace(work, out)
     return manifest
+
+
+def _leave_process_group() -> None:
+    # Left to interpreter shutdown, the process group's communication threads are sometimes
+    # torn down while still joinable and a rank aborts ("terminate called without an active
+    # exception") after its work is done, failing the whole launch.
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def _prepare_work_dir(cfg: PretrainConfig, out: Path, work: Path, run_config: dict) -> None:
