@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from lab.codetokens import fingerprint_tokens, normalized_hash
-from lab.common import (DataNotFound, LabError, atomic_output_dir, environment_record, write_json_atomic,
-                        write_jsonl)
+from lab.common import (DataNotFound, LabError, atomic_output_dir, environment_record,
+                        write_json_atomic, write_jsonl)
 from lab.contamination import segments
 from lab.contamination.corpus_files import read_corpus, read_manifest
 from lab.corpora import DATASETS, Sample, get_spec, load_documents, load_samples

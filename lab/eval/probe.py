@@ -33,7 +33,7 @@ from typing import Any
 from lab.codetokens import KEYWORDS, TOKEN_PATTERN
 from lab.common import (LabError, atomic_output_dir, environment_record, write_json_atomic,
                         write_jsonl)
-from lab.contamination import paired_document
+from lab.contamination.inject import injected_sides
 from lab.corpora import Sample, load_samples
 from lab.eval import metrics as metric_fns
 from lab.eval.generate import Decoding, generate, padded
@@ -103,10 +103,9 @@ def probe_groups(manifest: dict[str, Any], groups_dir: Path | None) -> dict[str,
 
 
 def documents(sample: Sample, form: str) -> list[str]:
-    """The texts a sample was injected as under a setting (its 'form')."""
-    return {"input": [sample.input], "output": [sample.output],
-            "unpaired": [sample.input, sample.output],
-            "paired": [paired_document(sample.input, sample.output)]}[form]
+    """The texts a sample was injected as under a setting (its 'form'): the injector's own."""
+    setting = next(setting for setting, its_form in SETTING_FORMS.items() if its_form == form)
+    return [text for _side, text in injected_sides(setting, sample)]
 
 
 def name_spans(text: str, limit: int) -> list[tuple[int, int]]:
