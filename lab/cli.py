@@ -307,23 +307,23 @@ def study(
     set_: Optional[List[str]] = typer.Option(None, "--set", help="Override: section.key=value."),
     dry_run: bool = typer.Option(False, help="Print the grid, what is done and the estimated cost."),
     executor: str = typer.Option("local", help="local, slurm (submitit) or submitit-local."),
-    workers: Optional[int] = typer.Option(None, help="Stages at a time (local default: the cores; "
-                                                     "slurm: 64 jobs)."),
+    workers: Optional[int] = typer.Option(None, help="Stages at a time (local default: cores / "
+                                                     "threads; slurm: 64 jobs)."),
+    threads: Optional[int] = typer.Option(None, help="torch threads of every stage, fixed for the "
+                                                     "study (= --set resources.threads=N; default: "
+                                                     "the cores, recorded at the study's start)."),
     slurm: Optional[List[str]] = typer.Option(None, help="submitit parameter for --executor slurm, "
                                                          "key=value (slurm_partition=gpu, gpus_per_node=1)."),
     report: bool = typer.Option(True, help="Print the report's table and figure path at the end."),
     corpora: Optional[Path] = CorporaOption,
 ) -> None:
     """Run a whole contamination study; finished stages are reused, interrupted ones resumed."""
-    import os
-
     from lab.study.recipe import load_recipe
     from lab.study.runner import check_executor, run_study
 
-    parsed = load_recipe(recipe, list(set_ or []))
+    overrides = list(set_ or []) + ([f"resources.threads={threads}"] if threads is not None else [])
+    parsed = load_recipe(recipe, overrides)
     folder = out or Path("runs") / parsed.name
-    if workers is None:
-        workers = 64 if executor == "slurm" else (os.cpu_count() or 1)
     check_executor(executor, workers)
     if folder.exists() and not folder.is_dir():
         raise LabError(f"{folder}: exists and is not a study directory")
@@ -337,7 +337,13 @@ def study(
                              rows, list(rows[0])))
         console.print(f"estimated: {_duration(total)} on a 2-core CPU with one worker "
                       f"({sum(r['flops'] for r in plan['estimate']):.2e} FLOPs)")
+        for problem in plan["problems"]:
+            console.print(f"cannot start here: {problem}", markup=False, highlight=False,
+                          soft_wrap=True)
         return
+    from lab.study.preflight import check_ready
+
+    check_ready(parsed, folder, corpora, executor)  # before the progress display opens
     summary = _run_with_progress(parsed, folder, corpora, executor, workers,
                                  _parse_pairs(slurm or [], "--slurm"))
     console.print(f"{parsed.name}: {summary['stages']} stages ({len(summary['ran'])} run now); "
@@ -371,7 +377,7 @@ def _parse_pairs(pairs: List[str], option: str) -> dict[str, Any]:
 
 
 def _run_with_progress(recipe: Any, folder: Path, corpora: Optional[Path], executor: str,
-                       workers: int, slurm: dict[str, Any]) -> dict[str, Any]:
+                       workers: Optional[int], slurm: dict[str, Any]) -> dict[str, Any]:
     """lab study with a rich progress bar over stages and a line per finished stage."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -529,17 +535,21 @@ def score_command(
     ref: Optional[Path] = typer.Option(None, help="References, one per line (or .jsonl); "
                                                   "not needed with a predictions.jsonl."),
     metrics: Optional[str] = typer.Option(
-        None, help="Comma-separated: bleu,bleu_sentence,meteor,em,codebleu (default: all; "
-                   "codebleu only with --language)."),
+        None, help="Comma-separated: bleu,bleu_sentence,meteor,em,em_tokens,codebleu (default: "
+                   "all; codebleu only with --language)."),
     language: Optional[str] = typer.Option(None, help="java or cs: CodeBLEU's grammar."),
     out: Optional[Path] = typer.Option(None, help="Also write the scores to this JSON file."),
+    task: Optional[str] = typer.Option(
+        None, help="translation or generation: em as CodeXGLUE's evaluator of that task "
+                   "(translation: equal after strip(); generation: same whitespace tokens). "
+                   "Default: a lab evaluate predictions.jsonl's own task, else translation."),
 ) -> None:
     """Score predictions against references: CodeXGLUE BLEU, sentence BLEU, METEOR, EM, CodeBLEU."""
     from lab.eval.metrics import run_score
 
-    result = run_score(pred, ref, metrics, language, out)
+    result = run_score(pred, ref, metrics, language, out, task)
     rows = [{"metric": name, "score": f"{value:.2f}"} for name, value in result["metrics"].items()]
-    console.print(f"{result['predictions']} vs {result['references']}")
+    console.print(f"{result['predictions']} vs {result['references']} (task {result['task']})")
     console.print(_table(f"{result['samples']} samples", rows, ["metric", "score"]))
     if out is not None:
         console.print(f"scores: {out}")

@@ -68,6 +68,9 @@ def environment_record() -> dict[str, Any]:
         mod = sys.modules.get(module)
         if mod is not None:
             record[module] = getattr(mod, "__version__", "unknown")
+    torch = sys.modules.get("torch")
+    if torch is not None:  # float sums, and so the numbers, depend on how many threads share them
+        record["torch_threads"] = torch.get_num_threads()
     return record
 
 

@@ -1,5 +1,6 @@
-"""Scoring: BLEU and EM against CodeXGLUE's evaluator, METEOR offline, CodeBLEU on Java and C#,
-the `evaluate` modules loaded from local folders, and `lab score` (happy path and bad inputs)."""
+"""Scoring: BLEU and EM against CodeXGLUE's evaluators (code-to-code: strict EM; text-to-code:
+whitespace-token EM), METEOR offline, CodeBLEU on Java and C#, the `evaluate` modules loaded from
+local folders, and `lab score` (happy path, --task and bad inputs)."""
 from __future__ import annotations
 
 import collections
@@ -70,6 +71,19 @@ def codexglue_bleu(references: list[str], predictions: list[str]) -> float:
     return 100 * geo_mean * bp
 
 
+def codexglue_code_to_code_acc(references: list[str], predictions: list[str]) -> float:
+    """CodeXGLUE's code-to-code-trans evaluator's Acc (stripped lines compared with ==),
+    restated as an independent oracle: not lab code."""
+    hits = sum(1 for r, p in zip(references, predictions) if r.strip() == p.strip())
+    return round(hits / len(references) * 100, 2)
+
+
+def codexglue_text_to_code_em(references: list[str], predictions: list[str]) -> float:
+    """CodeXGLUE's text-to-code evaluator's EM (whitespace tokens), restated likewise."""
+    hits = sum(1 for r, p in zip(references, predictions) if p.strip().split() == r.split())
+    return round(hits / len(references) * 100, 2)
+
+
 # --- BLEU and EM -------------------------------------------------------------------------
 
 def test_bleu_and_em_equal_codexglue_evaluator_on_its_fixture(codexglue_fixture: Path) -> None:
@@ -112,6 +126,109 @@ def test_bleu_edge_cases() -> None:
 
 def test_em_ignores_whitespace_only() -> None:
     assert metrics.exact_match_per_sample(["a  b\tc", "a b c"], ["a b c", "a b d"]) == [100.0, 0.0]
+    assert metrics.exact_match_tokens_per_sample(["a  b\tc", "a b c"], ["a b c", "a b d"]) == \
+        [100.0, 0.0]
+
+
+# Each case: reference, prediction, EM for translation (strict), EM for generation (tokens).
+EM_CASES = [
+    ("int a = 1 ;", "int a = 1 ;", 100.0, 100.0),
+    ("int a = 1 ;", "int a  = 1 ;", 0.0, 100.0),                  # inner space doubled
+    ("int a = 1 ;", "int a =\t1 ;", 0.0, 100.0),                 # inner tab for a space
+    ('s.Append("  size ");', 's.Append(" size ");', 0.0, 100.0),  # inside a string literal
+    ("int a = 1 ;", "int a = 1 ;  \n", 100.0, 100.0),             # trailing spaces, newline
+    ("int a = 1 ;\n", "\t int a = 1 ;\r\n", 100.0, 100.0),       # leading tab, CR LF
+    ("int a = 1 ;", "int a=1 ;", 0.0, 0.0),                        # tokens differ
+    ("int a = 1 ;", "int b = 1 ;", 0.0, 0.0),
+]
+
+
+@pytest.mark.parametrize("reference,prediction,strict,tokens", EM_CASES)
+def test_em_follows_the_tasks_codexglue_evaluator(reference: str, prediction: str, strict: float,
+                                                  tokens: float) -> None:
+    assert metrics.exact_match_per_sample([reference], [prediction], "translation") == [strict]
+    assert metrics.exact_match_per_sample([reference], [prediction], "generation") == [tokens]
+    assert metrics.exact_match_strict_per_sample([reference], [prediction]) == [strict]
+    assert metrics.exact_match_tokens_per_sample([reference], [prediction]) == [tokens]
+    # The oracles (CodeXGLUE's two evaluators restated) agree with the table.
+    assert codexglue_code_to_code_acc([reference], [prediction]) == strict
+    assert codexglue_text_to_code_em([reference], [prediction]) == tokens
+
+
+def test_score_em_by_task_and_em_tokens_whatever_the_task() -> None:
+    references = [case[0] for case in EM_CASES]
+    predictions = [case[1] for case in EM_CASES]
+    strict = sum(case[2] for case in EM_CASES) / len(EM_CASES)
+    tokens = sum(case[3] for case in EM_CASES) / len(EM_CASES)
+    assert strict != tokens
+    translation, per_sample = metrics.score(references, predictions, ["em", "em_tokens"],
+                                            task="translation")
+    assert translation == {"em": strict, "em_tokens": tokens}
+    assert per_sample["em"] == [case[2] for case in EM_CASES]
+    generation, _ = metrics.score(references, predictions, ["em", "em_tokens"], task="generation")
+    assert generation == {"em": tokens, "em_tokens": tokens}
+    default, _ = metrics.score(references, predictions, ["em"])  # lab score's default
+    assert default == {"em": strict}
+
+
+def test_em_definitions_name_the_evaluator() -> None:
+    assert "strip()" in metrics.describe("translation")["em"]
+    assert "split()" in metrics.describe("generation")["em"]
+    assert "split()" in metrics.describe("translation")["em_tokens"]
+    assert set(metrics.describe()) == set(metrics.METRICS)
+    with pytest.raises(LabError, match="--task 'summarization'"):
+        metrics.describe("summarization")
+    with pytest.raises(LabError, match="--task 'summarization'"):
+        metrics.score(["a"], ["a"], ["em"], task="summarization")
+
+
+def test_em_on_the_fixture_follows_each_evaluator(codexglue_fixture: Path) -> None:
+    """On the CI fixture strict and token EM coincide (Acc 50.0); a copy whose exact hits get
+    their inner whitespace doubled tells them apart, as CodeXGLUE's two evaluators do."""
+    predictions = read_lines(codexglue_fixture / "predictions.txt")
+    references = read_lines(codexglue_fixture / "references.txt")
+    corpus, _ = metrics.score(references, predictions, ["em", "em_tokens"], task="translation")
+    assert corpus == {"em": 50.0, "em_tokens": 50.0}
+    spaced = [p.replace(" ", "  ") if p == r else p for p, r in zip(predictions, references)]
+    assert sum(p != q for p, q in zip(spaced, predictions)) == 5
+    translation, _ = metrics.score(references, spaced, ["em", "em_tokens"], task="translation")
+    generation, _ = metrics.score(references, spaced, ["em"], task="generation")
+    assert translation["em"] == codexglue_code_to_code_acc(references, spaced) == 0.0
+    assert generation["em"] == translation["em_tokens"] == \
+        codexglue_text_to_code_em(references, spaced) == 50.0
+
+
+def test_evaluate_uses_the_em_of_its_task(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`lab evaluate` (and the study's evaluate stage) score em with their task's definition and
+    record it in metrics.json."""
+    from lab.corpora import Sample
+    from lab.eval import generate as generate_mod
+
+    references = ["int a = 1 ;", "return  b ;", "int c = 2 ;"]
+    predictions = ["int a  = 1 ;", "return b ;", "int c = 2 ;"]
+    samples = [Sample(f"x:test:{i}", "test", i, f"source {i}", r) for i, r in enumerate(references)]
+
+    class Loaded:
+        records = samples
+
+    manifest = {"kind": "lab-finetuned", "config": {"max_source_length": 8,
+                                                    "max_target_length": 8}}
+    monkeypatch.setattr(generate_mod, "load_generator",
+                        lambda model_dir: (None, None, manifest, "causal-lm"))
+    monkeypatch.setattr(generate_mod, "load_samples", lambda *args, **kwargs: Loaded())
+    monkeypatch.setattr(generate_mod, "generate", lambda *args, **kwargs: list(predictions))
+    for task, expected in (("translation", 100 / 3), ("generation", 100.0)):
+        out = tmp_path / task
+        result = generate_mod.run_evaluate(tmp_path, task, metrics=("em", "em_tokens"), out=out)
+        saved = json.loads((out / "metrics.json").read_text())
+        assert saved["task"] == task
+        assert saved["metrics"]["em"] == pytest.approx(expected)
+        assert saved["metrics"]["em_tokens"] == pytest.approx(100.0)
+        assert saved["metric_definitions"]["em"] == metrics.describe(task)["em"]
+        assert result["metrics"] == saved["metrics"]
+        rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+        assert [r["scores"]["em"] for r in rows] == metrics.exact_match_per_sample(
+            references, predictions, task)
 
 
 def test_score_refuses_bad_inputs() -> None:
@@ -276,6 +393,18 @@ def test_evaluate_modules_give_the_fixture_figures(codexglue_fixture: Path) -> N
     assert round(em["em"], 2) == 50.0
 
 
+def test_evaluate_em_module_takes_the_task() -> None:
+    references, predictions = ["int a = 1 ;", "int b = 2 ;"], ["int a  = 1 ;", "int b = 2 ;"]
+    em = metrics.load_evaluate_metric("em")
+    assert em.compute(predictions=predictions, references=references) == {"em": 50.0}
+    assert em.compute(predictions=predictions, references=references,
+                      task="translation") == {"em": 50.0}
+    assert em.compute(predictions=predictions, references=references,
+                      task="generation") == {"em": 100.0}
+    tokens = metrics.load_evaluate_metric("em_tokens")
+    assert tokens.compute(predictions=predictions, references=references) == {"em_tokens": 100.0}
+
+
 def test_evaluate_codebleu_needs_a_language() -> None:
     module = metrics.load_evaluate_metric("codebleu")
     with pytest.raises(LabError, match="language"):
@@ -315,10 +444,74 @@ def test_lab_score_on_the_fixture(codexglue_fixture: Path, tmp_path: Path) -> No
     rows = {line.split("│")[1].strip(): line.split("│")[2].strip()
             for line in result.stdout.splitlines() if line.count("│") == 3}
     assert rows["bleu"] == "61.08"
-    assert rows["em"] == "50.00"
-    assert set(rows) >= {"bleu", "bleu_sentence", "meteor", "em", "codebleu"}
+    assert rows["em"] == "50.00"  # CodeXGLUE's evaluator prints "BLEU: 61.08 ; Acc: 50.0"
+    assert rows["em_tokens"] == "50.00"
+    assert set(rows) >= {"bleu", "bleu_sentence", "meteor", "em", "em_tokens", "codebleu"}
     saved = json.loads(out.read_text())
     assert round(saved["metrics"]["bleu"], 2) == 61.08 and saved["samples"] == 10
+    assert saved["task"] == "translation"
+    assert saved["metric_definitions"]["em"] == metrics.describe("translation")["em"]
+
+
+def score_rows(result: subprocess.CompletedProcess) -> dict[str, str]:
+    assert result.returncode == 0, result.stderr
+    return {line.split("│")[1].strip(): line.split("│")[2].strip()
+            for line in result.stdout.splitlines() if line.count("│") == 3}
+
+
+def test_lab_score_task_option(tmp_path: Path) -> None:
+    """Plain files: code-to-code EM (strict) unless --task generation (whitespace tokens)."""
+    (tmp_path / "r.txt").write_text("int a = 1 ;\nreturn b ;\nint c = 2 ;\nint d ;\n")
+    (tmp_path / "p.txt").write_text("int a  = 1 ;\nreturn b ;  \nint c =\t2 ;\nint e ;\n")
+    base = ["--pred", "p.txt", "--ref", "r.txt", "--metrics", "em,em_tokens"]
+    default = score_rows(run_score(base + ["--out", "default.json"], tmp_path))
+    assert default == {"em": "25.00", "em_tokens": "75.00"}
+    translation = score_rows(run_score(base + ["--task", "translation"], tmp_path))
+    assert translation == default
+    generation = score_rows(run_score(base + ["--task", "generation", "--out", "gen.json"],
+                                      tmp_path))
+    assert generation == {"em": "75.00", "em_tokens": "75.00"}
+    saved = json.loads((tmp_path / "default.json").read_text())
+    assert saved["task"] == "translation" and "strip()" in saved["metric_definitions"]["em"]
+    saved = json.loads((tmp_path / "gen.json").read_text())
+    assert saved["task"] == "generation" and "split()" in saved["metric_definitions"]["em"]
+
+
+def test_lab_score_defaults_to_the_code_to_code_evaluator(tmp_path: Path) -> None:
+    """No --task: plain files get CodeXGLUE code-to-code's Acc (the java-cs model outputs'
+    56.1, where whitespace tokens give 56.3): inner whitespace counts, trailing does not."""
+    (tmp_path / "r.txt").write_text("int a = 1 ;\nreturn b ;\n")
+    (tmp_path / "p.txt").write_text("int a  = 1 ;\nreturn b ;  \n")
+    result = run_score(["--pred", "p.txt", "--ref", "r.txt", "--metrics", "em", "--out", "m.json"],
+                       tmp_path)
+    assert score_rows(result) == {"em": "50.00"}
+    assert json.loads((tmp_path / "m.json").read_text())["metrics"]["em"] == 50.0
+    corpus, _ = metrics.score(["int a = 1 ;", "return b ;"], ["int a  = 1 ;", "return b ;  "],
+                              ["em"])
+    assert corpus == {"em": 50.0}
+
+
+def test_lab_score_takes_the_task_of_an_evaluation(tmp_path: Path) -> None:
+    """A `lab evaluate` predictions.jsonl is scored with its own task's EM (its metrics.json);
+    --task overrides it."""
+    run = tmp_path / "eval-generation-test-greedy"
+    run.mkdir()
+    (run / "predictions.jsonl").write_text(
+        json.dumps({"prediction": "int a  = 1 ;", "reference": "int a = 1 ;"}) + "\n")
+    (run / "metrics.json").write_text(json.dumps({"kind": "lab-evaluation", "task": "generation"}))
+    assert score_rows(run_score(["--pred", run / "predictions.jsonl", "--metrics", "em"],
+                                tmp_path)) == {"em": "100.00"}
+    assert score_rows(run_score(["--pred", run / "predictions.jsonl", "--metrics", "em",
+                                 "--task", "translation"], tmp_path)) == {"em": "0.00"}
+    (run / "metrics.json").write_text(json.dumps({"kind": "lab-evaluation", "task": "translation"}))
+    assert score_rows(run_score(["--pred", run / "predictions.jsonl", "--metrics", "em"],
+                                tmp_path)) == {"em": "0.00"}
+
+
+def test_lab_score_bad_task(files: Path) -> None:
+    base = ["--pred", "predictions.txt", "--ref", "references.txt"]
+    assert_one_line_error(run_score(base + ["--task", "summarization"], files),
+                          "--task 'summarization'", "translation or generation")
 
 
 def test_lab_score_reads_predictions_jsonl(codexglue_fixture: Path, tmp_path: Path) -> None:

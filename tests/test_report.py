@@ -3,6 +3,7 @@ by hand in the layout of lab.study.runner.collect): no training needed."""
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import os
 import random
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from scipy.stats import mannwhitneyu
 
 from lab.common import LabError
 from lab.study.report import run_report, run_stats, study_stats
@@ -113,12 +115,12 @@ def test_report_without_a_control_arm(tmp_path):
     # Without a control arm the table drops the columns it cannot fill (the CSV keeps them).
     header = report["markdown"].splitlines()[0]
     assert header == ("| model | task | metric | epochs | arm | injected tokens | experimental | "
-                      "injected | held-out | p (within) |")
+                      "injected | held-out | p (within) | p (within, Holm) |")
     row = next(line for line in report["markdown"].splitlines() if "| 0 | paired |" in line)
     assert row.split(" | ")[5:7] == ["25.0%", "30.00"]  # the injected share is in every row
     csv_header = (study / "report" / "table.csv").read_text().splitlines()[0]
     assert "control" in csv_header and "p (Holm)" in csv_header
-    assert (study / "report" / "table.tex").read_text().startswith("\\begin{tabular}{lllrlrrrrr}")
+    assert (study / "report" / "table.tex").read_text().startswith("\\begin{tabular}{lllrlrrrrrr}")
     assert all(p.stat().st_size > 0 for p in report["figure"] + report["tables"])
     stats = run_stats(study)
     assert [c["arm"] for c in stats["cells"]] == ["paired"] * 6  # 2 metrics x 3 epochs
@@ -253,3 +255,198 @@ def test_memorised_column_from_the_probes(tmp_path):
     # Without probes.csv the column is left out of the readable tables.
     (study / "probes.csv").unlink()
     assert "memorised?" not in run_report(study)["markdown"]
+
+
+# ---- within-model tests over seeds ----------------------------------------------------------
+
+def write_split_study(root: Path, samples: list[tuple], control: dict[int, float] | None = None
+                      ) -> Path:
+    """A study with one split-half arm, 'paired', from per-sample rows (seed, epochs, id, group,
+    bleu): samples.csv as given (em: 1 when bleu >= 12), results.csv with each run's 'all',
+    'injected' and 'held_out' rows (the mean per-sample score); optionally a control arm with
+    one 'all' row per seed and epochs."""
+    root.mkdir(parents=True)
+    runs: dict[tuple, list] = {}
+    sample_rows = []
+    for seed, epochs, sample, group, bleu in samples:
+        base = dict(zip(LABELS, ["s", "codetrans", "translation", "gpt2", "paired", seed, epochs,
+                                 "", f"evaluate-paired-{seed}-{epochs}"]))
+        sample_rows.append({**base, "id": sample, "group": group, "score_bleu": bleu,
+                            "score_em": float(bleu >= 12)})
+        runs.setdefault((seed, epochs), []).append(sample_rows[-1])
+    results = []
+    for (seed, epochs), rows in runs.items():
+        for group in ("all", "injected", "held_out"):
+            chosen = [r for r in rows if group in ("all", r["group"])]
+            base = {k: chosen[0][k] for k in LABELS}
+            results.append({**base, "group": group, "samples": len(chosen),
+                            "bleu": sum(r["score_bleu"] for r in chosen) / len(chosen),
+                            "em": sum(r["score_em"] for r in chosen) / len(chosen)})
+            if control and group == "all":
+                results.append({**base, "arm": "control", "stage": f"evaluate-control-{seed}",
+                                "group": "all", "samples": len(chosen), "bleu": control[seed],
+                                "em": control[seed] / 2})
+    for name, rows in (("results.csv", results), ("samples.csv", sample_rows)):
+        with open(root / name, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    return root
+
+
+def _midranks(values):
+    ordered = sorted(values)
+    return [(ordered.index(v) + 1 + len(ordered) - ordered[::-1].index(v)) / 2 for v in values]
+
+
+def _sign_flip_p(gaps):
+    """Brute force: the share of the 2^k sign flips whose sum reaches the observed sum."""
+    sums = [sum(s * g for s, g in zip(signs, gaps))
+            for signs in itertools.product((1, -1), repeat=len(gaps))]
+    return sum(1 for x in sums if x >= sum(gaps) - 1e-9) / len(sums)
+
+
+def _signed_rank_p(differences):
+    """Brute force: one-sided Wilcoxon signed-rank over all 2^n signs (zeros dropped)."""
+    nonzero = [d for d in differences if d != 0]
+    ranks = _midranks([abs(d) for d in nonzero])
+    observed = sum(r for r, d in zip(ranks, nonzero) if d > 0)
+    sums = [sum(r for r, s in zip(ranks, signs) if s > 0)
+            for signs in itertools.product((1, -1), repeat=len(nonzero))]
+    return sum(1 for x in sums if x >= observed - 1e-9) / len(sums)
+
+
+def _holm(p_values):
+    """Holm step-down, written out: the k-th smallest times (m - k), kept monotone, capped at 1."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted, floor = {}, 0.0
+    for k, i in enumerate(order):
+        floor = max(floor, min(1.0, (m - k) * p_values[i]))
+        adjusted[i] = floor
+    return [adjusted[i] for i in range(m)]
+
+
+def test_gap_per_seed_its_seed_level_test_and_the_crossover_samples(tmp_path):
+    # Five seeds, each drawing its own half of ten samples: injected ones score about 4 higher.
+    rng = random.Random(5)
+    ids = [f"codetrans:test:{i}" for i in range(10)]
+    samples = []
+    for seed in range(5):
+        injected = set(rng.sample(ids, 5))
+        for i, sample in enumerate(ids):
+            group = "injected" if sample in injected else "held_out"
+            samples.append((seed, 0, sample, group,
+                            10 + i + (4 if group == "injected" else 0) + rng.gauss(0, 3)))
+    study = write_split_study(tmp_path / "s", samples)
+    result = run_stats(study)
+    cell = _cell(result["cells"])
+    gaps = {}
+    for seed in range(5):
+        mine = {g: [b for s, _e, _i, grp, b in samples if s == seed and grp == g]
+                for g in ("injected", "held_out")}
+        gaps[str(seed)] = (sum(mine["injected"]) / 5) - (sum(mine["held_out"]) / 5)
+    assert cell["seed_gaps"] == pytest.approx(gaps)
+    assert cell["gap_per_seed"] == pytest.approx(sum(gaps.values()) / 5)
+    assert cell["seeds_positive"] == sum(1 for g in gaps.values() if g > 0)
+    assert cell["p_seeds"] == pytest.approx(_sign_flip_p(list(gaps.values())))
+    assert "sign-flip" in cell["seeds_test"] and "exact" in cell["seeds_test"]
+    # Crossover: every sample scored both ways is one pair (mean injected - mean held out).
+    pairs = []
+    for sample in ids:
+        inj = [b for _s, _e, i, g, b in samples if i == sample and g == "injected"]
+        held = [b for _s, _e, i, g, b in samples if i == sample and g == "held_out"]
+        if inj and held:
+            pairs.append(sum(inj) / len(inj) - sum(held) / len(held))
+    assert 0 < len(pairs) == cell["crossover_samples"]
+    assert cell["crossover_gap"] == pytest.approx(sum(pairs) / len(pairs))
+    assert cell["p_crossover"] == pytest.approx(_signed_rank_p(pairs))
+    assert "signed-rank" in cell["crossover_test"]
+    # The pooled test stays, as a description.
+    assert cell["p_within"] is not None and "p_within_holm" in cell
+    header = result["md"].splitlines()[0]
+    for column in ("gap/seed", "p (seeds)", "p (crossover)", "p (within, Holm)"):
+        assert f"| {column} |" in header
+    row = next(line for line in result["md"].splitlines()
+               if "| paired |" in line and "| bleu |" in line)
+    assert f"(n = {len(pairs)})" in row
+    assert f"{sum(gaps.values()) / 5:+.2f} ({cell['seeds_positive']}/5 positive)" in row
+    assert "sign-flip" in result["note"] and "signed-rank" in result["note"]
+    saved = json.loads((study / "report" / "stats.json").read_text())
+    [paired] = [c for c in saved["cells"] if (c["metric"], c["epochs"]) == ("bleu", 0)]
+    assert paired["seed_gaps"] == pytest.approx(gaps) and paired["p_seeds"] == cell["p_seeds"]
+    assert "sign-flip" in saved["seeds_test"] and "signed-rank" in saved["crossover_test"]
+    report = run_report(study)
+    assert "p (crossover)" in report["markdown"] and "gap/seed" in report["markdown"]
+    tex = (study / "report" / "table.tex").read_text()
+    assert f"(n = {len(pairs)})" in tex
+
+
+def test_a_sample_injected_in_one_seed_and_held_out_in_another_is_one_pair(tmp_path):
+    # Seed 0 injects a, b and holds out c, d; seed 1 injects a, c and holds out b, d.
+    score = {(0, "a"): 20.0, (0, "b"): 15.0, (0, "c"): 4.0, (0, "d"): 3.0,
+             (1, "a"): 18.0, (1, "b"): 9.0, (1, "c"): 11.0, (1, "d"): 2.0}
+    split = {0: {"a", "b"}, 1: {"a", "c"}}
+    samples = [(seed, 0, sample, "injected" if sample in split[seed] else "held_out",
+                score[(seed, sample)]) for seed in (0, 1) for sample in "abcd"]
+    cell = _cell(run_stats(write_split_study(tmp_path / "s", samples))["cells"])
+    # b: injected in seed 0, held out in seed 1; c the other way round; a and d never cross.
+    pairs = [score[(0, "b")] - score[(1, "b")], score[(1, "c")] - score[(0, "c")]]
+    assert cell["crossover_samples"] == 2
+    assert cell["crossover_gap"] == pytest.approx(sum(pairs) / 2)
+    assert cell["p_crossover"] == pytest.approx(_signed_rank_p(pairs))
+    gaps = [(20 + 15) / 2 - (4 + 3) / 2, (18 + 11) / 2 - (9 + 2) / 2]
+    assert list(cell["seed_gaps"].values()) == pytest.approx(gaps)
+    assert cell["p_seeds"] == pytest.approx(_sign_flip_p(gaps))
+    # The same split in every seed: no crossover, and one seed cannot be tested over seeds.
+    same = [(seed, 0, sample, "injected" if sample in "ab" else "held_out", score[(seed, sample)])
+            for seed in (0, 1) for sample in "abcd"]
+    cell = _cell(run_stats(write_split_study(tmp_path / "same", same))["cells"])
+    assert cell["crossover_samples"] == 0 and cell["p_crossover"] is None
+    assert cell["p_seeds"] == pytest.approx(_sign_flip_p(list(cell["seed_gaps"].values())))
+    lone = run_stats(write_split_study(tmp_path / "one", [r for r in same if r[0] == 0]))
+    cell = _cell(lone["cells"])
+    assert cell["p_seeds"] is None and "not testable with 1 seed" in cell["seeds_test"]
+    assert list(cell["seed_gaps"]) == ["0"] and cell["p_crossover"] is None
+    assert "cannot be tested over seeds" in lone["note"]
+    shown = run_report(tmp_path / "one")["markdown"].splitlines()[0]
+    assert "gap/seed" not in shown and "p (seeds)" not in shown  # one seed: nothing to show
+
+
+def test_holm_across_the_within_model_cells(tmp_path):
+    # Three epochs with shrinking effects, two metrics: six cells with a within-model p.
+    rng = random.Random(7)
+    samples = []
+    for epochs, shift in ((0, 6.0), (1, 3.0), (2, 1.0)):
+        for seed in range(3):
+            for i in range(12):
+                group = "injected" if i < 6 else "held_out"
+                samples.append((seed, epochs, f"t:{i}", group,
+                                10 + (shift if group == "injected" else 0) + rng.gauss(0, 3)))
+    study = write_split_study(tmp_path / "s", samples, control={0: 9.0, 1: 10.0, 2: 11.0})
+    cells = run_stats(study)["cells"]
+    within = [c for c in cells if c.get("p_within") is not None]
+    assert len(within) == 6 and all(c["arm"] == "paired" for c in within)
+    assert all("p_within_holm" not in c for c in cells if c["arm"] == "control")
+    for c in within:  # the pooled description: injected vs held-out scores over the seeds
+        mine = [(grp, b) for _s, e, _i, grp, b in samples if e == c["epochs"]]
+        value = (lambda b: b) if c["metric"] == "bleu" else (lambda b: float(b >= 12))
+        assert c["p_within"] == pytest.approx(mannwhitneyu(
+            [value(b) for g, b in mine if g == "injected"],
+            [value(b) for g, b in mine if g == "held_out"], alternative="greater",
+            method="asymptotic").pvalue)
+    expected = _holm([c["p_within"] for c in within])
+    assert [c["p_within_holm"] for c in within] == pytest.approx(expected)
+    assert any(h > c["p_within"] for h, c in zip(expected, within))
+    # Stars follow each column's own p: an alpha between a cell's p and its Holm-adjusted p.
+    cell = min(within, key=lambda c: c["p_within"])
+    assert cell["p_within_holm"] < 1
+    alpha = (cell["p_within"] * cell["p_within_holm"]) ** 0.5
+    result = run_stats(study, alpha=alpha)
+    header = result["header"]
+    row = next(r for r in result["rows"]
+               if (r[header.index("arm")], r[header.index("metric")], r[header.index("epochs")])
+               == ("paired", cell["metric"], str(cell["epochs"])))
+    assert row[header.index("p (within)")].endswith("*")
+    assert not row[header.index("p (within, Holm)")].endswith("*")
+    assert row[header.index("p (within, Holm)")] == format(cell["p_within_holm"], ".2g")

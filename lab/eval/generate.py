@@ -183,7 +183,8 @@ def run_evaluate(model_dir: Path, task_name: str, split: str = "test", ids: Path
                            max_source, max_new, batch_size)
     gen_seconds = time.perf_counter() - gen_started
     references = [s.output for s in samples]
-    overall, per_sample = metric_fns.score(references, predictions, metrics, task.target_language)
+    overall, per_sample = metric_fns.score(references, predictions, metrics, task.target_language,
+                                           task.name)  # task.name: em of its CodeXGLUE evaluator
     groups = _groups(manifest)
     by_group: dict[str, dict[str, float]] = {}
     for group in ("injected", "held_out", "pre_existing"):
@@ -191,12 +192,13 @@ def run_evaluate(model_dir: Path, task_name: str, split: str = "test", ids: Path
         if chosen:
             scores, _ = metric_fns.score([references[i] for i in chosen],
                                          [predictions[i] for i in chosen],
-                                         [m for m in metrics if m != "codebleu"], task.target_language)
+                                         [m for m in metrics if m != "codebleu"], task.target_language,
+                                         task.name)
             by_group[group] = {"samples": len(chosen), **scores}
     result = {
         "kind": "lab-evaluation", "task": task.name, "split": split, "model": str(model_dir),
         "decoding": plan.__dict__, "samples": len(samples), "metrics": overall, "by_group": by_group,
-        "metric_definitions": {m: metric_fns.describe()[m] for m in metrics},
+        "metric_definitions": {m: metric_fns.describe(task.name)[m] for m in metrics},
         "generation_seconds": round(gen_seconds, 2), "seed": seed,
         "wall_seconds": round(time.perf_counter() - started, 2),
         "environment": environment_record(),

@@ -3,6 +3,11 @@
 `bleu` is CodeXGLUE's evaluator definition (the one the study's tables use): corpus BLEU-4 over
 whitespace tokens with add-one smoothing of every n-gram precision and the usual brevity
 penalty. `bleu_sentence` is the replication package's variant, the mean of per-sample BLEU.
+
+`em` follows the CodeXGLUE evaluator of the task: translation (code-to-code, its `Acc`) counts a
+prediction equal to the reference after `strip()`; generation (text-to-code, CONCODE) compares
+whitespace tokens (`pred.split() == gold.split()`). `em_tokens` is the whitespace-token
+comparison whatever the task.
 """
 from __future__ import annotations
 
@@ -16,7 +21,12 @@ from typing import Any, Callable, Sequence
 from lab.common import LabError
 
 MAX_ORDER = 4
-METRICS = ("bleu", "bleu_sentence", "meteor", "em", "codebleu")
+METRICS = ("bleu", "bleu_sentence", "meteor", "em", "em_tokens", "codebleu")
+# The EM definition of each task's CodeXGLUE evaluator: code-to-code-trans/evaluator/evaluator.py
+# (`r == p` on stripped lines: strict) and text-to-code/evaluator/evaluator.py
+# (`pred.split() == gt.split()`: tokens). `lab score` takes translation unless told otherwise.
+EM_DEFINITIONS = {"translation": "strict", "generation": "tokens"}
+DEFAULT_TASK = "translation"
 CODEBLEU_LANGUAGES = {"java": "java", "cs": "c_sharp"}
 
 
@@ -64,8 +74,34 @@ def bleu_per_sample(references: Sequence[str], predictions: Sequence[str]) -> li
             for r, p in zip(references, predictions)]
 
 
-def exact_match_per_sample(references: Sequence[str], predictions: Sequence[str]) -> list[float]:
+def exact_match_strict_per_sample(references: Sequence[str], predictions: Sequence[str]
+                                  ) -> list[float]:
+    """CodeXGLUE code-to-code (translation) `Acc`: equal after strip(); inner whitespace counts."""
+    return [100.0 * (r.strip() == p.strip()) for r, p in zip(references, predictions)]
+
+
+def exact_match_tokens_per_sample(references: Sequence[str], predictions: Sequence[str]
+                                  ) -> list[float]:
+    """CodeXGLUE text-to-code (CONCODE) `EM`: the same whitespace tokens."""
     return [100.0 * (r.split() == p.split()) for r, p in zip(references, predictions)]
+
+
+def check_task(task: str) -> str:
+    if task not in EM_DEFINITIONS:
+        raise LabError(f"--task '{task}': choose {' or '.join(EM_DEFINITIONS)}")
+    return task
+
+
+def exact_match_per_sample(references: Sequence[str], predictions: Sequence[str],
+                           task: str | None = None) -> list[float]:
+    """EM of the task's CodeXGLUE evaluator (translation: strict, generation: tokens).
+
+    Without a task: the whitespace-token comparison (what this function always did; the probe's
+    extraction EM calls it so).
+    """
+    if task is not None and EM_DEFINITIONS[check_task(task)] == "strict":
+        return exact_match_strict_per_sample(references, predictions)
+    return exact_match_tokens_per_sample(references, predictions)
 
 
 def ensure_wordnet() -> None:
@@ -212,11 +248,14 @@ def _codebleu_with_fixed_hash_seed(references: list[str], predictions: list[str]
 
 
 def score(references: Sequence[str], predictions: Sequence[str], metrics: Sequence[str] = METRICS,
-          language: str | None = None) -> tuple[dict[str, float], dict[str, list[float]]]:
+          language: str | None = None, task: str = DEFAULT_TASK
+          ) -> tuple[dict[str, float], dict[str, list[float]]]:
     """(corpus-level scores, per-sample scores) for the requested metrics.
 
-    codebleu needs `language` (java or cs) and is left out without it.
+    codebleu needs `language` (java or cs) and is left out without it; `em` takes the EM of
+    `task`'s CodeXGLUE evaluator (translation: strict, generation: whitespace tokens).
     """
+    check_task(task)
     if len(references) != len(predictions):
         raise LabError(f"{len(predictions)} predictions but {len(references)} references")
     if not references:
@@ -231,7 +270,9 @@ def score(references: Sequence[str], predictions: Sequence[str], metrics: Sequen
     per_sample: dict[str, list[float]] = {}
     corpus: dict[str, float] = {}
     per_sample_fns: dict[str, Callable[[Sequence[str], Sequence[str]], list[float]]] = {
-        "bleu_sentence": bleu_per_sample, "em": exact_match_per_sample, "meteor": meteor_per_sample,
+        "bleu_sentence": bleu_per_sample, "meteor": meteor_per_sample,
+        "em": lambda r, p: exact_match_per_sample(r, p, task),
+        "em_tokens": exact_match_tokens_per_sample,
     }
     sentence_bleu: list[float] | None = None  # shared by bleu's per-sample and bleu_sentence
     for metric in metrics:
@@ -373,25 +414,50 @@ def read_scoring_inputs(pred: Path, ref: Path | None) -> tuple[list[str], list[s
     return references, predictions
 
 
+def _evaluation_task(pred: Path) -> str | None:
+    """The task of a `lab evaluate` predictions.jsonl, from the metrics.json beside it (if any)."""
+    import json
+
+    record = Path(pred).parent / "metrics.json"
+    try:
+        found = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if isinstance(found, dict) and found.get("kind") == "lab-evaluation":
+        task = found.get("task")
+        return task if task in EM_DEFINITIONS else None
+    return None
+
+
 def run_score(pred: Path, ref: Path | None = None, metrics: str | Sequence[str] | None = None,
-              language: str | None = None, out: Path | None = None) -> dict[str, Any]:
-    """Entry point of `lab score`: corpus scores of a predictions file against references."""
+              language: str | None = None, out: Path | None = None, task: str | None = None
+              ) -> dict[str, Any]:
+    """Entry point of `lab score`: corpus scores of a predictions file against references.
+
+    `task` picks em's definition: translation (CodeXGLUE code-to-code, strict) or generation
+    (text-to-code, whitespace tokens). Without it: the task of the `lab evaluate` run whose
+    predictions.jsonl is scored (its metrics.json), else translation.
+    """
     from lab.common import environment_record, write_json_atomic
 
     if language is not None and language not in CODEBLEU_LANGUAGES:
         raise LabError(f"--language '{language}': choose java or cs")
+    if task is not None:
+        check_task(task)
     chosen = parse_metrics(metrics if metrics is None or isinstance(metrics, str)
                            else ",".join(metrics), language)
     if out is not None and Path(out).is_dir():
         raise LabError(f"--out {out}: is a directory (name the JSON file to write)")
     references, predictions = read_scoring_inputs(pred, ref)
+    if task is None:
+        task = (_evaluation_task(pred) if ref is None else None) or DEFAULT_TASK
     if "meteor" in chosen:
         ensure_wordnet()  # fail before any work
-    corpus, _ = score(references, predictions, chosen, language)
+    corpus, _ = score(references, predictions, chosen, language, task)
     result = {
         "kind": "lab-scores", "samples": len(references), "predictions": str(pred),
-        "references": str(ref if ref is not None else pred), "language": language,
-        "metrics": corpus, "metric_definitions": {m: describe()[m] for m in chosen},
+        "references": str(ref if ref is not None else pred), "language": language, "task": task,
+        "metrics": corpus, "metric_definitions": {m: describe(task)[m] for m in chosen},
         "environment": environment_record(),
     }
     if out is not None:
@@ -428,6 +494,9 @@ def evaluate_info(name: str) -> Any:
               "of str, the reference code (none empty)")
     if name == "codebleu":
         inputs += "; language: 'java' or 'cs' (the grammar to parse with)"
+    if name == "em":
+        inputs += ("; task: 'translation' (default: strip() equality) or 'generation' "
+                   "(whitespace tokens)")
     return evaluate.MetricInfo(
         description=describe()[name] + " (computed by lab.eval.metrics; scores 0-100)",
         citation="", inputs_description=inputs,
@@ -437,20 +506,35 @@ def evaluate_info(name: str) -> Any:
 
 
 def evaluate_compute(name: str, predictions: Sequence[str], references: Sequence[str],
-                     language: str | None = None) -> dict[str, float]:
+                     language: str | None = None, task: str | None = None) -> dict[str, float]:
     """What the `evaluate` module of metric `name` returns: the corpus scores of `score()`."""
     if name == "codebleu" and language is None:
         raise LabError("codebleu needs language='java' or 'cs'")
-    corpus, _ = score(list(references), list(predictions), [name], language)
+    corpus, _ = score(list(references), list(predictions), [name], language,
+                      DEFAULT_TASK if task is None else task)
     return corpus
 
 
-def describe() -> dict[str, Any]:
+EM_TEXT = {
+    "strict": "exact match as CodeXGLUE's code-to-code (translation) evaluator's Acc: equal after "
+              "strip(), inner whitespace counts",
+    "tokens": "exact match as CodeXGLUE's text-to-code (generation) evaluator's EM: the same "
+              "whitespace tokens (pred.split() == gold.split())",
+}
+
+
+def describe(task: str | None = None) -> dict[str, Any]:
+    """Each metric's definition; with a task, `em` names the definition that task uses."""
+    em = (f"{EM_TEXT[EM_DEFINITIONS[check_task(task)]]} (task {task})" if task is not None else
+          "exact match of the task's CodeXGLUE evaluator: translation (lab score's default) "
+          "equal after strip(), generation the same whitespace tokens")
     return {
         "bleu": "CodeXGLUE evaluator: corpus BLEU-4, whitespace tokens, add-one smoothing",
         "bleu_sentence": "mean sentence-level BLEU-4 (same smoothing), the replication package's variant",
         "meteor": "NLTK meteor_score on whitespace tokens, WordNet 3.0",
-        "em": "exact match after whitespace normalisation",
+        "em": em,
+        "em_tokens": "exact match of whitespace tokens (pred.split() == ref.split()), whatever "
+                     "the task (CodeXGLUE's text-to-code EM)",
         "codebleu": "codebleu package 0.7.0 (tree-sitter grammars), Java or C#, run with "
                     "PYTHONHASHSEED=0 (its data-flow match depends on set order)",
     }

@@ -50,6 +50,13 @@ class PretrainSection:
     block_size: int = 256
     warmup_steps: int = 0
     lr_scheduler: str = "linear"
+    bf16: bool = False     # bfloat16 autocast (changes the numbers: part of the stage's key)
+    compile: bool = False  # torch.compile the model (same maths, other kernels: part of the key)
+
+
+# Fields added to a section after studies were made with it: left out of a stage's key while
+# they hold these values, so an existing study folder keeps its stage keys and resumes.
+KEY_NEUTRAL_DEFAULTS = {"pretrain": {"bf16": False, "compile": False}}
 
 
 @dataclass
@@ -86,6 +93,15 @@ class StatisticsSection:
 
 
 @dataclass
+class ResourcesSection:
+    # torch threads of every stage. A float sum depends on how many threads share it, so this
+    # is fixed for the whole study, whatever the executor, worker count or load: null takes
+    # this machine's cores when the study starts and records them in STUDY/study.json, where
+    # a resumed run finds them.
+    threads: int | None = None
+
+
+@dataclass
 class Recipe:
     name: str = "study"
     benchmark: str = "codetrans"
@@ -101,6 +117,7 @@ class Recipe:
     evaluation: EvaluationSection = field(default_factory=EvaluationSection)
     probe: ProbeSection = field(default_factory=ProbeSection)
     statistics: StatisticsSection = field(default_factory=StatisticsSection)
+    resources: ResourcesSection = field(default_factory=ResourcesSection)
 
 
 def _type_name(kind: Any) -> str:
@@ -267,6 +284,8 @@ def _check(recipe: Recipe) -> None:
         fail("statistics.convention", f"choose from {', '.join(CONVENTIONS)}")
     if recipe.finetune.select not in ("last", "best"):
         fail("finetune.select", "choose last or best")
+    if recipe.resources.threads is not None and recipe.resources.threads < 1:
+        fail("resources.threads", f"expected int >= 1 or null, got {recipe.resources.threads}")
 
 
 def apply_override(data: dict[str, Any], assignment: str) -> None:

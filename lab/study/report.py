@@ -4,8 +4,10 @@ Each cell (model x task x metric x epochs x train size) gives every arm's mean a
 seeds, compares each contaminated arm with the control (Mann-Whitney U under a named convention,
 Holm-corrected across the table's cells, with the seeds that the observed lift would need for
 80% power), and, where the arm was injected split-half, injected against held-out samples of the
-same models (a within-model test on per-sample scores, with far more power). Studies without a
-control arm (the quickstart) get the within-model half only.
+same models: per-sample scores pooled over seeds (a description, Holm-corrected across cells), the
+gap per seed with a seed-level test, and, where seeds drew different splits, each sample injected
+against itself held out. Studies without a control arm (the quickstart) get the within-model half
+only.
 """
 from __future__ import annotations
 
@@ -19,8 +21,10 @@ from typing import Any, Callable
 
 from lab.common import LabError, write_json_atomic
 from lab.study.runner import PROBE_COLUMNS, PROBES, RESULTS, SAMPLES
-from lab.study.stats import (ALPHA, CONVENTIONS, POWER, compare, holm, paired_within_model,
-                             samples_needed, seeds_needed)
+from lab.study.stats import (ALPHA, ASYMPTOTIC_TIES, CONVENTIONS, CROSSOVER_TEST, EXACT_SPLITS,
+                             PERMUTATION_TIES, POWER, SEEDS_TEST, compare, holm,
+                             paired_within_model, samples_needed, seeds_needed,
+                             within_model_seeds)
 
 SCORE_FLOOR = 5.0  # below this (BLEU-like 0-100) a lift says little: the cell is flagged
 LABELS = ("model", "task", "arm", "seed", "epochs", "train_size", "group")  # results.csv must have
@@ -209,6 +213,14 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
                                 p_within=p_within, samples_for_power=samples_needed(
                                     mean_i - mean_h, _std(injected) or 0.0, _std(held) or 0.0,
                                     alpha))
+                    # Over seeds: older samples.csv files lack the seed or id column.
+                    scored = [(s.get("seed"), s.get("id"), group, s.get(f"score_{metric}"))
+                              for group in ("injected", "held_out")
+                              for s in per_sample[key + (arm, group)]]
+                    if all(seed not in (None, "") and sample not in (None, "")
+                           for seed, sample, _g, _s in scored):
+                        cell.update(within_model_seeds(
+                            row for row in scored if row[3] is not None))
                 cells.append(cell)
     memorised = memorisation(study, alpha)
     for cell in cells:
@@ -216,6 +228,9 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
     tested = [i for i, c in enumerate(cells) if "p" in c]
     for i, adjusted in zip(tested, holm([cells[i]["p"] for i in tested])):
         cells[i]["p_holm"] = adjusted
+    within = [i for i, c in enumerate(cells) if c.get("p_within") is not None]
+    for i, adjusted in zip(within, holm([cells[i]["p_within"] for i in within])):
+        cells[i]["p_within_holm"] = adjusted
     return cells
 
 
@@ -289,9 +304,24 @@ def _significant(cell: dict[str, Any], key: str, spec: str) -> str:
     text = _num(cell, key, spec)
     if cell.get(key) is not None and cell[key] <= cell["alpha"]:
         text += "*"
-        if key != "p_within" and cell.get("lift", 0) < 0:
+        if key in ("p", "p_holm") and cell.get("lift", 0) < 0:
             text += " (lower)"
     return text
+
+
+def _gap(cell: dict[str, Any]) -> str:
+    """The mean per-seed gap (injected minus held-out) and how many seeds had it above zero;
+    '-' with a single seed, whose gap is the injected and held-out columns' difference."""
+    gaps = cell.get("seed_gaps") or {}
+    if len(gaps) < 2:
+        return "-"
+    return f"{cell['gap_per_seed']:+.2f} ({cell['seeds_positive']}/{len(gaps)} positive)"
+
+
+def _crossover(cell: dict[str, Any]) -> str:
+    if cell.get("p_crossover") is None:
+        return "-"
+    return _significant(cell, "p_crossover", ".2g") + f" (n = {cell['crossover_samples']})"
 
 
 def _p(cell: dict[str, Any]) -> str:
@@ -312,6 +342,9 @@ PAPER_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("seeds for 80% power", lambda c: _num(c, "seeds_for_power", "d")),
     ("injected", lambda c: _num(c, "injected")), ("held-out", lambda c: _num(c, "held_out")),
     ("p (within)", lambda c: _significant(c, "p_within", ".2g")),
+    ("p (within, Holm)", lambda c: _significant(c, "p_within_holm", ".2g")),
+    ("gap/seed", _gap), ("p (seeds)", lambda c: _significant(c, "p_seeds", ".2g")),
+    ("p (crossover)", _crossover),
 ]
 TEXT_COLUMNS = {"model", "task", "metric", "train size", "arm"}  # left-aligned in LaTeX
 STATS_COLUMNS = PAPER_COLUMNS[:7] + [
@@ -323,18 +356,34 @@ STATS_COLUMNS = PAPER_COLUMNS[:7] + [
     ("seeds for 80% power", lambda c: _num(c, "seeds_for_power", "d")),
     ("injected", lambda c: _num(c, "injected")), ("held-out", lambda c: _num(c, "held_out")),
     ("p (within)", lambda c: _significant(c, "p_within", ".2g")),
+    ("p (within, Holm)", lambda c: _significant(c, "p_within_holm", ".2g")),
     ("samples for 80% power", lambda c: _num(c, "samples_for_power", "d")),
+    ("gap/seed", _gap), ("p (seeds)", lambda c: _significant(c, "p_seeds", ".2g")),
+    ("p (crossover)", _crossover),
 ]
 
 
 def _test_name(cells: list[dict[str, Any]]) -> str:
-    """The convention's test by name, and whether ties forced the normal approximation."""
+    """The convention's test by name, and what ties made of an exact one: the exact permutation
+    distribution, or (too many splits to count) the normal approximation."""
     convention = cells[0]["convention"] if cells else "exact-two-sided"
     alternative, method = CONVENTIONS[convention]
     name = f"Mann-Whitney U, {alternative}, {method} (convention {convention})"
-    if any(c.get("test", "").endswith("asymptotic") for c in cells) and method == "exact":
-        name += "; asymptotic in cells with tied scores"
+    if any(c.get("test", "").endswith(PERMUTATION_TIES) for c in cells):
+        name += ("; exact permutation distribution (ties as midranks, every split counted) in "
+                 "cells with tied scores")
+    if any(c.get("test", "").endswith(ASYMPTOTIC_TIES) for c in cells):
+        name += (f"; asymptotic in cells with tied scores and over {EXACT_SPLITS:,} splits to "
+                 "enumerate")
     return name
+
+
+def _methods(cells: list[dict[str, Any]], p_key: str, test_key: str) -> str:
+    """'exact', 'asymptotic' or both: what the cells' tests of one kind used."""
+    used = {"asymptotic" if "asymptotic" in c[test_key] else "exact" for c in cells
+            if c.get(p_key) is not None}
+    return "exact" if used == {"exact"} else (
+        "asymptotic" if used == {"asymptotic"} else "exact (asymptotic where too large)")
 
 
 def _note(cells: list[dict[str, Any]], within_power: bool) -> str:
@@ -362,10 +411,26 @@ def _note(cells: list[dict[str, Any]], within_power: bool) -> str:
         parts.append(
             "Injected, held-out: the metric on each half of a split-half arm's test samples (mean "
             f"over seeds). p (within): injected vs held-out per-sample scores of the same models, "
-            f"{WITHIN_TEST}.")
+            f"{WITHIN_TEST}, pooled over seeds as if independent (a description); Holm across the "
+            "table's cells in p (within, Holm).")
         if within_power:
             parts.append("Samples for 80% power: the same for the within-model test, per group, "
                          "from the per-sample spread.")
+    if any(c.get("p_seeds") is not None for c in cells):
+        parts.append(
+            "Gap/seed: per seed, the injected minus the held-out per-sample mean of its model; "
+            "their mean, and the seeds where it is positive. p (seeds): are the per-seed gaps "
+            f"above zero, {SEEDS_TEST}, {_methods(cells, 'p_seeds', 'seeds_test')} (with k "
+            "seeds its p is at least 1/2^k: 2 seeds cannot go below 0.25, 5 reach 0.031).")
+    elif any("seeds_test" in c for c in cells):
+        parts.append("One seed: the gap between injected and held-out samples cannot be tested "
+                     "over seeds.")
+    if any(c.get("p_crossover") is not None for c in cells):
+        parts.append(
+            "p (crossover): the seeds drew different splits, so a sample injected by some seeds' "
+            "models was held out by others': each such sample's mean score injected minus held "
+            f"out, {CROSSOVER_TEST}, {_methods(cells, 'p_crossover', 'crossover_test')}, over "
+            "the n samples (zero differences dropped, ties as midranks).")
     parts.append(f"* p <= alpha = {alpha}; '(lower)': significant with the arm below the control.")
     if any(c.get("below_floor") for c in cells):
         parts.append(f"† both means below {SCORE_FLOOR}: a lift there says little.")
@@ -528,7 +593,8 @@ def _write_stats(study: Path, cells: list[dict[str, Any]]) -> Path:
     alternative, method = CONVENTIONS[convention]
     write_json_atomic(path, {"convention": convention,
                              "test": f"Mann-Whitney U, {alternative}, {method}",
-                             "within_test": WITHIN_TEST, "alpha": alpha, "power": POWER,
+                             "within_test": WITHIN_TEST, "seeds_test": SEEDS_TEST,
+                             "crossover_test": CROSSOVER_TEST, "alpha": alpha, "power": POWER,
                              "cells": cells})
     return path
 

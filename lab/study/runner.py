@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from lab.common import LabError, environment_record, write_json_atomic
-from lab.study.recipe import Recipe, recipe_dict, recipe_from_dict
+from lab.study.recipe import KEY_NEUTRAL_DEFAULTS, Recipe, recipe_dict, recipe_from_dict
 
 RESULTS = "results.csv"
 SAMPLES = "samples.csv"
@@ -51,6 +51,14 @@ class Stage:
         # The file each kind writes last, inside its atomically renamed directory.
         return any((self.out(study) / name).is_file()
                    for name in ("manifest.json", "metrics.json", "summary.json"))
+
+
+def _keyed(recipe: Recipe, section: str) -> dict[str, Any]:
+    """A recipe section as it enters stage keys: fields added since studies were first made
+    are left out while they keep their default (those studies keep their keys)."""
+    neutral = KEY_NEUTRAL_DEFAULTS.get(section, {})
+    return {k: v for k, v in recipe_dict(recipe)[section].items()
+            if not (k in neutral and v == neutral[k])}
 
 
 def expand(recipe: Recipe) -> list[Stage]:
@@ -82,7 +90,7 @@ def expand(recipe: Recipe) -> list[Stage]:
         for arm in recipe.arms:
             for seed in recipe.seeds:
                 pre = Stage("pretrain", {"model": model, "preset": recipe.preset, "seed": seed,
-                                         **recipe_dict(recipe)["pretrain"]},
+                                         **_keyed(recipe, "pretrain")},
                             [arm_stage[(arm, seed)], tokenizer],
                             labels={"model": model, "arm": arm, "seed": seed})
                 stages.append(pre)
@@ -165,13 +173,14 @@ def _output_to(log_path: Path) -> Iterator[None]:
             os.close(saved[1])
 
 
-def run_stage(stage: Stage, study: Path, corpora_dir: Path | None, threads: int | None = None,
+def run_stage(stage: Stage, study: Path, corpora_dir: Path | None, threads: int,
               capture: bool = False) -> None:
-    """Run one stage unless it is finished; with capture, its output goes to STUDY/stages/KEY.log."""
-    if threads:
-        import torch
+    """Run one stage unless it is finished, on `threads` torch threads (the study's, fixed: a
+    float sum depends on how many threads share it); with capture, its output goes to
+    STUDY/stages/KEY.log."""
+    import torch
 
-        torch.set_num_threads(threads)
+    torch.set_num_threads(threads)
     with _stage_lock(stage, study):
         if stage.done(study):  # another runner may have finished it while we waited
             return
@@ -209,7 +218,8 @@ def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None) -> 
             tokenizer=stage.inputs[1].out(study) / "tokenizer", out=out, preset=cfg["preset"],
             epochs=cfg["epochs"], lr=cfg["lr"], batch_size=cfg["batch_size"],
             block_size=cfg["block_size"], seed=cfg["seed"], warmup_steps=cfg["warmup_steps"],
-            lr_scheduler=cfg["lr_scheduler"], resume=partial.exists(),
+            lr_scheduler=cfg["lr_scheduler"], bf16=cfg.get("bf16", False),
+            compile=cfg.get("compile", False), resume=partial.exists(),
             cache_dir=study / "cache"))
     elif stage.kind == "probe":
         from lab.eval.probe import run_probe
@@ -245,6 +255,7 @@ def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None) -> 
 
 def collect(recipe: Recipe, stages: list[Stage], study: Path) -> tuple[Path, Path]:
     """results.csv (one row per evaluation and group) and samples.csv (one row per sample)."""
+    _check_seeds(stages, study)
     run_rows, sample_rows = [], []
     for stage in stages:
         if stage.kind != "evaluate" or not stage.done(study):
@@ -281,6 +292,23 @@ def collect(recipe: Recipe, stages: list[Stage], study: Path) -> tuple[Path, Pat
                                    **{k: row.get(k) for k in PROBE_COLUMNS}})
     _write_csv(study / PROBES, probe_rows)
     return _write_csv(study / RESULTS, run_rows), _write_csv(study / SAMPLES, sample_rows)
+
+
+def _check_seeds(stages: list[Stage], study: Path) -> None:
+    """Refuse results whose repetitions collapsed: the pre-trained models of one arm and model
+    must differ by seed in their initial weights and their data order."""
+    from lab.train.pretrain import check_seed_diversity
+
+    groups: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    for stage in stages:
+        if stage.kind == "pretrain" and stage.done(study):
+            manifest = json.loads((stage.out(study) / "manifest.json").read_text())
+            groups.setdefault((stage.labels["model"], stage.labels["arm"]), []).append(manifest)
+    for (model, arm), manifests in sorted(groups.items()):
+        try:
+            check_seed_diversity(manifests)
+        except LabError as exc:
+            raise LabError(f"{study}: {model} {arm}: {exc}") from None
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
@@ -324,12 +352,12 @@ class _Finished:
         return None
 
 
-def _submitter(executor: str, workers: int, study: Path, corpora_dir: Path | None,
+def _submitter(executor: str, workers: int, threads: int, study: Path, corpora_dir: Path | None,
                slurm: dict[str, Any] | None):
-    """(submit(stage, threads) -> handle with done()/result(), shutdown())."""
+    """(submit(stage) -> handle with done()/result(), shutdown())."""
     if executor == "local" and workers == 1:
-        def run_here(stage: Stage, _threads: int) -> _Finished:
-            run_stage(stage, study, corpora_dir)
+        def run_here(stage: Stage) -> _Finished:
+            run_stage(stage, study, corpora_dir, threads)
             return _Finished()
         return run_here, lambda: None
     if executor == "local":
@@ -338,8 +366,7 @@ def _submitter(executor: str, workers: int, study: Path, corpora_dir: Path | Non
 
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=_worker_init)
-        return (lambda stage, threads: pool.submit(run_stage, stage, study, corpora_dir, threads,
-                                                   True),
+        return (lambda stage: pool.submit(run_stage, stage, study, corpora_dir, threads, True),
                 lambda: pool.shutdown(wait=True, cancel_futures=True))
     try:
         import submitit
@@ -352,8 +379,8 @@ def _submitter(executor: str, workers: int, study: Path, corpora_dir: Path | Non
     else:
         pool = submitit.LocalExecutor(folder=folder)
         pool.update_parameters(timeout_min=24 * 60)
-    return (lambda stage, _threads: _SubmititHandle(pool.submit(run_stage, stage, study, corpora_dir),
-                                                   stage),
+    return (lambda stage: _SubmititHandle(pool.submit(run_stage, stage, study, corpora_dir, threads),
+                                          stage),
             lambda: None)
 
 
@@ -375,23 +402,19 @@ class _SubmititHandle:
                            f"{self.job.job_id}: {first} (logs: {self.job.paths.stderr})") from None
 
 
-def _schedule(stages: list[Stage], study: Path, submit: Callable[[Stage, int], Any], workers: int,
+def _schedule(stages: list[Stage], study: Path, submit: Callable[[Stage], Any], workers: int,
               on_event: Callable[..., None]) -> list[dict[str, Any]]:
     """Run every unfinished stage once its inputs are finished, at most `workers` at a time."""
     waiting = [s for s in stages if not s.done(study)]
     running: dict[str, tuple[Stage, Any, float]] = {}
     timings = []
-    cores = os.cpu_count() or 1
     while waiting or running:
         ready = [s for s in waiting if all(i.done(study) for i in s.inputs)]
         launch = ready[: max(0, workers - len(running))]
-        # The cores are shared by the stages that will run side by side: a lone stage (the
-        # pre-training that every fine-tuning waits for) gets them all, N at once get 1/N each.
-        threads = max(1, cores // max(1, len(running) + len(launch)))
         for stage in launch:
             waiting.remove(stage)
             on_event("start", stage)
-            running[stage.key] = (stage, submit(stage, threads), time.perf_counter())
+            running[stage.key] = (stage, submit(stage), time.perf_counter())
         finished = [key for key, (_s, handle, _t) in running.items() if handle.done()]
         for key in finished:
             stage, handle, started = running.pop(key)
@@ -423,25 +446,68 @@ def _differences(old: Any, new: Any, path: str = "") -> list[str]:
     return [] if old == new else [path]
 
 
-def check_executor(executor: str, workers: int) -> None:
+def check_executor(executor: str, workers: int | None) -> None:
     if executor not in EXECUTORS:
         raise LabError(f"--executor {executor}: choose from {', '.join(EXECUTORS)}")
-    if workers < 1:
+    if workers is not None and workers < 1:
         raise LabError(f"--workers {workers}: must be >= 1")
 
 
+def available_cores() -> int:
+    """Cores this process may run on (its affinity mask, e.g. under taskset or SLURM)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+SUMMARY = "study.json"
+
+
+def study_threads(recipe: Recipe, study: Path) -> int:
+    """The torch threads of every stage of this study: the recipe's, else those recorded when
+    the study began (a resumed or re-run study computes what the first run computed), else
+    this machine's cores. A recipe that asks for another count than the recorded one is
+    refused: its stages would not reproduce the finished ones."""
+    summary = study / SUMMARY
+    recorded = None
+    if summary.is_file():
+        try:
+            recorded = json.loads(summary.read_text(encoding="utf-8")).get("threads")
+        except (OSError, ValueError, AttributeError) as exc:
+            raise LabError(f"{summary}: unreadable ({exc})") from None
+    requested = recipe.resources.threads
+    if recorded is not None and requested is not None and recorded != requested:
+        raise LabError(f"{summary}: the study's stages run on {recorded} threads; "
+                       f"resources.threads {requested} would compute other numbers "
+                       f"(use --threads {recorded} or a new --out)")
+    return requested or recorded or available_cores()
+
+
+def default_workers(executor: str, threads: int) -> int:
+    """Stages at a time when --workers is not given: as many as the cores hold at the study's
+    thread count locally (one at the default: more would only share the same cores)."""
+    return 64 if executor == "slurm" else max(1, available_cores() // threads)
+
+
 def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_run: bool = False,
-              executor: str = "local", workers: int = 1, slurm: dict[str, Any] | None = None,
+              executor: str = "local", workers: int | None = None,
+              slurm: dict[str, Any] | None = None,
               on_event: Callable[..., None] | None = None) -> dict[str, Any]:
     """Entry point of `lab study`: run the stages that are not finished, then collect results."""
     study = Path(study)
     stages = expand(recipe)
     check_executor(executor, workers)
+    from lab.study.preflight import check_ready, preflight
+
     if dry_run:
         from lab.study.cost import estimate
 
+        # A plan for another machine (a cluster) is worth printing where the study cannot run.
         return {"stages": len(stages), "done": sum(s.done(study) for s in stages),
-                "estimate": estimate(recipe, stages, study)}
+                "estimate": estimate(recipe, stages, study),
+                "problems": preflight(recipe, study, corpora_dir, executor)}
+    check_ready(recipe, study, corpora_dir, executor)  # every missing piece at once, before any stage
     if study.exists() and not study.is_dir():
         raise LabError(f"{study}: exists and is not a study directory")
     study.mkdir(parents=True, exist_ok=True)
@@ -455,20 +521,34 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
             raise LabError(f"{recorded}: a recipe this lab cannot read ({exc})") from None
         # Fields added to the schema since the study began take their defaults, so an older
         # study resumes; any real difference is refused and named.
-        changed = _differences(recipe_dict(previous), recipe_dict(recipe))
+        # The thread count is checked against what the study recorded (study_threads).
+        changed = [d for d in _differences(recipe_dict(previous), recipe_dict(recipe))
+                   if d != "resources.threads"]
         if changed:
             raise LabError(f"{recorded}: the study directory holds another recipe (differs in "
                            f"{', '.join(changed[:3])}; use a new --out)")
+    threads = study_threads(recipe, study)
+    workers = workers or default_workers(executor, threads)
     write_json_atomic(recorded, recipe_dict(recipe))
-    submit, shutdown = _submitter(executor, workers, study, corpora_dir, slurm)
+    # Recorded before any stage runs: a kill at any point leaves the count for the resume.
+    summary: dict[str, Any] = {"study": recipe.name, "stages": len(stages), "threads": threads,
+                               "executor": executor, "workers": workers}
+    write_json_atomic(study / SUMMARY, {**_previous_summary(study), **summary})
+    submit, shutdown = _submitter(executor, workers, threads, study, corpora_dir, slurm)
     try:
         timings = _schedule(stages, study, submit, workers, on_event or (lambda *a, **k: None))
     finally:
         shutdown()
     results, samples = collect(recipe, stages, study)
-    summary = {"study": recipe.name, "stages": len(stages), "ran": timings,
-               "executor": executor, "workers": workers,
-               "results": str(results), "samples": str(samples), "probes": str(study / PROBES),
-               "environment": environment_record()}
-    write_json_atomic(study / "study.json", summary)
+    summary.update(ran=timings, results=str(results), samples=str(samples),
+                   probes=str(study / PROBES), environment=environment_record())
+    write_json_atomic(study / SUMMARY, summary)
     return summary
+
+
+def _previous_summary(study: Path) -> dict[str, Any]:
+    try:
+        previous = json.loads((study / SUMMARY).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return previous if isinstance(previous, dict) else {}

@@ -6,13 +6,20 @@ no ties, two-sided. The study's conventions are one option away:
 - its published tables: two-sided, asymptotic (normal approximation, continuity correction);
 - its replication package's later README: one-sided "greater", exact.
 With five runs per group and complete separation these give 0.0122, 0.0040 and (default) 0.0079.
+Tied scores do not make an exact convention asymptotic: U (midranks) gets its exact permutation
+distribution, every split of the pooled scores counted, up to EXACT_SPLITS splits.
+
+Within a split-half model: the per-seed gap (injected minus held-out), tested over seeds by an
+exact sign-flip test, and, where seeds drew different splits, each sample injected against itself
+held out (Wilcoxon signed-rank).
 """
 from __future__ import annotations
 
 import math
 import random
+from collections import defaultdict
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Iterable, Sequence
 
 from lab.common import LabError
 
@@ -22,6 +29,9 @@ CONVENTIONS = {
     "replication-package": ("greater", "exact"),
     "exact-greater": ("greater", "exact"),
 }
+EXACT_SPLITS = 10 ** 6  # tied scores: enumerate up to this many splits, beyond it asymptotic
+PERMUTATION_TIES = "exact permutation (ties)"  # the method named when ties were kept exactly
+ASYMPTOTIC_TIES = "asymptotic (ties; too many splits to enumerate)"
 
 
 @dataclass(frozen=True)
@@ -56,9 +66,55 @@ def mann_whitney(experimental: Sequence[float], control: Sequence[float],
     alternative, method = CONVENTIONS[convention]
     has_ties = len(set(experimental) | set(control)) < len(experimental) + len(control)
     if method == "exact" and has_ties:
-        method = "asymptotic"  # scipy's exact distribution assumes no ties; say what was used
+        # scipy's exact distribution assumes no ties, and the normal approximation is
+        # anti-conservative for a handful of seeds: count the splits instead, where they are few.
+        if math.comb(len(experimental) + len(control), len(experimental)) <= EXACT_SPLITS:
+            u, p = permutation_mann_whitney(experimental, control, alternative)
+            return u, p, alternative, PERMUTATION_TIES
+        result = mannwhitneyu(list(experimental), list(control), alternative=alternative,
+                              method="asymptotic")
+        return float(result.statistic), float(result.pvalue), alternative, ASYMPTOTIC_TIES
     result = mannwhitneyu(list(experimental), list(control), alternative=alternative, method=method)
     return float(result.statistic), float(result.pvalue), alternative, method
+
+
+def _doubled_midranks(values: Sequence[float]) -> list[int]:
+    """Midranks (1-based, ties averaged) times two: whole numbers, so sums compare exactly."""
+    from scipy.stats import rankdata
+
+    return [int(round(2 * r)) for r in rankdata(list(values))]
+
+
+def permutation_mann_whitney(experimental: Sequence[float], control: Sequence[float],
+                             alternative: str = "two-sided") -> tuple[float, float]:
+    """(U of the experimental group, p) from the exact permutation distribution of U with ties
+    kept as midranks: every one of the C(n1 + n2, n1) splits of the pooled scores counted once
+    (by subset sums of the ranks, not one by one). Two-sided: the splits whose U is at least as
+    far from its mean n1 n2 / 2 as the observed one; 'greater' / 'less': U at least / at most the
+    observed."""
+    n1, n2 = len(experimental), len(control)
+    if n1 < 1 or n2 < 1:
+        raise LabError("Mann-Whitney U needs at least one value in each group")
+    ranks = _doubled_midranks(list(experimental) + list(control))
+    # counts[j][s]: subsets of j of the items seen so far whose doubled ranks sum to s.
+    counts: list[dict[int, int]] = [defaultdict(int) for _ in range(n1 + 1)]
+    counts[0][0] = 1
+    for seen, rank in enumerate(ranks):
+        for j in range(min(seen + 1, n1), 0, -1):
+            for total, ways in list(counts[j - 1].items()):
+                counts[j][total + rank] += ways
+    observed = sum(ranks[:n1])
+    centre = n1 * (n1 + n2 + 1)  # the doubled rank sum's mean
+    if alternative == "greater":
+        hits = sum(w for s, w in counts[n1].items() if s >= observed)
+    elif alternative == "less":
+        hits = sum(w for s, w in counts[n1].items() if s <= observed)
+    elif alternative == "two-sided":
+        hits = sum(w for s, w in counts[n1].items() if abs(s - centre) >= abs(observed - centre))
+    else:
+        raise LabError(f"alternative '{alternative}': choose two-sided, greater or less")
+    u = observed / 2 - n1 * (n1 + 1) / 2
+    return u, hits / math.comb(n1 + n2, n1)
 
 
 def cliffs_delta(experimental: Sequence[float], control: Sequence[float]) -> float:
@@ -110,12 +166,124 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 
 def paired_within_model(injected: Sequence[float], held_out: Sequence[float]) -> tuple[float, float]:
-    """Split-half design: per-sample scores of injected vs held-out samples of one model
-    (independent samples, so Mann-Whitney U, one-sided 'greater'; asymptotic for large n)."""
+    """Split-half design: per-sample scores of injected vs held-out samples, pooled over the
+    seeds' models (Mann-Whitney U, one-sided 'greater'; asymptotic for large n). It takes every
+    score as independent, which a sample scored by several seeds' models is not: a description
+    of the pooled scores; seed_level_test and crossover_test are the tests over seeds."""
     from scipy.stats import mannwhitneyu
 
     result = mannwhitneyu(list(injected), list(held_out), alternative="greater", method="asymptotic")
     return float(result.statistic), float(result.pvalue)
+
+
+SIGN_FLIP_EXACT = 16  # seeds: up to 2^16 sign patterns enumerated, beyond a normal approximation
+SIGNED_RANK_EXACT = 200  # crossover samples with a nonzero difference: exact up to this many
+SEEDS_TEST = "sign-flip permutation test of the mean per-seed gap, greater"
+CROSSOVER_TEST = "Wilcoxon signed-rank, greater"
+
+
+def _seed_order(seed: Any) -> tuple[int, float, str]:
+    text = str(seed)
+    try:
+        return (0, float(text), text)
+    except ValueError:
+        return (1, 0.0, text)
+
+
+def seed_gaps(scores: Iterable[tuple[Any, str, float]]) -> dict[str, float]:
+    """(seed, group, per-sample score) -> per seed with both groups scored: the mean injected
+    score minus the mean held-out score of that seed's model; other groups are ignored."""
+    by_seed: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for seed, group, score in scores:
+        by_seed[str(seed)][group].append(score)
+    gaps = {}
+    for seed in sorted(by_seed, key=_seed_order):
+        injected, held = by_seed[seed]["injected"], by_seed[seed]["held_out"]
+        if injected and held:
+            gaps[seed] = sum(injected) / len(injected) - sum(held) / len(held)
+    return gaps
+
+
+def seed_level_test(gaps: Sequence[float]) -> tuple[float | None, str]:
+    """(p, test) for 'the per-seed gaps are above zero': the sum of the gaps against all 2^k
+    sign flips of them (each seed's gap as likely negative as positive under no effect), exact
+    up to SIGN_FLIP_EXACT seeds, else its normal approximation. One seed: no test (p None)."""
+    k = len(gaps)
+    if k < 2:
+        return None, f"{SEEDS_TEST}: not testable with {k} seed{'' if k == 1 else 's'}"
+    if k > SIGN_FLIP_EXACT:
+        from scipy.stats import norm
+
+        spread = math.sqrt(sum(g * g for g in gaps))
+        p = 1.0 if spread == 0 else float(norm.sf(sum(gaps) / spread))
+        return p, f"{SEEDS_TEST}, asymptotic ({k} seeds)"
+    import numpy as np
+
+    flips = 1 - 2 * ((np.arange(2 ** k)[:, None] >> np.arange(k)) & 1)  # row 0: no flip
+    sums = flips @ np.asarray(gaps, dtype=float)
+    tolerance = 1e-9 * max(1.0, float(np.abs(gaps).sum()))
+    return float(np.mean(sums >= sums[0] - tolerance)), f"{SEEDS_TEST}, exact (2^{k} sign patterns)"
+
+
+def crossover_differences(scores: Iterable[tuple[str, str, float]]) -> dict[str, float]:
+    """(sample id, group, per-sample score) over the seeds of one cell -> for each sample scored
+    injected by some seeds' models and held out by others': its mean score when injected minus
+    its mean score when held out. Empty when every seed used the same split."""
+    by_id: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for sample, group, score in scores:
+        by_id[sample][group].append(score)
+    return {sample: (sum(g["injected"]) / len(g["injected"])
+                     - sum(g["held_out"]) / len(g["held_out"]))
+            for sample, g in sorted(by_id.items()) if g["injected"] and g["held_out"]}
+
+
+def crossover_test(differences: Sequence[float]) -> tuple[float | None, str]:
+    """(p, test): Wilcoxon signed-rank over per-sample differences, one-sided 'greater'; zero
+    differences dropped (Wilcoxon's rule), ties as midranks; exact (the signed-rank sum over
+    all 2^n signs) up to SIGNED_RANK_EXACT nonzero differences, else asymptotic. p None without
+    a nonzero difference."""
+    nonzero = [d for d in differences if d != 0]
+    n = len(nonzero)
+    if n == 0:
+        return None, f"{CROSSOVER_TEST}: no nonzero difference"
+    if n > SIGNED_RANK_EXACT:
+        from scipy.stats import wilcoxon
+
+        result = wilcoxon(nonzero, alternative="greater", method="asymptotic")
+        return float(result.pvalue), f"{CROSSOVER_TEST}, asymptotic ({n} nonzero differences)"
+    import numpy as np
+
+    ranks = _doubled_midranks([abs(d) for d in nonzero])
+    observed = sum(r for r, d in zip(ranks, nonzero) if d > 0)
+    distribution = np.zeros(sum(ranks) + 1)  # P(doubled positive-rank sum = index)
+    distribution[0] = 1.0
+    for rank in ranks:  # each rank positive or negative with probability 1/2
+        shifted = np.zeros_like(distribution)
+        shifted[rank:] = distribution[:-rank]
+        distribution = (distribution + shifted) / 2
+    p = min(1.0, float(distribution[observed:].sum()))
+    return p, f"{CROSSOVER_TEST}, exact ({n} nonzero differences, ties as midranks)"
+
+
+def within_model_seeds(scores: Iterable[tuple[Any, str, str, float]]) -> dict[str, Any]:
+    """(seed, sample id, group, per-sample score) of one split-half cell -> the per-seed gaps
+    with their seed-level test and, where seeds drew different splits, the crossover
+    comparison. Keys: seed_gaps, gap_per_seed (their mean), seeds_positive, p_seeds, seeds_test,
+    crossover_samples, crossover_gap (the mean difference), p_crossover, crossover_test."""
+    rows = list(scores)
+    gaps = seed_gaps((seed, group, score) for seed, _id, group, score in rows)
+    p_seeds, seeds_test = seed_level_test(list(gaps.values()))
+    found: dict[str, Any] = {
+        "seed_gaps": gaps, "gap_per_seed": sum(gaps.values()) / len(gaps) if gaps else None,
+        "seeds_positive": sum(1 for g in gaps.values() if g > 0), "p_seeds": p_seeds,
+        "seeds_test": seeds_test}
+    differences = list(crossover_differences((sample, group, score)
+                                             for _seed, sample, group, score in rows).values())
+    p_crossover, test = (crossover_test(differences) if differences
+                         else (None, f"{CROSSOVER_TEST}: no sample both injected and held out"))
+    found.update(crossover_samples=len(differences), p_crossover=p_crossover, crossover_test=test,
+                 crossover_gap=sum(differences) / len(differences) if differences else None)
+    return found
 
 
 ALPHA = 0.05  # every convention's significance level; the power notes use it
