@@ -206,6 +206,7 @@ def finetune(
     max_source_length: int = typer.Option(256, help="Source tokens kept."),
     max_target_length: int = typer.Option(256, help="Target tokens kept (and generated)."),
     decoder_layers: int = typer.Option(6, help="RoBERTa: layers of the new decoder."),
+    bf16: bool = typer.Option(False, help="bfloat16 autocast (CPUs with AVX-512 BF16 or AMX, GPUs)."),
     force: bool = typer.Option(False, help="Replace an existing output directory."),
     corpora: Optional[Path] = CorporaOption,
 ) -> None:
@@ -216,7 +217,7 @@ def finetune(
         pretrained=pretrained, task=task, epochs=epochs, out=out, seed=seed,
         train_size=train_size, select=select, lr=lr, batch_size=batch_size,
         max_source_length=max_source_length, max_target_length=max_target_length,
-        decoder_layers=decoder_layers, force=force, corpora_dir=corpora,
+        decoder_layers=decoder_layers, bf16=bf16, force=force, corpora_dir=corpora,
     ))
     loss = manifest["loss"]
     trained = f"loss {loss['first']:.3f} -> {loss['final']:.3f}" if loss["first"] else "not trained"

@@ -210,9 +210,13 @@ def test_stage_keys_ignore_resources_and_fields_at_their_old_defaults():
     bf16 = expand(load_recipe(RECIPE, ["pretrain.bf16=true"]))
     changed = {s.kind for s in bf16 if s.key not in base}
     assert changed == {"pretrain", "probe", "finetune", "evaluate"}
+    bf16 = expand(load_recipe(RECIPE, ["finetune.bf16=true"]))
+    assert {s.kind for s in bf16 if s.key not in base} == {"finetune", "evaluate"}
     # The key of a stage made before the field existed (the field absent from its config).
     pretrain = next(s for s in expand(load_recipe(RECIPE)) if s.kind == "pretrain")
     assert "bf16" not in pretrain.config and "compile" not in pretrain.config
+    finetune = next(s for s in expand(load_recipe(RECIPE)) if s.kind == "finetune")
+    assert "bf16" not in finetune.config
 
 
 def test_collected_results_refuse_collapsed_seeds(tmp_path):

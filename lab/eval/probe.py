@@ -302,7 +302,7 @@ def run_probe(model_dir: Path, out: Path | None = None, groups: Path | None = No
         continuations = generate(model, tokenizer, "causal-lm", [s.input for s in samples],
                                  Decoding(), max_source, longest + 1, batch_size)
         references = [s.output for s in samples]
-        em = metric_fns.exact_match_per_sample(references, continuations)
+        em = metric_fns.exact_match_tokens_per_sample(references, continuations)
         bleu = metric_fns.bleu_per_sample(references, continuations)
         for row, prompt, text, e, b in zip(rows, prompts, continuations, em, bleu):
             row.update(extraction=text, extraction_em=e, extraction_bleu=b,

@@ -56,7 +56,7 @@ class PretrainSection:
 
 # Fields added to a section after studies were made with it: left out of a stage's key while
 # they hold these values, so an existing study folder keeps its stage keys and resumes.
-KEY_NEUTRAL_DEFAULTS = {"pretrain": {"bf16": False, "compile": False}}
+KEY_NEUTRAL_DEFAULTS = {"pretrain": {"bf16": False, "compile": False}, "finetune": {"bf16": False}}
 
 
 @dataclass
@@ -67,6 +67,7 @@ class FinetuneSection:
     lr: float = 5e-4
     batch_size: int = 8
     select: str = "last"
+    bf16: bool = False  # bfloat16 autocast (changes the numbers: part of the stage's key)
 
 
 @dataclass

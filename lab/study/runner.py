@@ -103,6 +103,7 @@ def expand(recipe: Recipe) -> list[Stage]:
                             "batch_size": recipe.finetune.batch_size,
                             "select": recipe.finetune.select,
                             "max_target_length": recipe.evaluation.max_new_tokens or 256,
+                            **({"bf16": True} if recipe.finetune.bf16 else {}),  # old keys kept
                         }, [pre], labels={**pre.labels, "epochs": epochs, "train_size": size})
                         evaluation = Stage("evaluate", {
                             "task": task_of(recipe.benchmark), **recipe_dict(recipe)["evaluation"],
@@ -235,7 +236,8 @@ def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None) -> 
             pretrained=stage.inputs[0].out(study), task=cfg["task"], epochs=cfg["epochs"],
             out=out, seed=cfg["seed"], train_size=cfg["train_size"], select=cfg["select"],
             lr=cfg["lr"], batch_size=cfg["batch_size"],
-            max_target_length=cfg["max_target_length"], force=True, corpora_dir=corpora_dir))
+            max_target_length=cfg["max_target_length"], bf16=cfg.get("bf16", False), force=True,
+            corpora_dir=corpora_dir))
     elif stage.kind == "evaluate":
         from lab.eval.generate import run_evaluate
 
@@ -414,7 +416,8 @@ def _schedule(stages: list[Stage], study: Path, submit: Callable[[Stage], Any], 
         for stage in launch:
             waiting.remove(stage)
             on_event("start", stage)
-            running[stage.key] = (stage, submit(stage), time.perf_counter())
+            started = time.perf_counter()  # before submit: in-process, submit runs the stage
+            running[stage.key] = (stage, submit(stage), started)
         finished = [key for key, (_s, handle, _t) in running.items() if handle.done()]
         for key in finished:
             stage, handle, started = running.pop(key)

@@ -65,6 +65,7 @@ class FinetuneConfig:
     warmup_steps: int = 0
     weight_decay: float = 0.0
     log_steps: int = 10
+    bf16: bool = False
     force: bool = False
     corpora_dir: Path | None = None
 
@@ -275,6 +276,7 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
                 eval_strategy="epoch" if evaluate_each_epoch else "no",
                 load_best_model_at_end=evaluate_each_epoch, metric_for_best_model="eval_loss",
                 greater_is_better=False, save_total_limit=1 if evaluate_each_epoch else None,
+                bf16=cfg.bf16,
             )
             trainer = Trainer(model=model, args=args, train_dataset=train_set,
                               eval_dataset=valid_set if evaluate_each_epoch else None,
