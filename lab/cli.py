@@ -74,10 +74,17 @@ def corpora_verify(name: str = typer.Argument(..., help="csn-java, codetrans, co
                          ["split", "file", "status"]))
 
 
+from lab.contamination.settings import names as _setting_names  # noqa: E402 (the one table)
+
+SETTING_NAMES = _setting_names()
+
+
 @app.command()
 def inject(
     benchmark: str = typer.Option(..., help="codetrans or concode (or their -paper subsets)."),
-    setting: str = typer.Option(..., help="control, input-only, output-only, unpaired, paired."),
+    setting: str = typer.Option(..., help=", ".join(SETTING_NAMES) + " (a placebo injects as many "
+                                "train/valid samples disjoint from the test split, in its base "
+                                "setting's form)."),
     seed: int = typer.Option(..., help="Seeds every random choice of the arm."),
     out: Path = typer.Option(..., help="Output directory (must not exist unless --force)."),
     split: str = typer.Option("test", help="Benchmark split whose samples are injected."),
@@ -499,6 +506,10 @@ def pretrain(
     deepspeed: Optional[Path] = typer.Option(None, help="DeepSpeed JSON config (recipes/deepspeed/)."),
     bf16: bool = typer.Option(False, help="bf16 autocast."),
     compile: bool = typer.Option(False, "--compile", help="torch.compile the model."),
+    cross_document_attention: bool = typer.Option(
+        False, "--cross-document-attention",
+        help="Let packed documents attend to the documents before them, positions running on "
+             "(HF group_texts-style context); by default each document sees only itself."),
     resume: bool = typer.Option(False, help="Continue OUT.partial from its newest checkpoint."),
     force: bool = typer.Option(False, help="Restart and replace existing outputs."),
     dry_run: bool = typer.Option(False, help="Print parameter counts and tokens per step only."),
@@ -512,7 +523,8 @@ def pretrain(
         lr=lr, batch_size=batch_size, block_size=block_size, seed=seed, grad_accum=grad_accum,
         max_steps=max_steps, warmup_steps=warmup_steps, weight_decay=weight_decay,
         lr_scheduler=lr_scheduler, save_steps=save_steps, log_steps=log_steps,
-        deepspeed=deepspeed, bf16=bf16, compile=compile, resume=resume, force=force,
+        deepspeed=deepspeed, bf16=bf16, compile=compile,
+        cross_document_attention=cross_document_attention, resume=resume, force=force,
         dry_run=dry_run, cache_dir=cache_dir,
     )
     result = run_pretrain(cfg)

@@ -101,6 +101,12 @@ def positions_of(config: Any) -> int:
     return getattr(config, "n_positions", None) or config.max_position_embeddings - 2
 
 
+def position_offset(config: Any) -> int:
+    """The position id of a sequence's first token: RoBERTa counts from padding_idx + 1 (its
+    embeddings reserve the ids up to the padding index), GPT-2 from 0."""
+    return config.pad_token_id + 1 if model_family(config) == "roberta" else 0
+
+
 def model_family(config: Any) -> str:
     kind = getattr(config, "model_type", "")
     if kind == "roberta":

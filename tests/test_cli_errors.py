@@ -454,3 +454,33 @@ def test_study_refuses_a_missing_recipe_and_a_file_as_study_folder(workdir, tmp_
     (tmp_path / "s").write_text("not a folder")
     assert_one_line_error(run_lab(["study", recipe, "--out", tmp_path / "s"], workdir, None),
                           "exists and is not a study directory")
+
+
+# --- placebo arms --------------------------------------------------------------------------------
+
+def test_inject_a_placebo_arm(workdir, tiny_corpora):
+    out = workdir / "arm"
+    result = run_lab(inject_args(out, "codetrans", "paired-placebo", "--fraction", "0.5"), workdir,
+                     tiny_corpora)
+    assert result.returncode == 0, result.stderr
+    assert "placebo_samples" in result.stdout
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["setting"] == "paired-placebo" and manifest["injected_ids"] == []
+    assert len(manifest["placebo_ids"]) == 15 == manifest["counts"]["injected_documents"]
+
+
+def test_placebo_pool_too_small(workdir, tiny_corpora):
+    out = workdir / "arm"
+    # 25 CONCODE test samples, and only the 20 of dev (no train split here) to stand for them.
+    assert_one_line_error(run_lab(inject_args(out, "concode", "input-only-placebo"), workdir,
+                                  tiny_corpora),
+                          "--setting input-only-placebo: 25 placebo samples needed, but concode dev "
+                          "holds only 20 samples disjoint from the test split")
+    assert_nothing_written(out)
+
+
+def test_unknown_setting_lists_the_placebos(workdir, tiny_corpora):
+    out = workdir / "arm"
+    assert_one_line_error(run_lab(inject_args(out, "codetrans", "paired-placbo"), workdir, tiny_corpora),
+                          "--setting paired-placbo: unknown setting", "paired-placebo")
+    assert_nothing_written(out)

@@ -191,3 +191,128 @@ def test_manifest_is_complete(tmp_path):
     assert all(len(f["sha256"]) == 64 for part in manifest["inputs"]["base"] for f in part["files"])
     assert manifest["environment"]["lab_version"]
     assert json.loads((out / "manifest.json").read_text())["corpus_sha256"] == manifest["corpus_sha256"]
+
+
+# --- placebo arms ---------------------------------------------------------------------------------
+
+PLACEBOS = ("input-only-placebo", "output-only-placebo", "unpaired-placebo", "paired-placebo")
+
+
+@pytest.mark.parametrize("placebo", PLACEBOS)
+def test_placebo_matches_its_base_arm(tmp_path, samples, placebo):
+    """As many samples (the ones its base arm injects with this seed, counted), in the same form,
+    repeated as often, removing the same base documents; no test sample injected."""
+    base = placebo[: -len("-placebo")]
+    arm, _ = make(tmp_path, "arm", setting=base, fraction=0.5, repeat=2)
+    manifest, out = make(tmp_path, "placebo", setting=placebo, fraction=0.5, repeat=2)
+    tests = samples["codetrans"]
+    k = len(arm["injected_ids"])
+    assert manifest["setting"] == placebo and manifest["placebo"]["base_setting"] == base
+    assert manifest["placebo"]["matched_test_ids"] == arm["injected_ids"]
+    assert manifest["counts"]["placebo_samples"] == k == len(manifest["placebo_ids"])
+    for key in ("injected_documents", "removed_documents", "final_documents", "arm_documents"):
+        assert manifest["counts"][key] == arm["counts"][key], key
+    assert manifest["removed_base_ids"] == arm["removed_base_ids"]
+    # No test sample is injected: every one is held out, as for the control.
+    assert manifest["injected_ids"] == [] and manifest["counts"]["injected_samples"] == 0
+    assert manifest["held_out_ids"] == [s.id for s in tests]
+    # The manifest lists the placebo samples and their source split.
+    listed = manifest["placebo"]["samples"]
+    assert [s["id"] for s in listed] == manifest["placebo_ids"]
+    assert {s["split"] for s in listed} <= {"train", "valid"}
+    assert all(s["id"].startswith(f"codetrans:{s['split']}:") for s in listed)
+    assert sum(manifest["placebo"]["by_split"].values()) == k
+    pool = manifest["placebo"]["pool"]
+    assert pool["splits"] == ["train", "valid"] and pool["candidates"] == 10_800
+    assert pool["eligible"] == pool["candidates"] - pool["overlapping_test"] - pool["duplicates_dropped"]
+    assert [p["split"] for p in manifest["inputs"]["placebo_pool"]] == ["train", "valid"]
+    assert manifest["guards"]["placebo_disjoint_from_test"] is True
+    assert manifest["guards"]["injected_multiplicity"] == 2
+    # Same form: the documents of each placebo sample, each twice, with the arm's side labels.
+    pool_samples = {s.id: s for split in ("train", "valid")
+                    for s in load_samples("codetrans", split).records}
+    docs = [r for r in read_corpus(out) if "sample" in r]
+    arm_sides = Counter(r["side"] for r in read_corpus(tmp_path / "arm") if "sample" in r)
+    assert Counter(r["side"] for r in docs) == arm_sides
+    present = Counter(whitespace_hash(r["text"]) for r in docs)
+    for sample_id in manifest["placebo_ids"]:
+        sample = pool_samples[sample_id]
+        texts = {"input-only": [sample.input], "output-only": [sample.output],
+                 "unpaired": [sample.input, sample.output],
+                 "paired": [paired_document(sample.input, sample.output)]}[base]
+        for text in texts:
+            assert present[whitespace_hash(text)] >= 2
+
+
+def test_placebo_corpus_holds_no_test_sample(tmp_path):
+    """Neither exactly nor as a near-duplicate: 1,000 placebo samples drawn from 10,800
+    candidates of which about 300 overlap the test split (a draw that ignored the audit would
+    hit dozens)."""
+    manifest, out = make(tmp_path, "placebo", setting="paired-placebo")
+    control, out_control = make(tmp_path, "control", setting="control")
+    pool = manifest["placebo"]["pool"]
+    assert pool["overlapping_test_exact"] > 40 and pool["overlapping_test_near_only"] > 40
+    assert len(manifest["placebo_ids"]) == 1000
+    # An independent audit of the train and valid splits against the test split.
+    overlap = run_audit("codetrans", ["train", "valid"], against="codetrans:test")
+    leaked = {row["id"] for row in overlap["rows"] if row["leaked"]}
+    assert len(leaked) == pool["overlapping_test"]
+    assert leaked.isdisjoint(manifest["placebo_ids"])
+    # The written corpus against the test split: no placebo document matches a test sample;
+    # what matches is base documents the control holds too.
+    audit = run_audit("codetrans", ["test"], against=str(out))
+    assert not any(doc.startswith("inject:") for doc in audit["matched_documents"])
+    control_audit = run_audit("codetrans", ["test"], against=str(out_control))
+    flagged = {row["id"] for row in audit["rows"] if row["leaked"]}
+    assert flagged <= {row["id"] for row in control_audit["rows"] if row["leaked"]}
+
+
+def test_placebo_guard_refuses_a_near_duplicate_of_a_test_sample(tmp_path, monkeypatch):
+    """Were the pool filtered on exact matches only, near-duplicates of test samples would slip
+    in: the guard re-checks every placebo document and refuses the arm."""
+    import lab.contamination.inject as inject
+
+    real = inject.audit_samples
+
+    def exact_only(*args, **kwargs):
+        rows = real(*args, **kwargs)
+        for row in rows:
+            row["leaked"] = row["exact"]
+        return rows
+
+    monkeypatch.setattr(inject, "audit_samples", exact_only)
+    with pytest.raises(LabError, match=r"guard: placebo sample codetrans:\w+:\d+ \(\w+\) matches "
+                                       r"codetrans:test:\d+"):
+        make(tmp_path, "placebo", setting="paired-placebo")
+    assert not (tmp_path / "placebo").exists()
+
+
+def test_placebo_is_deterministic_and_seeded(tmp_path):
+    first, out1 = make(tmp_path, "a", setting="unpaired-placebo", fraction=0.2)
+    second, out2 = make(tmp_path, "b", setting="unpaired-placebo", fraction=0.2)
+    third, _ = make(tmp_path, "c", setting="unpaired-placebo", fraction=0.2, seed=12)
+    for shard in first["shards"]:
+        assert (out1 / shard["file"]).read_bytes() == (out2 / shard["file"]).read_bytes()
+    assert first["placebo_ids"] == second["placebo_ids"]
+    assert third["placebo_ids"] != first["placebo_ids"]
+    # Placebos of one seed draw the same samples, whatever their form.
+    paired, _ = make(tmp_path, "d", setting="paired-placebo", fraction=0.2)
+    assert paired["placebo_ids"] == first["placebo_ids"]
+
+
+def test_placebo_mirrors_listed_test_ids_and_needs_a_large_enough_pool(tmp_path):
+    ids = tmp_path / "ids.txt"
+    ids.write_text("3\n5\n8\n")
+    manifest, _ = make(tmp_path, "listed", setting="output-only-placebo", test_ids=ids)
+    assert manifest["placebo"]["matched_test_ids"] == [f"codetrans:test:{i}" for i in (3, 5, 8)]
+    assert manifest["counts"]["injected_documents"] == 3 and manifest["injected_ids"] == []
+    # CONCODE without its train split (offline): dev alone cannot hold 2,000 placebo samples.
+    concode, _ = make(tmp_path, "concode", benchmark="concode", setting="input-only-placebo",
+                      samples=500)
+    pool = concode["placebo"]["pool"]
+    assert "dev" in pool["splits"] and "test" not in pool["splits"]
+    assert all(s["split"] in pool["splits"] for s in concode["placebo"]["samples"])
+    if "train" in pool["splits_missing"]:
+        with pytest.raises(LabError, match="2000 placebo samples needed, but concode dev holds only"):
+            make(tmp_path, "too-many", benchmark="concode", setting="input-only-placebo")
+        assert not (tmp_path / "too-many").exists()

@@ -100,26 +100,32 @@ def test_packing_places_every_document_once_within_the_block():
     assert packing.padding_fraction() < 0.05 < naive_padding
 
 
-def test_packing_never_splits_an_injected_document(world):
+@pytest.mark.parametrize("cross_document", [False, True])
+def test_packing_never_splits_an_injected_document(world, cross_document):
     tok = load_tokenizer(world / "tok")
     corpus = tokenize_corpus(world / "paired", tok, tokenizer_hash(world / "tok"), world / "cache")
     block = 256  # the micro preset's longest block
-    packing = pack_documents(corpus.lengths(), block)
+    packing = pack_documents(corpus.lengths(), block, samples=corpus.injected,
+                             cross_document=cross_document)
     dataset = PackedDataset(corpus, packing, tok.bos_token_id, tok.eos_token_id, tok.pad_token_id)
     pieces: Counter = Counter()
     for i in range(len(dataset)):
         ids = dataset[i]["input_ids"].tolist()
         assert ids[0] == tok.bos_token_id and len(ids) == block
+        # Per-document: <s> doc </s> <s> doc </s> ...; cross-document: <s> doc </s> doc </s> ...
         body = [t for t in ids[1:] if t != tok.pad_token_id]
         current: list[int] = []
         for token in body:
             if token == tok.eos_token_id:
                 pieces[tuple(current)] += 1
                 current = []
+            elif token == tok.bos_token_id and not current and not cross_document:
+                continue  # the next document's own <s>
             else:
                 current.append(token)
         assert current == []  # every sequence ends on a document boundary
     report = packing_report(corpus, packing)
+    assert report["cross_document_attention"] is cross_document
     injected = [i for i, s in enumerate(corpus.injected) if s]
     assert len(injected) == 100 == report["injected_documents"]
     truncated = set(packing.truncated)
@@ -128,12 +134,14 @@ def test_packing_never_splits_an_injected_document(world):
         doc = tuple(int(t) for t in corpus.document(i))
         if i in truncated:
             assert corpus.doc_ids[i] in report["truncated_injected_ids"]
+            assert corpus.injected[i] in report["truncated_ids"]
         else:
             assert pieces[doc] >= 1, corpus.doc_ids[i]
             whole += 1
     assert whole >= 80  # most paired CodeTrans samples fit a 256-token block whole
     assert sum(pieces.values()) == len(corpus) - len(packing.empty)
     assert report["truncated_injected_documents"] == len(truncated & set(injected))
+    assert report["sequences_with_repeated_sample"] == 0
 
 
 def test_collator_masks_like_roberta_and_ignores_padding_for_gpt2(world):
@@ -148,7 +156,11 @@ def test_collator_masks_like_roberta_and_ignores_padding_for_gpt2(world):
     special = torch.isin(original, torch.tensor(tok.all_special_ids))
 
     clm = PackedCollator(tok, mlm=False)(features)
-    assert torch.equal(clm["labels"] == -100, original == tok.pad_token_id)
+    # Per-document: every document's <s> is a sequence start (never predicted), as padding.
+    assert torch.equal(clm["labels"] == -100,
+                       (original == tok.pad_token_id) | (original == tok.bos_token_id))
+    cross = PackedCollator(tok, mlm=False, cross_document=True)(features)
+    assert torch.equal(cross["labels"] == -100, original == tok.pad_token_id)
 
     collator = PackedCollator(tok, mlm=True, seed=5)
     batch = collator(features)
@@ -191,6 +203,12 @@ def test_micro_pretraining_learns_and_writes_a_complete_manifest(world, model):
     assert manifest["corpus"]["setting"] == "paired"
     assert manifest["packing"]["injected_documents"] == 100
     assert 0 <= manifest["packing"]["padding_fraction"] < 0.1
+    assert manifest["config"]["cross_document_attention"] is False
+    assert manifest["packing"]["cross_document_attention"] is False
+    assert manifest["packing"]["sequences_with_repeated_sample"] == 0
+    packing = json.loads((out / "packing.json").read_text())
+    assert manifest["corpus"]["truncated_ids"] == packing["truncated_ids"]
+    assert manifest["corpus"]["injected_token_fraction"] == packing["injected_token_fraction"] > 0
     assert (out / "model" / "config.json").is_file() and (out / "packing.json").is_file()
     assert not out.with_name(out.name + ".partial").exists()
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
@@ -221,7 +239,8 @@ def _cli(*args: str) -> list[str]:
 def _steps_per_epoch(world: Path, block: int, batch: int = 8) -> int:
     tok = load_tokenizer(world / "tok")
     corpus = tokenize_corpus(world / "paired", tok, tokenizer_hash(world / "tok"), world / "cache")
-    return -(-len(pack_documents(corpus.lengths(), block).sequences) // batch)
+    packing = pack_documents(corpus.lengths(), block, samples=corpus.injected)
+    return -(-len(packing.sequences) // batch)
 
 
 @pytest.mark.parametrize("model", ["gpt2", "roberta"])
@@ -264,6 +283,23 @@ def test_resume_refuses_a_checkpoint_of_another_config(world):
         (world / "cfg-a" / "lab_pretrain_config.json").read_text())
     with pytest.raises(LabError, match="another config.*lr"):
         pretrain(world, "cfg-b", max_steps=4, save_steps=2, lr=1e-3, resume=True)
+    # Cross-document attention trains other weights: a resume must keep it (CLI option).
+    out = world / "cfg-cross"
+    args = _cli("pretrain", "--model", "gpt2", "--corpus", str(world / "paired"),
+                "--tokenizer", str(world / "tok"), "--out", str(out), "--preset", "micro",
+                "--max-steps", "2", "--save-steps", "2", "--block-size", str(BLOCK), "--lr", "3e-3",
+                "--batch-size", "8", "--seed", "0", "--log-steps", "5",
+                "--cache-dir", str(world / "cache"), "--cross-document-attention")
+    subprocess.run(args, check=True, capture_output=True, env=dict(os.environ, HF_HUB_OFFLINE="1"),
+                   timeout=300)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["cross_document_attention"] is True
+    assert manifest["packing"]["cross_document_attention"] is True
+    shutil.copytree(out, world / "cfg-cross2.partial")
+    (world / "cfg-cross2.partial" / "lab_pretrain_config.json").write_text(
+        (out / "lab_pretrain_config.json").read_text())
+    with pytest.raises(LabError, match="another config.*cross_document_attention"):
+        pretrain(world, "cfg-cross2", max_steps=2, save_steps=2, resume=True)
 
 
 def _error(*args: str) -> str:

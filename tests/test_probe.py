@@ -136,3 +136,22 @@ def test_not_a_model_and_existing_output(models, tmp_path, micro_world):
     (tmp_path / "out").mkdir()
     with pytest.raises(LabError, match="output directory exists"):
         run_probe(models / "gpt2-paired", tmp_path / "out")
+
+
+def test_a_placebo_corpus_has_no_test_samples_to_probe(tiny_corpora, tmp_path):
+    """A placebo injected train/valid samples only: its models are probed on the samples its
+    base arm injected (lab study passes that arm's corpus as --groups), in that arm's form."""
+    from lab.contamination import settings
+    from lab.contamination.inject import InjectConfig, run_inject
+    from lab.eval.probe import SETTING_FORMS, probe_groups
+
+    common = dict(benchmark="codetrans", seed=2, fraction=0.5, corpora_dir=tiny_corpora)
+    run_inject(InjectConfig(setting="unpaired-placebo", out=tmp_path / "placebo", **common))
+    run_inject(InjectConfig(setting="unpaired", out=tmp_path / "arm", **common))
+    with pytest.raises(LabError, match=r"injected no test samples.*for a placebo model, pass "
+                                       r"--groups its base arm's \('unpaired'\) corpus"):
+        probe_groups({}, tmp_path / "placebo")
+    chosen = probe_groups({}, tmp_path / "arm")
+    assert chosen["setting"] == "unpaired" and len(chosen["injected"]) == 15
+    assert "unpaired-placebo" not in SETTING_FORMS
+    assert SETTING_FORMS["unpaired"] == settings.get("unpaired-placebo").form == "unpaired"

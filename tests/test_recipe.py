@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from lab.common import LabError
 from lab.study.recipe import load_recipe
@@ -47,6 +48,16 @@ def test_valid_recipe_and_defaults(recipe_file):
     ("pretrain.warmup=3", "pretrain.warmup: unknown key"),
     ("seeds=[]", "seeds: needs at least one seed"),
     ("arms=[control, pared]", "arms[1]: unknown arm 'pared'"),
+    ("arms=[control, placebo]", "(choose from control, input-only, output-only, unpaired, paired, "
+                                "input-only-placebo, output-only-placebo, unpaired-placebo, "
+                                "paired-placebo)"),
+    ("arms=[control, paired-placebo]",
+     "arms[1]: 'paired-placebo' is the placebo of 'paired': list 'paired' in arms too"),
+    ("arms=[control, paired, unpaired-placebo]", "arms[2]: 'unpaired-placebo' is the placebo of "
+                                                  "'unpaired'"),
+    ("arms=[control, paired, paired-placebo, unpaired-placebo, unpaired]",
+     "corpus.limit: 1000 documents cannot take 1200 injected ones (injection.samples x fraction x "
+     "repeat x 2 documents per sample of 'unpaired-placebo')"),
     ("pretrain.lr=fast", "pretrain.lr: expected float"),
     ("injection.fraction=1.5", "injection.fraction: expected a number in (0, 1]"),
     ("models=[roberta]", "finetune.epochs[0]: 0 (direct inference) is defined for GPT-2 only"),
@@ -55,6 +66,28 @@ def test_invalid_values_name_the_key(recipe_file, override, message):
     with pytest.raises(LabError) as info:
         load_recipe(recipe_file, [override])
     assert str(info.value).startswith(str(recipe_file)) and message in str(info.value)
+
+
+def test_placebo_arms(recipe_file):
+    recipe = load_recipe(recipe_file, ["arms=[control, paired, paired-placebo]"])
+    assert recipe.arms == ["control", "paired", "paired-placebo"]
+    # A placebo injects as many documents as its base arm: the same limit holds both.
+    load_recipe(recipe_file, ["arms=[control, unpaired, unpaired-placebo]", "corpus.limit=1201"])
+    with pytest.raises(LabError, match="1200 documents cannot take 1200 injected ones"):
+        load_recipe(recipe_file, ["arms=[control, unpaired-placebo, unpaired]", "corpus.limit=1200"])
+
+
+def test_study_recipes_carry_a_placebo_for_every_contaminated_arm():
+    from lab.contamination import settings
+
+    studies = [p for p in RECIPES if p.parent.name in ("mini", "paper") and p.name.startswith("rq")]
+    assert len(studies) == 10
+    for path in studies:
+        arms = yaml.safe_load(path.read_text(encoding="utf-8"))["arms"]
+        contaminated = [a for a in arms if settings.get(a).injects_test]
+        assert contaminated and "control" in arms, path
+        assert sorted(arms) == sorted(["control", *contaminated,
+                                       *(settings.placebo_of(a) for a in contaminated)]), path
 
 
 def test_malformed_yaml_and_missing_file(tmp_path):

@@ -36,6 +36,33 @@ def test_grid_of_the_micro_recipe():
     assert len({s.key for s in stages}) == len(stages)
 
 
+def test_grid_with_placebo_arms():
+    """A placebo arm is expanded like any arm; the other arms keep their stage keys; its models
+    are probed, like the control's, on the samples its base arm injected with the same seed."""
+    micro = expand(load_recipe(RECIPE))
+    stages = expand(load_recipe(RECIPE, ["arms=[control, paired, paired-placebo]"]))
+    assert {s.key for s in micro} <= {s.key for s in stages}
+    assert len({s.key for s in stages}) == len(stages) == 43
+    placebo = [s for s in stages if s.labels.get("arm") == "paired-placebo"]
+    assert sorted(s.kind for s in placebo) == sorted(["inject"] * 2 + ["pretrain"] * 2 + ["probe"] * 2
+                                                     + ["finetune"] * 4 + ["evaluate"] * 4)
+    arm = {(s.labels["arm"], s.labels["seed"]): s for s in stages if s.kind == "inject"}
+    for seed in (0, 1):
+        config = arm[("paired-placebo", seed)].config
+        assert config == {**arm[("paired", seed)].config, "setting": "paired-placebo"}
+        assert config["fraction"] == 0.1  # as many placebo samples as the arm's injected ones
+    probes = [s for s in stages if s.kind == "probe"]
+    groups = {(s.labels["arm"], s.labels["groups"]) for s in probes}
+    assert groups == {("control", "paired"), ("paired", "paired"), ("paired-placebo", "paired")}
+    for stage in (s for s in probes if s.labels["arm"] == "paired-placebo"):
+        pre, groups_stage = stage.inputs
+        assert pre.inputs[0] is arm[("paired-placebo", stage.labels["seed"])]
+        assert groups_stage is arm[("paired", stage.labels["seed"])]
+    # results.csv rows carry the arm label: the placebo's pairs with its base arm by name.
+    assert {s.labels["arm"] for s in stages if s.kind == "evaluate"} == {
+        "control", "paired", "paired-placebo"}
+
+
 def _children(pid: int) -> list[int]:
     found = []
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -239,3 +266,22 @@ def test_collected_results_refuse_collapsed_seeds(tmp_path):
         {"seed": 1, "init_weights_sha256": "init-0", "first_batch_sha256": "batch-paired-1"}))
     with pytest.raises(LabError, match="gpt2 paired: seeds 0 and 1 collapsed: identical init_weights"):
         collect(recipe, stages, tmp_path)
+
+
+def test_an_in_process_stage_leaves_the_thread_count_as_it_found_it(tmp_path):
+    import torch
+
+    from lab.study.runner import run_stage
+
+    stage = next(s for s in expand(load_recipe(RECIPE)) if s.kind == "inject")
+    before = torch.get_num_threads()
+    seen = []
+    import lab.study.runner as runner
+
+    original = runner._run_stage_unlocked
+    runner._run_stage_unlocked = lambda *a: seen.append(torch.get_num_threads())
+    try:
+        run_stage(stage, tmp_path, None, threads=before + 1)
+    finally:
+        runner._run_stage_unlocked = original
+    assert seen == [before + 1] and torch.get_num_threads() == before

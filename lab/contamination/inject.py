@@ -4,6 +4,11 @@ Every arm holds the same number of documents: for each injected document one see
 base document is removed. Each random choice has its own seeded stream (limit, selection,
 removal, order), so arms that share a seed share their base subset and their removals are
 nested (paired removes the first k documents of the same permutation unpaired removes 2k of).
+
+What a setting injects (documents per sample, sides, references) comes from the one table in
+lab/contamination/settings.py. A placebo setting injects, instead of the test samples its base
+setting would inject, as many train/valid samples that the audit finds neither exactly nor
+near-duplicated in the test split: same form, same repeat, same removals.
 """
 from __future__ import annotations
 
@@ -16,18 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from lab.codetokens import whitespace_hash
-from lab.common import LabError, atomic_output_dir, environment_record, write_json_atomic
-from lab.contamination import SEP_MARKER, paired_document, segments
-from lab.contamination.audit import OverlapIndex, audit_samples
+from lab.common import DataNotFound, LabError, atomic_output_dir, environment_record, write_json_atomic
+from lab.contamination import SEP_MARKER, segments
+from lab.contamination import settings as settings_table
+from lab.contamination.audit import CODE_LANGUAGES, OverlapIndex, audit_samples
 from lab.contamination.corpus_files import CORPUS_SUBDIR, MANIFEST, write_shards
-from lab.corpora import Document, Sample, check_references, get_spec, load_documents, load_samples
-
-SETTINGS = ("control", "input-only", "output-only", "unpaired", "paired")
-NEEDS_OUTPUT = ("output-only", "unpaired", "paired")
-EXPOSED_SIDES = {
-    "control": (), "input-only": ("input",), "output-only": ("output",),
-    "unpaired": ("input", "output"), "paired": ("input", "output"),
-}
+from lab.contamination.settings import Setting
+from lab.corpora import (Document, Loaded, Sample, check_references, get_spec, load_documents,
+                         load_samples)
 
 
 @dataclass
@@ -51,21 +52,14 @@ class InjectConfig:
 
 
 def injected_sides(setting: str, sample: Sample) -> list[tuple[str, str]]:
-    """(side, text) documents one sample contributes under a setting."""
-    if setting == "control":
-        return []
-    if setting == "input-only":
-        return [("input", sample.input)]
-    if setting == "output-only":
-        return [("output", sample.output)]
-    if setting == "unpaired":
-        return [("input", sample.input), ("output", sample.output)]
-    return [("paired", paired_document(sample.input, sample.output))]
+    """(side, text) documents one sample contributes under a setting (the settings table's)."""
+    return settings_table.get(setting).documents(sample)
 
 
 def validate(cfg: InjectConfig) -> None:
-    if cfg.setting not in SETTINGS:
-        raise LabError(f"--setting {cfg.setting}: unknown setting (choose from {', '.join(SETTINGS)})")
+    if cfg.setting not in settings_table.SETTINGS:
+        raise LabError(f"--setting {cfg.setting}: unknown setting (choose from "
+                       f"{', '.join(settings_table.names())})")
     spec = get_spec(cfg.benchmark)
     if spec.kind != "benchmark":
         raise LabError(f"--benchmark {cfg.benchmark}: not a benchmark")
@@ -144,6 +138,73 @@ def select_samples(samples: list[Sample], cfg: InjectConfig) -> list[int]:
     return sorted(chosen)
 
 
+def placebo_splits(benchmark: str, split: str) -> tuple[str, ...]:
+    """The splits a placebo draws from: the benchmark's others, never a test split."""
+    spec = get_spec(benchmark)
+    return tuple(s for s in spec.splits if s not in (spec.canonical_split(split), "test"))
+
+
+@dataclass
+class PlaceboPool:
+    """Train/valid samples a placebo may inject, and how they were found."""
+
+    samples: list[Sample]           # eligible, in split order
+    index: OverlapIndex             # the injected split's sides: what a placebo must not touch
+    parts: list[Loaded]
+    record: dict[str, Any]
+
+
+def placebo_pool(cfg: InjectConfig, setting: Setting, tests: list[Sample]) -> PlaceboPool:
+    """Samples of the benchmark's other splits that the audit finds neither exactly nor as
+    near-duplicates in `tests` (the whole injected split, on either side), one per group of
+    samples sharing a side verbatim. Splits missing here (CONCODE's train offline) are named."""
+    spec = get_spec(cfg.benchmark)
+    wanted = placebo_splits(cfg.benchmark, cfg.split)
+    parts: list[Loaded] = []
+    missing: list[str] = []
+    for split in wanted:
+        try:
+            parts.append(load_samples(cfg.benchmark, split, cfg.corpora_dir))
+        except DataNotFound:
+            missing.append(split)
+    if not parts:
+        raise LabError(f"--setting {cfg.setting}: a placebo draws from {cfg.benchmark}'s "
+                       f"{', '.join(wanted) or 'non-test'} split(s), and none is available")
+    if setting.needs_output:
+        for part in parts:
+            check_references(part)
+    candidates = [s for part in parts for s in part.records]
+    index = OverlapIndex([(f"{s.id}/input", s.input) for s in tests]
+                         + [(f"{s.id}/output", s.output) for s in tests if s.output.strip()])
+    rows = audit_samples(candidates, index, spec.input_language, spec.output_language)
+    overlapping = {row["id"] for row in rows if row["leaked"]}
+    exact = sum(row["exact"] for row in rows)
+    clean = [s for s in candidates if s.id not in overlapping]
+    kept = sorted(min(group) for group in _duplicate_groups(clean))
+    eligible = [clean[i] for i in kept]
+    record = {
+        "splits": [p.split for p in parts], "splits_missing": missing,
+        "candidates": len(candidates), "overlapping_test": len(overlapping),
+        "overlapping_test_exact": exact, "overlapping_test_near_only": len(overlapping) - exact,
+        "duplicates_dropped": len(clean) - len(eligible), "eligible": len(eligible),
+        "method": "lab audit of every candidate against the whole injected split (both sides): "
+                  "exact after normalisation, and near-duplicates (SourcererCC-style) on code "
+                  "sides; one sample kept per group sharing a side verbatim",
+    }
+    return PlaceboPool(eligible, index, parts, record)
+
+
+def choose_placebo(pool: PlaceboPool, count: int, seed: int, cfg: InjectConfig) -> list[Sample]:
+    """A seeded choice of `count` pool samples, in pool order."""
+    if count > len(pool.samples):
+        raise LabError(
+            f"--setting {cfg.setting}: {count} placebo samples needed, but {cfg.benchmark} "
+            f"{' + '.join(pool.record['splits'])} holds only {len(pool.samples)} samples disjoint "
+            f"from the {cfg.split} split (lower --samples or --fraction)")
+    picked = random.Random(f"{seed}/placebo").sample(range(len(pool.samples)), count)
+    return [pool.samples[i] for i in sorted(picked)]
+
+
 def _digest_of_shards(shards: list[dict[str, Any]]) -> str:
     digest = hashlib.sha256()
     for shard in shards:
@@ -165,9 +226,16 @@ def run_inject(cfg: InjectConfig) -> dict[str, Any]:
             raise LabError(f"--samples {cfg.samples}: {cfg.benchmark} {cfg.split} holds only "
                            f"{len(samples)} samples")
         samples = samples[: cfg.samples]
-    chosen = select_samples(samples, cfg) if cfg.setting != "control" else []
-    if cfg.setting in NEEDS_OUTPUT:
+    setting = settings_table.get(cfg.setting)
+    # A placebo selects the test samples its base setting would inject with this seed (their
+    # count is what it matches) and injects none of them.
+    selected = select_samples(samples, cfg) if setting.injects else []
+    chosen = selected if setting.injects_test else []
+    if setting.injects_test and setting.needs_output:
         check_references(bench)
+    pool = placebo_pool(cfg, setting, bench.records) if setting.placebo else None
+    sources = (choose_placebo(pool, len(selected), cfg.seed, cfg) if pool is not None
+               else [samples[i] for i in chosen])
     base_parts = load_documents(cfg.base, cfg.base_splits, cfg.corpora_dir)
     base: list[Document] = [doc for part in base_parts for doc in part.records]
     base_total = len(base)
@@ -189,12 +257,12 @@ def run_inject(cfg: InjectConfig) -> dict[str, Any]:
 
     chosen_set = set(chosen)
     injected = []
-    for i in chosen:
-        for side, text in injected_sides(cfg.setting, samples[i]):
+    for sample in sources:
+        for side, text in setting.documents(sample):
             for copy in range(cfg.repeat):
                 injected.append({
-                    "id": f"inject:{samples[i].id}:{side}:{copy}", "text": text,
-                    "sample": samples[i].id, "side": side, "copy": copy,
+                    "id": f"inject:{sample.id}:{side}:{copy}", "text": text,
+                    "sample": sample.id, "side": side, "copy": copy,
                 })
     if len(injected) > len(base):
         raise LabError(
@@ -210,6 +278,9 @@ def run_inject(cfg: InjectConfig) -> dict[str, Any]:
     random.Random(f"{cfg.seed}/order").shuffle(final)
 
     guards, pre_existing = check_guards(cfg, samples, chosen_set, base, removed, injected, final)
+    guards.update(check_counts(cfg, setting, selected, sources, injected, removed))
+    if pool is not None:
+        guards.update(check_placebo(cfg, setting, pool, sources, injected))
     injected_chars = sum(len(r["text"]) for r in injected)
     total_chars = sum(len(r["text"]) for r in final)
     manifest: dict[str, Any] = {
@@ -236,6 +307,7 @@ def run_inject(cfg: InjectConfig) -> dict[str, Any]:
             "final_documents": len(final),
             "injected_document_fraction": round(len(injected) / len(final), 6) if final else 0.0,
             "injected_char_fraction": round(injected_chars / total_chars, 6) if total_chars else 0.0,
+            **({"placebo_samples": len(sources)} if pool is not None else {}),
         },
         "injected_ids": [samples[i].id for i in chosen],
         "held_out_ids": [s.id for i, s in enumerate(samples) if i not in chosen_set],
@@ -246,9 +318,21 @@ def run_inject(cfg: InjectConfig) -> dict[str, Any]:
         "inputs": {
             "base": [part.provenance() for part in base_parts],
             "benchmark": bench.provenance(),
+            **({"placebo_pool": [part.provenance() for part in pool.parts]} if pool else {}),
         },
         "environment": environment_record(),
     }
+    if pool is not None:
+        manifest["placebo_ids"] = [s.id for s in sources]
+        manifest["placebo"] = {
+            "base_setting": setting.base,
+            "samples": [{"id": s.id, "split": s.split} for s in sources],
+            "by_split": dict(Counter(s.split for s in sources)),
+            # The test samples the base arm injects with this seed: the placebo injects as many
+            # samples, and its models are probed on these (like the control's).
+            "matched_test_ids": [samples[i].id for i in selected],
+            "pool": pool.record,
+        }
     with atomic_output_dir(Path(cfg.out), force=cfg.force) as tmp:
         shards = write_shards(tmp / CORPUS_SUBDIR, final, cfg.shard_size)
         manifest["shards"] = shards
@@ -284,7 +368,8 @@ def check_guards(cfg: InjectConfig, samples: list[Sample], chosen: set[int], bas
 
     final_segments = set(final_counts)
     final_segments.update(whitespace_hash(part) for r in injected for part in segments(r["text"]))
-    exposed_sides = EXPOSED_SIDES[cfg.setting]
+    setting = settings_table.get(cfg.setting)
+    exposed_sides = setting.sides if setting.injects_test else ()
     pre_existing = []
     for i, sample in enumerate(samples):
         for side, text in (("input", sample.input), ("output", sample.output)):
@@ -306,3 +391,37 @@ def check_guards(cfg: InjectConfig, samples: list[Sample], chosen: set[int], bas
     }
     return guards, pre_existing
 
+
+
+def check_counts(cfg: InjectConfig, setting: Setting, selected: list[int], sources: list[Sample],
+                 injected: list[dict], removed: set[int]) -> dict[str, Any]:
+    """Documents added = samples x the setting's documents per sample x repeat = documents
+    removed; a placebo injects exactly as many samples as its base arm injects test samples."""
+    if len(sources) != len(selected):
+        raise LabError(f"internal guard: {len(sources)} samples injected, expected {len(selected)}")
+    expected = len(sources) * setting.documents_per_sample * cfg.repeat
+    if len(injected) != expected or len(removed) != expected:
+        raise LabError(f"internal guard: {len(injected)} documents injected and {len(removed)} "
+                       f"removed, expected {expected} of each")
+    return {"documents_per_sample": setting.documents_per_sample}
+
+
+def check_placebo(cfg: InjectConfig, setting: Setting, pool: PlaceboPool, sources: list[Sample],
+                  injected: list[dict]) -> dict[str, Any]:
+    """No placebo document may hold a test sample's side, exactly or as a near-duplicate, and
+    none may come from the injected split."""
+    spec = get_spec(cfg.benchmark)
+    language = {"input": spec.input_language, "output": spec.output_language}
+    by_id = {s.id: s for s in sources}
+    for record in injected:
+        sample = by_id.get(record["sample"])
+        if sample is None or sample.split not in pool.record["splits"]:
+            raise LabError(f"guard: placebo document {record['id']} is not from "
+                           f"{', '.join(pool.record['splits'])}")
+        for side in setting.sides:
+            text = getattr(sample, side)
+            match = pool.index.match(text, near=language[side] in CODE_LANGUAGES)
+            if match.leaked:
+                raise LabError(f"guard: placebo sample {sample.id} ({side}) matches "
+                               f"{sorted(match.matched_ids())[0]} of the {cfg.split} split")
+    return {"placebo_disjoint_from_test": True, "placebo_samples": len(sources)}

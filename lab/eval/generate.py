@@ -1,12 +1,15 @@
 """Inference and scoring: generate outputs for a benchmark split and score them per sample.
 
 Works on a fine-tuned model (lab finetune) or, for GPT-2, straight on a pre-trained one
-(direct inference, the study's epoch 0). Scores are split into injected / held-out / naturally
-overlapping samples using the pre-training corpus manifest, so one split-half model yields a
-seen-vs-unseen comparison.
+(direct inference, the study's epoch 0). Every sample falls in one group (GROUPS, the first
+that applies): seen in the fine-tuning data, pre-existing in the base corpus, injected but cut
+at the pre-training block size, injected, held out, else unknown; so one split-half model
+yields a seen-vs-unseen comparison of samples seen only where the arm put them, and `clean`
+scores every sample not seen by other means (the arm-vs-control comparison).
 """
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,13 +17,31 @@ from typing import Any
 
 import orjson
 
+from lab.codetokens import whitespace_hash
 from lab.common import LabError, atomic_output_dir, environment_record, write_json_atomic
-from lab.corpora import Sample, load_samples
+from lab.corpora import Sample, get_spec, load_samples
 from lab.eval import metrics as metric_fns
 from lab.models import positions_of
 from lab.train.finetune import (
-    causal_prompt, get_task, pretraining_record, read_stage_manifest, seq2seq_source,
+    Task, causal_prompt, get_task, position_limit, pretraining_record, read_stage_manifest,
+    seq2seq_source,
 )
+
+# One group per evaluated sample: the first of these that applies, else "unknown".
+#   in_finetune_data    its input or output occurs verbatim (whitespace-normalised) in the
+#                       samples the model was fine-tuned on (none at E = 0)
+#   pre_existing        a side of it was already in the arm's base corpus (inject's
+#                       pre_existing_verbatim), whatever the arm injected
+#   injected_truncated  injected, but its document was cut at the pre-training block size, so
+#                       part of it (paired: the output's tail) was never trained on
+#   injected, held_out  the arm's split of the test samples
+# The within-model test compares `injected` with `held_out` only; `clean` (every sample outside
+# in_finetune_data and pre_existing: seen, if at all, only where the arm put it) is the sample
+# set of the arm-vs-control comparison.
+GROUPS = ("in_finetune_data", "pre_existing", "injected_truncated", "injected", "held_out")
+UNKNOWN = "unknown"
+EXCLUDED_FROM_CLEAN = ("in_finetune_data", "pre_existing")
+CLEAN = "clean"
 
 
 @dataclass
@@ -90,11 +111,15 @@ def padded(rows: list[list[int]], pad: int, left: bool) -> tuple[Any, Any]:
 
 
 def generate(model: Any, tokenizer: Any, architecture: str, sources: list[str], decoding: Decoding,
-             max_source: int, max_new_tokens: int, batch_size: int) -> list[str]:
-    """Batched generation with the KV cache, longest inputs first; outputs in input order."""
+             max_source: int, max_new_tokens: int, batch_size: int,
+             positions: int | None = None) -> list[str]:
+    """Batched generation with the KV cache, longest inputs first; outputs in input order.
+    `positions` (default: the model's) bounds prompt and output: pass the pre-training block
+    size, past which the position embeddings were never trained."""
     import torch
 
-    positions = positions_of(model.config if architecture == "causal-lm" else model.config.decoder)
+    positions = positions or positions_of(model.config if architecture == "causal-lm"
+                                          else model.config.decoder)
 
     if architecture == "causal-lm":
         prompts = [causal_prompt(tokenizer, s, max_source) for s in sources]
@@ -122,10 +147,22 @@ def generate(model: Any, tokenizer: Any, architecture: str, sources: list[str], 
     return outputs
 
 
-def default_source_length(model: Any, architecture: str) -> int:
-    """Direct inference on a pre-trained GPT-2: half its positions for the prompt."""
+def default_source_length(model: Any, architecture: str, limit: int | None = None) -> int:
+    """Direct inference on a pre-trained GPT-2: half its positions (at most `limit`, the
+    pre-training block size) for the prompt."""
     positions = positions_of(model.config if architecture == "causal-lm" else model.config.encoder)
+    positions = min(positions, limit) if limit else positions
     return (positions - 3) // 2 if architecture == "causal-lm" else positions
+
+
+def _position_limit(model: Any, architecture: str, manifest: dict[str, Any]) -> int | None:
+    """Positions prompt and output may use: the model's, never past the pre-training block
+    size (None for a stand-in model without a config)."""
+    config = getattr(model, "config", None)
+    if config is None:
+        return None
+    positions = positions_of(config if architecture == "causal-lm" else config.decoder)
+    return position_limit(pretraining_record(manifest), positions)
 
 
 def _read_ids(path: Path) -> set[str]:
@@ -135,22 +172,121 @@ def _read_ids(path: Path) -> set[str]:
             if line.strip() and not line.startswith("#")}
 
 
-def _groups(manifest: dict[str, Any]) -> dict[str, str]:
-    """Sample id -> injected / held_out, and pre-existing overlap, from the pre-training corpus."""
+def evaluation_benchmark(manifest: dict[str, Any], task: Task, requested: str | None = None) -> str:
+    """The benchmark whose samples are evaluated: `requested`, else the one the pre-training
+    corpus injected when it belongs to the task (a study's -paper subset, so that its injected
+    ids are the evaluated ids), else the task's."""
+    if requested is not None:
+        if not of_task(requested, task):
+            base = get_spec(task.benchmark)
+            raise LabError(f"benchmark {requested}: not a benchmark of task {task.name} "
+                           f"({base.input_language} -> {base.output_language})")
+        return requested
+    injected = pretraining_record(manifest).get("corpus", {}).get("benchmark")
+    return injected if of_task(injected, task) else task.benchmark
+
+
+def of_task(name: str | None, task: Task) -> bool:
+    """Whether a dataset is a benchmark of the task (its own, or a subset such as -paper:
+    the same input and output languages)."""
+    from lab.corpora import DATASETS
+
+    spec, base = DATASETS.get(name or ""), get_spec(task.benchmark)
+    return spec is not None and spec.kind == "benchmark" and (
+        spec.input_language, spec.output_language) == (base.input_language, base.output_language)
+
+
+def pretraining_membership(manifest: dict[str, Any]) -> dict[str, set[str]]:
+    """Group -> sample ids, from the pre-training corpus recorded in the model's manifest:
+    injected / held-out ids, pre-existing overlap, and injected samples whose document was
+    truncated at the block size (`corpus.truncated_ids`; absent from older manifests: none)."""
     corpus = pretraining_record(manifest).get("corpus", {})
-    groups = {sample_id: "injected" for sample_id in corpus.get("injected_ids", [])}
-    groups.update({sample_id: "held_out" for sample_id in corpus.get("held_out_ids", [])})
-    for entry in corpus.get("pre_existing_verbatim", []):
-        groups[entry.rsplit("/", 1)[0]] = "pre_existing"
-    return groups
+    return {
+        "injected": set(corpus.get("injected_ids") or []),
+        "held_out": set(corpus.get("held_out_ids") or []),
+        "pre_existing": {entry.rsplit("/", 1)[0] for entry in corpus.get("pre_existing_verbatim") or []},
+        "injected_truncated": set(corpus.get("truncated_ids") or []),
+    }
+
+
+def finetuning_samples(manifest: dict[str, Any], model_dir: Path,
+                       corpora_dir: Path | None = None) -> tuple[list[Sample], dict[str, Any]]:
+    """The samples a model was fine-tuned on, drawn again as lab finetune drew them (its train
+    split, the seeded --train-size subset): none for direct inference (E = 0, or a pre-trained
+    model). The split's files must be those the manifest recorded."""
+    config = manifest.get("config") or {}
+    if manifest.get("kind") != "lab-finetuned" or not int(config.get("epochs") or 0):
+        return [], {"samples": 0, "note": "no fine-tuning (direct inference): no data seen"}
+    data, task = manifest.get("data") or {}, manifest.get("task") or {}
+    benchmark, split = task.get("benchmark"), data.get("train_split")
+    if not benchmark or not split:
+        raise LabError(f"--model {model_dir}: its manifest does not say which split it was "
+                       "fine-tuned on (data.train_split)")
+    loaded = load_samples(benchmark, split, corpora_dir, require_references=True)
+    recorded = [f.get("sha256") for f in (data.get("train_files") or {}).get("files", [])]
+    if recorded and all(recorded):
+        found = [f["sha256"] for f in loaded.provenance()["files"]]
+        if found != recorded:
+            raise LabError(f"--model {model_dir}: {benchmark} split '{split}' here "
+                           f"({loaded.where}) is not the one it was fine-tuned on (sha256 differs): "
+                           "cannot tell which test samples it saw")
+    records = loaded.records
+    if data.get("train_available") is not None and len(records) != data["train_available"]:
+        raise LabError(f"--model {model_dir}: {benchmark} split '{split}' holds {len(records)} "
+                       f"samples here, {data['train_available']} when it was fine-tuned")
+    size = config.get("train_size")
+    if size is not None:  # the subset of lab.train.finetune._training_samples
+        keep = sorted(random.Random(f"{config.get('seed', 0)}/train-size").sample(
+            range(len(records)), size))
+        records = [records[i] for i in keep]
+    return records, {"benchmark": benchmark, "split": split, "train_size": size,
+                     "seed": config.get("seed"), "samples": len(records)}
+
+
+def finetune_overlap(samples: list[Sample], seen: list[Sample]) -> dict[str, list[str]]:
+    """Sample id -> its sides (input, output) that occur, whitespace-normalised, as either side
+    of a fine-tuning sample; samples without any are left out."""
+    known = {whitespace_hash(text) for s in seen for text in (s.input, s.output) if text.strip()}
+    found = {}
+    for sample in samples:
+        sides = [side for side, text in (("input", sample.input), ("output", sample.output))
+                 if text.strip() and whitespace_hash(text) in known]
+        if sides:
+            found[sample.id] = sides
+    return found
+
+
+def assign_groups(samples: list[Sample], membership: dict[str, set[str]]) -> dict[str, str]:
+    """Sample id -> its group: the first of GROUPS whose ids hold it, else unknown."""
+    return {s.id: next((g for g in GROUPS if s.id in membership.get(g, ())), UNKNOWN)
+            for s in samples}
+
+
+def check_split_half(samples: list[Sample], membership: dict[str, set[str]]) -> None:
+    """Every evaluated sample of a split-half arm's own benchmark split must be injected, held
+    out or pre-existing: any other means the evaluated ids are not those the arm split (a
+    -paper subset evaluated on its base benchmark, samples past injection.samples)."""
+    if not (membership.get("injected") and membership.get("held_out")):
+        return  # not split-half (a control or placebo holds every sample out, injects none)
+    stray = [s.id for s in samples
+             if not any(s.id in membership.get(g, ()) for g in
+                        ("injected", "held_out", "pre_existing", "injected_truncated"))]
+    if stray:
+        example = sorted(membership["held_out"])[0]
+        raise LabError(f"{len(stray)} of {len(samples)} evaluated samples are neither injected, "
+                       f"held out nor pre-existing in the split-half pre-training corpus (which "
+                       f"split samples like {example}): {', '.join(stray[:5])}"
+                       f"{' ...' if len(stray) > 5 else ''}; evaluate the samples it split")
 
 
 def run_evaluate(model_dir: Path, task_name: str, split: str = "test", ids: Path | None = None,
                  decoding: str = "greedy", batch_size: int = 16, max_new_tokens: int | None = None,
                  metrics: tuple[str, ...] = metric_fns.METRICS, out: Path | None = None,
                  force: bool = False, seed: int = 0, corpora_dir: Path | None = None,
-                 temperature: float = 0.8, top_p: float = 0.95, top_k: int = 50) -> dict[str, Any]:
-    """Entry point of `lab evaluate`: predictions.jsonl and metrics.json for one split."""
+                 temperature: float = 0.8, top_p: float = 0.95, top_k: int = 50,
+                 benchmark: str | None = None) -> dict[str, Any]:
+    """Entry point of `lab evaluate`: predictions.jsonl and metrics.json for one split of
+    `benchmark` (default: evaluation_benchmark)."""
     from transformers import set_seed
 
     started = time.perf_counter()
@@ -165,7 +301,8 @@ def run_evaluate(model_dir: Path, task_name: str, split: str = "test", ids: Path
     out = Path(out) if out else Path(model_dir) / f"eval-{task.name}-{split}-{plan.label()}"
     if out.exists() and not force:
         raise LabError(f"{out}: output directory exists (use --force to replace it)")
-    samples: list[Sample] = load_samples(task.benchmark, split, corpora_dir,
+    benchmark = evaluation_benchmark(manifest, task, benchmark)
+    samples: list[Sample] = load_samples(benchmark, split, corpora_dir,
                                          require_references=True).records
     if ids is not None:
         wanted = _read_ids(ids)
@@ -173,31 +310,67 @@ def run_evaluate(model_dir: Path, task_name: str, split: str = "test", ids: Path
         if unknown:
             raise LabError(f"--ids {ids}: unknown sample id {sorted(unknown)[0]}")
         samples = [s for s in samples if s.id in wanted]
+    corpus = pretraining_record(manifest).get("corpus", {})
+    membership = pretraining_membership(manifest)
+    if of_task(corpus.get("benchmark"), task) and corpus.get("benchmark_split", split) == split:
+        check_split_half(samples, membership)
+    seen, seen_note = finetuning_samples(manifest, Path(model_dir), corpora_dir)
+    overlap = finetune_overlap(samples, seen)
+    membership["in_finetune_data"] = set(overlap)
+    groups = assign_groups(samples, membership)
+
     config = manifest.get("config", {})
-    max_source = int(config.get("max_source_length", 0)) or default_source_length(model, architecture)
+    limit = _position_limit(model, architecture, manifest)
+    max_source = int(config.get("max_source_length", 0)) or default_source_length(
+        model, architecture, limit)
+    if limit is not None:  # older fine-tuned models fitted their lengths to positions only
+        max_source = min(max_source, limit - 3 if architecture == "causal-lm" else limit)
     max_new = max_new_tokens or int(config.get("max_target_length", 0)) or max_source
 
     set_seed(seed)
     gen_started = time.perf_counter()
     predictions = generate(model, tokenizer, architecture, [s.input for s in samples], plan,
-                           max_source, max_new, batch_size)
+                           max_source, max_new, batch_size, positions=limit)
     gen_seconds = time.perf_counter() - gen_started
     references = [s.output for s in samples]
     overall, per_sample = metric_fns.score(references, predictions, metrics, task.target_language,
                                            task.name)  # task.name: em of its CodeXGLUE evaluator
-    groups = _groups(manifest)
-    by_group: dict[str, dict[str, float]] = {}
-    for group in ("injected", "held_out", "pre_existing"):
-        chosen = [i for i, s in enumerate(samples) if groups.get(s.id) == group]
+
+    def scored(chosen: list[int], names: list[str]) -> dict[str, float]:
+        scores, _ = metric_fns.score([references[i] for i in chosen],
+                                     [predictions[i] for i in chosen], names,
+                                     task.target_language, task.name)
+        return scores
+
+    by_group: dict[str, dict[str, Any]] = {}
+    for group in GROUPS:
+        chosen = [i for i, s in enumerate(samples) if groups[s.id] == group]
         if chosen:
-            scores, _ = metric_fns.score([references[i] for i in chosen],
-                                         [predictions[i] for i in chosen],
-                                         [m for m in metrics if m != "codebleu"], task.target_language,
-                                         task.name)
-            by_group[group] = {"samples": len(chosen), **scores}
+            by_group[group] = {"samples": len(chosen),
+                               **scored(chosen, [m for m in metrics if m != "codebleu"])}
+    # The arm-vs-control sample set, with every metric (the same as the whole split's when
+    # nothing is left out): always written, so that a study compares one set throughout.
+    clean = [i for i, s in enumerate(samples) if groups[s.id] not in EXCLUDED_FROM_CLEAN]
+    by_group[CLEAN] = {"samples": len(clean),
+                       **(overall if len(clean) == len(samples) else
+                          scored(clean, list(metrics)) if clean else {})}
+    counts = {g: sum(1 for s in samples if groups[s.id] == g) for g in (*GROUPS, UNKNOWN)}
     result = {
-        "kind": "lab-evaluation", "task": task.name, "split": split, "model": str(model_dir),
-        "decoding": plan.__dict__, "samples": len(samples), "metrics": overall, "by_group": by_group,
+        "kind": "lab-evaluation", "task": task.name, "benchmark": benchmark, "split": split,
+        "model": str(model_dir), "decoding": plan.__dict__, "samples": len(samples),
+        "metrics": overall, "by_group": by_group,
+        "groups": {
+            "precedence": [*GROUPS, UNKNOWN], "counts": counts,
+            "clean": {"samples": len(clean), "excludes": list(EXCLUDED_FROM_CLEAN)},
+            # Each reason on its own (a sample may have several; its group is the first).
+            "reasons": {"in_finetune_data": len(overlap),
+                        **{g: sum(1 for s in samples if s.id in membership[g])
+                           for g in ("pre_existing", "injected_truncated")}},
+            "finetune_data": seen_note,
+            "truncated_ids_recorded": "truncated_ids" in corpus,
+        },
+        "lengths": {"position_limit": limit, "max_source_length": max_source,
+                    "max_new_tokens": max_new},
         "metric_definitions": {m: metric_fns.describe(task.name)[m] for m in metrics},
         "generation_seconds": round(gen_seconds, 2), "seed": seed,
         "wall_seconds": round(time.perf_counter() - started, 2),
@@ -207,8 +380,9 @@ def run_evaluate(model_dir: Path, task_name: str, split: str = "test", ids: Path
         with open(tmp / "predictions.jsonl", "wb") as handle:
             for i, sample in enumerate(samples):
                 row = {"id": sample.id, "source": sample.input, "reference": sample.output,
-                       "prediction": predictions[i], "group": groups.get(sample.id, "unknown"),
-                       "injected": groups.get(sample.id) == "injected",
+                       "prediction": predictions[i], "group": groups[sample.id],
+                       "injected": sample.id in membership["injected"],
+                       "in_finetune_data": overlap.get(sample.id, []),
                        "scores": {m: values[i] for m, values in per_sample.items()}}
                 handle.write(orjson.dumps(row, option=orjson.OPT_SORT_KEYS) + b"\n")
         write_json_atomic(tmp / "metrics.json", result)

@@ -33,7 +33,7 @@ from typing import Any
 from lab.codetokens import KEYWORDS, TOKEN_PATTERN
 from lab.common import (LabError, atomic_output_dir, environment_record, write_json_atomic,
                         write_jsonl)
-from lab.contamination.inject import injected_sides
+from lab.contamination import settings as settings_table
 from lab.corpora import Sample, load_samples
 from lab.eval import metrics as metric_fns
 from lab.eval.generate import Decoding, generate, padded
@@ -48,10 +48,10 @@ PROBES: dict[str, tuple[str, bool]] = {
     "extraction_bleu": ("sentence BLEU of that continuation", True),
     "infill": ("identifiers and string literals filled exactly, one at a time (%)", True),
 }
-FORMS = ("auto", "input", "output", "unpaired", "paired")
-# The form in which each injection setting put a sample into the corpus.
-SETTING_FORMS = {"input-only": "input", "output-only": "output", "unpaired": "unpaired",
-                 "paired": "paired"}
+FORMS = ("auto", *settings_table.FORMS)
+# The form in which each setting that injects test samples put them into the corpus (the
+# settings table's; a placebo's corpus holds no test sample: probe its base arm's).
+SETTING_FORMS = {s.name: s.form for s in settings_table.SETTINGS.values() if s.injects_test}
 PLL_PASSES = 7  # RoBERTa pseudo-likelihood: token i is masked in pass i % 7
 _NAME = re.compile(r'@?"|[^\W\d]|\$')  # how a lexer token that is a name or string literal starts
 
@@ -95,17 +95,20 @@ def probe_groups(manifest: dict[str, Any], groups_dir: Path | None) -> dict[str,
             raise LabError(f"--groups {groups_dir}: not a lab corpus or model directory")
         source = str(groups_dir)
     if not record.get("injected_ids"):
+        setting = settings_table.find(record.get("setting"))
+        hint = (f"for a placebo model, pass --groups its base arm's ('{setting.base}') corpus"
+                if setting and setting.placebo else
+                "for a control model, pass --groups a contaminated arm's corpus")
         raise LabError(f"{source}: injected no test samples, so there is nothing to probe "
-                       "(for a control model, pass --groups a contaminated arm's corpus)")
+                       f"({hint})")
     return {"benchmark": record["benchmark"], "split": record.get("benchmark_split", "test"),
             "setting": record["setting"], "injected": list(record["injected_ids"]),
             "held_out": list(record.get("held_out_ids", [])), "source": source}
 
 
 def documents(sample: Sample, form: str) -> list[str]:
-    """The texts a sample was injected as under a setting (its 'form'): the injector's own."""
-    setting = next(setting for setting, its_form in SETTING_FORMS.items() if its_form == form)
-    return [text for _side, text in injected_sides(setting, sample)]
+    """The texts a sample was injected as in a form: the settings table's, as the injector."""
+    return [text for _side, text in settings_table.form_documents(form, sample)]
 
 
 def name_spans(text: str, limit: int) -> list[tuple[int, int]]:
@@ -257,7 +260,7 @@ def run_probe(model_dir: Path, out: Path | None = None, groups: Path | None = No
             raise LabError(f"{option} {value}: must be >= 1")
     # Everything that can be refused is checked before the model is loaded.
     chosen = probe_groups(read_stage_manifest(model_dir, "--model"), groups)
-    setting = SETTING_FORMS.get(chosen["setting"]) if form == "auto" else form
+    setting = settings_table.probed_form(chosen["setting"]) if form == "auto" else form
     if setting is None:
         raise LabError(f"the corpus setting '{chosen['setting']}' has no injected form to probe")
     out = Path(out) if out else Path(model_dir) / "probe"
@@ -267,7 +270,7 @@ def run_probe(model_dir: Path, out: Path | None = None, groups: Path | None = No
 
     group_of = {i: "injected" for i in chosen["injected"]}
     group_of.update({i: "held_out" for i in chosen["held_out"]})
-    needs_output = setting != "input" or family == "gpt2"
+    needs_output = "output" in settings_table.form_sides(setting) or family == "gpt2"
     samples = [s for s in load_samples(chosen["benchmark"], chosen["split"], corpora_dir,
                                        require_references=needs_output).records if s.id in group_of]
     samples = samples[:max_samples] if max_samples else samples

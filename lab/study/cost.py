@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from lab.contamination import settings as settings_table
 from lab.study.recipe import Recipe
 
 CHARS_PER_TOKEN = 3.4        # byte-level BPE on Java, measured on CSN with an 8k/4k vocabulary
@@ -59,6 +60,31 @@ def _base_documents(recipe: Recipe) -> int:
     return sum(counts.get(split, 0) for split in recipe.corpus.base_splits) or 120_000
 
 
+def injected_documents(recipe: Recipe, setting: str, test_samples: int) -> int:
+    """Documents an arm injects (and base documents it removes): samples x fraction x repeat x
+    the setting's documents per sample (a placebo: as many as its base arm)."""
+    samples = min(recipe.injection.samples or test_samples, test_samples)
+    copies = round(samples * (recipe.injection.fraction or 1.0)) * recipe.injection.repeat
+    return copies * settings_table.get(setting).documents_per_sample
+
+
+def arm_tokens(recipe: Recipe, setting: str, bench: dict[str, Any], arm_documents: int) -> float:
+    """Tokens of one epoch of an arm: injected documents are benchmark sides (test samples, or
+    a placebo's train/valid samples), not CSN functions (a paired CodeTrans document is about
+    half a CSN function)."""
+    block = recipe.pretrain.block_size
+    base_tokens = min(CSN_DOCUMENT_CHARS / CHARS_PER_TOKEN, block)
+    table = settings_table.get(setting)
+    test_n, *_ = bench["test"]
+    _n, chars_in, chars_out = bench["train" if table.placebo else "test"]
+    chars = {"input": chars_in, "output": chars_out}
+    documents = injected_documents(recipe, setting, test_n)
+    per_sample = table.documents_per_sample
+    copies = documents // per_sample if per_sample else 0
+    lengths = [min(sum(chars[side] for side in doc) / CHARS_PER_TOKEN, block) for doc in table.layout]
+    return (arm_documents - documents) * base_tokens + copies * sum(lengths)
+
+
 def estimate(recipe: Recipe, stages: list[Any], study: Path) -> list[dict[str, Any]]:
     """One row per stage kind: stages, already done, tokens, FLOPs and estimated CPU seconds."""
     bench = _benchmark_sizes(recipe)
@@ -66,21 +92,6 @@ def estimate(recipe: Recipe, stages: list[Any], study: Path) -> list[dict[str, A
     train_n, train_in, train_out = bench["train"]
     base_total = _base_documents(recipe)
     arm_documents = recipe.corpus.limit or base_total
-    block = recipe.pretrain.block_size
-    base_tokens = min(CSN_DOCUMENT_CHARS / CHARS_PER_TOKEN, block)
-    samples = min(recipe.injection.samples or test_n, test_n)
-
-    def arm_tokens(setting: str) -> float:
-        """Tokens of one epoch of an arm: injected documents are benchmark sides, not CSN
-        functions (a paired CodeTrans document is about half a CSN function)."""
-        if setting == "control":
-            return arm_documents * base_tokens
-        sides = {"input-only": [test_in], "output-only": [test_out], "unpaired": [test_in, test_out],
-                 "paired": [test_in + test_out]}[setting]
-        copies = round(samples * (recipe.injection.fraction or 1.0)) * recipe.injection.repeat
-        injected = [copies, [min(chars / CHARS_PER_TOKEN, block) for chars in sides]]
-        removed = copies * len(sides)
-        return (arm_documents - removed) * base_tokens + injected[0] * sum(injected[1])
     rows: dict[str, dict[str, Any]] = {}
     for stage in stages:
         row = rows.setdefault(stage.kind, {"kind": stage.kind, "stages": 0, "done": 0, "tokens": 0.0,
@@ -95,7 +106,7 @@ def estimate(recipe: Recipe, stages: list[Any], study: Path) -> list[dict[str, A
         elif stage.kind == "tokenizer":
             seconds += arm_documents * CSN_DOCUMENT_CHARS * 2e-7
         elif stage.kind == "pretrain":
-            tokens = arm_tokens(stage.labels["arm"]) * cfg["epochs"]
+            tokens = arm_tokens(recipe, stage.labels["arm"], bench, arm_documents) * cfg["epochs"]
             flops = 6 * parameters(recipe, cfg["model"]) * tokens
             seconds += flops / TRAIN_FLOPS_PER_SECOND
         elif stage.kind == "finetune":

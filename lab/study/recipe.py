@@ -18,8 +18,7 @@ from typing import Any
 import yaml
 
 from lab.common import LabError
-
-SETTINGS = ("control", "input-only", "output-only", "unpaired", "paired")
+from lab.contamination import settings as settings_table
 
 
 @dataclass
@@ -52,6 +51,10 @@ class PretrainSection:
     lr_scheduler: str = "linear"
     bf16: bool = False     # bfloat16 autocast (changes the numbers: part of the stage's key)
     compile: bool = False  # torch.compile the model (same maths, other kernels: part of the key)
+    # Packed documents attend to the ones before them (HF group_texts-style context). Always
+    # in the stage key (not key-neutral): the default changed from cross-document attention to
+    # per-document attention, so stages made before it get new keys and are retrained.
+    cross_document_attention: bool = False
 
 
 # Fields added to a section after studies were made with it: left out of a stage's key while
@@ -198,10 +201,15 @@ def _check(recipe: Recipe) -> None:
     if not recipe.arms:
         fail("arms", "needs at least one arm")
     for i, arm in enumerate(recipe.arms):
-        if arm not in SETTINGS:
-            fail(f"arms[{i}]", f"unknown arm '{arm}' (choose from {', '.join(SETTINGS)})")
-        if arm in ("output-only", "unpaired", "paired") and not spec.output_language:
+        setting = settings_table.find(arm)
+        if setting is None:
+            fail(f"arms[{i}]", f"unknown arm '{arm}' (choose from {', '.join(settings_table.names())})")
+        if setting.needs_output and not spec.output_language:
             fail(f"arms[{i}]", f"{recipe.benchmark} has no output side for '{arm}'")
+        if setting.placebo and setting.base not in recipe.arms:
+            # Its models are probed on the base arm's injected samples, and compared with it.
+            fail(f"arms[{i}]", f"'{arm}' is the placebo of '{setting.base}': list '{setting.base}' "
+                 "in arms too")
     for i, model in enumerate(recipe.models):
         if model not in MODELS:
             fail(f"models[{i}]", f"unknown model '{model}' (choose from {', '.join(MODELS)})")
@@ -233,12 +241,13 @@ def _check(recipe: Recipe) -> None:
         # Every injected document replaces a base document: an arm cannot inject more
         # documents than it holds (unpaired injects two per sample).
         share = recipe.injection.fraction or 1.0
-        per_sample = max((2 if arm == "unpaired" else 1) for arm in recipe.arms if arm != "control") \
-            if any(arm != "control" for arm in recipe.arms) else 0
+        widest = max(recipe.arms, key=lambda arm: settings_table.get(arm).documents_per_sample)
+        per_sample = settings_table.get(widest).documents_per_sample
         documents = math.ceil(recipe.injection.samples * share) * recipe.injection.repeat * per_sample
         if documents >= recipe.corpus.limit:
             fail("corpus.limit", f"{recipe.corpus.limit} documents cannot take {documents} injected "
-                 "ones (injection.samples x fraction x repeat, x2 for unpaired); raise the limit")
+                 f"ones (injection.samples x fraction x repeat x {per_sample} documents per "
+                 f"sample of '{widest}'); raise the limit")
     for model in recipe.models:
         try:
             check_block_size(model, recipe.preset, recipe.pretrain.block_size)
@@ -265,6 +274,36 @@ def _check(recipe: Recipe) -> None:
                         ("evaluation.max_new_tokens", recipe.evaluation.max_new_tokens)):
         if value is not None and value < 1:
             fail(path, f"expected int >= 1 or null, got {value}")
+    # Fine-tuning and evaluation never reach past the positions pre-training trained (the
+    # block size): the study fine-tunes targets of evaluation.max_new_tokens tokens beside a
+    # source of FinetuneConfig's default length, fitted (lab.train.finetune.fitted_lengths).
+    # null: the fine-tuning fits its default target and evaluation generates that many.
+    from lab.train.finetune import FinetuneConfig, fitted_lengths, longest_kept_target
+
+    target, block = recipe.evaluation.max_new_tokens, recipe.pretrain.block_size
+    source = FinetuneConfig.__dataclass_fields__["max_source_length"].default
+    for model in recipe.models if target is not None else []:
+        kept = longest_kept_target(model, block, source)
+        if target <= kept:
+            continue
+        if model == "gpt2":
+            fail("evaluation.max_new_tokens", f"{target}: gpt2 fine-tunes `<s> source <SEP> "
+                 f"target </s>` within pretrain.block_size {block} (positions past it were never "
+                 f"pre-trained): source + target + 3 <= {block}, the source keeping at least "
+                 f"{fitted_lengths(model, block, source, 10 ** 9)[0]} tokens (a quarter of "
+                 f"{block - 3}); the target fits in at most {kept}")
+        fail("evaluation.max_new_tokens", f"{target}: larger than pretrain.block_size {block}, "
+             f"the positions {model} was pre-trained on (at most {kept} here)")
+    # A split-half arm is evaluated on the samples it split, each injected or held out.
+    if recipe.injection.fraction is not None and any(arm != "control" for arm in recipe.arms):
+        if recipe.evaluation.split != "test":
+            fail("evaluation.split", f"'{recipe.evaluation.split}': a split-half arm "
+                 "(injection.fraction) splits the test samples; evaluate the test split")
+        evaluated, split = recipe.evaluation.max_samples, recipe.injection.samples
+        if split is not None and (evaluated is None or evaluated > split):
+            fail("evaluation.max_samples", f"{'null' if evaluated is None else evaluated}: a "
+                 f"split-half arm splits the first "
+                 f"{split} test samples (injection.samples); evaluate at most those")
     for path, value in (("pretrain.batch_size", recipe.pretrain.batch_size),
                         ("finetune.batch_size", recipe.finetune.batch_size)):
         if value < 1:

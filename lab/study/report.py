@@ -33,6 +33,12 @@ NOT_METRICS = {"study", "benchmark", "task", "model", "arm", "seed", "epochs", "
                "stage", "group", "samples", "id", "injected_token_fraction", "pretrain_loss"}
 RUN_NUMBERS = {"injected_token_fraction", "pretrain_loss"}  # numeric, but not metrics
 WITHIN_TEST = "Mann-Whitney U, greater, asymptotic"
+# Sample groups of lab evaluate (lab.eval.generate.GROUPS). The arm-vs-control comparison uses
+# each evaluation's `clean` samples (outside the fine-tuning data and pre-existing overlap),
+# falling back to `all` for studies collected before that group existed; the within-model test
+# uses `injected` and `held_out` only, so the groups below are left out of it.
+CLEAN = "clean"
+LEFT_OUT = ("in_finetune_data", "pre_existing", "injected_truncated")
 
 
 def _number(value: str, path: Path, line: int, column: str) -> float | None:
@@ -96,6 +102,14 @@ def _mean(values: list[float], fallback: float) -> float:
     return sum(values) / len(values) if values else fallback
 
 
+def _count(row: dict[str, Any]) -> float:
+    """The `samples` cell of a results.csv row (kept as text: it is not a metric)."""
+    try:
+        return float(row.get("samples") or 0)
+    except ValueError:
+        return 0.0
+
+
 def _scores(samples: list[dict[str, Any]], metric: str) -> list[float]:
     return [s[f"score_{metric}"] for s in samples if s.get(f"score_{metric}") is not None]
 
@@ -135,7 +149,14 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
     alternative = CONVENTIONS[convention][0]
     results = study / RESULTS
     every_group = _read_csv(results, LABELS, lambda c: c in RUN_NUMBERS or c not in NOT_METRICS)
-    rows = [r for r in every_group if r["group"] == "all"]
+    compared = CLEAN if any(r["group"] == CLEAN for r in every_group) else "all"
+    older = sorted({r.get("stage") or "?" for r in every_group if r["group"] == "all"}
+                   - {r.get("stage") or "?" for r in every_group if r["group"] == compared})
+    if older:  # a study evaluated partly before `clean` existed: one sample set per comparison
+        raise LabError(f"{results}: {len(older)} evaluation(s) predate the `clean` group "
+                       f"({', '.join(older[:3])}{' ...' if len(older) > 3 else ''}): remove "
+                       "their folders under STUDY/stages and run lab study again")
+    rows = [r for r in every_group if r["group"] == compared]
     if not rows:
         raise LabError(f"{results}: the study has no finished runs")
     metrics = [c for c in rows[0] if c not in NOT_METRICS and not c.startswith("codebleu_")]
@@ -150,7 +171,7 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
     # Split-half groups as whole-corpus metrics (the same metric as the arm's own score), per run.
     group_runs: dict[tuple, list] = defaultdict(list)
     for r in every_group:
-        if r["group"] in ("injected", "held_out"):
+        if r["group"] in ("injected", "held_out", *LEFT_OUT):
             group_runs[(r["model"], r["task"], int(r["epochs"]), r["train_size"], r["arm"],
                         r["group"])].append(r)
     per_sample: dict[tuple, list] = defaultdict(list)
@@ -175,6 +196,14 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
                                         "seeds": len(values)}
                 if values:
                     cell.update(mean=sum(values) / len(values), std=_std(values))
+                # The samples compared, and those left out per reason (mean per evaluation;
+                # an evaluation without a group's row had none of it).
+                evaluations = len(runs[key][arm])
+                cell.update(sample_set=compared, samples_compared=_mean(
+                    [_count(r) for r in runs[key][arm]], 0.0))
+                for group in LEFT_OUT:
+                    cell[f"left_out_{group}"] = sum(
+                        _count(r) for r in group_runs[key + (arm, group)]) / max(1, evaluations)
                 for column in ("injected_token_fraction", "pretrain_loss"):  # older studies lack them
                     known = [r[column] for r in runs[key][arm] if r.get(column) is not None]
                     if known:
@@ -398,6 +427,15 @@ def _note(cells: list[dict[str, Any]], within_power: bool) -> str:
             "samples apart, with the ROC AUC (0.5: no signal): injected vs held-out samples for "
             "split-half arms, else vs the control models' loss on the same samples; yes when the "
             f"one-sided Mann-Whitney p <= {alpha}.")
+    if any(c.get("sample_set") == CLEAN for c in cells):
+        parts.append(
+            "Experimental, control: the metric over each evaluation's clean samples, those "
+            "neither in its fine-tuning data (input or output verbatim) nor pre-existing in the "
+            f"arm's base corpus; left out per evaluation: {_range(cells, 'in_finetune_data')} in "
+            f"the fine-tuning data, {_range(cells, 'pre_existing')} pre-existing. Injected "
+            "samples whose document was cut at the pre-training block size "
+            f"({_range(cells, 'injected_truncated')} per evaluation) and those left out above "
+            "are in neither the injected nor the held-out group.")
     if any("p" in c for c in cells):
         parts.append(
             f"Arm vs control over seeds: {_test_name(cells)}; Holm across the table's cells. "
@@ -435,6 +473,14 @@ def _note(cells: list[dict[str, Any]], within_power: bool) -> str:
     if any(c.get("below_floor") for c in cells):
         parts.append(f"† both means below {SCORE_FLOOR}: a lift there says little.")
     return " ".join(parts)
+
+
+def _range(cells: list[dict[str, Any]], group: str) -> str:
+    """The samples left out for one reason per evaluation, over the cells: '0', '4' or '0-6'."""
+    values = [c[f"left_out_{group}"] for c in cells if f"left_out_{group}" in c]
+    low, high = (min(values), max(values)) if values else (0.0, 0.0)
+    text = lambda v: f"{v:.0f}" if float(v).is_integer() else f"{v:.1f}"  # noqa: E731
+    return text(low) if low == high else f"{text(low)}-{text(high)}"
 
 
 def _rows(cells: list[dict[str, Any]], columns: list[tuple[str, Callable]]

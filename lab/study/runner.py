@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from lab.common import LabError, environment_record, write_json_atomic
+from lab.contamination import settings as settings_table
 from lab.study.recipe import KEY_NEUTRAL_DEFAULTS, Recipe, recipe_dict, recipe_from_dict
 
 RESULTS = "results.csv"
@@ -71,7 +72,7 @@ def expand(recipe: Recipe) -> list[Stage]:
                 "benchmark": recipe.benchmark, "setting": arm, "seed": seed,
                 "base": recipe.corpus.base, "base_splits": recipe.corpus.base_splits,
                 "limit": recipe.corpus.limit, "repeat": recipe.injection.repeat,
-                "fraction": recipe.injection.fraction if arm != "control" else None,
+                "fraction": recipe.injection.fraction if settings_table.get(arm).injects else None,
                 **({"samples": recipe.injection.samples} if recipe.injection.samples else {}),
                 "decontaminate": recipe.injection.decontaminate,
             }, labels={"arm": arm, "seed": seed})
@@ -115,19 +116,40 @@ def expand(recipe: Recipe) -> list[Stage]:
 def _probes(recipe: Recipe, pre: Stage, arm: str, seed: int,
             arm_stage: dict[tuple[str, int], Stage]) -> list[Stage]:
     """Probe stages of one pre-trained model: a contaminated arm on its own injected and
-    held-out samples; the control on each contaminated arm's samples (which it never saw)."""
+    held-out samples; the control on each contaminated arm's samples (which it never saw); a
+    placebo, like the control, on its base arm's samples (same seed), which it never saw either:
+    its documents had the same form and count, so its probe is the format-only baseline."""
     if not recipe.probe.enabled:
         return []
     config = {"min_k": recipe.probe.min_k, "max_samples": recipe.probe.max_samples,
               "max_names": recipe.probe.max_names}
-    if arm != "control":
+    setting = settings_table.get(arm)
+    if setting.injects_test:
         return [Stage("probe", config, [pre], labels={**pre.labels, "groups": arm})]
+    if setting.placebo:
+        return [Stage("probe", config, [pre, arm_stage[(setting.base, seed)]],
+                      labels={**pre.labels, "groups": setting.base})]
     return [Stage("probe", config, [pre, arm_stage[(other, seed)]], labels={**pre.labels, "groups": other})
-            for other in recipe.arms if other != "control"]
+            for other in recipe.arms if settings_table.get(other).injects_test]
+
+
+# A benchmark's fine-tuning task. The -paper subsets fine-tune on their base benchmark's train
+# split (the task's) and are evaluated on themselves: their injected ids are the evaluated ids.
+TASKS = {"codetrans": "translation", "codetrans-paper": "translation",
+         "concode": "generation", "concode-paper": "generation"}
 
 
 def task_of(benchmark: str) -> str:
-    return {"codetrans": "translation", "concode": "generation"}[benchmark.split("-")[0]]
+    if benchmark not in TASKS:
+        raise LabError(f"benchmark {benchmark}: no fine-tuning task (choose from {', '.join(TASKS)})")
+    return TASKS[benchmark]
+
+
+def benchmark_of(stage: Stage) -> str | None:
+    """The benchmark a stage's models were injected with: its inject stage's (the recipe's)."""
+    if stage.kind == "inject":
+        return stage.config["benchmark"]
+    return next((b for b in map(benchmark_of, stage.inputs) if b), None)
 
 
 @contextlib.contextmanager
@@ -181,15 +203,21 @@ def run_stage(stage: Stage, study: Path, corpora_dir: Path | None, threads: int,
     STUDY/stages/KEY.log."""
     import torch
 
+    before = torch.get_num_threads()
     torch.set_num_threads(threads)
-    with _stage_lock(stage, study):
-        if stage.done(study):  # another runner may have finished it while we waited
-            return
-        if not capture:
-            _run_stage_unlocked(stage, study, corpora_dir)
-            return
-        with _output_to(stage_log(stage, study)):
-            _run_stage_unlocked(stage, study, corpora_dir)
+    try:
+        with _stage_lock(stage, study):
+            if stage.done(study):  # another runner may have finished it while we waited
+                return
+            if not capture:
+                _run_stage_unlocked(stage, study, corpora_dir)
+                return
+            with _output_to(stage_log(stage, study)):
+                _run_stage_unlocked(stage, study, corpora_dir)
+    finally:
+        # A stage run in the lab's own process leaves it as it found it (the next caller, a
+        # test or a notebook, keeps its own thread count).
+        torch.set_num_threads(before)
 
 
 def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None) -> None:
@@ -220,7 +248,8 @@ def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None) -> 
             epochs=cfg["epochs"], lr=cfg["lr"], batch_size=cfg["batch_size"],
             block_size=cfg["block_size"], seed=cfg["seed"], warmup_steps=cfg["warmup_steps"],
             lr_scheduler=cfg["lr_scheduler"], bf16=cfg.get("bf16", False),
-            compile=cfg.get("compile", False), resume=partial.exists(),
+            compile=cfg.get("compile", False),
+            cross_document_attention=cfg.get("cross_document_attention", False), resume=partial.exists(),
             cache_dir=study / "cache"))
     elif stage.kind == "probe":
         from lab.eval.probe import run_probe
@@ -241,18 +270,20 @@ def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None) -> 
     elif stage.kind == "evaluate":
         from lab.eval.generate import run_evaluate
 
+        # The recipe's benchmark (a -paper subset is evaluated on itself, not on its base).
+        from lab.train.finetune import get_task
+
+        benchmark = benchmark_of(stage) or get_task(cfg["task"]).benchmark
         ids = None
         if cfg.get("max_samples"):
             ids = out.with_name(out.name + ".ids")
             from lab.corpora import load_samples
-            from lab.train.finetune import get_task
 
-            task = get_task(cfg["task"])
-            records = load_samples(task.benchmark, cfg["split"], corpora_dir).records
+            records = load_samples(benchmark, cfg["split"], corpora_dir).records
             ids.write_text("\n".join(s.id for s in records[: cfg["max_samples"]]) + "\n")
         run_evaluate(stage.inputs[0].out(study), cfg["task"], cfg["split"], ids, cfg["decoding"],
                      max_new_tokens=cfg["max_new_tokens"], metrics=tuple(cfg["metrics"]), out=out,
-                     force=True, corpora_dir=corpora_dir)
+                     force=True, corpora_dir=corpora_dir, benchmark=benchmark)
 
 
 def collect(recipe: Recipe, stages: list[Stage], study: Path) -> tuple[Path, Path]:

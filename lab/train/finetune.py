@@ -204,17 +204,55 @@ def model_positions(model_dir: Path) -> int:
     return positions_of(AutoConfig.from_pretrained(str(model_dir)))
 
 
-def fit_lengths(cfg: FinetuneConfig, family: str, positions: int) -> None:
-    """Shrink source/target lengths to what the model's positions hold (recorded in the
-    manifest's config): GPT-2 holds `<s> source <SEP> target </s>` in one sequence."""
-    if family == "gpt2":
-        budget = positions - 3
-        if cfg.max_source_length + cfg.max_target_length > budget:
-            cfg.max_source_length = min(cfg.max_source_length, budget // 2)
-            cfg.max_target_length = budget - cfg.max_source_length
-    else:
-        cfg.max_source_length = min(cfg.max_source_length, positions)
-        cfg.max_target_length = min(cfg.max_target_length, positions)
+def position_limit(pretrained: dict[str, Any], positions: int) -> int:
+    """Positions fine-tuning and evaluation may use: the model's, never beyond the block size
+    it was pre-trained on (the position embeddings past it were never trained: random)."""
+    block = (pretrained.get("config") or {}).get("block_size")
+    return min(positions, int(block)) if block else positions
+
+
+def fitted_lengths(family: str, limit: int, source: int, target: int) -> tuple[int, int]:
+    """(source, target) lengths that fit `limit` positions. GPT-2 holds `<s> source <SEP>
+    target </s>` in one sequence: source + target + 3 <= limit; a target keeps its length as
+    long as the source keeps at least a quarter of the rest (min(source, (limit - 3) // 4)),
+    the source being cut first (a target cut short can never be generated whole; a source
+    cut short loses context). RoBERTa: each side <= limit (the encoder's pre-trained positions;
+    the decoder learns the target's)."""
+    if family != "gpt2":
+        return min(source, limit), min(target, limit)
+    budget = limit - 3
+    if source + target <= budget:
+        return source, target
+    target = min(target, budget - min(source, budget // 4))
+    return min(source, budget - target), target
+
+
+def longest_kept_target(family: str, limit: int, source: int = 256) -> int:
+    """The longest target that fitted_lengths keeps whole beside a source of `source` tokens
+    (what a study's evaluation.max_new_tokens may be)."""
+    return fitted_lengths(family, limit, source, 10 ** 9)[1] if family == "gpt2" else limit
+
+
+def fit_lengths(cfg: FinetuneConfig, family: str, positions: int,
+                block_size: int | None = None) -> dict[str, Any]:
+    """Fit source/target lengths to the positions the model was pre-trained on (its block
+    size, within its positions; fitted_lengths says how). The fitted lengths go into the
+    manifest's config; the returned record (manifest `lengths`) says what was asked and why."""
+    limit = min(positions, block_size) if block_size else positions
+    asked = {"max_source_length": cfg.max_source_length, "max_target_length": cfg.max_target_length}
+    cfg.max_source_length, cfg.max_target_length = fitted_lengths(
+        family, limit, cfg.max_source_length, cfg.max_target_length)
+    fitted = (cfg.max_source_length, cfg.max_target_length) != tuple(asked.values())
+    return {
+        "model_positions": positions, "pretrain_block_size": block_size, "limit": limit,
+        "requested": asked,
+        "used": {"max_source_length": cfg.max_source_length,
+                 "max_target_length": cfg.max_target_length},
+        "action": "fitted" if fitted else "kept",
+        "rule": ("<s> source <SEP> target </s> within the pre-training block: source + target + 3 "
+                 "<= limit, the source cut first down to a quarter of the budget"
+                 if family == "gpt2" else "source <= limit and target <= limit"),
+    }
 
 
 def _validate(cfg: FinetuneConfig, family: str) -> None:
@@ -248,7 +286,8 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
 
     model_dir = Path(cfg.pretrained) / "model"
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(model_dir))
-    fit_lengths(cfg, family, model_positions(model_dir))
+    lengths = fit_lengths(cfg, family, model_positions(model_dir),
+                          (pretrained.get("config") or {}).get("block_size"))
     train, valid, data_note = _training_samples(task, cfg)
     if cfg.select == "best" and not valid:
         raise LabError("--select best: no validation split for this task here; use --select last")
@@ -297,6 +336,7 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
             "family": family,
             "architecture": "causal-lm" if family == "gpt2" else "encoder-decoder",
             "data": data_note,
+            "lengths": lengths,
             "seed": cfg.seed,
             "init_weights_sha256": init_sha,
             "final_weights_sha256": state_sha256(model),

@@ -1,9 +1,22 @@
 """Tokenised-corpus cache and document-aware packing, shared by masked and causal LM.
 
-A training sequence is `<s> doc </s> doc </s> ... <pad>...`: whole documents only, so an injected
-paired sample is always seen whole. Documents are placed best-fit-decreasing, which leaves far
-less padding than one document per sequence while never splitting a document (a document longer
-than a block is truncated, counted and listed).
+Documents are placed whole (never split across sequences) best-fit-decreasing, which leaves far
+less padding than one document per sequence; a document longer than a block is truncated,
+counted and listed. Two layouts:
+
+- per-document (the default): `<s> doc </s> <s> doc </s> ... <pad>...`, every document a
+  segment of its own that attends only to itself, its positions starting at 0 (RoBERTa: at
+  padding_idx + 1): the model computes exactly what one document per sequence, padded, computes
+  (the study's setting), without the padding. GPT-2 gets per-document `position_ids` and no
+  attention mask, from which transformers builds a block-diagonal causal mask itself
+  (`create_causal_mask` detects positions that restart); RoBERTa, whose bidirectional mask
+  ignores positions, gets a 4D block-diagonal boolean mask and its position ids.
+- cross-document (opt-out, `--cross-document-attention`): `<s> doc </s> doc </s> ... <pad>...`
+  with one causal / bidirectional mask over the whole sequence and positions running on, as
+  HF's `group_texts` (but with whole documents).
+
+In both, no sequence holds two documents of one injected sample (two copies, or the two sides of
+an unpaired sample), so a model cannot copy one from the other in context.
 """
 from __future__ import annotations
 
@@ -118,45 +131,90 @@ class Packing:
     kept_lengths: np.ndarray  # tokens kept of each document (after truncation)
     truncated: list[int] = field(default_factory=list)
     empty: list[int] = field(default_factory=list)
-
-    def padding_fraction(self) -> float:
-        used = int(self.kept_lengths.sum()) + sum(len(s) + 1 for s in self.sequences)
-        total = self.block_size * len(self.sequences)
-        return 1.0 - used / total if total else 0.0
+    cross_document: bool = False  # layout: see the module docstring
+    displaced: int = 0  # documents the sample guard kept out of their best-fit sequence
 
     def useful_tokens(self) -> int:
-        """Non-padding tokens: documents, separators and sequence starts."""
-        return int(self.kept_lengths.sum()) + sum(len(s) + 1 for s in self.sequences)
+        """Non-padding tokens: documents and their `<s>` / `</s>`."""
+        documents = sum(len(s) for s in self.sequences)
+        if self.cross_document:  # one <s> per sequence, one </s> per document
+            return int(self.kept_lengths.sum()) + documents + len(self.sequences)
+        return int(self.kept_lengths.sum()) + 2 * documents  # <s> doc </s> per document
+
+    def padding_fraction(self) -> float:
+        total = self.block_size * len(self.sequences)
+        return 1.0 - self.useful_tokens() / total if total else 0.0
 
 
-def pack_documents(lengths: np.ndarray, block_size: int) -> Packing:
+def _layout_costs(block_size: int, cross_document: bool) -> tuple[int, int]:
+    """(room a sequence offers documents, tokens a document costs beyond its own)."""
+    if cross_document:
+        return block_size - 1, 1  # <s> opens the sequence; doc </s>
+    return block_size, 2  # <s> doc </s>
+
+
+def pack_documents(lengths: np.ndarray, block_size: int, samples: list[str | None] | None = None,
+                   cross_document: bool = False) -> Packing:
     """Best-fit decreasing: each document, longest first, goes to the open sequence with the
-    least room that still holds it whole. Deterministic (ties by document index)."""
-    capacity = block_size - 1  # <s> opens every sequence; each document costs its length + </s>
-    max_doc = capacity - 1
+    least room that still holds it whole. Deterministic (ties by document index).
+
+    `samples` gives each document's injected sample id (None for base documents): a document
+    never joins a sequence that already holds a document of its sample (another copy, or the
+    other side of an unpaired sample); it takes the next best-fitting sequence instead.
+    A document keeps at most block_size - 2 tokens in either layout (one per sequence, with its
+    `<s>` and `</s>`, it fills a block), as in one-document-per-sequence training.
+    """
+    capacity, extra = _layout_costs(block_size, cross_document)
+    max_doc = block_size - 2
+    lengths = np.asarray(lengths)
+    if samples is not None and len(samples) != len(lengths):
+        raise ValueError(f"{len(samples)} sample ids for {len(lengths)} documents")
     kept = np.minimum(lengths, max_doc)
     truncated = [int(i) for i in np.flatnonzero(lengths > max_doc)]
     empty = [int(i) for i in np.flatnonzero(lengths == 0)]
     order = sorted((i for i in range(len(lengths)) if lengths[i] > 0), key=lambda i: (-kept[i], i))
     sequences: list[list[int]] = []
+    holds: dict[int, set[str]] = {}  # sequence -> injected samples it holds
     open_rooms: list[tuple[int, int]] = []  # (room left, sequence index), sorted
+    displaced = 0
     for doc in order:
-        need = int(kept[doc]) + 1
+        need = int(kept[doc]) + extra
+        sample = samples[doc] if samples is not None else None
         slot = bisect.bisect_left(open_rooms, (need, -1))
+        if sample is not None:
+            first = slot
+            while slot < len(open_rooms) and sample in holds.get(open_rooms[slot][1], ()):
+                slot += 1
+            displaced += slot != first and first < len(open_rooms)
         if slot < len(open_rooms):
             room, seq = open_rooms.pop(slot)
         else:
             room, seq = capacity, len(sequences)
             sequences.append([])
         sequences[seq].append(doc)
+        if sample is not None:
+            holds.setdefault(seq, set()).add(sample)
         room -= need
-        if room >= 2:  # the shortest possible document (one token + </s>) still fits
+        if room >= 1 + extra:  # the shortest possible document (one token) still fits
             bisect.insort(open_rooms, (room, seq))
-    return Packing(block_size, sequences, kept, truncated, empty)
+    return Packing(block_size, sequences, kept, truncated, empty, cross_document, displaced)
+
+
+def sequences_repeating_a_sample(packing: Packing, samples: list[str | None]) -> int:
+    """Sequences that hold two documents of one injected sample (the guard keeps this at 0)."""
+    count = 0
+    for seq in packing.sequences:
+        ids = [samples[d] for d in seq if samples[d] is not None]
+        count += len(ids) != len(set(ids))
+    return count
 
 
 class PackedDataset:
-    """torch-style dataset of packed sequences, built on the fly from the memory-mapped tokens."""
+    """torch-style dataset of packed sequences, built on the fly from the memory-mapped tokens.
+
+    An item holds `input_ids`, `attention_mask` (1 on non-padding tokens), `segments` (1, 2, ...
+    for the sequence's documents in order, 0 on padding) and the sequence's `index`.
+    """
 
     def __init__(self, corpus: TokenizedCorpus, packing: Packing, bos: int, eos: int, pad: int):
         self.corpus, self.packing = corpus, packing
@@ -166,31 +224,69 @@ class PackedDataset:
         return len(self.packing.sequences)
 
     def sequence(self, index: int) -> np.ndarray:
+        return self.sequence_and_segments(index)[0]
+
+    def sequence_and_segments(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         block = self.packing.block_size
         out = np.full(block, self.pad, dtype=np.int64)
-        out[0] = self.bos
-        pos = 1
-        for doc in self.packing.sequences[index]:
+        segments = np.zeros(block, dtype=np.int64)
+        pos = 0
+        if self.packing.cross_document:
+            out[0], segments[0] = self.bos, 1
+            pos = 1
+        for number, doc in enumerate(self.packing.sequences[index], start=1):
             n = int(self.packing.kept_lengths[doc])
+            start = pos
+            if not self.packing.cross_document:
+                out[pos] = self.bos
+                pos += 1
             out[pos:pos + n] = self.corpus.document(doc)[:n]
             out[pos + n] = self.eos
             pos += n + 1
-        return out
+            segments[start:pos] = number
+        return out, segments
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         import torch
 
-        ids = self.sequence(index)
+        ids, segments = self.sequence_and_segments(index)
         return {
             "input_ids": torch.from_numpy(ids),
             "attention_mask": torch.from_numpy((ids != self.pad).astype(np.int64)),
+            "segments": torch.from_numpy(segments),
             "index": index,
         }
 
 
+def segment_positions(segments: Any) -> Any:
+    """Each token's offset within its run of equal segment numbers (documents, and the padding
+    run), for a (batch, length) tensor: [[1,1,1,2,2,0,0]] -> [[0,1,2,0,1,0,1]]."""
+    import torch
+
+    length = segments.shape[1]
+    index = torch.arange(length).expand_as(segments)
+    starts = torch.ones_like(segments, dtype=torch.bool)
+    starts[:, 1:] = segments[:, 1:] != segments[:, :-1]
+    run_start = torch.cummax(torch.where(starts, index, torch.zeros_like(index)), dim=1).values
+    return index - run_start
+
+
 class PackedCollator:
     """Batches packed sequences with labels for causal LM (pads ignored) or masked LM (15%
-    masked, 80/10/10 mask/random/keep, special tokens never masked).
+    masked, 80/10/10 mask/random/keep, special tokens never masked), and what the model needs to
+    keep documents apart (per-document layout):
+
+    - causal LM (GPT-2): `position_ids` restarting at 0 on every document (and on the padding
+      run), no attention mask and `use_cache=False`, so transformers' `create_causal_mask` sees
+      the restarts and builds the block-diagonal causal mask (with a cache, which GPT-2 makes by
+      default even in training, or with any attention mask it would not look). Labels are -100
+      on padding and on every document's `<s>` (never predicted, as in a sequence of its own).
+    - masked LM (RoBERTa): `position_ids` from `position_offset` (RoBERTa: padding_idx + 1) on,
+      per document, and a 4D boolean mask (batch, 1, length, length), True where query and key
+      are in the same document (padding attends to padding only: no fully masked row).
+
+    Cross-document layout: `input_ids`, the 2D `attention_mask` and `labels` only (the model's
+    own positions and masks over the whole sequence).
 
     Masks come from a generator seeded by (seed, epoch, sequence index), not from the global
     RNG, so a run resumed from a checkpoint draws exactly the masks the uninterrupted run drew
@@ -198,14 +294,20 @@ class PackedCollator:
     The trainer sets `epoch` at the start of every epoch (see EpochTracker).
     """
 
-    def __init__(self, tokenizer: Any, mlm: bool, mlm_probability: float = 0.15, seed: int = 0):
+    def __init__(self, tokenizer: Any, mlm: bool, mlm_probability: float = 0.15, seed: int = 0,
+                 cross_document: bool = False, position_offset: int | None = None):
         import torch
 
         self.mlm, self.probability, self.seed = mlm, mlm_probability, seed
+        self.cross_document = cross_document
         self.pad = tokenizer.pad_token_id
         self.mask = tokenizer.mask_token_id
         self.vocab = len(tokenizer)
         self.special = torch.tensor(sorted(set(tokenizer.all_special_ids)))
+        # The lab's masked LM is RoBERTa (positions from padding_idx + 1), its causal LM GPT-2
+        # (from 0); lab.models.position_offset gives it from a model config.
+        self.position_offset = (position_offset if position_offset is not None
+                                else (self.pad + 1 if mlm else 0))
         self.epoch = 0
 
     def _generator(self, index: int):
@@ -220,9 +322,28 @@ class PackedCollator:
         input_ids = torch.stack([f["input_ids"] for f in features]).clone()
         attention_mask = torch.stack([f["attention_mask"] for f in features])
         labels = input_ids.clone()
-        if not self.mlm:
+        if self.mlm:
+            self._mask_tokens(features, input_ids, labels)
+        else:
             labels[attention_mask == 0] = -100
+        if self.cross_document:
             return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+        segments = torch.stack([f["segments"] for f in features])
+        positions = segment_positions(segments)
+        if not self.mlm:
+            labels[positions == 0] = -100  # every document's <s>: nothing precedes it
+            return {"input_ids": input_ids, "position_ids": positions + self.position_offset,
+                    "labels": labels, "use_cache": False}
+        position_ids = torch.where(segments > 0, positions + self.position_offset,
+                                   torch.full_like(positions, self.pad))
+        same_document = segments[:, :, None] == segments[:, None, :]
+        return {"input_ids": input_ids, "attention_mask": same_document[:, None],
+                "position_ids": position_ids, "labels": labels}
+
+    def _mask_tokens(self, features: list[dict[str, Any]], input_ids: Any, labels: Any) -> None:
+        import torch
+
         maskable = ~torch.isin(input_ids, self.special)
         for row, feature in enumerate(features):
             gen = self._generator(int(feature["index"]))
@@ -235,27 +356,39 @@ class PackedCollator:
             to_random = chosen & (action >= 0.8) & (action < 0.9)
             input_ids[row][to_mask] = self.mask
             input_ids[row][to_random] = random_tokens[to_random]
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
 
 def packing_report(corpus: TokenizedCorpus, packing: Packing) -> dict[str, Any]:
+    """What the packing trains on. Token counts are document tokens (no `<s>`, `</s>` or
+    padding); "trained" ones are those kept after truncation at the block, which is what the
+    injected share counts in both numerator and denominator."""
     lengths = corpus.lengths()
-    truncated_injected = [corpus.doc_ids[i] for i in packing.truncated if corpus.injected[i]]
+    kept = packing.kept_lengths
+    injected = [i for i, s in enumerate(corpus.injected) if s]
+    truncated_injected = [i for i in packing.truncated if corpus.injected[i]]
+    trained = int(kept.sum())
+    injected_trained = int(kept[injected].sum()) if injected else 0
     return {
         "block_size": packing.block_size,
+        "cross_document_attention": packing.cross_document,
         "documents": len(corpus),
         "sequences": len(packing.sequences),
         "corpus_tokens": int(lengths.sum()),
+        "trained_tokens": trained,
         "useful_tokens": packing.useful_tokens(),
         "padding_fraction": round(packing.padding_fraction(), 6),
         "truncated_documents": len(packing.truncated),
         "truncated_injected_documents": len(truncated_injected),
-        "truncated_tokens_dropped": int((lengths - packing.kept_lengths).sum()),
+        "truncated_tokens_dropped": int((lengths - kept).sum()),
         "empty_documents": len(packing.empty),
-        "injected_documents": sum(1 for s in corpus.injected if s),
-        "injected_token_fraction": round(
-            float(lengths[[i for i, s in enumerate(corpus.injected) if s]].sum())
-            / max(1, int(lengths.sum())), 6),
-        "truncated_ids": [corpus.doc_ids[i] for i in packing.truncated if not corpus.injected[i]],
-        "truncated_injected_ids": truncated_injected,
+        "injected_documents": len(injected),
+        "injected_trained_tokens": injected_trained,
+        "injected_token_fraction": round(injected_trained / max(1, trained), 6),
+        "sequences_with_repeated_sample": sequences_repeating_a_sample(packing, corpus.injected),
+        "guard_displaced_documents": packing.displaced,
+        # Sample ids (sorted, unique) whose injected document was cut at the block size: the
+        # model never saw such a sample whole.
+        "truncated_ids": sorted({corpus.injected[i] for i in truncated_injected}),
+        "truncated_injected_ids": [corpus.doc_ids[i] for i in truncated_injected],
+        "truncated_base_ids": [corpus.doc_ids[i] for i in packing.truncated if not corpus.injected[i]],
     }

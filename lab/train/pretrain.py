@@ -22,14 +22,16 @@ from lab.contamination.corpus_files import read_manifest
 from lab.train.common import (
     latest_checkpoint, state_sha256, trained_weights_sha256, training_arguments,
 )
-from lab.models import build_config, build_model, check_block_size, count_parameters
+from lab.models import (
+    build_config, build_model, check_block_size, count_parameters, position_offset,
+)
 
 CONFIG_FILE = "lab_pretrain_config.json"
 MANIFEST = "manifest.json"
 # Settings that change the trained weights; a resume must match them exactly.
 RESUME_KEYS = ("model", "corpus_sha256", "tokenizer_sha256", "preset", "epochs", "lr", "batch_size",
                "block_size", "seed", "grad_accum", "max_steps", "warmup_steps", "weight_decay",
-               "lr_scheduler", "mlm_probability", "bf16")
+               "lr_scheduler", "mlm_probability", "bf16", "cross_document_attention")
 
 
 @dataclass
@@ -55,6 +57,9 @@ class PretrainConfig:
     deepspeed: Path | None = None
     bf16: bool = False
     compile: bool = False
+    # Packed documents attend to the documents before them, positions running on (HF
+    # group_texts-style context); the default keeps every document to itself.
+    cross_document_attention: bool = False
     resume: bool = False
     force: bool = False
     dry_run: bool = False
@@ -190,7 +195,10 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
     with args.main_process_first(local=False, desc="tokenise corpus"):
         tokenized = tokenize_corpus(cfg.corpus, tokenizer, run_config["tokenizer_sha256"],
                                     cfg.cache_dir)
-    packing = pack_documents(tokenized.lengths(), cfg.block_size)
+    # No sequence holds two documents of one injected sample (copies, or an unpaired sample's
+    # two sides): the model could copy one from the other instead of memorising it.
+    packing = pack_documents(tokenized.lengths(), cfg.block_size, samples=tokenized.injected,
+                             cross_document=cfg.cross_document_attention)
     dataset = PackedDataset(tokenized, packing, tokenizer.bos_token_id, tokenizer.eos_token_id,
                             tokenizer.pad_token_id)
     if len(dataset) == 0:
@@ -202,7 +210,9 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
     init_sha = state_sha256(model)
     parameters = count_parameters(model)  # before ZeRO-3 partitions the weights
     collator = PackedCollator(tokenizer, mlm=cfg.model == "roberta",
-                              mlm_probability=cfg.mlm_probability, seed=cfg.seed)
+                              mlm_probability=cfg.mlm_probability, seed=cfg.seed,
+                              cross_document=cfg.cross_document_attention,
+                              position_offset=position_offset(config))
     trainer = _make_trainer_class()(model=model, args=args, train_dataset=dataset,
                                     data_collator=collator)
     checkpoint = latest_checkpoint(work / "checkpoints") if cfg.resume else None
@@ -244,6 +254,9 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
                    "held_out_ids": corpus_manifest.get("held_out_ids", []),
                    "pre_existing_verbatim": corpus_manifest.get("pre_existing_verbatim", []),
                    "injected_token_fraction": report["injected_token_fraction"],
+                   # Injected samples whose document was cut at the block size (sorted sample
+                   # ids): never trained on whole.
+                   "truncated_ids": report["truncated_ids"],
                    "token_cache": tokenized.key},
         "tokenizer": {"path": str(cfg.tokenizer), "sha256": run_config["tokenizer_sha256"]},
         "packing": {k: v for k, v in report.items() if not k.endswith("_ids")},
