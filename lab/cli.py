@@ -408,7 +408,7 @@ def _run_with_progress(recipe: Any, folder: Path, corpora: Optional[Path], execu
             bar.update(task, description=f"{recipe.name}: {', '.join(running) or 'collecting'}")
 
         return run_study(recipe, folder, corpora, executor=executor, workers=workers, slurm=slurm,
-                         on_event=on_event)
+                         on_event=on_event, ready_checked=True)
 
 
 ConventionOption = typer.Option(

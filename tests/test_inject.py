@@ -74,12 +74,19 @@ def test_every_benchmark_and_setting(tmp_path, samples, benchmark, setting):
         assert flagged == set()
 
 
-def test_same_seed_gives_identical_bytes_and_other_seed_differs(tmp_path):
-    first, out1 = make(tmp_path, "a", setting="unpaired", fraction=0.5)
-    second, out2 = make(tmp_path, "b", setting="unpaired", fraction=0.5)
-    third, _ = make(tmp_path, "c", setting="unpaired", fraction=0.5, seed=12)
+def _twice_and_other_seed(tmp_path, setting: str, fraction: float):
+    """Manifests of one arm made twice with seed 0 (asserting identical shard bytes) and once
+    with seed 12, and the first one's folder."""
+    first, out1 = make(tmp_path, "a", setting=setting, fraction=fraction)
+    second, out2 = make(tmp_path, "b", setting=setting, fraction=fraction)
+    third, _ = make(tmp_path, "c", setting=setting, fraction=fraction, seed=12)
     for shard in first["shards"]:
         assert (out1 / shard["file"]).read_bytes() == (out2 / shard["file"]).read_bytes()
+    return first, second, third, out1
+
+
+def test_same_seed_gives_identical_bytes_and_other_seed_differs(tmp_path):
+    first, second, third, out1 = _twice_and_other_seed(tmp_path, "unpaired", 0.5)
     assert first["corpus_sha256"] == second["corpus_sha256"]
     assert third["corpus_sha256"] != first["corpus_sha256"]
     assert third["injected_ids"] != first["injected_ids"]
@@ -288,11 +295,7 @@ def test_placebo_guard_refuses_a_near_duplicate_of_a_test_sample(tmp_path, monke
 
 
 def test_placebo_is_deterministic_and_seeded(tmp_path):
-    first, out1 = make(tmp_path, "a", setting="unpaired-placebo", fraction=0.2)
-    second, out2 = make(tmp_path, "b", setting="unpaired-placebo", fraction=0.2)
-    third, _ = make(tmp_path, "c", setting="unpaired-placebo", fraction=0.2, seed=12)
-    for shard in first["shards"]:
-        assert (out1 / shard["file"]).read_bytes() == (out2 / shard["file"]).read_bytes()
+    first, second, third, _out = _twice_and_other_seed(tmp_path, "unpaired-placebo", 0.2)
     assert first["placebo_ids"] == second["placebo_ids"]
     assert third["placebo_ids"] != first["placebo_ids"]
     # Placebos of one seed draw the same samples, whatever their form.

@@ -228,6 +228,10 @@ def test_a_study_keeps_its_thread_count(tmp_path):
         study_threads(load_recipe(RECIPE, ["resources.threads=3"]), study)
     with pytest.raises(LabError, match=r"resources.threads: expected int >= 1"):
         load_recipe(RECIPE, ["resources.threads=0"])
+    for corrupt in ("{not json", "[7]"):
+        (study / "study.json").write_text(corrupt)
+        with pytest.raises(LabError, match=r"study\.json: unreadable"):
+            study_threads(recipe, study)
 
 
 def test_stage_keys_ignore_resources_and_fields_at_their_old_defaults():

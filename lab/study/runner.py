@@ -62,6 +62,12 @@ def _keyed(recipe: Recipe, section: str) -> dict[str, Any]:
             if not (k in neutral and v == neutral[k])}
 
 
+def _added_fields(recipe: Recipe, section: str) -> dict[str, Any]:
+    """The fields added to a section since studies were first made, where they differ from
+    their key-neutral default (a stage config built field by field takes these as a whole)."""
+    return {k: v for k, v in _keyed(recipe, section).items() if k in KEY_NEUTRAL_DEFAULTS[section]}
+
+
 def expand(recipe: Recipe) -> list[Stage]:
     """All stages of a recipe in an order that respects their inputs."""
     stages: list[Stage] = []
@@ -104,7 +110,7 @@ def expand(recipe: Recipe) -> list[Stage]:
                             "batch_size": recipe.finetune.batch_size,
                             "select": recipe.finetune.select,
                             "max_target_length": recipe.evaluation.max_new_tokens or 256,
-                            **({"bf16": True} if recipe.finetune.bf16 else {}),  # old keys kept
+                            **_added_fields(recipe, "finetune"),
                         }, [pre], labels={**pre.labels, "epochs": epochs, "train_size": size})
                         evaluation = Stage("evaluate", {
                             "task": task_of(recipe.benchmark), **recipe_dict(recipe)["evaluation"],
@@ -133,16 +139,10 @@ def _probes(recipe: Recipe, pre: Stage, arm: str, seed: int,
             for other in recipe.arms if settings_table.get(other).injects_test]
 
 
-# A benchmark's fine-tuning task. The -paper subsets fine-tune on their base benchmark's train
-# split (the task's) and are evaluated on themselves: their injected ids are the evaluated ids.
-TASKS = {"codetrans": "translation", "codetrans-paper": "translation",
-         "concode": "generation", "concode-paper": "generation"}
-
-
 def task_of(benchmark: str) -> str:
-    if benchmark not in TASKS:
-        raise LabError(f"benchmark {benchmark}: no fine-tuning task (choose from {', '.join(TASKS)})")
-    return TASKS[benchmark]
+    from lab.train.finetune import task_for_benchmark
+
+    return task_for_benchmark(benchmark)
 
 
 def benchmark_of(stage: Stage) -> str | None:
@@ -498,21 +498,30 @@ def available_cores() -> int:
 SUMMARY = "study.json"
 
 
-def study_threads(recipe: Recipe, study: Path) -> int:
+def read_summary(study: Path) -> dict[str, Any]:
+    """STUDY/study.json as a dict: empty for a new study, refused when unreadable."""
+    path = study / SUMMARY
+    if not path.is_file():
+        return {}
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise LabError(f"{path}: unreadable ({exc})") from None
+    if not isinstance(summary, dict):
+        raise LabError(f"{path}: unreadable (not a JSON object)")
+    return summary
+
+
+def study_threads(recipe: Recipe, study: Path, summary: dict[str, Any] | None = None) -> int:
     """The torch threads of every stage of this study: the recipe's, else those recorded when
     the study began (a resumed or re-run study computes what the first run computed), else
     this machine's cores. A recipe that asks for another count than the recorded one is
-    refused: its stages would not reproduce the finished ones."""
-    summary = study / SUMMARY
-    recorded = None
-    if summary.is_file():
-        try:
-            recorded = json.loads(summary.read_text(encoding="utf-8")).get("threads")
-        except (OSError, ValueError, AttributeError) as exc:
-            raise LabError(f"{summary}: unreadable ({exc})") from None
+    refused: its stages would not reproduce the finished ones. `summary`: study.json, if the
+    caller has read it."""
+    recorded = (read_summary(study) if summary is None else summary).get("threads")
     requested = recipe.resources.threads
     if recorded is not None and requested is not None and recorded != requested:
-        raise LabError(f"{summary}: the study's stages run on {recorded} threads; "
+        raise LabError(f"{study / SUMMARY}: the study's stages run on {recorded} threads; "
                        f"resources.threads {requested} would compute other numbers "
                        f"(use --threads {recorded} or a new --out)")
     return requested or recorded or available_cores()
@@ -527,8 +536,10 @@ def default_workers(executor: str, threads: int) -> int:
 def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_run: bool = False,
               executor: str = "local", workers: int | None = None,
               slurm: dict[str, Any] | None = None,
-              on_event: Callable[..., None] | None = None) -> dict[str, Any]:
-    """Entry point of `lab study`: run the stages that are not finished, then collect results."""
+              on_event: Callable[..., None] | None = None, ready_checked: bool = False
+              ) -> dict[str, Any]:
+    """Entry point of `lab study`: run the stages that are not finished, then collect results.
+    `ready_checked`: the caller has run preflight.check_ready for this recipe and folder."""
     study = Path(study)
     stages = expand(recipe)
     check_executor(executor, workers)
@@ -541,7 +552,8 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
         return {"stages": len(stages), "done": sum(s.done(study) for s in stages),
                 "estimate": estimate(recipe, stages, study),
                 "problems": preflight(recipe, study, corpora_dir, executor)}
-    check_ready(recipe, study, corpora_dir, executor)  # every missing piece at once, before any stage
+    if not ready_checked:
+        check_ready(recipe, study, corpora_dir, executor)  # every missing piece at once, before any stage
     if study.exists() and not study.is_dir():
         raise LabError(f"{study}: exists and is not a study directory")
     study.mkdir(parents=True, exist_ok=True)
@@ -561,13 +573,14 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
         if changed:
             raise LabError(f"{recorded}: the study directory holds another recipe (differs in "
                            f"{', '.join(changed[:3])}; use a new --out)")
-    threads = study_threads(recipe, study)
+    previous_summary = read_summary(study)
+    threads = study_threads(recipe, study, previous_summary)
     workers = workers or default_workers(executor, threads)
     write_json_atomic(recorded, recipe_dict(recipe))
     # Recorded before any stage runs: a kill at any point leaves the count for the resume.
     summary: dict[str, Any] = {"study": recipe.name, "stages": len(stages), "threads": threads,
                                "executor": executor, "workers": workers}
-    write_json_atomic(study / SUMMARY, {**_previous_summary(study), **summary})
+    write_json_atomic(study / SUMMARY, {**previous_summary, **summary})
     submit, shutdown = _submitter(executor, workers, threads, study, corpora_dir, slurm)
     try:
         timings = _schedule(stages, study, submit, workers, on_event or (lambda *a, **k: None))
@@ -578,11 +591,3 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
                    probes=str(study / PROBES), environment=environment_record())
     write_json_atomic(study / SUMMARY, summary)
     return summary
-
-
-def _previous_summary(study: Path) -> dict[str, Any]:
-    try:
-        previous = json.loads((study / SUMMARY).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return previous if isinstance(previous, dict) else {}

@@ -34,12 +34,27 @@ class Task:
     valid_split: str
     test_split: str
     target_language: str
+    # Benchmarks whose pre-trained models this task fine-tunes and evaluates: its own, and its
+    # -paper subset, which fine-tunes on the base benchmark's train split and is evaluated on
+    # itself (its injected ids are the evaluated ids).
+    studied: tuple[str, ...] = ()
 
 
 TASKS = {
-    "translation": Task("translation", "codetrans", "train", "valid", "test", "cs"),
-    "generation": Task("generation", "concode", "train", "dev", "test", "java"),
+    "translation": Task("translation", "codetrans", "train", "valid", "test", "cs",
+                        ("codetrans", "codetrans-paper")),
+    "generation": Task("generation", "concode", "train", "dev", "test", "java",
+                       ("concode", "concode-paper")),
 }
+
+
+def task_for_benchmark(benchmark: str) -> str:
+    """The name of the task that fine-tunes models injected with `benchmark`."""
+    for task in TASKS.values():
+        if benchmark in task.studied:
+            return task.name
+    known = ", ".join(b for t in TASKS.values() for b in t.studied)
+    raise LabError(f"benchmark {benchmark}: no fine-tuning task (choose from {known})")
 
 
 def get_task(name: str) -> Task:

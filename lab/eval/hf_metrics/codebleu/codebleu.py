@@ -4,14 +4,6 @@
 
 Scores are 0-100 and come from lab.eval.metrics (no metric code here).
 """
-import evaluate
+from lab.eval.metrics import evaluate_module
 
-from lab.eval import metrics
-
-
-class CodeBleu(evaluate.Metric):
-    def _info(self):
-        return metrics.evaluate_info("codebleu")
-
-    def _compute(self, predictions, references, language=None):
-        return metrics.evaluate_compute("codebleu", predictions, references, language)
+CodeBleu = evaluate_module("codebleu", "CodeBleu")
