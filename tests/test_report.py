@@ -23,6 +23,17 @@ PAIRED = [5.0, 6.0, 7.0, 8.0, 9.0]
 LABELS = ["study", "benchmark", "task", "model", "arm", "seed", "epochs", "train_size", "stage"]
 
 
+def _write_tables(root: Path, results: list[dict], samples: list[dict]) -> Path:
+    """results.csv and (if any rows) samples.csv of a study directory, as collect writes them."""
+    for name, rows in (("results.csv", results), ("samples.csv", samples)):
+        if rows:
+            with open(root / name, "w", newline="", encoding="utf-8") as handle:
+                writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+                writer.writeheader()
+                writer.writerows(rows)
+    return root
+
+
 def write_study(root: Path, arms: dict[str, list[float]], epochs: tuple[int, ...] = (0, 1),
                 split_half: tuple[str, ...] = ("paired",), samples_per_group: int = 20) -> Path:
     """A study directory: per arm, seed and epochs one 'all' row (bleu = the given value minus
@@ -50,13 +61,7 @@ def write_study(root: Path, arms: dict[str, list[float]], epochs: tuple[int, ...
                                     "bleu": sum(scores) / len(scores) + 0.5, "em": 0.0})
                     samples += [{**base, "id": f"{group}-{i}", "group": group, "score_bleu": s,
                                  "score_em": float(s > bleu + 5)} for i, s in enumerate(scores)]
-    for name, rows in (("results.csv", results), ("samples.csv", samples)):
-        if rows:
-            with open(root / name, "w", newline="", encoding="utf-8") as handle:
-                writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-                writer.writeheader()
-                writer.writerows(rows)
-    return root
+    return _write_tables(root, results, samples)
 
 
 def _cell(cells, arm="paired", metric="bleu", epochs=0):
@@ -220,9 +225,10 @@ def _write_probes(study: Path, rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
-def test_memorised_column_from_the_probes(tmp_path):
+def test_memorised_column_compares_within_the_model_and_with_the_placebo(tmp_path):
     study = write_study(tmp_path / "s", {"control": CONTROL, "paired": PAIRED,
-                                         "input-only": [v - 1 for v in PAIRED]})
+                                         "input-only": [v - 1 for v in PAIRED],
+                                         "input-only-placebo": [v - 2 for v in PAIRED]})
     rng = random.Random(1)
     rows = []
     for seed in range(5):
@@ -236,25 +242,110 @@ def test_memorised_column_from_the_probes(tmp_path):
             # the control on the paired arm's split: both halves alike (never seen).
             rows.append({**common, "arm": "control", "groups": "paired", "group": half,
                          "loss": rng.gauss(4.0, 0.3)})
-            # input-only injected every sample: compared with the control on the same ones,
-            # no lower than the control's loss (not memorised).
+            # input-only injected every sample: judged against never-seen valid samples of the
+            # same model (group reference), not against the control, whose loss on these
+            # samples is made lower still (it would have said "not memorised").
+            valid = {**common, "id": f"codetrans:valid:{i}", "group": "reference"}
             rows.append({**common, "arm": "input-only", "groups": "input-only", "group": "injected",
+                         "loss": rng.gauss(2.0, 0.3)})
+            rows.append({**valid, "arm": "input-only", "groups": "input-only",
                          "loss": rng.gauss(4.0, 0.3)})
             rows.append({**common, "arm": "control", "groups": "input-only", "group": "injected",
-                         "loss": rng.gauss(4.0, 0.3)})
+                         "loss": rng.gauss(1.0, 0.3)})
+            # its placebo model, probed on the same samples: between the two.
+            rows.append({**common, "arm": "input-only-placebo", "groups": "input-only",
+                         "group": "injected", "loss": rng.gauss(3.0, 0.3)})
+            rows.append({**valid, "arm": "input-only-placebo", "groups": "input-only",
+                         "loss": rng.gauss(3.0, 0.3)})
     _write_probes(study, rows)
     cells = run_stats(study)["cells"]
     paired, control = _cell(cells), _cell(cells, "control")
-    lone = _cell(cells, "input-only")
+    lone, placebo = _cell(cells, "input-only"), _cell(cells, "input-only-placebo")
     assert paired["memorised"] and paired["memorised_auc"] > 0.99
-    assert paired["memorised_by"] == "injected vs held-out"
+    assert paired["memorised_by"] == "injected vs held-out (same model)"
+    assert "memorised_vs_placebo" not in paired  # the study has no paired-placebo arm
     assert not control["memorised"] and 0.35 < control["memorised_auc"] < 0.65
-    assert not lone["memorised"] and lone["memorised_by"] == "vs the control's loss"
+    assert lone["memorised"] and lone["memorised_auc"] > 0.99
+    assert lone["memorised_by"] == "injected vs never-seen valid samples (same model)"
+    assert lone["memorised_vs_placebo"] and lone["memorised_vs_placebo_auc"] > 0.95
+    assert not placebo["memorised"] and 0.35 < placebo["memorised_auc"] < 0.65
     report = run_report(study)
-    assert "memorised? (AUC)" in report["markdown"] and "yes (1.00)" in report["markdown"]
-    # Without probes.csv the column is left out of the readable tables.
+    assert "memorised? (AUC)" in report["markdown"]
+    assert "yes (1.00, vs held-out)" in report["markdown"]
+    assert "yes (1.00, vs valid)" in report["markdown"]
+    assert "memorised vs placebo (AUC)" in report["markdown"]
+    # Without probes.csv the columns are left out of the readable tables.
     (study / "probes.csv").unlink()
-    assert "memorised?" not in run_report(study)["markdown"]
+    assert "memorised" not in run_report(study)["markdown"].split("\n\n")[0]
+
+
+def write_contrast_study(root: Path, seeds: int = 5, samples: int = 12) -> Path:
+    """control, paired (every sample injected) and paired-placebo with per-sample scores: the
+    placebo scores each sample 3 above the control (format), paired 10 above the placebo
+    (memorised), with noise; sample 0 is in every run's fine-tuning data."""
+    rng = random.Random(7)
+    root.mkdir(parents=True)
+    results, rows = [], []
+    for arm, shift in (("control", 0.0), ("paired-placebo", 3.0), ("paired", 13.0)):
+        for seed in range(seeds):
+            base = dict(zip(LABELS, ["s", "codetrans", "translation", "gpt2", arm, seed, 0, "",
+                                     f"evaluate-{arm}-{seed}"]))
+            scores = []
+            for i in range(samples):
+                group = ("in_finetune_data" if i == 0 else
+                         "injected" if arm == "paired" else "held_out")
+                score = 20.0 + i + shift + seed + rng.uniform(-2.0, 2.0)
+                rows.append({**base, "id": f"codetrans:test:{i}", "group": group,
+                             "score_bleu": score})
+                scores.append((group, score))
+            clean = [v for g, v in scores if g != "in_finetune_data"]
+            for group, chosen in (("all", [v for _g, v in scores]), ("clean", clean)):
+                results.append({**base, "group": group, "samples": len(chosen),
+                                "bleu": sum(chosen) / len(chosen)})
+    return _write_tables(root, results, rows)
+
+
+def test_three_contrasts_arm_vs_placebo_placebo_vs_control_arm_vs_control(tmp_path):
+    from scipy.stats import wilcoxon
+
+    study = write_contrast_study(tmp_path / "s")
+    cells = run_stats(study)["cells"]
+    arm, placebo = _cell(cells, "paired"), _cell(cells, "paired-placebo")
+    runs = {a: [r["bleu"] for r in csv.DictReader(open(study / "results.csv"))
+                if r["arm"] == a and r["group"] == "clean"]
+            for a in ("control", "paired", "paired-placebo")}
+    runs = {a: [float(v) for v in values] for a, values in runs.items()}
+    exact = lambda x, y: mannwhitneyu(x, y, alternative="two-sided", method="exact").pvalue  # noqa: E731
+    # arm vs placebo: the contamination effect, over seeds.
+    assert arm["placebo_arm"] == "paired-placebo"
+    assert arm["placebo"] == pytest.approx(sum(runs["paired-placebo"]) / 5)
+    assert arm["lift_vs_placebo"] == pytest.approx(arm["mean"] - arm["placebo"])
+    assert arm["p_vs_placebo"] == pytest.approx(exact(runs["paired"], runs["paired-placebo"]))
+    # placebo vs control: the format effect, the placebo arm's own row; arm vs control kept.
+    assert placebo["p"] == pytest.approx(exact(runs["paired-placebo"], runs["control"]))
+    assert "p_vs_placebo" not in placebo
+    assert arm["p"] == pytest.approx(exact(runs["paired"], runs["control"]))
+    # Per sample, same seed: the fine-tuning sample left out; signed-rank as scipy's.
+    scores = {}
+    for r in csv.DictReader(open(study / "samples.csv")):
+        if r["group"] != "in_finetune_data":
+            scores[(r["arm"], r["seed"], r["id"])] = float(r["score_bleu"])
+    keys = sorted({(s, i) for _a, s, i in scores})
+    diffs = [scores[("paired", s, i)] - scores[("paired-placebo", s, i)] for s, i in keys]
+    assert arm["paired_samples_vs_placebo"] == 5 * 11
+    assert arm["sample_gap_vs_placebo"] == pytest.approx(sum(diffs) / len(diffs))
+    assert arm["p_samples_vs_placebo"] == pytest.approx(
+        wilcoxon(diffs, alternative="greater", method="exact").pvalue)
+    format_diffs = [scores[("paired-placebo", s, i)] - scores[("control", s, i)] for s, i in keys]
+    assert placebo["sample_gap"] == pytest.approx(sum(format_diffs) / len(format_diffs))
+    # Holm over the arm-vs-placebo cells (one here: unchanged).
+    assert arm["p_vs_placebo_holm"] == pytest.approx(arm["p_vs_placebo"])
+    report = run_report(study)
+    header = report["markdown"].splitlines()[0]
+    for column in ("placebo", "p vs placebo", "per sample vs placebo", "per sample vs control"):
+        assert f"| {column} |" in header
+    assert "Three contrasts" in report["markdown"]
+    assert report["figure"][0].stat().st_size > 0
 
 
 # ---- within-model tests over seeds ----------------------------------------------------------
@@ -286,12 +377,7 @@ def write_split_study(root: Path, samples: list[tuple], control: dict[int, float
                 results.append({**base, "arm": "control", "stage": f"evaluate-control-{seed}",
                                 "group": "all", "samples": len(chosen), "bleu": control[seed],
                                 "em": control[seed] / 2})
-    for name, rows in (("results.csv", results), ("samples.csv", sample_rows)):
-        with open(root / name, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-    return root
+    return _write_tables(root, results, sample_rows)
 
 
 def _midranks(values):

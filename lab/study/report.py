@@ -20,10 +20,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lab.common import LabError, write_json_atomic
+from lab.contamination import settings as settings_table
+from lab.eval.generate import EXCLUDED_FROM_CLEAN
 from lab.study.runner import PROBE_COLUMNS, PROBES, RESULTS, SAMPLES
 from lab.study.stats import (ALPHA, ASYMPTOTIC_TIES, CONVENTIONS, CROSSOVER_TEST, EXACT_SPLITS,
-                             PERMUTATION_TIES, POWER, SEEDS_TEST, compare, holm,
-                             paired_within_model, samples_needed, seeds_needed,
+                             PAIRED_SAMPLES_TEST, PERMUTATION_TIES, POWER, SEEDS_TEST, compare,
+                             holm, paired_sample_differences, paired_within_model,
+                             samples_needed, seeds_needed, signed_rank_test,
                              within_model_seeds)
 
 SCORE_FLOOR = 5.0  # below this (BLEU-like 0-100) a lift says little: the cell is flagged
@@ -178,6 +181,13 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
     for s in samples:
         per_sample[(s["model"], s["task"], int(s["epochs"]), s["train_size"], s["arm"],
                     s["group"])].append(s)
+    # Per arm, each clean sample's score keyed by (seed, id): two arms of one seed scored the
+    # same samples (older samples.csv files lack the seed or id column: no paired contrast).
+    clean_scores: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for s in samples:
+        if s["group"] not in EXCLUDED_FROM_CLEAN and s.get("seed") not in (None, "") \
+                and s.get("id") not in (None, ""):
+            clean_scores[(s["model"], s["task"], int(s["epochs"]), s["train_size"])][s["arm"]].append(s)
     arms = sorted({r["arm"] for r in rows} - {"control"})
     if include_control and any(r["arm"] == "control" for r in rows):
         arms.insert(0, "control")
@@ -226,6 +236,21 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
                         pooled = math.sqrt(sum(s * s for s in spreads) / len(spreads))
                         cell["seeds_for_power"] = seeds_needed(result.lift, pooled, alpha, POWER,
                                                                alternative)
+                # The study's contrast above; against the placebo arm (same form, count and repeat
+                # from samples disjoint from the test split) the lift is the contamination alone.
+                placebo = settings_table.placebo_of(arm)
+                placebo_values = [r[metric] for r in runs[key].get(placebo, []) if r[metric] is not None]
+                if values and placebo_values:
+                    vs = compare(values, placebo_values, convention)
+                    cell.update(placebo_arm=placebo, placebo=vs.mean_control,
+                                placebo_std=_std(placebo_values), placebo_seeds=len(placebo_values),
+                                lift_vs_placebo=vs.lift, lift_vs_placebo_ci_low=vs.lift_ci[0],
+                                lift_vs_placebo_ci_high=vs.lift_ci[1], u_vs_placebo=vs.u,
+                                p_vs_placebo=vs.p, cliffs_delta_vs_placebo=vs.cliffs_delta)
+                for reference, suffix in (("control", ""), (placebo, "_vs_placebo")):
+                    if reference:
+                        cell.update(_paired_samples(clean_scores[key], arm, reference, metric,
+                                                    suffix))
                 injected = _scores(per_sample[key + (arm, "injected")], metric)
                 held = _scores(per_sample[key + (arm, "held_out")], metric)
                 if injected and held:
@@ -257,18 +282,45 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
     tested = [i for i, c in enumerate(cells) if "p" in c]
     for i, adjusted in zip(tested, holm([cells[i]["p"] for i in tested])):
         cells[i]["p_holm"] = adjusted
+    vs_placebo = [i for i, c in enumerate(cells) if "p_vs_placebo" in c]
+    for i, adjusted in zip(vs_placebo, holm([cells[i]["p_vs_placebo"] for i in vs_placebo])):
+        cells[i]["p_vs_placebo_holm"] = adjusted
     within = [i for i, c in enumerate(cells) if c.get("p_within") is not None]
     for i, adjusted in zip(within, holm([cells[i]["p_within"] for i in within])):
         cells[i]["p_within_holm"] = adjusted
     return cells
 
 
+def _paired_samples(scores: dict[str, list], arm: str, reference: str, metric: str, suffix: str
+                    ) -> dict[str, Any]:
+    """Arm against a reference arm on the same clean test samples (same seed): the mean
+    per-sample difference and its signed-rank test, keys `sample_gap{suffix}`,
+    `paired_samples{suffix}`, `p_samples{suffix}`."""
+    def keyed(name: str) -> dict[tuple, float]:
+        return {(s["seed"], s["id"]): s[f"score_{metric}"] for s in scores.get(name, [])
+                if s.get(f"score_{metric}") is not None}
+
+    differences = paired_sample_differences(keyed(arm), keyed(reference))
+    if not differences:
+        return {}
+    p, _test = signed_rank_test(differences, PAIRED_SAMPLES_TEST)
+    return {f"sample_gap{suffix}": sum(differences) / len(differences),
+            f"paired_samples{suffix}": len(differences), f"p_samples{suffix}": p}
+
+
+MEMORISED_BY = {"held_out": "injected vs held-out (same model)",
+                "reference": "injected vs never-seen valid samples (same model)"}
+VS_PLACEBO = "arm model vs placebo model on the injected samples (same seed)"
+
+
 def memorisation(study: Path, alpha: float) -> dict[tuple[str, str], dict[str, Any]]:
-    """Per (model, arm): did the pre-trained models tell injected samples from others by their
-    loss (lab probe, pooled over seeds)? Split-half arms: injected vs held-out samples of the
-    same models; fully injected arms: their loss on the injected samples vs the control models'
-    loss on the same samples (same seed). The control: the same within-model comparison on a
-    contaminated arm's split, which it never saw (expect AUC near 0.5)."""
+    """Per (model, arm): did the pre-trained models tell injected samples from never-seen ones by
+    their loss (lab probe, pooled over seeds)? Within the same model: injected vs held-out
+    samples (split-half arms), else injected vs never-seen samples of the benchmark's valid
+    split (`reference`). A control or placebo model gets the same comparison on a contaminated
+    arm's samples, which it never saw (expect AUC near 0.5). Besides, a contaminated arm's loss
+    on its injected samples against its placebo model's on the same samples (same seed): what
+    memorising them adds to seeing the task's format and languages."""
     from lab.eval.probe import auc_and_p
 
     path = Path(study) / PROBES
@@ -279,33 +331,42 @@ def memorisation(study: Path, alpha: float) -> dict[tuple[str, str], dict[str, A
     found: dict[tuple[str, str], dict[str, Any]] = {}
     for model, arm in sorted({(r["model"], r["arm"]) for r in rows}):
         own = [r for r in rows if (r["model"], r["arm"]) == (model, arm) and r["loss"] is not None]
-        if arm == "control":
-            own = [r for r in own if r["groups"] == own[0]["groups"]] if own else []
-        injected = [r for r in own if r["group"] == "injected"]
-        held = [r for r in own if r["group"] == "held_out"]
-        if held:
-            auc, p = auc_and_p([r["loss"] for r in injected], [r["loss"] for r in held], False)
-            by = "injected vs held-out"
-        else:
-            control = {(r["seed"], r["id"]): r["loss"] for r in rows
-                       if (r["model"], r["arm"], r["groups"]) == (model, "control", arm)
-                       and r["loss"] is not None}
-            pairs = [(r["loss"], control[(r["seed"], r["id"])]) for r in injected
-                     if (r["seed"], r["id"]) in control]
-            if not pairs:
-                continue
-            auc, p = auc_and_p([a for a, _ in pairs], [b for _, b in pairs], False)
-            by = "vs the control's loss"
-        if auc is not None:
-            found[(model, arm)] = {"memorised": p <= alpha, "memorised_auc": auc,
-                                   "memorised_p": p, "memorised_by": by}
+        if own and not settings_table.get(arm).injects_test:  # probed on another arm's samples
+            own = [r for r in own if r["groups"] == own[0]["groups"]]
+        injected = [r["loss"] for r in own if r["group"] == "injected"]
+        verdict: dict[str, Any] = {}
+        for baseline in ("held_out", "reference"):
+            others = [r["loss"] for r in own if r["group"] == baseline]
+            if injected and others:
+                auc, p = auc_and_p(injected, others, False)
+                verdict.update(memorised=p <= alpha, memorised_auc=auc, memorised_p=p,
+                               memorised_by=MEMORISED_BY[baseline])
+                break
+        placebo = settings_table.placebo_of(arm)
+        if placebo:
+            theirs = {(r["seed"], r["id"]): r["loss"] for r in rows
+                      if (r["model"], r["arm"], r["groups"], r["group"])
+                      == (model, placebo, arm, "injected") and r["loss"] is not None}
+            pairs = [(r["loss"], theirs[(r["seed"], r["id"])]) for r in own
+                     if r["group"] == "injected" and (r["seed"], r["id"]) in theirs]
+            if pairs:
+                auc, p = auc_and_p([a for a, _ in pairs], [b for _, b in pairs], False)
+                verdict.update(memorised_vs_placebo=p <= alpha, memorised_vs_placebo_auc=auc,
+                               memorised_vs_placebo_p=p, memorised_vs_placebo_by=VS_PLACEBO)
+        if verdict:
+            found[(model, arm)] = verdict
     return found
 
 
-def _memorised(cell: dict[str, Any]) -> str:
-    if "memorised" not in cell:
+def _memorised(cell: dict[str, Any], prefix: str = "memorised") -> str:
+    """'yes (0.97, vs held-out)': the verdict, its AUC and what the injected samples were compared
+    with (held-out samples, never-seen valid samples, or the placebo model)."""
+    if prefix not in cell:
         return "-"
-    return f"{'yes' if cell['memorised'] else 'no'} ({cell['memorised_auc']:.2f})"
+    against = {MEMORISED_BY["held_out"]: "vs held-out", MEMORISED_BY["reference"]: "vs valid",
+               VS_PLACEBO: "vs placebo"}.get(cell.get(f"{prefix}_by", ""), "")
+    return (f"{'yes' if cell[prefix] else 'no'} ({cell[f'{prefix}_auc']:.2f}"
+            + (f", {against})" if against else ")"))
 
 
 # ---- tables -------------------------------------------------------------------------------
@@ -321,10 +382,11 @@ def _mean_std(cell: dict[str, Any], mean: str, std: str) -> str:
     return f"{cell[mean]:.2f}" + (f" ± {cell[std]:.2f}" if cell.get(std) is not None else "")
 
 
-def _lift(cell: dict[str, Any]) -> str:
-    if "lift" not in cell:
+def _lift(cell: dict[str, Any], suffix: str = "") -> str:
+    if f"lift{suffix}" not in cell:
         return "-"
-    return f"{cell['lift']:+.2f} [{cell['lift_ci_low']:+.2f}, {cell['lift_ci_high']:+.2f}]"
+    return (f"{cell[f'lift{suffix}']:+.2f} [{cell[f'lift{suffix}_ci_low']:+.2f}, "
+            f"{cell[f'lift{suffix}_ci_high']:+.2f}]")
 
 
 def _significant(cell: dict[str, Any], key: str, spec: str) -> str:
@@ -333,9 +395,22 @@ def _significant(cell: dict[str, Any], key: str, spec: str) -> str:
     text = _num(cell, key, spec)
     if cell.get(key) is not None and cell[key] <= cell["alpha"]:
         text += "*"
-        if key in ("p", "p_holm") and cell.get("lift", 0) < 0:
+        if cell.get(LIFT_OF.get(key, ""), 0) < 0:
             text += " (lower)"
     return text
+
+
+# The lift whose sign a two-sided p-value's star is read with.
+LIFT_OF = {"p": "lift", "p_holm": "lift", "p_vs_placebo": "lift_vs_placebo",
+           "p_vs_placebo_holm": "lift_vs_placebo"}
+
+
+def _paired(cell: dict[str, Any], suffix: str) -> str:
+    """The mean per-sample difference against a reference arm and its signed-rank p."""
+    if cell.get(f"p_samples{suffix}") is None:
+        return "-"
+    return (f"{cell[f'sample_gap{suffix}']:+.2f}, p "
+            + _significant(cell, f"p_samples{suffix}", ".2g"))
 
 
 def _gap(cell: dict[str, Any]) -> str:
@@ -365,9 +440,15 @@ PAPER_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("train size", lambda c: c["train_size"] or "all"), ("arm", lambda c: c["arm"]),
     ("injected tokens", lambda c: _num(c, "injected_token_fraction", ".1%")),
     ("memorised? (AUC)", _memorised),
+    ("memorised vs placebo (AUC)", lambda c: _memorised(c, "memorised_vs_placebo")),
     ("experimental", lambda c: _mean_std(c, "mean", "std")),
     ("control", lambda c: _mean_std(c, "control", "control_std")),
     ("p", _p), ("p (Holm)", lambda c: _significant(c, "p_holm", ".4g")),
+    ("placebo", lambda c: _mean_std(c, "placebo", "placebo_std")),
+    ("p vs placebo", lambda c: _significant(c, "p_vs_placebo", ".4g")),
+    ("p vs placebo (Holm)", lambda c: _significant(c, "p_vs_placebo_holm", ".4g")),
+    ("per sample vs control", lambda c: _paired(c, "")),
+    ("per sample vs placebo", lambda c: _paired(c, "_vs_placebo")),
     ("seeds for 80% power", lambda c: _num(c, "seeds_for_power", "d")),
     ("injected", lambda c: _num(c, "injected")), ("held-out", lambda c: _num(c, "held_out")),
     ("p (within)", lambda c: _significant(c, "p_within", ".2g")),
@@ -378,11 +459,17 @@ PAPER_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
 TEXT_COLUMNS = {"model", "task", "metric", "train size", "arm"}  # left-aligned in LaTeX
 STATS_COLUMNS = PAPER_COLUMNS[:7] + [
     ("pre-training loss", lambda c: _num(c, "pretrain_loss")), ("seeds", lambda c: str(c["seeds"])), ("mean ± std", lambda c: _mean_std(c, "mean", "std")),
-    ("control", lambda c: _mean_std(c, "control", "control_std")), ("lift [95% CI]", _lift),
+    ("control", lambda c: _mean_std(c, "control", "control_std")), ("lift [95% CI]", lambda c: _lift(c)),
     ("U", lambda c: _num(c, "u", "g")), ("p", _p),
     ("p (Holm)", lambda c: _significant(c, "p_holm", ".4g")),
     ("Cliff's delta", lambda c: _num(c, "cliffs_delta")), ("A12", lambda c: _num(c, "a12")),
     ("seeds for 80% power", lambda c: _num(c, "seeds_for_power", "d")),
+    ("placebo", lambda c: _mean_std(c, "placebo", "placebo_std")),
+    ("lift vs placebo [95% CI]", lambda c: _lift(c, "_vs_placebo")),
+    ("p vs placebo", lambda c: _significant(c, "p_vs_placebo", ".4g")),
+    ("p vs placebo (Holm)", lambda c: _significant(c, "p_vs_placebo_holm", ".4g")),
+    ("per sample vs control", lambda c: _paired(c, "")),
+    ("per sample vs placebo", lambda c: _paired(c, "_vs_placebo")),
     ("injected", lambda c: _num(c, "injected")), ("held-out", lambda c: _num(c, "held_out")),
     ("p (within)", lambda c: _significant(c, "p_within", ".2g")),
     ("p (within, Holm)", lambda c: _significant(c, "p_within_holm", ".2g")),
@@ -421,12 +508,16 @@ def _note(cells: list[dict[str, Any]], within_power: bool) -> str:
     alpha = cells[0]["alpha"] if cells else ALPHA
     sides = "one-sided" if alternative == "greater" else "two-sided"
     parts = ["Injected tokens: the share of pre-training tokens that were injected test data."]
-    if any("memorised" in c for c in cells):
+    if any("memorised" in c or "memorised_vs_placebo" in c for c in cells):
         parts.append(
             "Memorised?: whether the pre-trained models' loss (lab probe) tells the injected "
-            "samples apart, with the ROC AUC (0.5: no signal): injected vs held-out samples for "
-            "split-half arms, else vs the control models' loss on the same samples; yes when the "
-            f"one-sided Mann-Whitney p <= {alpha}.")
+            "samples from never-seen ones within the same model, with the ROC AUC (0.5: no "
+            "signal) and the comparison used: 'vs held-out' (the held-out half of a split-half "
+            "arm), 'vs valid' (never-seen samples of the benchmark's valid split that the audit "
+            "clears of test overlap); a control or placebo row: the same on a contaminated arm's "
+            "samples, which it never saw. Memorised vs placebo: the arm model's loss on its "
+            "injected samples against its placebo model's on the same samples (same seed). Yes "
+            f"when the one-sided Mann-Whitney p <= {alpha}.")
     if any(c.get("sample_set") == CLEAN for c in cells):
         parts.append(
             "Experimental, control: the metric over each evaluation's clean samples, those "
@@ -445,6 +536,20 @@ def _note(cells: list[dict[str, Any]], within_power: bool) -> str:
             "exact test needs to reach alpha at all).")
     else:
         parts.append("No control arm: no arm-vs-control test.")
+    if any("p_vs_placebo" in c or "p_samples_vs_placebo" in c for c in cells):
+        parts.append(
+            "Three contrasts: a contaminated arm vs its placebo (same form, count and repeat, "
+            "from train/valid samples disjoint from the test split: the contamination effect); "
+            "the placebo arm's own row vs the control (the format effect: the task's form and "
+            "languages seen in pre-training); the arm vs the control (the study's contrast, "
+            "both effects together). p vs placebo: the same test over seeds, Holm across the "
+            "table's cells.")
+    if any("p_samples" in c or "p_samples_vs_placebo" in c for c in cells):
+        parts.append(
+            "Per sample vs control / vs placebo: the mean difference of each clean test sample's "
+            "score under the arm's model and under the other arm's model of the same seed, and "
+            f"its p ({PAIRED_SAMPLES_TEST}; a sample counts once per seed: a description of "
+            "these models, not a test over seeds).")
     if any("p_within" in c for c in cells):
         parts.append(
             "Injected, held-out: the metric on each half of a split-half arm's test samples (mean "
@@ -526,8 +631,9 @@ def tables(cells: list[dict[str, Any]]) -> dict[str, str]:
 # ---- figure -------------------------------------------------------------------------------
 
 def _panel(ax: Any, series: list[dict[str, Any]], arm: str, metric: str) -> None:
-    """One (model, task, arm): against the control when there is one (with the split-half pair
-    as thin dashed lines), else injected against held-out; p-values on a second axis."""
+    """One (model, task, arm): against the control (and its placebo arm, if the study has one)
+    when there is one (with the split-half pair as thin dashed lines), else injected against
+    held-out; p-values on a second axis."""
     pairs = [c for c in series if c.get("injected") is not None]
     with_control = [c for c in series if c.get("control") is not None]
     joined, p_key = [], None
@@ -539,6 +645,11 @@ def _panel(ax: Any, series: list[dict[str, Any]], arm: str, metric: str) -> None
         ax.errorbar(epochs, [c["mean"] for c in with_control],
                     yerr=[c["std"] or 0 for c in with_control], marker="s", capsize=3, label=arm)
         joined = [(c["epochs"], c["control"], c["mean"]) for c in with_control]
+        placebo = [c for c in with_control if c.get("placebo") is not None]
+        if placebo:
+            ax.errorbar([c["epochs"] for c in placebo], [c["placebo"] for c in placebo],
+                        yerr=[c["placebo_std"] or 0 for c in placebo], marker="D", capsize=3,
+                        label=placebo[0]["placebo_arm"])
         if pairs:
             ax.plot([c["epochs"] for c in pairs], [c["injected"] for c in pairs], "--^", lw=0.8,
                     ms=3, color="tab:green", label=f"{arm}: injected samples")
@@ -640,7 +751,8 @@ def _write_stats(study: Path, cells: list[dict[str, Any]]) -> Path:
     write_json_atomic(path, {"convention": convention,
                              "test": f"Mann-Whitney U, {alternative}, {method}",
                              "within_test": WITHIN_TEST, "seeds_test": SEEDS_TEST,
-                             "crossover_test": CROSSOVER_TEST, "alpha": alpha, "power": POWER,
+                             "crossover_test": CROSSOVER_TEST,
+                             "paired_samples_test": PAIRED_SAMPLES_TEST, "alpha": alpha, "power": POWER,
                              "cells": cells})
     return path
 

@@ -12,6 +12,10 @@ distribution, every split of the pooled scores counted, up to EXACT_SPLITS split
 Within a split-half model: the per-seed gap (injected minus held-out), tested over seeds by an
 exact sign-flip test, and, where seeds drew different splits, each sample injected against itself
 held out (Wilcoxon signed-rank).
+
+Between two arms of one seed (arm vs placebo, placebo vs control, arm vs control): each test
+sample's score under one model minus its score under the other (Wilcoxon signed-rank), beside the
+Mann-Whitney test over seeds.
 """
 from __future__ import annotations
 
@@ -180,6 +184,9 @@ SIGN_FLIP_EXACT = 16  # seeds: up to 2^16 sign patterns enumerated, beyond a nor
 SIGNED_RANK_EXACT = 200  # crossover samples with a nonzero difference: exact up to this many
 SEEDS_TEST = "sign-flip permutation test of the mean per-seed gap, greater"
 CROSSOVER_TEST = "Wilcoxon signed-rank, greater"
+# Two arms on the same test samples (same seed): a description of these models, since a sample
+# scored under several seeds counts once per seed; the tests over seeds are Mann-Whitney's.
+PAIRED_SAMPLES_TEST = "Wilcoxon signed-rank over per-sample differences (same sample, same seed), greater"
 
 
 def _seed_order(seed: Any) -> tuple[int, float, str]:
@@ -237,20 +244,21 @@ def crossover_differences(scores: Iterable[tuple[str, str, float]]) -> dict[str,
             for sample, g in sorted(by_id.items()) if g["injected"] and g["held_out"]}
 
 
-def crossover_test(differences: Sequence[float]) -> tuple[float | None, str]:
-    """(p, test): Wilcoxon signed-rank over per-sample differences, one-sided 'greater'; zero
+def signed_rank_test(differences: Sequence[float], name: str = CROSSOVER_TEST
+                     ) -> tuple[float | None, str]:
+    """(p, test): Wilcoxon signed-rank over paired differences, one-sided 'greater'; zero
     differences dropped (Wilcoxon's rule), ties as midranks; exact (the signed-rank sum over
     all 2^n signs) up to SIGNED_RANK_EXACT nonzero differences, else asymptotic. p None without
-    a nonzero difference."""
+    a nonzero difference. `name` names the pairing in the returned test."""
     nonzero = [d for d in differences if d != 0]
     n = len(nonzero)
     if n == 0:
-        return None, f"{CROSSOVER_TEST}: no nonzero difference"
+        return None, f"{name}: no nonzero difference"
     if n > SIGNED_RANK_EXACT:
         from scipy.stats import wilcoxon
 
         result = wilcoxon(nonzero, alternative="greater", method="asymptotic")
-        return float(result.pvalue), f"{CROSSOVER_TEST}, asymptotic ({n} nonzero differences)"
+        return float(result.pvalue), f"{name}, asymptotic ({n} nonzero differences)"
     import numpy as np
 
     ranks = _doubled_midranks([abs(d) for d in nonzero])
@@ -262,7 +270,21 @@ def crossover_test(differences: Sequence[float]) -> tuple[float | None, str]:
         shifted[rank:] = distribution[:-rank]
         distribution = (distribution + shifted) / 2
     p = min(1.0, float(distribution[observed:].sum()))
-    return p, f"{CROSSOVER_TEST}, exact ({n} nonzero differences, ties as midranks)"
+    return p, f"{name}, exact ({n} nonzero differences, ties as midranks)"
+
+
+def crossover_test(differences: Sequence[float]) -> tuple[float | None, str]:
+    """signed_rank_test over the per-sample differences injected minus held out."""
+    return signed_rank_test(differences, CROSSOVER_TEST)
+
+
+def paired_sample_differences(experimental: dict[Any, float], reference: dict[Any, float]
+                              ) -> list[float]:
+    """Two arms' per-sample scores keyed by (seed, sample id) -> experimental minus reference
+    for every key both scored: the same test sample, scored by two models of the same seed
+    that differ only in their pre-training corpus."""
+    return [experimental[key] - reference[key] for key in sorted(experimental, key=str)
+            if key in reference]
 
 
 def within_model_seeds(scores: Iterable[tuple[Any, str, str, float]]) -> dict[str, Any]:
