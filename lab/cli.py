@@ -290,17 +290,26 @@ def probe(
 
     result = run_probe(model, out, groups, form, min_k, max_samples, max_names, batch_size,
                        corpora, force)
+    # The never-seen group the injected one is compared with: held-out samples, else reference
+    # samples of the validation split (an arm without a held-out half).
+    baseline = result.get("baseline") or "held_out"
     rows = []
     for name, probe_summary in result["probes"].items():
         rows.append({"probe": name, **{k: _fmt(probe_summary[k]) for k in
-                                       ("injected", "held_out", "gap", "auc")},
+                                       ("injected", baseline, "gap", "auc")},
                      "p": _fmt(probe_summary["p"], ".2g"),
-                     "samples": "/".join(str(v) for v in probe_summary["samples"].values())})
+                     "samples": "/".join(str(probe_summary["samples"][g])
+                                         for g in ("injected", baseline))})
     console.print(_table(f"{result['family']} {result['form']} form, {result['samples']} samples "
                          f"(groups: {result['groups']})", rows,
-                         ["probe", "injected", "held_out", "gap", "auc", "p", "samples"]))
-    console.print("AUC: how well the probe tells injected from held-out samples (0.5: not at "
-                  "all); p: one-sided Mann-Whitney U, asymptotic.", markup=False)
+                         ["probe", "injected", baseline, "gap", "auc", "p", "samples"]))
+    against = {"held_out": "held-out samples",
+               "reference": "never-seen samples of the validation split"}[baseline]
+    console.print(f"AUC: how well the probe tells injected from {against} (0.5: not at all); "
+                  "p: one-sided Mann-Whitney U, asymptotic.", markup=False)
+    missing = (result.get("reference") or {}).get("missing")
+    if missing:
+        console.print(f"no never-seen baseline: {missing}", markup=False, soft_wrap=True)
     console.print(f"per-sample probes and summary: {result['out']}", markup=False, soft_wrap=True)
 
 

@@ -79,6 +79,10 @@ def test_probe_each_family(models, tmp_path, name):
     means = {g: sum(r["loss"] for r in rows if r["group"] == g) / sum(r["group"] == g for r in rows)
              for g in ("injected", "held_out")}
     assert probes["loss"]["gap"] == pytest.approx(means["injected"] - means["held_out"])
+    # A split-half arm is judged against its held-out half: no reference samples.
+    assert {r["group"] for r in rows} == {"injected", "held_out"}
+    assert result["baseline"] == "held_out" and result["reference"] is None
+    assert all(s["baseline"] == "held_out" and s["reference"] is None for s in probes.values())
 
 
 @pytest.mark.parametrize("setting, form, texts", [
@@ -155,3 +159,142 @@ def test_a_placebo_corpus_has_no_test_samples_to_probe(tiny_corpora, tmp_path):
     assert chosen["setting"] == "unpaired" and len(chosen["injected"]) == 15
     assert "unpaired-placebo" not in SETTING_FORMS
     assert SETTING_FORMS["unpaired"] == settings.get("unpaired-placebo").form == "unpaired"
+
+
+# --- arms without a held-out half: never-seen valid samples as the baseline --------------------
+
+@pytest.fixture(scope="module")
+def full_arm(micro_world, tmp_path_factory):
+    """A paired arm that injected every one of the first 40 CodeTrans test samples (no held-out
+    half) and a micro GPT-2 pre-trained on it."""
+    from lab.contamination.inject import InjectConfig, run_inject
+
+    root = tmp_path_factory.mktemp("full-arm")
+    run_inject(InjectConfig(benchmark="codetrans", setting="paired", seed=3, samples=40,
+                            base_splits=("valid",), limit=700, out=root / "corpus"))
+    run_pretrain(PretrainConfig(
+        model="gpt2", corpus=root / "corpus", tokenizer=micro_world / "tok", out=root / "gpt2",
+        preset="micro", max_steps=12, lr=3e-3, batch_size=8, block_size=128, seed=0,
+        save_steps=100, cache_dir=root / "cache"))
+    return root
+
+
+def _rows(folder):
+    return [json.loads(line) for line in (folder / "probes.jsonl").read_text().splitlines()]
+
+
+def test_fully_injected_arm_is_judged_against_never_seen_valid_samples(full_arm, tmp_path):
+    from lab.codetokens import normalized_hash, whitespace_hash
+    from lab.contamination.audit import run_audit
+    from lab.corpora import load_samples
+
+    result = run_probe(full_arm / "gpt2", tmp_path / "p", max_samples=25, max_names=8)
+    rows = _rows(tmp_path / "p")
+    injected = [r for r in rows if r["group"] == "injected"]
+    reference = [r for r in rows if r["group"] == "reference"]
+    assert len(injected) == 25 and len(reference) == 25 and len(rows) == result["samples"] == 50
+    # Every probe column, extraction included, for the reference samples too.
+    assert all(set(r) == set(injected[0]) for r in rows)
+    assert all(r["loss"] > 0 and r["extraction"] is not None for r in reference)
+
+    tests = load_samples("codetrans", "test").records
+    valid = {s.id: s for s in load_samples("codetrans", "valid").records}
+    assert all(r["id"] in valid for r in reference)
+    assert {r["id"] for r in reference}.isdisjoint(s.id for s in tests)
+    # No reference sample equals a test sample on either side (after whitespace or comment
+    # normalisation), nor does `lab audit` find it near-duplicated in the test split.
+    for key in (whitespace_hash, normalized_hash):
+        test_sides = {key(text) for s in tests for text in (s.input, s.output)}
+        assert not any(key(text) in test_sides for r in reference
+                       for text in (valid[r["id"]].input, valid[r["id"]].output))
+    audit = run_audit("codetrans", ["valid"], against="codetrans:test")
+    leaked = {row["id"] for row in audit["rows"] if row["leaked"]}
+    assert leaked and leaked.isdisjoint(r["id"] for r in reference)
+
+    record = result["reference"]
+    assert result["baseline"] == "reference" and record["split"] == "valid"
+    assert record["seed"] == "reference" and record["requested"] == record["count"] == 25
+    found = record["eligibility"]
+    assert found["candidates"] == len(valid) and found["overlapping_test"] == len(leaked)
+    assert found["eligible"] == (found["candidates"] - found["overlapping_test"]
+                                 - found["duplicates_dropped"]) > 25
+    # The AUC, p and gap are injected against reference.
+    for probe, summary in result["probes"].items():
+        higher = summary["higher_means_seen"]
+        values = {g: [r[probe] for r in rows if r["group"] == g and r[probe] is not None]
+                  for g in ("injected", "reference")}
+        assert summary["baseline"] == "reference" and summary["held_out"] is None
+        assert summary["samples"] == {"injected": len(values["injected"]), "held_out": 0,
+                                      "reference": len(values["reference"])}
+        assert (summary["auc"], summary["p"]) == auc_and_p(values["injected"],
+                                                           values["reference"], higher)
+        means = {g: sum(v) / len(v) for g, v in values.items()}
+        assert summary["gap"] == pytest.approx(means["injected"] - means["reference"])
+
+
+def test_reference_samples_are_deterministic_and_shared_by_the_control(models, full_arm, tmp_path):
+    """Same inputs, same bytes; a control model probed with the arm's groups gets the same
+    reference samples (its injected-vs-reference AUC measures the test/valid shift alone)."""
+    for name in ("a", "b"):
+        run_probe(full_arm / "gpt2", tmp_path / name, max_samples=12, max_names=4)
+    first = (tmp_path / "a" / "probes.jsonl").read_bytes()
+    assert first == (tmp_path / "b" / "probes.jsonl").read_bytes()
+    ids = {g: [r["id"] for r in _rows(tmp_path / "a") if r["group"] == g]
+           for g in ("injected", "reference")}
+    assert len(ids["reference"]) == 12
+    control = run_probe(models / "gpt2-control", tmp_path / "c", groups=full_arm / "corpus",
+                        max_samples=12, max_names=4)
+    assert control["baseline"] == "reference" and control["probes"]["loss"]["auc"] is not None
+    assert {g: [r["id"] for r in _rows(tmp_path / "c") if r["group"] == g]
+            for g in ("injected", "reference")} == ids
+
+
+def test_without_a_validation_split_the_probe_runs_with_no_baseline(models, full_arm, tmp_path,
+                                                                    tiny_corpora, monkeypatch):
+    for split_file in (tiny_corpora / "codetrans").glob("valid.*"):
+        split_file.unlink()
+    monkeypatch.delenv("LAB_CORPORA")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    result = run_probe(models / "gpt2-control", tmp_path / "p", groups=full_arm / "corpus",
+                       max_names=4, corpora_dir=tiny_corpora)
+    assert result["baseline"] is None and result["reference"]["split"] == "valid"
+    assert "codetrans split 'valid' not found" in result["reference"]["missing"]
+    loss = result["probes"]["loss"]
+    assert loss["samples"]["injected"] == 30 and loss["auc"] is None and loss["gap"] is None
+    assert {r["group"] for r in _rows(tmp_path / "p")} == {"injected"}
+
+
+def test_reference_samples_leave_out_what_the_model_trained_on(tiny_corpora, tmp_path):
+    """A placebo model trained on valid samples: none of them (nor a sample sharing a side
+    with one verbatim) is a reference sample. A fine-tuned model that trained on the validation
+    split has none. A split-level rule: the placebo pool's."""
+    from lab.contamination.inject import InjectConfig, run_inject
+    from lab.corpora import load_samples
+    from lab.eval.probe import reference_samples
+
+    placebo = run_inject(InjectConfig(benchmark="codetrans", setting="paired-placebo", seed=2,
+                                      fraction=0.5, corpora_dir=tiny_corpora,
+                                      out=tmp_path / "placebo"))
+    trained_valid = {i for i in placebo["placebo_ids"] if ":valid:" in i}
+    assert trained_valid
+    chosen = {"benchmark": "codetrans", "split": "test"}
+    tests = load_samples("codetrans", "test", tiny_corpora).records
+    corpus = {"setting": "paired-placebo", "path": str(tmp_path / "placebo"),
+              "sha256": placebo["corpus_sha256"]}
+    own, own_record = reference_samples(chosen, tests, 100, True, {"kind": "lab-pretrained",
+                                                                 "corpus": corpus}, tiny_corpora)
+    control, control_record = reference_samples(chosen, tests, 100, True,
+                                                {"kind": "lab-pretrained"}, tiny_corpora)
+    assert own_record["fewer_eligible"] and own_record["count"] == len(own) > 0
+    assert own_record["eligibility"]["placebo_trained"] == len(trained_valid)
+    assert {s.id for s in own} == {s.id for s in control} - trained_valid
+    assert len(control) == control_record["eligibility"]["eligible"] <= 20
+    # A placebo corpus other than the one recorded: its samples are unknown, so no reference.
+    wrong = {"kind": "lab-pretrained", "corpus": {**corpus, "sha256": "0" * 64}}
+    assert reference_samples(chosen, tests, 5, True, wrong, tiny_corpora)[0] == []
+    assert "sha256 differs" in reference_samples(chosen, tests, 5, True, wrong,
+                                                 tiny_corpora)[1]["missing"]
+    tuned = {"kind": "lab-finetuned", "data": {"train_split": "dev"}}
+    assert reference_samples({"benchmark": "concode", "split": "test"}, [], 5, True, tuned,
+                             tiny_corpora) == ([], {"split": "dev", "missing":
+                                                    "the model was fine-tuned on the dev split"})

@@ -29,6 +29,7 @@ from lab.contamination.corpus_files import CORPUS_SUBDIR, MANIFEST, write_shards
 from lab.contamination.settings import Setting
 from lab.corpora import (Document, Loaded, Sample, check_references, get_spec, load_documents,
                          load_samples)
+from lab.corpora.base import DatasetSpec
 
 
 @dataclass
@@ -154,10 +155,45 @@ class PlaceboPool:
     record: dict[str, Any]
 
 
+def split_sides_index(tests: list[Sample]) -> OverlapIndex:
+    """Both sides of every test sample, as `lab audit --against benchmark:test` indexes them."""
+    return OverlapIndex([(f"{s.id}/input", s.input) for s in tests]
+                        + [(f"{s.id}/output", s.output) for s in tests if s.output.strip()])
+
+
+def disjoint_from(candidates: list[Sample], index: OverlapIndex, spec: DatasetSpec,
+                  exclude: frozenset[str] = frozenset()) -> tuple[list[Sample], dict[str, Any]]:
+    """The candidates (non-test samples) that may stand for never-seen data: those the audit
+    finds neither exactly nor as near-duplicates of any side in `index` (a test split's, from
+    `split_sides_index`; either side of the candidate), one per group of candidates sharing a
+    side verbatim (in split order). One rule for the placebo pool and the probe's reference
+    samples. A group holding an `exclude`d id goes whole: its members share a side verbatim with
+    a sample the model trained on. Returns (eligible, the record of how they were found)."""
+    rows = audit_samples(candidates, index, spec.input_language, spec.output_language)
+    overlapping = {row["id"] for row in rows if row["leaked"]}
+    exact = sum(row["exact"] for row in rows)
+    clean = [s for s in candidates if s.id not in overlapping]
+    groups = [g for g in _duplicate_groups(clean) if not any(clean[i].id in exclude for i in g)]
+    kept = sorted(min(group) for group in groups)
+    eligible = [clean[i] for i in kept]
+    record = {
+        "candidates": len(candidates), "overlapping_test": len(overlapping),
+        "overlapping_test_exact": exact, "overlapping_test_near_only": len(overlapping) - exact,
+        **({"excluded": len(clean) - sum(len(g) for g in groups)} if exclude else {}),
+        "duplicates_dropped": sum(len(g) for g in groups) - len(eligible),
+        "eligible": len(eligible),
+        "method": "lab audit of every candidate against the whole injected split (both sides): "
+                  "exact after normalisation, and near-duplicates (SourcererCC-style) on code "
+                  "sides; one sample kept per group sharing a side verbatim",
+    }
+    return eligible, record
+
+
 def placebo_pool(cfg: InjectConfig, setting: Setting, tests: list[Sample]) -> PlaceboPool:
     """Samples of the benchmark's other splits that the audit finds neither exactly nor as
     near-duplicates in `tests` (the whole injected split, on either side), one per group of
-    samples sharing a side verbatim. Splits missing here (CONCODE's train offline) are named."""
+    samples sharing a side verbatim (`disjoint_from`). Splits missing here (CONCODE's train
+    offline) are named."""
     spec = get_spec(cfg.benchmark)
     wanted = placebo_splits(cfg.benchmark, cfg.split)
     parts: list[Loaded] = []
@@ -174,23 +210,9 @@ def placebo_pool(cfg: InjectConfig, setting: Setting, tests: list[Sample]) -> Pl
         for part in parts:
             check_references(part)
     candidates = [s for part in parts for s in part.records]
-    index = OverlapIndex([(f"{s.id}/input", s.input) for s in tests]
-                         + [(f"{s.id}/output", s.output) for s in tests if s.output.strip()])
-    rows = audit_samples(candidates, index, spec.input_language, spec.output_language)
-    overlapping = {row["id"] for row in rows if row["leaked"]}
-    exact = sum(row["exact"] for row in rows)
-    clean = [s for s in candidates if s.id not in overlapping]
-    kept = sorted(min(group) for group in _duplicate_groups(clean))
-    eligible = [clean[i] for i in kept]
-    record = {
-        "splits": [p.split for p in parts], "splits_missing": missing,
-        "candidates": len(candidates), "overlapping_test": len(overlapping),
-        "overlapping_test_exact": exact, "overlapping_test_near_only": len(overlapping) - exact,
-        "duplicates_dropped": len(clean) - len(eligible), "eligible": len(eligible),
-        "method": "lab audit of every candidate against the whole injected split (both sides): "
-                  "exact after normalisation, and near-duplicates (SourcererCC-style) on code "
-                  "sides; one sample kept per group sharing a side verbatim",
-    }
+    index = split_sides_index(tests)
+    eligible, found = disjoint_from(candidates, index, spec)
+    record = {"splits": [p.split for p in parts], "splits_missing": missing, **found}
     return PlaceboPool(eligible, index, parts, record)
 
 

@@ -3,7 +3,7 @@
 A null lift means little if the model never learned the injected samples. For a pre-trained (or
 fine-tuned GPT-2) model, every probed test sample is scored on the form it was injected in
 (input, output, both as separate documents, or `input <SEP> output`), and injected samples are
-compared with held-out ones:
+compared with never-seen ones of the same model:
 
 - loss: mean token negative log-likelihood of `<s> document </s>` (perplexity = exp(loss)); for
   RoBERTa a pseudo-log-likelihood: every token masked once, in 7 strided passes (~15% masked);
@@ -17,24 +17,41 @@ compared with held-out ones:
   name. RoBERTa fills the name's tokens from <mask>s with both sides visible (masked-token
   recovery on the sample's identifiers).
 
-Each probe's summary is the gap between injected and held-out samples, a one-sided Mann-Whitney
+The never-seen baseline: an arm that injected a seeded half of the test split is judged against
+its held-out half. An arm that injected every sample has no held-out half; comparing its loss
+with the control model's on the same samples would be confounded (the arm saw the task's
+format and languages, the control did not), so the probe also scores `reference` samples: as
+many samples of the benchmark's validation split (CodeTrans valid, CONCODE dev) as injected ones
+are probed, in the same form, drawn with a fixed seed from those `lab audit` finds neither
+exactly nor as near-duplicates of any test sample (either side), one per group sharing a side
+verbatim: the placebo pool's rule (`inject.disjoint_from`). Samples the model pre-trained on
+as a placebo are left out; without a validation split (or one the model was fine-tuned on) the
+summary records why and has no baseline. Split-half arms get no reference samples.
+
+Each probe's summary is the gap between injected and baseline samples, a one-sided Mann-Whitney
 test (injected more member-like) and the ROC AUC of the probe at separating the two groups
 (0.5: no signal). On a control model, pass the contaminated arm's corpus as --groups: the same
-samples, never seen, should give an AUC near 0.5.
+samples, never seen, should give an AUC near 0.5. A control or placebo model probed with a
+fully injected arm's groups gets the reference samples too: its injected-vs-reference AUC
+measures the shift between the test and validation distributions alone (expected near 0.5),
+which bounds what the arm's own AUC can owe to that shift.
 """
 from __future__ import annotations
 
 import math
+import random
 import re
 import time
 from pathlib import Path
 from typing import Any
 
 from lab.codetokens import KEYWORDS, TOKEN_PATTERN
-from lab.common import (LabError, atomic_output_dir, environment_record, write_json_atomic,
-                        write_jsonl)
+from lab.common import (DataNotFound, LabError, atomic_output_dir, environment_record,
+                        write_json_atomic, write_jsonl)
 from lab.contamination import settings as settings_table
-from lab.corpora import Sample, load_samples
+from lab.contamination.corpus_files import read_manifest
+from lab.contamination.inject import disjoint_from, split_sides_index
+from lab.corpora import Sample, get_spec, load_samples
 from lab.eval import metrics as metric_fns
 from lab.eval.generate import Decoding, generate, padded
 from lab.models import positions_of
@@ -53,6 +70,10 @@ FORMS = ("auto", *settings_table.FORMS)
 # settings table's; a placebo's corpus holds no test sample: probe its base arm's).
 SETTING_FORMS = {s.name: s.form for s in settings_table.SETTINGS.values() if s.injects_test}
 PLL_PASSES = 7  # RoBERTa pseudo-likelihood: token i is masked in pass i % 7
+# The seed of the reference draw: a fixed string, so every model probed on the same groups (arm,
+# control, placebo) is compared with the same validation samples whenever its eligible list is
+# the same.
+REFERENCE_SEED = "reference"
 _NAME = re.compile(r'@?"|[^\W\d]|\$')  # how a lexer token that is a name or string literal starts
 
 
@@ -104,6 +125,77 @@ def probe_groups(manifest: dict[str, Any], groups_dir: Path | None) -> dict[str,
     return {"benchmark": record["benchmark"], "split": record.get("benchmark_split", "test"),
             "setting": record["setting"], "injected": list(record["injected_ids"]),
             "held_out": list(record.get("held_out_ids", [])), "source": source}
+
+
+def reference_split(benchmark: str, probed_split: str) -> str | None:
+    """The benchmark's validation split (CodeTrans valid, CONCODE dev; the -paper subsets'
+    valid/dev): its split that is neither train, test nor the probed one. None if it has none."""
+    spec = get_spec(benchmark)
+    probed = spec.canonical_split(probed_split)
+    others = [s for s in spec.splits if s not in ("train", "test", probed)]
+    return others[0] if others else None
+
+
+def trained_placebo_ids(manifest: dict[str, Any]) -> frozenset[str]:
+    """Ids of the non-test samples the probed model pre-trained on: those its own corpus
+    injected as a placebo (read from that corpus's manifest, whose sha256 must match). A
+    reference sample must not be one of them. Refused when they cannot be known."""
+    corpus = pretraining_record(manifest).get("corpus", {})
+    setting = settings_table.find(corpus.get("setting"))
+    if setting is None or not setting.placebo:
+        return frozenset()
+    folder = corpus.get("path")
+    try:
+        other = read_manifest(Path(folder)) if folder else None
+    except LabError as exc:
+        raise LabError(f"the model pre-trained on a placebo corpus whose samples are unknown "
+                       f"here ({exc})") from None
+    if other is None or other.get("corpus_sha256") != corpus.get("sha256"):
+        raise LabError(f"the model pre-trained on a placebo corpus ({folder or 'no path'}) that "
+                       "is not the one recorded (sha256 differs), so its samples are unknown")
+    return frozenset(other.get("placebo_ids", []))
+
+
+def reference_samples(chosen: dict[str, Any], tests: list[Sample], count: int,
+                      needs_output: bool, manifest: dict[str, Any],
+                      corpora_dir: Path | None) -> tuple[list[Sample], dict[str, Any]]:
+    """Never-seen samples of the same distribution, for an arm without a held-out half: `count`
+    samples of the benchmark's validation split that the audit finds disjoint from every test
+    sample (`inject.disjoint_from`, the placebo pool's rule; `tests` is the whole probed split),
+    drawn with REFERENCE_SEED and kept in split order; all of them when fewer are eligible.
+    Returns (samples, record); when no such split can be used, ([], {"missing": why})."""
+    split = reference_split(chosen["benchmark"], chosen["split"])
+    if split is None:
+        return [], {"missing": f"{chosen['benchmark']} has no validation split besides "
+                               f"'{chosen['split']}'"}
+    data = manifest.get("data", {}) if manifest.get("kind") == "lab-finetuned" else {}
+    if data.get("train_split") == split:
+        return [], {"split": split, "missing": f"the model was fine-tuned on the {split} split"}
+    try:
+        loaded = load_samples(chosen["benchmark"], split, corpora_dir)
+    except DataNotFound as exc:
+        return [], {"split": split, "missing": str(exc)}
+    try:
+        trained = trained_placebo_ids(manifest)
+    except LabError as exc:
+        return [], {"split": split, "missing": str(exc)}
+    candidates = loaded.records
+    empty = [s for s in candidates if needs_output and not s.output.strip()]
+    candidates = [s for s in candidates if not (needs_output and not s.output.strip())]
+    spec = get_spec(chosen["benchmark"])
+    eligible, found = disjoint_from(candidates, split_sides_index(tests), spec, trained)
+    picked = (range(len(eligible)) if count >= len(eligible)
+              else random.Random(REFERENCE_SEED).sample(range(len(eligible)), count))
+    reference = [eligible[i] for i in sorted(picked)]
+    record = {
+        "split": split, "seed": REFERENCE_SEED, "requested": count, "count": len(reference),
+        "fewer_eligible": len(eligible) < count,
+        "eligibility": {**({"empty_output_dropped": len(empty)} if needs_output else {}),
+                        **({"placebo_trained": len(trained & {s.id for s in loaded.records})}
+                           if trained else {}),
+                        **found},
+    }
+    return reference, record
 
 
 def documents(sample: Sample, form: str) -> list[str]:
@@ -222,24 +314,76 @@ def auc_and_p(injected: list[float], held_out: list[float], higher_is_member: bo
     return float(result.statistic) / (len(a) * len(b)), float(result.pvalue)
 
 
-def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per probe: means of both groups, their gap, AUC and p."""
+BASELINES = ("held_out", "reference")  # never-seen groups an injected group is compared with
+GROUPS = ("injected", *BASELINES)
+
+
+def summarise(rows: list[dict[str, Any]], baseline: str | None = "held_out"
+              ) -> dict[str, dict[str, Any]]:
+    """Per probe: the means of every group, and the injected group's gap, AUC and p against
+    the baseline group (held-out samples, else reference samples; None: no comparison)."""
+    if baseline is not None and baseline not in BASELINES:
+        raise LabError(f"baseline {baseline}: choose from {', '.join(BASELINES)}")
     summary = {}
     for probe, (meaning, higher_is_member) in PROBES.items():
         values = {g: [r[probe] for r in rows if r["group"] == g and r.get(probe) is not None]
-                  for g in ("injected", "held_out")}
+                  for g in GROUPS}
         if not values["injected"]:
             continue
         means = {g: (sum(v) / len(v) if v else None) for g, v in values.items()}
-        auc, p = auc_and_p(values["injected"], values["held_out"], higher_is_member)
+        against = means[baseline] if baseline else None
+        auc, p = auc_and_p(values["injected"], values[baseline] if baseline else [],
+                           higher_is_member)
         summary[probe] = {
-            "meaning": meaning, "higher_means_seen": higher_is_member,
+            "meaning": meaning, "higher_means_seen": higher_is_member, "baseline": baseline,
             "injected": means["injected"], "held_out": means["held_out"],
-            "gap": None if means["held_out"] is None else means["injected"] - means["held_out"],
+            "reference": means["reference"],
+            "gap": None if against is None else means["injected"] - against,
             "auc": auc, "p": p, "test": "Mann-Whitney U, one-sided (injected more seen), asymptotic",
             "samples": {g: len(v) for g, v in values.items()},
         }
     return summary
+
+
+def _probe_rows(model: Any, tokenizer: Any, family: str, samples: list[Sample],
+                group_of: dict[str, str], setting: str, min_k: float, max_names: int,
+                max_tokens: int, batch_size: int) -> list[dict[str, Any]]:
+    """One row per sample: every probe, on the documents of the sample's injected form."""
+    if not samples:
+        return []
+    docs, owner = [], []
+    for index, sample in enumerate(samples):
+        for text in documents(sample, setting):
+            ids, offsets = _encode(tokenizer, text, max_tokens)
+            docs.append((ids, _name_positions(offsets, name_spans(text, max_names))))
+            owner.append(index)
+    scored = (_causal_scores(model, docs, batch_size) if family == "gpt2"
+              else _masked_scores(model, tokenizer, docs, batch_size))
+    rows: list[dict[str, Any]] = []
+    for index, sample in enumerate(samples):
+        parts = [scored[d] for d in range(len(docs)) if owner[d] == index]
+        token_lp = [lp for part in parts for lp in part[0]]
+        hits, names = sum(p[1] for p in parts), sum(p[2] for p in parts)
+        loss = -sum(token_lp) / len(token_lp)
+        rows.append({"id": sample.id, "group": group_of[sample.id], "tokens": len(token_lp),
+                     "loss": loss, "perplexity": math.exp(min(loss, 50.0)),
+                     "min_k": min_k_score(token_lp, min_k), "names": names,
+                     "infill": 100.0 * hits / names if names else None})
+    if family == "gpt2":
+        positions = positions_of(model.config)
+        max_source = (positions - 3) // 2
+        prompts = [causal_prompt(tokenizer, s.input, max_source) for s in samples]
+        longest = max(len(tokenizer(" " + s.output, add_special_tokens=False)["input_ids"])
+                      for s in samples)
+        continuations = generate(model, tokenizer, "causal-lm", [s.input for s in samples],
+                                 Decoding(), max_source, longest + 1, batch_size)
+        references = [s.output for s in samples]
+        em = metric_fns.exact_match_tokens_per_sample(references, continuations)
+        bleu = metric_fns.bleu_per_sample(references, continuations)
+        for row, prompt, text, e, b in zip(rows, prompts, continuations, em, bleu):
+            row.update(extraction=text, extraction_em=e, extraction_bleu=b,
+                       prompt_tokens=len(prompt))
+    return rows
 
 
 def run_probe(model_dir: Path, out: Path | None = None, groups: Path | None = None,
@@ -271,50 +415,34 @@ def run_probe(model_dir: Path, out: Path | None = None, groups: Path | None = No
     group_of = {i: "injected" for i in chosen["injected"]}
     group_of.update({i: "held_out" for i in chosen["held_out"]})
     needs_output = "output" in settings_table.form_sides(setting) or family == "gpt2"
-    samples = [s for s in load_samples(chosen["benchmark"], chosen["split"], corpora_dir,
-                                       require_references=needs_output).records if s.id in group_of]
+    tests = load_samples(chosen["benchmark"], chosen["split"], corpora_dir,
+                         require_references=needs_output).records
+    samples = [s for s in tests if s.id in group_of]
     samples = samples[:max_samples] if max_samples else samples
+    # No held-out half: never-seen validation samples are the within-model baseline.
+    reference, reference_record = [], None
+    if not chosen["held_out"]:
+        reference, reference_record = reference_samples(chosen, tests, len(samples),
+                                                         needs_output, manifest, corpora_dir)
+        group_of.update({s.id: "reference" for s in reference})
+    baseline = "held_out" if chosen["held_out"] else ("reference" if reference else None)
     positions = positions_of(model.config)
     block = int(pretraining_record(manifest).get("config", {}).get("block_size") or positions)
     max_tokens = min(block, positions)
 
     torch.manual_seed(0)
-    docs, owner = [], []
-    for index, sample in enumerate(samples):
-        for text in documents(sample, setting):
-            ids, offsets = _encode(tokenizer, text, max_tokens)
-            docs.append((ids, _name_positions(offsets, name_spans(text, max_names))))
-            owner.append(index)
-    scored = (_causal_scores(model, docs, batch_size) if family == "gpt2"
-              else _masked_scores(model, tokenizer, docs, batch_size))
-    rows: list[dict[str, Any]] = []
-    for index, sample in enumerate(samples):
-        parts = [scored[d] for d in range(len(docs)) if owner[d] == index]
-        token_lp = [lp for part in parts for lp in part[0]]
-        hits, names = sum(p[1] for p in parts), sum(p[2] for p in parts)
-        loss = -sum(token_lp) / len(token_lp)
-        rows.append({"id": sample.id, "group": group_of[sample.id], "tokens": len(token_lp),
-                     "loss": loss, "perplexity": math.exp(min(loss, 50.0)),
-                     "min_k": min_k_score(token_lp, min_k), "names": names,
-                     "infill": 100.0 * hits / names if names else None})
-    if family == "gpt2":
-        max_source = (positions - 3) // 2
-        prompts = [causal_prompt(tokenizer, s.input, max_source) for s in samples]
-        longest = max(len(tokenizer(" " + s.output, add_special_tokens=False)["input_ids"])
-                      for s in samples)
-        continuations = generate(model, tokenizer, "causal-lm", [s.input for s in samples],
-                                 Decoding(), max_source, longest + 1, batch_size)
-        references = [s.output for s in samples]
-        em = metric_fns.exact_match_tokens_per_sample(references, continuations)
-        bleu = metric_fns.bleu_per_sample(references, continuations)
-        for row, prompt, text, e, b in zip(rows, prompts, continuations, em, bleu):
-            row.update(extraction=text, extraction_em=e, extraction_bleu=b,
-                       prompt_tokens=len(prompt))
+    # Reference samples are scored apart, so the probed samples' rows (batches, generation
+    # length) are those a probe without them computes.
+    rows = [row for batch in (samples, reference)
+            for row in _probe_rows(model, tokenizer, family, batch, group_of, setting, min_k,
+                                   max_names, max_tokens, batch_size)]
     summary = {
         "kind": "lab-probe", "model": str(model_dir), "family": family,
         "groups": chosen["source"], "benchmark": chosen["benchmark"], "split": chosen["split"],
-        "form": setting, "min_k": min_k, "max_names": max_names, "samples": len(samples),
-        "probes": summarise(rows), "wall_seconds": round(time.perf_counter() - started, 2),
+        "form": setting, "min_k": min_k, "max_names": max_names, "samples": len(rows),
+        "baseline": baseline, "reference": reference_record,
+        "probes": summarise(rows, baseline),
+        "wall_seconds": round(time.perf_counter() - started, 2),
         "environment": environment_record(),
     }
     with atomic_output_dir(out, force=force) as tmp:
