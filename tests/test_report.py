@@ -536,3 +536,17 @@ def test_holm_across_the_within_model_cells(tmp_path):
     assert row[header.index("p (within)")].endswith("*")
     assert not row[header.index("p (within, Holm)")].endswith("*")
     assert row[header.index("p (within, Holm)")] == format(cell["p_within_holm"], ".2g")
+
+
+def test_one_seed_per_arm_gives_no_test_over_seeds_but_the_per_sample_contrasts(tmp_path):
+    study = write_contrast_study(tmp_path / "s", seeds=1)
+    cells = run_stats(study)["cells"]
+    arm, placebo = _cell(cells, "paired"), _cell(cells, "paired-placebo")
+    # U of one value against one is p = 1 whatever the scores: not a test, so not reported.
+    for cell in (arm, placebo):
+        assert "p" not in cell and "lift_ci_low" not in cell and cell["lift"] > 0
+    assert "p_vs_placebo" not in arm and arm["lift_vs_placebo"] > 0
+    assert arm["paired_samples_vs_placebo"] == 11 and arm["p_samples_vs_placebo"] < 0.01
+    report = run_report(study)
+    assert "One seed per arm: no test over seeds" in report["markdown"]
+    assert "| p |" not in report["markdown"].splitlines()[0]

@@ -225,12 +225,13 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
                     result = compare(values, control, convention)
                     cell.update(control=result.mean_control, control_std=_std(control),
                                 control_seeds=len(control), lift=result.lift,
-                                lift_pct=result.lift_pct, lift_ci_low=result.lift_ci[0],
-                                lift_ci_high=result.lift_ci[1], u=result.u, p=result.p,
-                                test=result.convention(), cliffs_delta=result.cliffs_delta,
-                                a12=result.a12,
+                                lift_pct=result.lift_pct,
                                 below_floor=max(result.mean_experimental, result.mean_control)
                                 < SCORE_FLOOR)
+                    if _over_seeds(values, control):
+                        cell.update(lift_ci_low=result.lift_ci[0], lift_ci_high=result.lift_ci[1],
+                                    u=result.u, p=result.p, test=result.convention(),
+                                    cliffs_delta=result.cliffs_delta, a12=result.a12)
                     spreads = [s for s in (cell["std"], cell["control_std"]) if s is not None]
                     if spreads:  # pooled over the two arms (equal seeds assumed)
                         pooled = math.sqrt(sum(s * s for s in spreads) / len(spreads))
@@ -244,9 +245,11 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
                     vs = compare(values, placebo_values, convention)
                     cell.update(placebo_arm=placebo, placebo=vs.mean_control,
                                 placebo_std=_std(placebo_values), placebo_seeds=len(placebo_values),
-                                lift_vs_placebo=vs.lift, lift_vs_placebo_ci_low=vs.lift_ci[0],
-                                lift_vs_placebo_ci_high=vs.lift_ci[1], u_vs_placebo=vs.u,
-                                p_vs_placebo=vs.p, cliffs_delta_vs_placebo=vs.cliffs_delta)
+                                lift_vs_placebo=vs.lift)
+                    if _over_seeds(values, placebo_values):
+                        cell.update(lift_vs_placebo_ci_low=vs.lift_ci[0],
+                                    lift_vs_placebo_ci_high=vs.lift_ci[1], u_vs_placebo=vs.u,
+                                    p_vs_placebo=vs.p, cliffs_delta_vs_placebo=vs.cliffs_delta)
                 for reference, suffix in (("control", ""), (placebo, "_vs_placebo")):
                     if reference:
                         cell.update(_paired_samples(clean_scores[key], arm, reference, metric,
@@ -289,6 +292,13 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
     for i, adjusted in zip(within, holm([cells[i]["p_within"] for i in within])):
         cells[i]["p_within_holm"] = adjusted
     return cells
+
+
+def _over_seeds(experimental: list[float], reference: list[float]) -> bool:
+    """Whether two arms' scores over seeds can be tested (and their lift given an interval):
+    with one seed on a side, U has a single value and p is 1 whatever the scores; the
+    per-sample contrasts still compare the two models."""
+    return min(len(experimental), len(reference)) >= 2
 
 
 def _paired_samples(scores: dict[str, list], arm: str, reference: str, metric: str, suffix: str
@@ -385,6 +395,8 @@ def _mean_std(cell: dict[str, Any], mean: str, std: str) -> str:
 def _lift(cell: dict[str, Any], suffix: str = "") -> str:
     if f"lift{suffix}" not in cell:
         return "-"
+    if f"lift{suffix}_ci_low" not in cell:  # one seed on a side: no interval
+        return f"{cell[f'lift{suffix}']:+.2f}"
     return (f"{cell[f'lift{suffix}']:+.2f} [{cell[f'lift{suffix}_ci_low']:+.2f}, "
             f"{cell[f'lift{suffix}_ci_high']:+.2f}]")
 
@@ -429,6 +441,8 @@ def _crossover(cell: dict[str, Any]) -> str:
 
 
 def _p(cell: dict[str, Any]) -> str:
+    if cell.get("p") is None:
+        return "-"
     return _significant(cell, "p", ".4g") + (" †" if cell.get("below_floor") else "")
 
 
@@ -534,6 +548,8 @@ def _note(cells: list[dict[str, Any]], within_power: bool) -> str:
             "would detect the observed lift with 80% probability given the observed spread over "
             "seeds (normal approximation, Mann-Whitney efficiency 0.955, never below what the "
             "exact test needs to reach alpha at all).")
+    elif any("control" in c for c in cells):
+        parts.append("One seed per arm: no test over seeds (see the per-sample contrasts).")
     else:
         parts.append("No control arm: no arm-vs-control test.")
     if any("p_vs_placebo" in c or "p_samples_vs_placebo" in c for c in cells):
@@ -649,13 +665,15 @@ def _panel(ax: Any, series: list[dict[str, Any]], arm: str, metric: str) -> None
         if placebo:
             ax.errorbar([c["epochs"] for c in placebo], [c["placebo"] for c in placebo],
                         yerr=[c["placebo_std"] or 0 for c in placebo], marker="D", capsize=3,
-                        label=placebo[0]["placebo_arm"])
+                        color="tab:brown", label=placebo[0]["placebo_arm"])
         if pairs:
             ax.plot([c["epochs"] for c in pairs], [c["injected"] for c in pairs], "--^", lw=0.8,
                     ms=3, color="tab:green", label=f"{arm}: injected samples")
             ax.plot([c["epochs"] for c in pairs], [c["held_out"] for c in pairs], "--v", lw=0.8,
                     ms=3, color="tab:purple", label=f"{arm}: held-out samples")
         p_key, p_label = "p", "p, arm vs control"
+        if pairs and all(c.get("p") is None for c in series):  # one seed: no test over seeds
+            p_key, p_label = "p_within", "p, injected vs held-out"
     elif pairs:
         epochs = [c["epochs"] for c in pairs]
         ax.plot(epochs, [c["injected"] for c in pairs], "-^", color="tab:green",
