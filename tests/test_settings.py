@@ -117,7 +117,7 @@ def test_every_module_agrees_with_the_table(tiny_corpora, tmp_path, name):
         with pytest.raises(LabError, match=f"cannot take {documents} injected ones"):
             load_recipe(write_recipe(tmp_path / "tight.yaml", arms_for(name), limit=documents))
     # The cost estimate: as many injected documents, of the sides the table says.
-    assert cost.injected_documents(recipe, name, len(tests)) == round(30 * FRACTION) * REPEAT * per_sample
+    assert cost.injected_copies(recipe, len(tests)) * per_sample == round(30 * FRACTION) * REPEAT * per_sample
     # Its tokens: the base documents left plus, per injected sample, the documents of the
     # table's layout, made of test sides (a placebo: train/valid sides).
     sizes = {"test": (30, 100.0, 300.0), "train": (60, 1000.0, 3000.0)}
@@ -172,7 +172,7 @@ def test_a_new_setting_in_the_table_reaches_every_module(tiny_corpora, tmp_path,
     with pytest.raises(LabError, match="cannot take 60 injected ones"):
         load_recipe(write_recipe(tmp_path / "r.yaml", arms, limit=60))
     recipe = load_recipe(write_recipe(tmp_path / "r.yaml", arms, limit=61))
-    assert cost.injected_documents(recipe, "both-sides-placebo", 30) == 60
+    assert cost.injected_copies(recipe, 30) * table.get("both-sides-placebo").documents_per_sample == 60
     assert table.probed_form("both-sides") == "unpaired" and table.probed_form(placebo.name) is None
     probes = {(s.labels["arm"], s.labels["groups"]) for s in expand(recipe) if s.kind == "probe"}
     assert probes == {("control", "both-sides"), ("both-sides", "both-sides"),

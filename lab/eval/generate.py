@@ -9,7 +9,6 @@ scores every sample not seen by other means (the arm-vs-control comparison).
 """
 from __future__ import annotations
 
-import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from lab.eval import metrics as metric_fns
 from lab.models import positions_of
 from lab.train.finetune import (
     Task, causal_prompt, get_task, position_limit, pretraining_record, read_stage_manifest,
-    seq2seq_source,
+    of_task, seq2seq_source, train_subset,
 )
 
 # One group per evaluated sample: the first of these that applies, else "unknown".
@@ -186,16 +185,6 @@ def evaluation_benchmark(manifest: dict[str, Any], task: Task, requested: str | 
     return injected if of_task(injected, task) else task.benchmark
 
 
-def of_task(name: str | None, task: Task) -> bool:
-    """Whether a dataset is a benchmark of the task (its own, or a subset such as -paper:
-    the same input and output languages)."""
-    from lab.corpora import DATASETS
-
-    spec, base = DATASETS.get(name or ""), get_spec(task.benchmark)
-    return spec is not None and spec.kind == "benchmark" and (
-        spec.input_language, spec.output_language) == (base.input_language, base.output_language)
-
-
 def pretraining_membership(manifest: dict[str, Any]) -> dict[str, set[str]]:
     """Group -> sample ids, from the pre-training corpus recorded in the model's manifest:
     injected / held-out ids, pre-existing overlap, and injected samples whose document was
@@ -235,10 +224,8 @@ def finetuning_samples(manifest: dict[str, Any], model_dir: Path,
         raise LabError(f"--model {model_dir}: {benchmark} split '{split}' holds {len(records)} "
                        f"samples here, {data['train_available']} when it was fine-tuned")
     size = config.get("train_size")
-    if size is not None:  # the subset of lab.train.finetune._training_samples
-        keep = sorted(random.Random(f"{config.get('seed', 0)}/train-size").sample(
-            range(len(records)), size))
-        records = [records[i] for i in keep]
+    if size is not None:
+        records = train_subset(records, size, config.get("seed", 0))
     return records, {"benchmark": benchmark, "split": split, "train_size": size,
                      "seed": config.get("seed"), "samples": len(records)}
 

@@ -60,12 +60,11 @@ def _base_documents(recipe: Recipe) -> int:
     return sum(counts.get(split, 0) for split in recipe.corpus.base_splits) or 120_000
 
 
-def injected_documents(recipe: Recipe, setting: str, test_samples: int) -> int:
-    """Documents an arm injects (and base documents it removes): samples x fraction x repeat x
-    the setting's documents per sample (a placebo: as many as its base arm)."""
+def injected_copies(recipe: Recipe, test_samples: int) -> int:
+    """Sample copies an injecting arm puts in: samples x fraction x repeat (a placebo: as many
+    as its base arm)."""
     samples = min(recipe.injection.samples or test_samples, test_samples)
-    copies = round(samples * (recipe.injection.fraction or 1.0)) * recipe.injection.repeat
-    return copies * settings_table.get(setting).documents_per_sample
+    return round(samples * (recipe.injection.fraction or 1.0)) * recipe.injection.repeat
 
 
 def arm_tokens(recipe: Recipe, setting: str, bench: dict[str, Any], arm_documents: int) -> float:
@@ -78,9 +77,8 @@ def arm_tokens(recipe: Recipe, setting: str, bench: dict[str, Any], arm_document
     test_n, *_ = bench["test"]
     _n, chars_in, chars_out = bench["train" if table.placebo else "test"]
     chars = {"input": chars_in, "output": chars_out}
-    documents = injected_documents(recipe, setting, test_n)
-    per_sample = table.documents_per_sample
-    copies = documents // per_sample if per_sample else 0
+    copies = injected_copies(recipe, test_n) if table.injects else 0
+    documents = copies * table.documents_per_sample
     lengths = [min(sum(chars[side] for side in doc) / CHARS_PER_TOKEN, block) for doc in table.layout]
     return (arm_documents - documents) * base_tokens + copies * sum(lengths)
 

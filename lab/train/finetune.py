@@ -19,7 +19,7 @@ from typing import Any
 from lab.common import (DataNotFound, LabError, atomic_output_dir, environment_record,
                         write_json_atomic)
 from lab.contamination import SEP_MARKER
-from lab.corpora import Sample, load_samples
+from lab.corpora import Sample, get_spec, load_samples
 from lab.models import positions_of
 from lab.train.common import state_sha256, training_arguments
 
@@ -34,27 +34,42 @@ class Task:
     valid_split: str
     test_split: str
     target_language: str
-    # Benchmarks whose pre-trained models this task fine-tunes and evaluates: its own, and its
-    # -paper subset, which fine-tunes on the base benchmark's train split and is evaluated on
-    # itself (its injected ids are the evaluated ids).
-    studied: tuple[str, ...] = ()
 
 
 TASKS = {
-    "translation": Task("translation", "codetrans", "train", "valid", "test", "cs",
-                        ("codetrans", "codetrans-paper")),
-    "generation": Task("generation", "concode", "train", "dev", "test", "java",
-                       ("concode", "concode-paper")),
+    "translation": Task("translation", "codetrans", "train", "valid", "test", "cs"),
+    "generation": Task("generation", "concode", "train", "dev", "test", "java"),
 }
 
 
+def of_task(name: str | None, task: Task) -> bool:
+    """Whether a dataset is a benchmark of the task (its own, or a subset such as -paper:
+    the same input and output languages)."""
+    from lab.corpora import DATASETS
+
+    spec, base = DATASETS.get(name or ""), get_spec(task.benchmark)
+    return spec is not None and spec.kind == "benchmark" and (
+        spec.input_language, spec.output_language) == (base.input_language, base.output_language)
+
+
 def task_for_benchmark(benchmark: str) -> str:
-    """The name of the task that fine-tunes models injected with `benchmark`."""
+    """The name of the task that fine-tunes models injected with `benchmark`: its own, or its
+    base benchmark's for a subset (a -paper subset fine-tunes on the base benchmark's train
+    split and is evaluated on itself)."""
     for task in TASKS.values():
-        if benchmark in task.studied:
+        if of_task(benchmark, task):
             return task.name
-    known = ", ".join(b for t in TASKS.values() for b in t.studied)
+    from lab.corpora import DATASETS
+
+    known = ", ".join(sorted(n for n in DATASETS if any(of_task(n, t) for t in TASKS.values())))
     raise LabError(f"benchmark {benchmark}: no fine-tuning task (choose from {known})")
+
+
+def train_subset(records: list[Sample], size: int, seed: int) -> list[Sample]:
+    """The seeded --train-size subset of a train split, in split order: what a fine-tuning run
+    trains on, and what evaluation draws again to find the test samples it saw."""
+    keep = sorted(random.Random(f"{seed}/train-size").sample(range(len(records)), size))
+    return [records[i] for i in keep]
 
 
 def get_task(name: str) -> Task:
@@ -205,8 +220,7 @@ def _training_samples(task: Task, cfg: FinetuneConfig) -> tuple[list[Sample], li
         if not 1 <= cfg.train_size <= len(records):
             raise LabError(f"--train-size {cfg.train_size}: must be in 1..{len(records)} "
                            f"({task.benchmark} {note['train_split']})")
-        keep = sorted(random.Random(f"{cfg.seed}/train-size").sample(range(len(records)), cfg.train_size))
-        records = [records[i] for i in keep]
+        records = train_subset(records, cfg.train_size, cfg.seed)
     note["train_used"] = len(records)
     note["train_files"] = train.provenance()
     return records, valid_records, note
