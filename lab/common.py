@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import lab
 
@@ -98,15 +98,143 @@ def write_jsonl(path: Path, rows: Any) -> None:
             handle.write(orjson.dumps(row, option=orjson.OPT_SORT_KEYS) + b"\n")
 
 
+# Files in which a lab output folder records the `kind` of the command that wrote it.
+KIND_FILES = ("manifest.json", "summary.json", "metrics.json", "results.json")
+
+
+# Outputs written before their command recorded a kind, recognised by their fields.
+_LEGACY_KINDS = (("lab-audit", {"against", "splits_audited", "counts"}),
+                 ("lab-perturbation", {"input_sha256", "records", "fields", "code_fields"}))
+
+
+def _json_kind(path: Path) -> str | None:
+    try:
+        if path.stat().st_size > 64 << 20:
+            return None
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(found, dict):
+        return None
+    kind = found.get("kind")
+    if kind is None:
+        kind = next((name for name, keys in _LEGACY_KINDS if keys <= found.keys()), None)
+    return kind if isinstance(kind, str) else None
+
+
+def output_kind(path: Path) -> str | None:
+    """The `kind` recorded by the lab command that wrote `path`, else None: a folder's
+    manifest.json / summary.json / metrics.json / results.json; a file's own JSON, else its
+    PATH.report.json (lab perturb)."""
+    path = Path(path)
+    if path.is_dir():
+        for name in KIND_FILES:
+            if (kind := _json_kind(path / name)) is not None:
+                return kind
+        return None
+    return _json_kind(path) or _json_kind(path.with_name(path.name + ".report.json"))
+
+
+def check_output(out: Path, force: bool, kind: str, inputs: Iterable[Any] = (),
+                 what: str = "directory") -> None:
+    """Refuse an output that would destroy something other than this command's own previous
+    result, before any work.
+
+    `out` may never be, or contain, one of the command's `inputs` (files or folders; None
+    skipped). An existing `out` is replaced only with `force`, and only if it is a previous
+    output of the same command (its recorded `kind`): an unrelated folder, another command's
+    output (a model, a corpus) or a bare file is refused. A previous output that lies inside an
+    input (the default MODEL/eval-*, MODEL/probe) is the command's own and may be replaced.
+    """
+    out = Path(out)
+    real = Path(os.path.realpath(out))
+    for item in inputs:
+        if item is None or not os.path.lexists(item):
+            continue  # nothing there to protect
+        source = Path(os.path.realpath(item))
+        if source == real:
+            raise LabError(f"{out}: is an input of this command ({item}); choose another output")
+        if real in source.parents:
+            raise LabError(f"{out}: contains an input of this command ({item}); choose another "
+                           "output")
+    if not os.path.lexists(out):
+        return
+    if not force:
+        raise LabError(f"{out}: output {what} exists (use --force to replace it)")
+    found = output_kind(out)
+    if found != kind:
+        described = f"it holds a {found} output" if found else "no lab manifest says what it is"
+        raise LabError(f"{out}: --force refused: not a previous {kind} output ({described}); "
+                       "--force replaces only this command's own earlier output")
+    if what == "directory" and not out.is_dir():
+        raise LabError(f"{out}: exists and is not a directory")
+
+
+SEED_MAX = 2**32 - 1  # numpy's seeds (transformers.set_seed seeds numpy too)
+
+
+def lr_schedulers() -> list[str]:
+    """The scheduler names transformers knows (--lr-scheduler, pretrain.lr_scheduler)."""
+    from transformers.trainer_utils import SchedulerType
+
+    return [kind.value for kind in SchedulerType]
+
+
+def check_training_numbers(option: str = "--", **values: Any) -> None:
+    """Refuse impossible training numbers at once (one line naming the option): epochs and lr
+    finite (lr > 0, epochs >= 0), seed in 0..2^32-1, warmup_steps >= 0, lr_scheduler one of
+    transformers' schedulers. `option` prefixes the name (`--` for CLI options, `recipe field ` ...);
+    values that are None are skipped."""
+    import math
+
+    def name(key: str) -> str:
+        return option + (key.replace("_", "-") if option == "--" else key)
+
+    for key, value in values.items():
+        if value is None:
+            continue
+        if key == "lr_scheduler":
+            if value not in (known := lr_schedulers()):
+                raise LabError(f"{name(key)} {str(value)[:80]}: choose from {', '.join(known)}")
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise LabError(f"{name(key)} {str(value)[:80]}: expected a number")
+        if not math.isfinite(value):
+            raise LabError(f"{name(key)} {value}: must be a finite number")
+        if key == "seed" and not 0 <= value <= SEED_MAX:
+            raise LabError(f"{name(key)} {value}: must be in 0..{SEED_MAX}")
+        if key == "lr" and not value > 0:
+            raise LabError(f"{name(key)} {value}: must be > 0")
+        if key in ("epochs", "warmup_steps", "weight_decay") and value < 0:
+            raise LabError(f"{name(key)} {value}: must be >= 0")
+
+
+def corpora_inputs(corpora_dir: Path | None) -> list[Path]:
+    """The dataset folders a command may read (--corpora, LAB_CORPORA, ./corpora): inputs that
+    an output must never be or contain."""
+    roots = [Path(corpora_dir)] if corpora_dir is not None else []
+    if os.environ.get("LAB_CORPORA"):
+        roots.append(Path(os.environ["LAB_CORPORA"]))
+    return roots + [Path("corpora")]
+
+
 @contextlib.contextmanager
-def atomic_output_dir(out: Path, force: bool = False) -> Iterator[Path]:
+def atomic_output_dir(out: Path, force: bool = False, kind: str | None = None,
+                      inputs: Iterable[Any] = ()) -> Iterator[Path]:
     """Yield a temporary sibling of `out`; it becomes `out` only if the block completes.
 
     A failure (or a kill) leaves `out` as it was: absent, or the previous complete result.
+    With `kind`, `out` is checked as in check_output; without it (older callers), --force
+    still replaces only a folder that some lab command wrote.
     """
     out = Path(out)
-    if out.exists() and not force:
+    if kind is not None:
+        check_output(out, force, kind, inputs)
+    elif out.exists() and not force:
         raise LabError(f"{out}: output directory exists (use --force to replace it)")
+    elif out.exists() and output_kind(out) is None:
+        raise LabError(f"{out}: --force refused: not a lab output (--force replaces only a "
+                       "previous output of the same command)")
     if out.exists() and not out.is_dir():
         raise LabError(f"{out}: exists and is not a directory")
     out.parent.mkdir(parents=True, exist_ok=True)

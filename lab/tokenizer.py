@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from lab.common import (
-    DataNotFound, LabError, atomic_output_dir, environment_record, sha256_file, write_json_atomic,
+    DataNotFound, LabError, atomic_output_dir, check_output, corpora_inputs, environment_record,
+    sha256_file, write_json_atomic,
 )
 from lab.contamination import SEP_MARKER
 from lab.contamination.corpus_files import read_corpus, read_manifest
@@ -53,6 +54,8 @@ def train_tokenizer(corpus: Path, out: Path, benchmarks: list[str], vocab_size: 
     started = time.perf_counter()
     if vocab_size < len(SPECIAL_TOKENS) + 256:
         raise LabError(f"--vocab-size {vocab_size}: must be at least {len(SPECIAL_TOKENS) + 256}")
+    inputs = [corpus, *corpora_inputs(corpora_dir)]
+    check_output(Path(out), force, "lab-tokenizer", inputs)
     corpus_manifest = read_manifest(corpus)
     if corpus_manifest.get("setting") != "control" or corpus_manifest.get("counts", {}).get(
             "injected_documents"):
@@ -60,8 +63,6 @@ def train_tokenizer(corpus: Path, out: Path, benchmarks: list[str], vocab_size: 
             f"{corpus}/manifest.json: setting is '{corpus_manifest.get('setting')}'; the "
             "tokenizer must be trained on a control corpus (no test data)"
         )
-    if Path(out).exists() and not force:
-        raise LabError(f"{out}: output directory exists (use --force to replace it)")
 
     used: list[dict[str, Any]] = []
 
@@ -82,7 +83,7 @@ def train_tokenizer(corpus: Path, out: Path, benchmarks: list[str], vocab_size: 
         tokenizer_object=bpe, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK,
         mask_token=MASK, additional_special_tokens=[SEP_MARKER],
     )
-    with atomic_output_dir(Path(out), force=force) as tmp:
+    with atomic_output_dir(Path(out), force=force, kind="lab-tokenizer", inputs=inputs) as tmp:
         fast.save_pretrained(str(tmp))
         manifest = {
             "kind": "lab-tokenizer",

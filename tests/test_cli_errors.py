@@ -220,11 +220,19 @@ def test_existing_output_needs_force(workdir, tiny_corpora):
     assert (out / "keep.txt").read_text(encoding="utf-8") == "previous result\n"
     assert sorted(p.name for p in workdir.iterdir()) == ["arm"]
 
+    # --force replaces only a previous lab corpus: this folder is not one, and stays as it was.
     result = run_lab([*inject_args(out), "--force"], workdir, tiny_corpora)
-    assert result.returncode == 0, result.stderr
-    assert not (out / "keep.txt").exists()
+    assert_one_line_error(result, f"{out}: --force refused: not a previous lab-corpus output")
+    assert (out / "keep.txt").read_text(encoding="utf-8") == "previous result\n"
+    assert sorted(p.name for p in workdir.iterdir()) == ["arm"]
+
+    (out / "keep.txt").unlink()
+    out.rmdir()
+    assert run_lab(inject_args(out), workdir, tiny_corpora).returncode == 0
+    result = run_lab([*inject_args(out, "codetrans", "control"), "--force"], workdir, tiny_corpora)
+    assert result.returncode == 0, result.stderr  # a previous lab corpus is replaced
     manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
-    assert manifest["setting"] == "paired" and manifest["counts"]["final_documents"] == 320
+    assert manifest["setting"] == "control"
     assert sorted(p.name for p in workdir.iterdir()) == ["arm"]
 
 
@@ -427,7 +435,15 @@ GOOD_RECIPE = ("name: t\nbenchmark: codetrans\narms: [control, paired]\nmodels: 
     (GOOD_RECIPE.replace("seeds: [0, 1]", "seeds: zero"), [], "seeds: expected a list, got 'zero'"),
     (GOOD_RECIPE.replace("seeds: [0, 1]", "seeds: []"), [], "seeds: needs at least one seed"),
     (GOOD_RECIPE.replace("paired]", "pairs]"), [], "arms[1]: unknown arm 'pairs'"),
-    (GOOD_RECIPE.replace("[0, 1]\n", "[0, -1]\n"), [], "finetune.epochs[1]: expected int >= 0"),
+    (GOOD_RECIPE.replace("epochs: [0, 1]", "epochs: [0, -1]"), [],
+     "finetune.epochs[1]: expected int >= 0"),
+    (GOOD_RECIPE.replace("seeds: [0, 1]", "seeds: [0, -1]"), [], "seeds[1]: expected int in 0.."),
+    (GOOD_RECIPE.replace("name: t", "name: ../../etc"), [], "name: '../../etc': must be a plain "
+                                                            "folder name"),
+    (GOOD_RECIPE + "seeds: [3]\n", [], "line 9: duplicate key 'seeds'"),
+    (GOOD_RECIPE.replace("name: t", "name: &n t") + "benchmark2: *n\n", [],
+     "YAML alias *n refused"),
+    (GOOD_RECIPE + "pretrain: {epochs: .inf}\n", [], "pretrain.epochs: expected a finite number"),
     (GOOD_RECIPE.replace("[gpt2]", "[roberta]"), [], "0 (direct inference) is defined for GPT-2"),
     (GOOD_RECIPE + "injection:\n  samples: 1001\n", [], "codetrans's test split holds 1000"),
     (GOOD_RECIPE + "arms: [control\n", [], "malformed YAML"),
@@ -444,6 +460,19 @@ def test_study_refuses_a_bad_recipe(workdir, tmp_path, text, args, fragment):
     if not args:
         assert str(recipe) in line  # recipe errors name the file
     assert not (tmp_path / "s").exists()  # nothing written
+
+
+def test_study_refuses_a_non_utf8_recipe_and_an_alias_bomb_at_once(workdir, tmp_path):
+    recipe = tmp_path / "latin1.yaml"
+    recipe.write_bytes(GOOD_RECIPE.replace("name: t", "name: caf\u00e9").encode("latin-1"))
+    assert_one_line_error(run_lab(["study", recipe, "--dry-run"], workdir, None),
+                          f"{recipe}: not UTF-8 text")
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for prev, cur in zip("abcdefgh", "bcdefghi"):
+        lines.append(f"{cur}: &{cur} [" + ",".join(f"*{prev}" for _ in range(9)) + "]")
+    recipe.write_text("\n".join(lines) + "\nname: *i\n")
+    assert_one_line_error(run_lab(["study", recipe, "--dry-run"], workdir, None),
+                          "line 2: YAML alias *a refused")
 
 
 def test_study_refuses_a_missing_recipe_and_a_file_as_study_folder(workdir, tmp_path):
@@ -484,3 +513,133 @@ def test_unknown_setting_lists_the_placebos(workdir, tiny_corpora):
     assert_one_line_error(run_lab(inject_args(out, "codetrans", "paired-placbo"), workdir, tiny_corpora),
                           "--setting paired-placbo: unknown setting", "paired-placebo")
     assert_nothing_written(out)
+
+
+# --- --force replaces only the command's own previous output (issue 14) ------------------------
+
+def _fake_output(folder: Path, kind: str, name: str = "manifest.json") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(json.dumps({"kind": kind}), encoding="utf-8")
+    return folder
+
+
+def test_evaluate_force_never_deletes_its_model_or_a_folder_holding_it(workdir, tiny_corpora):
+    model = _fake_output(workdir / "t" / "runs" / "pt" / "m", "lab-pretrained")
+    notes = workdir / "t" / "runs" / "notes.txt"
+    notes.write_text("mine\n", encoding="utf-8")
+    base = ["evaluate", "--model", "t/runs/pt/m", "--task", "translation", "--force"]
+    assert_one_line_error(run_lab([*base, "--out", "t/runs"], workdir, tiny_corpora),
+                          "t/runs: contains an input of this command (t/runs/pt/m)")
+    assert_one_line_error(run_lab([*base, "--out", "t/runs/pt/m"], workdir, tiny_corpora),
+                          "t/runs/pt/m: is an input of this command")
+    other = _fake_output(workdir / "t" / "corpus", "lab-corpus")
+    assert_one_line_error(run_lab([*base, "--out", "t/corpus"], workdir, tiny_corpora),
+                          "t/corpus: --force refused: not a previous lab-evaluation output "
+                          "(it holds a lab-corpus output)")
+    assert notes.read_text(encoding="utf-8") == "mine\n"
+    assert (model / "manifest.json").is_file() and (other / "manifest.json").is_file()
+
+
+def test_inject_force_refuses_an_unrelated_folder(workdir, tiny_corpora):
+    folder = workdir / "photos"
+    folder.mkdir()
+    (folder / "cat.jpg").write_bytes(b"\xff\xd8")
+    assert_one_line_error(run_lab([*inject_args(folder), "--force"], workdir, tiny_corpora),
+                          f"{folder}: --force refused: not a previous lab-corpus output "
+                          "(no lab manifest says what it is)")
+    assert (folder / "cat.jpg").read_bytes() == b"\xff\xd8"
+    # Another command's output is refused too, as is the folder holding the datasets.
+    tok = _fake_output(workdir / "tok", "lab-tokenizer")
+    assert_one_line_error(run_lab([*inject_args(tok), "--force"], workdir, tiny_corpora),
+                          "it holds a lab-tokenizer output")
+    assert_one_line_error(run_lab([*inject_args(tiny_corpora.parent), "--force"], workdir,
+                                  tiny_corpora), "contains an input of this command")
+    assert (tiny_corpora / "concode").is_dir()
+
+
+def test_tokenizer_force_never_replaces_its_corpus(workdir, tiny_corpora):
+    corpus = workdir / "control"
+    assert run_lab(inject_args(corpus, "codetrans", "control"), workdir, tiny_corpora).returncode == 0
+    before = sorted(p.name for p in corpus.rglob("*"))
+    for out in (corpus, workdir):
+        assert_one_line_error(run_lab(["tokenizer", "train", "--corpus", corpus, "--out", out,
+                                       "--vocab-size", "300", "--force"], workdir, tiny_corpora),
+                              f"{out}: ", "an input of this command")
+    assert sorted(p.name for p in corpus.rglob("*")) == before
+
+
+def test_single_file_outputs_replace_only_their_own_kind(workdir, tiny_corpora):
+    records = workdir / "in.jsonl"
+    records.write_text(json.dumps({"code": "int a = 1;", "docstring": "one"}) + "\n")
+    notes = workdir / "notes.txt"
+    notes.write_text("mine\n", encoding="utf-8")
+    assert_one_line_error(run_lab(["perturb", records, "--out", notes, "--force"], workdir, None),
+                          f"{notes}: --force refused: not a previous lab-perturbation output")
+    pred, ref = workdir / "pred.txt", workdir / "ref.txt"
+    pred.write_text("a b c\n")
+    ref.write_text("a b c\n")
+    score = ["score", "--pred", pred, "--ref", ref, "--metrics", "em"]
+    assert_one_line_error(run_lab([*score, "--out", notes], workdir, None),
+                          f"{notes}: --force refused: not a previous lab-scores output")
+    assert_one_line_error(run_lab([*score, "--out", ref], workdir, None),
+                          f"{ref}: is an input of this command")
+    assert notes.read_text(encoding="utf-8") == "mine\n" and ref.read_text() == "a b c\n"
+    out = workdir / "scores.json"
+    for _ in range(2):  # a previous score file is replaced
+        result = run_lab([*score, "--out", out], workdir, None)
+        assert result.returncode == 0, result.stderr
+    assert json.loads(out.read_text())["kind"] == "lab-scores"
+
+
+def test_audit_force_refuses_an_unrelated_folder(workdir, tiny_corpora):
+    folder = workdir / "keep"
+    folder.mkdir()
+    (folder / "a.txt").write_text("x")
+    args = ["audit", "--benchmark", "codetrans", "--split", "test", "--no-near", "--out", folder]
+    assert_one_line_error(run_lab([*args, "--force"], workdir, tiny_corpora),
+                          "--force refused: not a previous lab-audit output")
+    assert (folder / "a.txt").read_text() == "x"
+    (folder / "a.txt").unlink()
+    folder.rmdir()
+    for _ in range(2):
+        result = run_lab([*args, "--force"], workdir, tiny_corpora)
+        assert result.returncode == 0, result.stderr
+    assert json.loads((folder / "summary.json").read_text())["kind"] == "lab-audit"
+
+
+@pytest.mark.parametrize("option, value, fragment", [
+    ("--lr", "inf", "--lr inf: must be a finite number"),
+    ("--lr", "nan", "--lr nan: must be a finite number"),
+    ("--epochs", "inf", "--epochs inf: must be a finite number"),
+    ("--seed", "-1", "--seed -1: must be in 0..4294967295"),
+    ("--seed", "4294967296", "--seed 4294967296: must be in 0..4294967295"),
+    ("--warmup-steps", "-3", "--warmup-steps -3: must be >= 0"),
+    ("--lr-scheduler", "bogus", "--lr-scheduler bogus: choose from linear, cosine"),
+])
+def test_pretrain_refuses_impossible_numbers_before_any_work(workdir, option, value, fragment):
+    out = workdir / "pt"
+    args = ["pretrain", "--model", "gpt2", "--corpus", workdir / "no-corpus", "--tokenizer",
+            workdir / "no-tokenizer", "--out", out, option, value]
+    assert_one_line_error(run_lab(args, workdir, None), fragment)
+    assert_nothing_written(out)
+
+
+def test_pretrain_force_refuses_a_folder_that_is_not_a_pretrained_model(workdir):
+    corpus = _fake_output(workdir / "corpus", "lab-corpus")
+    args = ["pretrain", "--model", "gpt2", "--corpus", corpus, "--tokenizer", workdir / "tok",
+            "--force"]
+    assert_one_line_error(run_lab([*args, "--out", corpus], workdir, None),
+                          "is an input of this command")
+    assert_one_line_error(run_lab([*args, "--out", workdir], workdir, None),
+                          "contains an input of this command")
+    assert (corpus / "manifest.json").is_file()
+
+
+@pytest.mark.parametrize("option, value, fragment", [
+    ("--lr", "inf", "--lr inf: must be a finite number"),
+    ("--seed", "-1", "--seed -1: must be in 0..4294967295"),
+])
+def test_finetune_refuses_impossible_numbers_before_any_work(workdir, option, value, fragment):
+    args = ["finetune", "--pretrained", workdir / "none", "--task", "translation", "--epochs",
+            "1", "--out", workdir / "ft", option, value]
+    assert_one_line_error(run_lab(args, workdir, None), fragment)

@@ -113,3 +113,119 @@ def test_reference_recipe_spells_out_the_defaults():
 
     reference = next(p for p in RECIPES if p.name == "reference.yaml")
     assert recipe_dict(load_recipe(reference)) == recipe_dict(Recipe())
+
+
+# --- hardening (issue 14): duplicate keys, aliases, long values, names, impossible numbers -----
+
+@pytest.mark.parametrize("text, message", [
+    ("name: t\nseeds: [0]\nname: u\n", "line 3: duplicate key 'name'"),
+    ("name: t\npretrain:\n  lr: 0.1\n  epochs: 2\n  lr: 0.2\n", "line 5: duplicate key 'lr'"),
+    ("name: t\nfinetune: {epochs: [1], epochs: [2]}\n", "line 2: duplicate key 'epochs'"),
+])
+def test_duplicate_keys_are_refused_with_their_line(tmp_path, text, message):
+    path = tmp_path / "dup.yaml"
+    path.write_text(text)
+    with pytest.raises(LabError) as info:
+        load_recipe(path)
+    assert str(info.value) == f"{path}: {message}"
+
+
+def test_aliases_are_refused_so_an_alias_bomb_costs_nothing(tmp_path):
+    # The 446-byte "billion laughs": 9 levels of 9 aliases each, ~387 million strings.
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for prev, cur in zip("abcdefgh", "bcdefghi"):
+        lines.append(f"{cur}: &{cur} [" + ",".join(f"*{prev}" for _ in range(9)) + "]")
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\nname: *i\n")
+    with pytest.raises(LabError, match=r"line 2: YAML alias \*a refused"):
+        load_recipe(path)
+    path.write_text("name: &n t\nseeds: [0]\nbenchmark: *n\n")
+    with pytest.raises(LabError, match="aliases"):
+        load_recipe(path)
+    with pytest.raises(LabError, match="aliases"):
+        load_recipe(_write(tmp_path, "name: t\n"),
+                    ["benchmark=[&x a, *x]"])
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "plain.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("text", [
+    "name: " + "x" * 5000 + "\n",
+    "benchmark: " + "y" * 5000 + "\n",
+    "seeds: " + "z" * 5000 + "\n",
+    "arms: [control, " + "w" * 5000 + "]\n",
+    "pretrain:\n  ? " + "k" * 5000 + "\n  : 1\n",  # an explicit key (implicit ones stop at 1024)
+    "finetune: {epochs: {" + ", ".join(f"k{i}: {i}" for i in range(2000)) + "}}\n",
+])
+def test_errors_show_only_an_excerpt_of_a_value(tmp_path, text):
+    path = _write(tmp_path, text)
+    with pytest.raises(LabError) as info:
+        load_recipe(path)
+    assert len(str(info.value)) < len(str(path)) + 400, str(info.value)[:500]
+
+
+@pytest.mark.parametrize("name", ["/tmp/evil", "../evil", "a/../../b", "a/b", "..", ".", "",
+                                  "a\\b", "~", "x..y"])
+def test_a_name_that_is_not_a_plain_folder_name_is_refused(recipe_file, name):
+    with pytest.raises(LabError, match="name: .*must be a plain folder name"):
+        load_recipe(recipe_file, [f"name={json_str(name)}"])
+
+
+def json_str(value: str) -> str:
+    import json
+
+    return json.dumps(value)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("pretrain.epochs=.inf", "pretrain.epochs: expected a finite number, got inf"),
+    ("pretrain.lr=.inf", "pretrain.lr: expected a finite number"),
+    ("pretrain.lr=.nan", "pretrain.lr: expected a finite number"),
+    ("finetune.lr=-.inf", "finetune.lr: expected a finite number"),
+    ("injection.fraction=.nan", "injection.fraction: expected a finite number"),
+    ("probe.min_k=.nan", "probe.min_k: expected a finite number"),
+    ("statistics.alpha=.nan", "statistics.alpha: expected a finite number"),
+    ("pretrain.epochs=1.0e+400", "pretrain.epochs: expected a finite number"),
+    ("seeds=[0, -1]", "seeds[1]: expected int in 0..4294967295, got -1"),
+    ("seeds=[4294967296]", "seeds[0]: expected int in 0..4294967295"),
+    ("pretrain.warmup_steps=-5", "pretrain.warmup_steps: expected int >= 0, got -5"),
+    ("corpus.limit=99999999999999999999999", "corpus.limit: 99999999999999999999999 is out of range"),
+])
+def test_impossible_numbers_are_refused_at_load(recipe_file, override, message):
+    with pytest.raises(LabError) as info:
+        load_recipe(recipe_file, [override])
+    assert str(info.value).startswith(str(recipe_file)) and message in str(info.value)
+
+
+def test_largest_seed_is_accepted(recipe_file):
+    assert load_recipe(recipe_file, ["seeds=[0, 4294967295]"]).seeds == [0, 4294967295]
+
+
+def test_non_utf8_recipe_is_one_error(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("name: caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(LabError, match=r"latin1.yaml: not UTF-8 text \(byte 9\)"):
+        load_recipe(path)
+
+
+@pytest.mark.parametrize("override, message", [
+    ('name=" "', "name: ' ': must be a plain folder name"),
+    ('name="a\\nb"', "must be a plain folder name"),
+    ("name=-rf", "name: '-rf': must be a plain folder name"),
+    ("models=[]", "models: needs at least one model"),
+    ("models=[gpt2, gpt2]", "models: values repeat"),
+    ("arms=[control, paired, paired]", "arms: values repeat"),
+    ("corpus.base=codetrans", "corpus.base: 'codetrans' is not a pre-training corpus"),
+    ("corpus.base=nothing", "corpus.base: 'nothing' is not a pre-training corpus"),
+    ("corpus.base_splits=[]", "corpus.base_splits: needs at least one split"),
+    ("corpus.base_splits=[train, bogus]", "corpus.base_splits[1]: unknown split 'bogus'"),
+    ("evaluation.metrics=[]", "evaluation.metrics: needs at least one metric"),
+])
+def test_values_that_would_fail_later_are_refused_at_load(recipe_file, override, message):
+    with pytest.raises(LabError) as info:
+        load_recipe(recipe_file, [override])
+    assert message in str(info.value)

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from lab.codetokens import fingerprint_tokens, normalized_hash
-from lab.common import (DataNotFound, LabError, atomic_output_dir, environment_record,
-                        write_json_atomic, write_jsonl)
+from lab.common import (DataNotFound, LabError, atomic_output_dir, check_output, corpora_inputs,
+                        environment_record, write_json_atomic, write_jsonl)
 from lab.contamination import segments
 from lab.contamination.corpus_files import read_corpus, read_manifest
 from lab.corpora import DATASETS, Sample, get_spec, load_documents, load_samples
@@ -221,8 +221,11 @@ def run_audit(benchmark: str, splits: list[str] | None = None, against: str = "c
     if spec.kind != "benchmark":
         raise LabError(f"--benchmark {benchmark}: not a benchmark (choose from "
                        f"{', '.join(n for n, s in DATASETS.items() if s.kind == 'benchmark')})")
-    if out is not None and Path(out).exists() and not force:
-        raise LabError(f"{out}: output directory exists (use --force to replace it)")
+    # --against may name a corpus folder (or its manifest.json): an input like the datasets
+    # (a dataset name is no path, and is skipped).
+    inputs = [Path(against), *corpora_inputs(corpora_dir)]
+    if out is not None:
+        check_output(Path(out), force, "lab-audit", inputs)
     requested = splits or list(spec.splits)
     loaded, skipped = [], []
     for split in requested:
@@ -241,7 +244,8 @@ def run_audit(benchmark: str, splits: list[str] | None = None, against: str = "c
         rows += audit_samples(part.records, index, spec.input_language, spec.output_language)
     matched_documents = sorted(set().union(*(r.pop("_matched") for r in rows))) if rows else []
     summary = {
-        "benchmark": benchmark, "against": against_label, "corpus_documents": index.documents,
+        "kind": "lab-audit", "benchmark": benchmark, "against": against_label,
+        "corpus_documents": index.documents,
         "splits_audited": [p.split for p in loaded], "splits_missing": skipped,
         "method": {
             "exact": "equal after whitespace and comment normalisation",
@@ -255,7 +259,7 @@ def run_audit(benchmark: str, splits: list[str] | None = None, against: str = "c
         "environment": environment_record(),
     }
     if out is not None:
-        with atomic_output_dir(Path(out), force=force) as tmp:
+        with atomic_output_dir(Path(out), force=force, kind="lab-audit", inputs=inputs) as tmp:
             write_jsonl(tmp / "report.jsonl", rows)
             write_json_atomic(tmp / "summary.json", summary)
     summary["rows"] = rows

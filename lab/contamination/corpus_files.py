@@ -64,6 +64,70 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     if not isinstance(shards, list) or not all(
             isinstance(s, dict) and isinstance(s.get("file"), str) for s in shards):
         raise LabError(f"{path}: field 'shards' must be a list of {{\"file\": ...}} objects")
+    root = folder.resolve()
+    for shard in shards:
+        name = shard["file"]
+        inside = (root / name).resolve()
+        if (not name or os.path.isabs(name) or ".." in Path(name).parts
+                or not inside.is_relative_to(root)):
+            raise LabError(f"{path}: shard path '{name}' leaves the corpus folder")
+    return manifest
+
+
+def shards_digest(shards: list[dict[str, Any]]) -> str:
+    """The corpus_sha256 of a manifest: sha256 over its shards' sha256 strings, in order."""
+    digest = hashlib.sha256()
+    for shard in shards:
+        digest.update(str(shard.get("sha256")).encode())
+    return digest.hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+_VERIFIED: dict[tuple, bool] = {}  # corpora verified by this process (and their files' stats)
+
+
+def verify_corpus(folder: Path) -> dict[str, Any]:
+    """The manifest of a lab corpus directory, after checking that the corpus is what it says:
+    every shard's bytes hash to the sha256 listed for it, corpus_sha256 is the digest of those
+    hashes, and the corpus holds documents (no empty shard). Hashing reads every shard once per
+    process (a CSN-size arm: seconds); anything else trusting corpus_sha256 (the token cache is
+    keyed by it) would otherwise train on another arm's tokens."""
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    path = folder / MANIFEST
+    shards = manifest["shards"]
+    if "corpus_sha256" not in manifest:
+        raise LabError(f"{path}: field 'corpus_sha256' missing")
+    if not shards or sum(int(s.get("documents") or 0) for s in shards) == 0:
+        raise LabError(f"{folder}: empty corpus (0 documents)")
+    stats = []
+    for shard in shards:
+        shard_path = folder / shard["file"]
+        if not shard_path.is_file():
+            raise LabError(f"{shard_path}: shard listed in {MANIFEST} is missing")
+        st = shard_path.stat()
+        if st.st_size == 0 or not shard.get("documents"):
+            raise LabError(f"{shard_path}: empty shard (0 documents)")
+        stats.append((shard["file"], st.st_size, st.st_mtime_ns, st.st_ino))
+    key = (str(folder.resolve()), path.read_bytes(), tuple(stats))
+    if key in _VERIFIED:
+        return manifest
+    for shard in shards:
+        shard_path = folder / shard["file"]
+        if _file_sha256(shard_path) != shard.get("sha256"):
+            raise LabError(f"{shard_path}: sha256 differs from the one listed in {path} "
+                           "(shard changed or manifest of another corpus)")
+    if shards_digest(shards) != manifest["corpus_sha256"]:
+        raise LabError(f"{path}: corpus_sha256 does not match the shards it lists (manifest of "
+                       "another corpus?)")
+    _VERIFIED[key] = True
     return manifest
 
 
@@ -87,3 +151,6 @@ def read_corpus(folder: Path) -> Iterator[dict[str, Any]]:
                     yield record
         except (OSError, EOFError, zlib.error) as exc:  # truncated or not gzip
             raise LabError(f"{path}: unreadable after line {lineno} ({exc})") from None
+        listed = shard.get("documents")
+        if isinstance(listed, int) and listed != lineno:
+            raise LabError(f"{path}: {lineno} documents, {MANIFEST} lists {listed}")

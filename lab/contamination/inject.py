@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from lab.codetokens import whitespace_hash
-from lab.common import DataNotFound, LabError, atomic_output_dir, environment_record, write_json_atomic
+from lab.common import (DataNotFound, LabError, atomic_output_dir, check_output, corpora_inputs,
+                        environment_record, write_json_atomic)
 from lab.contamination import SEP_MARKER, segments
 from lab.contamination import settings as settings_table
 from lab.contamination.audit import CODE_LANGUAGES, OverlapIndex, audit_samples
@@ -78,8 +79,11 @@ def validate(cfg: InjectConfig) -> None:
         raise LabError("--samples and --test-ids: give one of them, not both")
     if cfg.test_ids is not None and not Path(cfg.test_ids).is_file():
         raise LabError(f"--test-ids {cfg.test_ids}: no such file")
-    if Path(cfg.out).exists() and not cfg.force:
-        raise LabError(f"{cfg.out}: output directory exists (use --force to replace it)")
+    check_output(Path(cfg.out), cfg.force, "lab-corpus", _inputs(cfg))
+
+
+def _inputs(cfg: InjectConfig) -> list[Any]:
+    return [cfg.test_ids, *corpora_inputs(cfg.corpora_dir)]
 
 
 def _duplicate_groups(samples: list[Sample]) -> list[list[int]]:
@@ -355,7 +359,8 @@ def run_inject(cfg: InjectConfig) -> dict[str, Any]:
             "matched_test_ids": [samples[i].id for i in selected],
             "pool": pool.record,
         }
-    with atomic_output_dir(Path(cfg.out), force=cfg.force) as tmp:
+    with atomic_output_dir(Path(cfg.out), force=cfg.force, kind="lab-corpus",
+                           inputs=_inputs(cfg)) as tmp:
         shards = write_shards(tmp / CORPUS_SUBDIR, final, cfg.shard_size)
         manifest["shards"] = shards
         manifest["corpus_sha256"] = _digest_of_shards(shards)

@@ -45,7 +45,7 @@ from typing import Any, Iterator
 import lab
 # The lab lexer's own regex (with positions): renaming must keep its token count exactly.
 from lab.codetokens import KEYWORDS, TOKEN_PATTERN, code_tokens
-from lab.common import LabError, sha256_file, write_json_atomic
+from lab.common import LabError, check_output, sha256_file, write_json_atomic
 
 _IDENT = re.compile(r"[^\W\d][\w$]*|\$[\w$]*")
 _SEGMENT = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+|[^A-Za-z\d]+")
@@ -547,8 +547,10 @@ def run_perturb(input_path: Path, seed: int = 0, tolerance: float = 0.1, strict:
         out = Path(out)
         if out.resolve() == input_path.resolve():
             raise LabError(f"{out}: output would overwrite the input")
-        if out.exists() and not force:
-            raise LabError(f"{out}: output file exists (use --force to replace it)")
+        # The perturbed file is recognised by its OUT.report.json (kind lab-perturbation).
+        check_output(out, force, "lab-perturbation", [input_path, compare], what="file")
+        report_file = out.with_name(out.name + ".report.json")
+        check_output(report_file, True, "lab-perturbation", [input_path, compare], what="file")
         if not out.parent.is_dir():
             raise LabError(f"{out.parent}: output folder does not exist")
     records = load_records(input_path)
@@ -575,7 +577,7 @@ def run_perturb(input_path: Path, seed: int = 0, tolerance: float = 0.1, strict:
         fields.append({"field": f, "kind": "code" if f in code else "nl", **stats,
                        "table_i": table_i_row(input_path, f)})
     report: dict[str, Any] = {
-        "input": str(input_path), "input_sha256": sha256_file(input_path), "seed": seed,
+        "kind": "lab-perturbation", "input": str(input_path), "input_sha256": sha256_file(input_path), "seed": seed,
         "tolerance": tolerance, "wordnet": wordnet, "strict": strict,
         "lab_version": lab.__version__, "code_fields": code, "nl_fields": nl,
         "token_definition": "lab code_tokens, identifiers split into sub-tokens (table_tokens)",

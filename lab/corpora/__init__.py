@@ -150,7 +150,12 @@ def known_checksums(name: str) -> dict[str, str]:
 
 
 def verify_dataset(name: str, corpora_dir: Path | None = None) -> list[dict[str, Any]]:
-    """Compare each local file of a dataset with the checksums in corpora/NAME.json."""
+    """Compare each local file of a dataset with the checksums in corpora/NAME.json; an empty
+    file (0 bytes, or no content once decompressed) is an error. NAME may also be a lab corpus
+    directory (lab inject): its shards are checked against its manifest, and it must hold
+    documents."""
+    if (Path(name) / "manifest.json").is_file():
+        return _verify_arm(Path(name))
     spec = get_spec(name)
     candidate_roots(corpora_dir)  # a missing --corpora/LAB_CORPORA folder is an error, not "missing"
     known = known_checksums(name)
@@ -162,12 +167,40 @@ def verify_dataset(name: str, corpora_dir: Path | None = None) -> list[dict[str,
             rows.append({"split": split, "file": None, "status": "missing"})
             continue
         for path in files or []:
+            if _is_empty(Path(path)):
+                raise LabError(f"{path}: empty file ({name} split '{split}' has no records)")
             digest = sha256_file(path)
             status = f"matches {known[digest]}" if digest in known else "unknown version"
             rows.append({"split": split, "file": str(path), "status": status, "sha256": digest})
         if files is None:
             rows.append({"split": split, "file": where, "status": "hub"})
     return rows
+
+
+def _is_empty(path: Path) -> bool:
+    """0 bytes, or only whitespace (decompressed, for .gz); reads up to the first content."""
+    import gzip
+    import zlib
+
+    if path.stat().st_size == 0:
+        return True
+    try:
+        handle = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+        with handle:
+            while chunk := handle.read(1 << 16):
+                if chunk.strip():
+                    return False
+    except (OSError, EOFError, zlib.error) as exc:
+        raise LabError(f"{path}: unreadable ({exc})") from None
+    return True
+
+
+def _verify_arm(folder: Path) -> list[dict[str, Any]]:
+    from lab.contamination.corpus_files import verify_corpus
+
+    manifest = verify_corpus(folder)  # LabError on a mismatch or an empty corpus
+    return [{"split": "-", "file": str(folder / s["file"]), "status": "matches manifest.json",
+             "sha256": s["sha256"]} for s in manifest["shards"]]
 
 
 QUANTILES = (0.5, 0.9, 0.99)

@@ -17,7 +17,8 @@ from typing import Any
 import orjson
 
 from lab.codetokens import whitespace_hash
-from lab.common import LabError, atomic_output_dir, environment_record, write_json_atomic
+from lab.common import (LabError, atomic_output_dir, check_output, corpora_inputs,
+                        environment_record, write_json_atomic)
 from lab.corpora import Sample, get_spec, load_samples
 from lab.eval import metrics as metric_fns
 from lab.models import positions_of
@@ -281,13 +282,13 @@ def run_evaluate(model_dir: Path, task_name: str, split: str = "test", ids: Path
     plan = Decoding.parse(decoding, temperature=temperature, top_p=top_p, top_k=top_k)
     if batch_size < 1:
         raise LabError(f"--batch-size {batch_size}: must be >= 1")
+    out = Path(out) if out else Path(model_dir) / f"eval-{task.name}-{split}-{plan.label()}"
+    inputs = [model_dir, ids, *corpora_inputs(corpora_dir)]
+    check_output(out, force, "lab-evaluation", inputs)
     model, tokenizer, manifest, architecture = load_generator(model_dir)
     trained_task = manifest.get("task", {}).get("name")
     if trained_task and trained_task != task.name:
         raise LabError(f"--model {model_dir}: fine-tuned for {trained_task}, not {task.name}")
-    out = Path(out) if out else Path(model_dir) / f"eval-{task.name}-{split}-{plan.label()}"
-    if out.exists() and not force:
-        raise LabError(f"{out}: output directory exists (use --force to replace it)")
     benchmark = evaluation_benchmark(manifest, task, benchmark)
     samples: list[Sample] = load_samples(benchmark, split, corpora_dir,
                                          require_references=True).records
@@ -363,7 +364,7 @@ def run_evaluate(model_dir: Path, task_name: str, split: str = "test", ids: Path
         "wall_seconds": round(time.perf_counter() - started, 2),
         "environment": environment_record(),
     }
-    with atomic_output_dir(out, force=force) as tmp:
+    with atomic_output_dir(out, force=force, kind="lab-evaluation", inputs=inputs) as tmp:
         with open(tmp / "predictions.jsonl", "wb") as handle:
             for i, sample in enumerate(samples):
                 row = {"id": sample.id, "source": sample.input, "reference": sample.output,

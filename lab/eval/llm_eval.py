@@ -17,8 +17,8 @@ from typing import Any
 import orjson
 
 from lab.common import (
-    LabError, atomic_output_dir, environment_record, sha256_file, sha256_text, write_json_atomic,
-    write_jsonl,
+    LabError, atomic_output_dir, check_output, environment_record, sha256_file, sha256_text,
+    write_json_atomic, write_jsonl,
 )
 from lab.eval import metrics as metric_fns
 from lab.eval.generate import padded
@@ -338,8 +338,9 @@ def run_llm_eval(model: Path, contaminated: Path, perturbed: Path, task: str | N
     started = time.perf_counter()
     _check_options(task, repetitions, temperature, top_p, top_k, max_new_tokens, batch_size,
                    limit, convention)
-    if out is not None and Path(out).exists() and not force:
-        raise LabError(f"{out}: output directory exists (use --force to replace it)")
+    inputs = [model, contaminated, perturbed]
+    if out is not None:
+        check_output(Path(out), force, "lab-llm-eval", inputs)
     contaminated, perturbed = Path(contaminated), Path(perturbed)
     spec = TASKS[task or infer_task(contaminated, perturbed)]
     data = {g: read_pairs(p, spec) for g, p in zip(GROUPS, (contaminated, perturbed))}
@@ -413,7 +414,7 @@ def run_llm_eval(model: Path, contaminated: Path, perturbed: Path, task: str | N
         "environment": environment_record(),
     }
     if out is not None:
-        with atomic_output_dir(Path(out), force=force) as tmp:
+        with atomic_output_dir(Path(out), force=force, kind="lab-llm-eval", inputs=inputs) as tmp:
             write_jsonl(tmp / "generations.jsonl", generations)
             write_json_atomic(tmp / "results.json", record)
             (tmp / "table.md").write_text(table, encoding="utf-8")

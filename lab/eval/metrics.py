@@ -448,6 +448,11 @@ def run_score(pred: Path, ref: Path | None = None, metrics: str | Sequence[str] 
                            else ",".join(metrics), language)
     if out is not None and Path(out).is_dir():
         raise LabError(f"--out {out}: is a directory (name the JSON file to write)")
+    if out is not None:
+        # No --force: a previous lab score file is replaced as before, nothing else is.
+        from lab.common import check_output
+
+        check_output(Path(out), True, "lab-scores", [pred, ref], what="file")
     references, predictions = read_scoring_inputs(pred, ref)
     if task is None:
         task = (_evaluation_task(pred) if ref is None else None) or DEFAULT_TASK

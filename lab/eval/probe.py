@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import Any
 
 from lab.codetokens import KEYWORDS, TOKEN_PATTERN
-from lab.common import (DataNotFound, LabError, atomic_output_dir, environment_record,
-                        write_json_atomic, write_jsonl)
+from lab.common import (DataNotFound, LabError, atomic_output_dir, check_output, corpora_inputs,
+                        environment_record, write_json_atomic, write_jsonl)
 from lab.contamination import settings as settings_table
 from lab.contamination.corpus_files import read_manifest
 from lab.contamination.inject import disjoint_from, split_sides_index
@@ -408,8 +408,8 @@ def run_probe(model_dir: Path, out: Path | None = None, groups: Path | None = No
     if setting is None:
         raise LabError(f"the corpus setting '{chosen['setting']}' has no injected form to probe")
     out = Path(out) if out else Path(model_dir) / "probe"
-    if out.exists() and not force:
-        raise LabError(f"{out}: output directory exists (use --force to replace it)")
+    inputs = [model_dir, groups, *corpora_inputs(corpora_dir)]
+    check_output(out, force, "lab-probe", inputs)
     model, tokenizer, manifest, family = load_probed_model(model_dir)
 
     group_of = {i: "injected" for i in chosen["injected"]}
@@ -445,7 +445,7 @@ def run_probe(model_dir: Path, out: Path | None = None, groups: Path | None = No
         "wall_seconds": round(time.perf_counter() - started, 2),
         "environment": environment_record(),
     }
-    with atomic_output_dir(out, force=force) as tmp:
+    with atomic_output_dir(out, force=force, kind="lab-probe", inputs=inputs) as tmp:
         write_jsonl(tmp / "probes.jsonl", rows)
         write_json_atomic(tmp / "summary.json", summary)
     summary["out"] = str(out)

@@ -4,6 +4,12 @@ A recipe YAML maps onto the dataclasses below; every field has a type and a defa
 keys, wrong types and impossible values are refused with the key's path, for example
 `finetune.epochs[2]: expected int >= 0, got 'ten'`. `--set section.key=value` overrides a field
 (the value is parsed as YAML, then checked like the file).
+
+Hardening: a key given twice in one mapping (at any level) is refused with its line; YAML
+aliases (`*name`) are refused altogether (recipes have no need of them, and a few hundred bytes
+of nested aliases expand to gigabytes); strings are at most MAX_STRING characters and errors
+show at most an EXCERPT-character excerpt of a value; numbers are finite; seeds lie in
+0..2^32-1; `name` is a plain folder name (it becomes runs/NAME).
 """
 from __future__ import annotations
 
@@ -17,8 +23,47 @@ from typing import Any
 
 import yaml
 
-from lab.common import LabError
+from lab.common import SEED_MAX, LabError
 from lab.contamination import settings as settings_table
+
+
+MAX_STRING = 200  # longest string value of a recipe
+EXCERPT = 80      # longest excerpt of a value in an error message
+
+
+def _show(value: Any) -> str:
+    """repr of a value for an error message, cut to EXCERPT characters."""
+    text = repr(value)
+    return text if len(text) <= EXCERPT else text[:EXCERPT] + f"... ({len(text)} characters)"
+
+
+class _RecipeLoader(yaml.SafeLoader):
+    """safe_load without aliases and without duplicate keys."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise LabError(f"line {event.start_mark.line + 1}: YAML alias *{str(event.anchor)[:EXCERPT]} "
+                           "refused (recipes may not use aliases)")
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: refused by the constructor below
+                continue
+            if duplicate:
+                raise LabError(f"line {key_node.start_mark.line + 1}: duplicate key "
+                               f"{_show(key)}")
+        return super().construct_mapping(node, deep=deep)
+
+
+def _yaml_load(text: str) -> Any:
+    return yaml.load(text, Loader=_RecipeLoader)  # noqa: S506 - a SafeLoader subclass
 
 
 @dataclass
@@ -140,28 +185,38 @@ def _convert(value: Any, kind: Any, path: str, expect: str | None = None) -> Any
         return _convert(value, inner[0], path, expect)
     if origin is list:
         if not isinstance(value, list):
-            raise LabError(f"{path}: expected a list, got {value!r}")
+            raise LabError(f"{path}: expected a list, got {_show(value)}")
         (item,) = typing.get_args(kind)
         return [_convert(v, item, f"{path}[{i}]", expect) for i, v in enumerate(value)]
     if dataclasses.is_dataclass(kind):
         if not isinstance(value, dict):
-            raise LabError(f"{path}: expected a mapping, got {value!r}")
+            raise LabError(f"{path}: expected a mapping, got {_show(value)}")
         return _build(kind, value, path)
     if kind is bool:
         if not isinstance(value, bool):
-            raise LabError(f"{path}: expected true or false, got {value!r}")
+            raise LabError(f"{path}: expected true or false, got {_show(value)}")
         return value
     if kind is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise LabError(f"{path}: expected {expect or 'int'}, got {value!r}")
+            raise LabError(f"{path}: expected {expect or 'int'}, got {_show(value)}")
+        if abs(value) > 2**63 - 1:
+            raise LabError(f"{path}: {_show(value)} is out of range")
         return value
     if kind is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise LabError(f"{path}: expected float, got {value!r}")
-        return float(value)
+            raise LabError(f"{path}: expected float, got {_show(value)}")
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise LabError(f"{path}: expected a finite number, got {_show(value)}")
+        return number
     if kind is str:
         if not isinstance(value, str):
-            raise LabError(f"{path}: expected str, got {value!r}")
+            raise LabError(f"{path}: expected str, got {_show(value)}")
+        if len(value) > MAX_STRING:
+            raise LabError(f"{path}: longer than {MAX_STRING} characters ({_show(value)})")
         return value
     raise LabError(f"{path}: unsupported type {_type_name(kind)}")
 
@@ -172,7 +227,7 @@ def _build(cls: Any, data: dict[str, Any], prefix: str = "") -> Any:
     names = set(fields)
     for key in data:
         if key not in names:
-            where = f"{prefix}.{key}" if prefix else str(key)
+            where = f"{prefix}.{str(key)[:EXCERPT]}" if prefix else str(key)[:EXCERPT]
             raise LabError(f"{where}: unknown key (known: {', '.join(sorted(names))})")
     values = {key: _convert(value, hints[key], f"{prefix}.{key}" if prefix else key,
                             fields[key].metadata.get("expect"))
@@ -182,7 +237,7 @@ def _build(cls: Any, data: dict[str, Any], prefix: str = "") -> Any:
 
 def _check(recipe: Recipe) -> None:
     """Values that have the right type but cannot be run."""
-    from lab.corpora import dataset_manifest, get_spec
+    from lab.corpora import DATASETS, dataset_manifest, get_spec
     from lab.eval.metrics import METRICS
     from lab.models import MODELS, PRESETS, check_block_size
     from transformers.trainer_utils import SchedulerType
@@ -191,6 +246,35 @@ def _check(recipe: Recipe) -> None:
     def fail(path: str, message: str) -> None:
         raise LabError(f"{path}: {message}")
 
+    name = recipe.name
+    if (not name or name in (".", "..") or ".." in name or "/" in name or "\\" in name
+            or Path(name).is_absolute() or name.startswith(("~", "-", "."))
+            or not all(c.isalnum() or c in "._-+=@," for c in name)):
+        fail("name", f"{_show(name)}: must be a plain folder name (letters, digits and ._-+=@, "
+             "not starting with . - or ~, no path separator, no '..'): the study folder is "
+             "runs/NAME")
+    for path, values in (("arms", recipe.arms), ("models", recipe.models),
+                         ("corpus.base_splits", recipe.corpus.base_splits)):
+        if len(set(values)) != len(values):
+            fail(path, "values repeat")
+    if not recipe.models:
+        fail("models", "needs at least one model")
+    base = DATASETS.get(recipe.corpus.base)
+    if base is None or base.kind != "corpus":
+        fail("corpus.base", f"{_show(recipe.corpus.base)} is not a pre-training corpus")
+    if not recipe.corpus.base_splits:
+        fail("corpus.base_splits", "needs at least one split")
+    for i, split in enumerate(recipe.corpus.base_splits):
+        if split not in base.splits:
+            fail(f"corpus.base_splits[{i}]", f"unknown split {_show(split)} of {recipe.corpus.base} "
+                 f"(choose from {', '.join(base.splits)})")
+    if not recipe.evaluation.metrics:
+        fail("evaluation.metrics", "needs at least one metric")
+    for i, seed in enumerate(recipe.seeds):
+        if not 0 <= seed <= SEED_MAX:
+            fail(f"seeds[{i}]", f"expected int in 0..{SEED_MAX}, got {seed}")
+    if recipe.pretrain.warmup_steps < 0:
+        fail("pretrain.warmup_steps", f"expected int >= 0, got {recipe.pretrain.warmup_steps}")
     spec = get_spec(recipe.benchmark)
     if spec.kind != "benchmark":
         fail("benchmark", f"'{recipe.benchmark}' is not a benchmark")
@@ -331,18 +415,21 @@ def _check(recipe: Recipe) -> None:
 def apply_override(data: dict[str, Any], assignment: str) -> None:
     """`a.b=value` into the raw mapping (value parsed as YAML)."""
     if "=" not in assignment:
-        raise LabError(f"--set {assignment}: expected key=value")
+        raise LabError(f"--set {_show(assignment)[1:-1]}: expected key=value")
     key, raw = assignment.split("=", 1)
     parts = key.strip().split(".")
     node = data
     for part in parts[:-1]:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
-            raise LabError(f"--set {assignment}: {part} is not a section")
+            raise LabError(f"--set {key[:EXCERPT]}: {part[:EXCERPT]} is not a section")
     try:
-        node[parts[-1]] = yaml.safe_load(raw)
+        node[parts[-1]] = _yaml_load(raw)
     except yaml.YAMLError as exc:
-        raise LabError(f"--set {assignment}: value is not valid YAML ({exc})") from None
+        raise LabError(f"--set {key[:EXCERPT]}: value is not valid YAML "
+                       f"({getattr(exc, 'problem', None) or type(exc).__name__})") from None
+    except LabError as exc:
+        raise LabError(f"--set {key[:EXCERPT]}: {exc}") from None
 
 
 def load_recipe(path: Path, overrides: list[str] | None = None) -> Recipe:
@@ -351,7 +438,11 @@ def load_recipe(path: Path, overrides: list[str] | None = None) -> Recipe:
     if not path.is_file():
         raise LabError(f"{path}: no such recipe file")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = _yaml_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as exc:
+        raise LabError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except LabError as exc:
+        raise LabError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""

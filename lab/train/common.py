@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +32,148 @@ def trained_weights_sha256(model: Any) -> str:
     return state_sha256(model)
 
 
+CHECKPOINT_RECORD = "lab_checkpoint.json"
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def record_checkpoint(checkpoint: Path) -> None:
+    """Write CHECKPOINT_RECORD (every file's size and sha256) into a saved checkpoint, last and
+    atomically: a checkpoint without it, or whose files differ from it, is incomplete."""
+    files = {str(p.relative_to(checkpoint)): {"size": p.stat().st_size, "sha256": _file_sha256(p)}
+             for p in sorted(checkpoint.rglob("*")) if p.is_file() and p.name != CHECKPOINT_RECORD}
+    tmp = checkpoint / (CHECKPOINT_RECORD + ".tmp")
+    tmp.write_text(json.dumps({"files": files}, indent=1), encoding="utf-8")
+    os.replace(tmp, checkpoint / CHECKPOINT_RECORD)
+
+
+def _safetensors_complete(path: Path) -> bool:
+    """The header's tensors end exactly at the end of the file (a truncated copy does not)."""
+    try:
+        with open(path, "rb") as handle:
+            length = int.from_bytes(handle.read(8), "little")
+            header = json.loads(handle.read(length))
+        ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return False
+    return path.stat().st_size == 8 + length + max(ends, default=0)
+
+
+def checkpoint_problem(checkpoint: Path) -> str | None:
+    """None if a checkpoint is complete, else why not.
+
+    With CHECKPOINT_RECORD (written last by CheckpointRecorder), every listed file must exist
+    with its recorded size and sha256. Checkpoints saved before the lab wrote that record are
+    accepted when the standard files are there and whole: trainer_state.json, the weights
+    (model.safetensors, its header consistent with its size, or pytorch_model.bin), and
+    optimizer.pt and scheduler.pt as complete zip archives (DeepSpeed keeps its optimizer in a
+    global_step* folder instead)."""
+    record_path = checkpoint / CHECKPOINT_RECORD
+    if record_path.is_file():
+        try:
+            files = json.loads(record_path.read_text(encoding="utf-8"))["files"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return f"{CHECKPOINT_RECORD} unreadable"
+        for name, expected in files.items():
+            path = checkpoint / name
+            if not path.is_file():
+                return f"{name} missing"
+            if path.stat().st_size != expected.get("size"):
+                return f"{name} has {path.stat().st_size} bytes, {expected.get('size')} recorded"
+        for name, expected in files.items():
+            if _file_sha256(checkpoint / name) != expected.get("sha256"):
+                return f"{name} differs from its recorded sha256"
+        return None
+    import zipfile
+
+    required = ["trainer_state.json"]
+    if not any(checkpoint.glob("global_step*")):
+        required += ["optimizer.pt", "scheduler.pt"]
+    for name in required:
+        path = checkpoint / name
+        if not path.is_file() or path.stat().st_size == 0:
+            return f"{name} missing or empty"
+        if name.endswith(".pt") and not zipfile.is_zipfile(path):
+            return f"{name} truncated"
+    try:
+        json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "trainer_state.json truncated"
+    weights = sorted(checkpoint.glob("*.safetensors"))  # model.safetensors, or its shards
+    for path in weights:
+        if not _safetensors_complete(path):
+            return f"{path.name} truncated"
+    if not weights and not any(p.stat().st_size for p in checkpoint.glob("pytorch_model*.bin")):
+        return "no model weights"
+    return None
+
+
+def checkpoints_newest_first(folder: Path) -> list[Path]:
+    found = [p for p in Path(folder).glob("checkpoint-*") if p.name.split("-")[-1].isdigit()]
+    return sorted(found, key=lambda p: int(p.name.split("-")[-1]), reverse=True)
+
+
 def latest_checkpoint(folder: Path) -> Path | None:
-    """Newest checkpoint whose save completed (the trainer state is written last)."""
-    complete = [p for p in folder.glob("checkpoint-*")
-                if (p / "trainer_state.json").is_file() and p.name.split("-")[-1].isdigit()]
-    return max(complete, key=lambda p: int(p.name.split("-")[-1]), default=None)
+    """Newest complete checkpoint (see checkpoint_problem), or None."""
+    for checkpoint in checkpoints_newest_first(folder):
+        if checkpoint_problem(checkpoint) is None:
+            return checkpoint
+    return None
+
+
+def non_finite_error(what: str, step: int, value: Any) -> "LabError":
+    from lab.common import LabError
+
+    return LabError(f"training stopped: non-finite {what} ({value}) at step {step} "
+                    "(diverged; lower --lr?)")
+
+
+def weights_are_finite(model: Any) -> bool:
+    import torch
+
+    return all(bool(torch.isfinite(p.detach()).all()) for p in model.parameters()
+               if p.numel() > 0 and p.is_floating_point())
+
+
+def make_guarded_trainer_class():
+    """HF Trainer that stops with a LabError (one line, naming the step) on a non-finite loss,
+    and writes CHECKPOINT_RECORD into every checkpoint it saves (refusing to save non-finite
+    weights). Shared by pre-training and fine-tuning."""
+    import torch
+    from transformers import Trainer, TrainerCallback
+
+    class CheckpointRecorder(TrainerCallback):
+        def on_save(self, args, state, control, model=None, **kwargs):
+            checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if args.should_save and checkpoint.is_dir():
+                record_checkpoint(checkpoint)
+
+    class GuardedTrainer(Trainer):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            self.add_callback(CheckpointRecorder())
+
+        def training_step(self, model, inputs, *args, **kwargs):
+            loss = super().training_step(model, inputs, *args, **kwargs)
+            value = torch.as_tensor(loss).detach()
+            if not bool(torch.isfinite(value).all()):
+                # global_step counts finished optimizer steps: this one is the next.
+                raise non_finite_error("loss", self.state.global_step + 1,
+                                       value.float().flatten()[0].item())
+            return loss
+
+        def _save_checkpoint(self, model, *args, **kwargs):
+            if not weights_are_finite(self.model):
+                raise non_finite_error("weights", self.state.global_step, "nan/inf")
+            return super()._save_checkpoint(model, *args, **kwargs)
+
+    return GuardedTrainer
 
 
 def training_arguments(output_dir: Path, **settings: Any):
@@ -49,6 +188,9 @@ def training_arguments(output_dir: Path, **settings: Any):
         save_total_limit=2,
         # Both families use every weight in every step: skip DDP's per-step unused-weight search.
         ddp_find_unused_parameters=False,
+        # Log a non-finite loss as it is (the default replaces it by the mean of the finite
+        # ones, hiding a diverged run); the guarded trainer stops on it anyway.
+        logging_nan_inf_filter=False,
     )
     wanted.update(settings)
     wanted["output_dir"] = str(output_dir)

@@ -9,6 +9,7 @@ weights, its embeddings copied from the encoder. `--epochs 0` keeps a GPT-2 as p
 from __future__ import annotations
 
 import json
+import math
 import random
 import shutil
 import time
@@ -21,7 +22,7 @@ from lab.common import (DataNotFound, LabError, atomic_output_dir, environment_r
 from lab.contamination import SEP_MARKER
 from lab.corpora import Sample, get_spec, load_samples
 from lab.models import positions_of
-from lab.train.common import state_sha256, training_arguments
+from lab.train.common import make_guarded_trainer_class, state_sha256, training_arguments
 
 MANIFEST = "manifest.json"
 
@@ -290,6 +291,8 @@ def _validate(cfg: FinetuneConfig, family: str) -> None:
     if cfg.epochs == 0 and family == "roberta":
         raise LabError("--epochs 0 with RoBERTa: its decoder is untrained, so direct inference "
                        "is only defined for GPT-2")
+    if cfg.epochs > 0 and not (cfg.lr > 0 and math.isfinite(cfg.lr)):
+        raise LabError(f"--lr {cfg.lr}: must be a finite number > 0")
     if cfg.select not in ("last", "best"):
         raise LabError(f"--select {cfg.select}: choose last or best")
     for name, value in (("--batch-size", cfg.batch_size), ("--max-source-length", cfg.max_source_length),
@@ -311,7 +314,7 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     family = pretrained["model"]["family"]
     _validate(cfg, family)
 
-    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Trainer, set_seed
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, set_seed
 
     model_dir = Path(cfg.pretrained) / "model"
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(model_dir))
@@ -346,9 +349,11 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
                 greater_is_better=False, save_total_limit=1 if evaluate_each_epoch else None,
                 bf16=cfg.bf16,
             )
-            trainer = Trainer(model=model, args=args, train_dataset=train_set,
-                              eval_dataset=valid_set if evaluate_each_epoch else None,
-                              data_collator=PaddingCollator(tokenizer.pad_token_id))
+            # Stops on a non-finite loss (one line naming the step); nothing is left behind.
+            trainer = make_guarded_trainer_class()(
+                model=model, args=args, train_dataset=train_set,
+                eval_dataset=valid_set if evaluate_each_epoch else None,
+                data_collator=PaddingCollator(tokenizer.pad_token_id))
             if family == "roberta":
                 trainer.model_accepts_loss_kwargs = False  # its loss is a mean, not a sum
             trainer.train()

@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from lab.contamination.corpus_files import read_corpus, read_manifest
+from lab.common import LabError
+from lab.contamination.corpus_files import read_corpus, verify_corpus
 
 TOKENIZE_BATCH = 2000
 
@@ -64,18 +66,80 @@ class TokenizedCorpus:
 def tokenize_corpus(corpus: Path, tokenizer: Any, tokenizer_sha256: str,
                     cache_dir: Path | None = None) -> TokenizedCorpus:
     """Token ids of a lab corpus, cached under a key of corpus and tokenizer hashes so every
-    run on the same arm and tokenizer (other seeds, presets, models) reuses them."""
-    manifest = read_manifest(corpus)
+    run on the same arm and tokenizer (other seeds, presets, models) reuses them.
+
+    The corpus is verified against its manifest's hashes first (the key trusts corpus_sha256),
+    and a cache entry against the sizes and sha256 recorded when it was written (see
+    `_check_cache`); a damaged entry, or one written before entries carried that record, is
+    rebuilt from the corpus (it is derived data), with a warning."""
+    manifest = verify_corpus(corpus)
     key = hashlib.sha256(f"{manifest['corpus_sha256']}:{tokenizer_sha256}".encode()).hexdigest()[:24]
     folder = (cache_dir or default_cache_dir()) / key
-    if not (folder / "complete").is_file():
+    problem = _check_cache(folder) if (folder / "complete").is_file() else "absent"
+    if problem != "absent" and problem is not None:
+        print(f"lab: warning: token cache {folder}: {problem}; rebuilding it", file=sys.stderr)
+        _discard(folder)
+    if problem is not None:
         _build_cache(corpus, tokenizer, folder)
+        problem = _check_cache(folder)
+        if problem is not None:
+            raise LabError(f"token cache {folder}: {problem} right after it was written")
     meta = json.loads((folder / "documents.json").read_text(encoding="utf-8"))
     return TokenizedCorpus(
         tokens=np.load(folder / "tokens.npy", mmap_mode="r"),
         offsets=np.load(folder / "offsets.npy"),
         doc_ids=meta["ids"], injected=meta["injected"], key=key,
     )
+
+
+CACHE_FILES = ("tokens.npy", "offsets.npy", "documents.json")
+_CHECKED: set[tuple] = set()  # cache entries whose hashes this process has checked
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _check_cache(folder: Path) -> str | None:
+    """None if a complete cache entry holds the bytes recorded in its `complete` file (sizes
+    every time, sha256 once per process and file version), else what is wrong."""
+    try:
+        record = json.loads((folder / "complete").read_text(encoding="utf-8") or "null")
+    except (OSError, json.JSONDecodeError):
+        record = None
+    if not isinstance(record, dict) or not isinstance(record.get("files"), dict):
+        return "no record of its files' hashes (written by an older lab)"
+    stats = []
+    for name in CACHE_FILES:
+        expected = record["files"].get(name) or {}
+        path = folder / name
+        if not path.is_file():
+            return f"{name} missing"
+        st = path.stat()
+        if st.st_size != expected.get("size"):
+            return f"{name} has {st.st_size} bytes, {expected.get('size')} recorded"
+        stats.append((name, st.st_size, st.st_mtime_ns, st.st_ino))
+    key = (str(folder.resolve()), tuple(stats))
+    if key not in _CHECKED:
+        for name in CACHE_FILES:
+            if _file_sha256(folder / name) != record["files"][name].get("sha256"):
+                return f"{name} differs from the sha256 recorded when it was written"
+        _CHECKED.add(key)
+    return None
+
+
+def _discard(folder: Path) -> None:
+    """Move a bad entry aside atomically (a reader that mapped it keeps its inode), then delete."""
+    trash = Path(tempfile.mkdtemp(prefix=folder.name + ".bad-", dir=folder.parent))
+    try:
+        os.replace(folder, trash / "entry")
+    except FileNotFoundError:
+        pass  # another process discarded it first
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def _build_cache(corpus: Path, tokenizer: Any, folder: Path) -> None:
@@ -109,7 +173,9 @@ def _build_cache(corpus: Path, tokenizer: Any, folder: Path) -> None:
         np.save(tmp / "tokens.npy", tokens)
         np.save(tmp / "offsets.npy", offsets)
         (tmp / "documents.json").write_text(json.dumps({"ids": ids, "injected": injected}))
-        (tmp / "complete").write_text("")
+        files = {name: {"size": (tmp / name).stat().st_size, "sha256": _file_sha256(tmp / name)}
+                 for name in CACHE_FILES}
+        (tmp / "complete").write_text(json.dumps({"files": files}))
         try:
             os.replace(tmp, folder)
         except OSError:

@@ -12,15 +12,18 @@ import json
 import math
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lab.common import LabError, dumps_json, environment_record, write_json_atomic
-from lab.contamination.corpus_files import read_manifest
+from lab.contamination.corpus_files import read_manifest, verify_corpus
 from lab.train.common import (
-    latest_checkpoint, state_sha256, trained_weights_sha256, training_arguments,
+    checkpoint_problem, checkpoints_newest_first, latest_checkpoint, make_guarded_trainer_class,
+    non_finite_error, state_sha256, trained_weights_sha256, training_arguments,
+    weights_are_finite,
 )
 from lab.models import (
     build_config, build_model, check_block_size, count_parameters, position_offset,
@@ -74,8 +77,8 @@ def _validate(cfg: PretrainConfig) -> None:
             raise LabError(f"{name} {value}: must be >= {low}")
     if cfg.epochs <= 0 and cfg.max_steps <= 0:
         raise LabError(f"--epochs {cfg.epochs}: must be > 0 (or give --max-steps)")
-    if not cfg.lr > 0:
-        raise LabError(f"--lr {cfg.lr}: must be > 0")
+    if not (cfg.lr > 0 and math.isfinite(cfg.lr)):
+        raise LabError(f"--lr {cfg.lr}: must be a finite number > 0")
     if not 0 < cfg.mlm_probability < 1:
         raise LabError(f"--mlm-probability {cfg.mlm_probability}: must be in (0, 1)")
     if cfg.deepspeed is not None:
@@ -103,7 +106,7 @@ def _training_arguments(cfg: PretrainConfig, checkpoints: Path):
 
 
 def _make_trainer_class():
-    from transformers import Trainer, TrainerCallback
+    from transformers import TrainerCallback
 
     class EpochTracker(TrainerCallback):
         """Tells the collator which epoch it is batching (also right after a resume)."""
@@ -114,7 +117,7 @@ def _make_trainer_class():
         def on_epoch_begin(self, args, state, control, **kwargs):
             self.collator.epoch = int(math.floor((state.epoch or 0.0) + 1e-9))
 
-    class LabTrainer(Trainer):
+    class LabTrainer(make_guarded_trainer_class()):
         """Records a hash of the first batch each process trains on (its data order)."""
 
         first_batch_sha256: str | None = None
@@ -160,9 +163,11 @@ def run_pretrain(cfg: PretrainConfig) -> dict[str, Any]:
     from lab.tokenizer import load_tokenizer, tokenizer_hash
 
     tokenizer = load_tokenizer(cfg.tokenizer)
-    corpus_manifest = read_manifest(cfg.corpus)
     if cfg.dry_run:
-        return dry_run(cfg, tokenizer, corpus_manifest)
+        return dry_run(cfg, tokenizer, read_manifest(cfg.corpus))
+    # Checked against its shards (the token cache and the manifest trust corpus_sha256), and
+    # refused when empty.
+    corpus_manifest = verify_corpus(cfg.corpus)
 
     out = Path(cfg.out)
     work = out.with_name(out.name + ".partial")
@@ -216,9 +221,13 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
     trainer = _make_trainer_class()(model=model, args=args, train_dataset=dataset,
                                     data_collator=collator)
     checkpoint = latest_checkpoint(work / "checkpoints") if cfg.resume else None
+    start_step = (json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
+                  if checkpoint else 0)
     train_started = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     train_seconds = time.perf_counter() - train_started
+    if not weights_are_finite(trainer.model):
+        raise non_finite_error("weights", trainer.state.global_step, "nan/inf")
 
     rank = args.process_index
     final_sha = trained_weights_sha256(trainer.model)
@@ -237,7 +246,8 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
     report = packing_report(tokenized, packing)
     (work / "packing.json").write_text(dumps_json(report), encoding="utf-8")
     steps = trainer.state.global_step
-    sequences_seen = steps * cfg.batch_size * cfg.grad_accum * args.world_size
+    # Only the steps this process trained (after a resume, not those of the checkpoint).
+    sequences_seen = (steps - start_step) * cfg.batch_size * cfg.grad_accum * args.world_size
     useful_per_sequence = report["useful_tokens"] / max(1, report["sequences"])
     manifest = {
         "kind": "lab-pretrained",
@@ -268,6 +278,7 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
         "world_size": args.world_size,
         "resumed_from": checkpoint.name if checkpoint else None,
         "steps": steps,
+        "steps_this_run": steps - start_step,
         "loss": {"first": history[0]["loss"] if history else None,
                  "final": history[-1]["loss"] if history else None,
                  "train_loss": result.training_loss, "history": history},
@@ -312,6 +323,7 @@ def _prepare_work_dir(cfg: PretrainConfig, out: Path, work: Path, run_config: di
                 f"{saved}: --resume from a checkpoint of another config ({', '.join(changed)} "
                 "differ); use the same settings or --force to restart"
             )
+        _set_aside_incomplete_checkpoints(work / "checkpoints")
         return
     if work.exists() and not cfg.force:
         raise LabError(f"{work}: an interrupted run exists (use --resume to continue it or "
@@ -320,6 +332,29 @@ def _prepare_work_dir(cfg: PretrainConfig, out: Path, work: Path, run_config: di
         shutil.rmtree(work)
     work.mkdir(parents=True)
     write_json_atomic(saved, run_config)
+
+
+def _set_aside_incomplete_checkpoints(folder: Path) -> None:
+    """Before a resume: checkpoints newer than the newest complete one (a save cut short, a file
+    deleted or damaged) are renamed incomplete-checkpoint-N (kept for inspection, out of the
+    trainer's sight); with checkpoints but none complete, refuse."""
+    found = checkpoints_newest_first(folder)
+    problems = []
+    for checkpoint in found:
+        problem = checkpoint_problem(checkpoint)
+        if problem is None:
+            break
+        problems.append(f"{checkpoint.name}: {problem}")
+    else:
+        if found:
+            raise LabError(f"{folder}: no complete checkpoint to resume from ({'; '.join(problems)}); "
+                           "use --force to restart")
+    for checkpoint, problem in zip(found, problems):
+        aside = checkpoint.with_name("incomplete-" + checkpoint.name)
+        shutil.rmtree(aside, ignore_errors=True)
+        os.replace(checkpoint, aside)
+        print(f"lab: warning: {checkpoint} is incomplete ({problem.split(': ', 1)[1]}); set aside "
+              f"as {aside.name}", file=sys.stderr)
 
 
 def check_seed_diversity(manifests: list[dict[str, Any]]) -> None:
