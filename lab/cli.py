@@ -218,11 +218,8 @@ def finetune(
     corpora: Optional[Path] = CorporaOption,
 ) -> None:
     """Fine-tune a pre-trained model on the task's train split (or keep it: --epochs 0)."""
-    from lab.common import check_output, check_training_numbers, corpora_inputs
     from lab.train.finetune import FinetuneConfig, run_finetune
 
-    check_training_numbers(epochs=epochs, lr=lr, seed=seed)
-    check_output(out, force, "lab-finetuned", [pretrained, *corpora_inputs(corpora)])
     manifest = run_finetune(FinetuneConfig(
         pretrained=pretrained, task=task, epochs=epochs, out=out, seed=seed,
         train_size=train_size, select=select, lr=lr, batch_size=batch_size,
@@ -528,13 +525,8 @@ def pretrain(
     cache_dir: Optional[Path] = typer.Option(None, help="Token cache (default $LAB_CACHE/tokens)."),
 ) -> None:
     """Pre-train RoBERTa or GPT-2 from scratch on one arm's corpus."""
-    from lab.common import check_output, check_training_numbers
     from lab.train.pretrain import PretrainConfig, run_pretrain
 
-    check_training_numbers(epochs=epochs, lr=lr, seed=seed, warmup_steps=warmup_steps,
-                           weight_decay=weight_decay, lr_scheduler=lr_scheduler)
-    if not dry_run:
-        check_output(out, force, "lab-pretrained", [corpus, tokenizer, deepspeed, cache_dir])
     cfg = PretrainConfig(
         model=model, corpus=corpus, tokenizer=tokenizer, out=out, preset=preset, epochs=epochs,
         lr=lr, batch_size=batch_size, block_size=block_size, seed=seed, grad_accum=grad_accum,

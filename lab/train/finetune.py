@@ -9,7 +9,6 @@ weights, its embeddings copied from the encoder. `--epochs 0` keeps a GPT-2 as p
 from __future__ import annotations
 
 import json
-import math
 import random
 import shutil
 import time
@@ -17,7 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.common import (DataNotFound, LabError, atomic_output_dir, environment_record,
+from lab.common import (DataNotFound, LabError, atomic_output_dir, check_output,
+                        check_training_numbers, corpora_inputs, environment_record,
                         write_json_atomic)
 from lab.contamination import SEP_MARKER
 from lab.corpora import Sample, get_spec, load_samples
@@ -285,14 +285,8 @@ def fit_lengths(cfg: FinetuneConfig, family: str, positions: int,
     }
 
 
-def _validate(cfg: FinetuneConfig, family: str) -> None:
-    if cfg.epochs < 0:
-        raise LabError(f"--epochs {cfg.epochs}: must be >= 0")
-    if cfg.epochs == 0 and family == "roberta":
-        raise LabError("--epochs 0 with RoBERTa: its decoder is untrained, so direct inference "
-                       "is only defined for GPT-2")
-    if cfg.epochs > 0 and not (cfg.lr > 0 and math.isfinite(cfg.lr)):
-        raise LabError(f"--lr {cfg.lr}: must be a finite number > 0")
+def _validate(cfg: FinetuneConfig) -> None:
+    """Every check that needs no model, before any work."""
     if cfg.select not in ("last", "best"):
         raise LabError(f"--select {cfg.select}: choose last or best")
     for name, value in (("--batch-size", cfg.batch_size), ("--max-source-length", cfg.max_source_length),
@@ -300,19 +294,28 @@ def _validate(cfg: FinetuneConfig, family: str) -> None:
                         ("--decoder-layers", cfg.decoder_layers)):
         if value < 1:
             raise LabError(f"{name} {value}: must be >= 1")
-    if Path(cfg.out).exists() and not cfg.force:
-        raise LabError(f"{cfg.out}: output directory exists (use --force to replace it)")
+    check_training_numbers(epochs=cfg.epochs, lr=cfg.lr, seed=cfg.seed,
+                           warmup_steps=cfg.warmup_steps, weight_decay=cfg.weight_decay)
+    check_output(Path(cfg.out), cfg.force, "lab-finetuned", _inputs(cfg))
+
+
+def _inputs(cfg: FinetuneConfig) -> list[Path]:
+    """What the output may never be or contain: the pre-trained model and the datasets."""
+    return [Path(cfg.pretrained), *corpora_inputs(cfg.corpora_dir)]
 
 
 def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     """Entry point of `lab finetune`."""
     started = time.perf_counter()
     task = get_task(cfg.task)
+    _validate(cfg)
     pretrained = read_stage_manifest(cfg.pretrained, "--pretrained")
     if pretrained.get("kind") != "lab-pretrained":
         raise LabError(f"--pretrained {cfg.pretrained}: not a lab pre-trained model (lab pretrain)")
     family = pretrained["model"]["family"]
-    _validate(cfg, family)
+    if cfg.epochs == 0 and family == "roberta":
+        raise LabError("--epochs 0 with RoBERTa: its decoder is untrained, so direct inference "
+                       "is only defined for GPT-2")
 
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, set_seed
 
@@ -334,7 +337,8 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         model = build_seq2seq(model_dir, tokenizer, cfg.decoder_layers)
     init_sha = state_sha256(model)
     history: list[dict[str, Any]] = []
-    with atomic_output_dir(Path(cfg.out), force=cfg.force) as tmp:
+    with atomic_output_dir(Path(cfg.out), force=cfg.force, kind="lab-finetuned",
+                           inputs=_inputs(cfg)) as tmp:
         if cfg.epochs > 0:
             evaluate_each_epoch = bool(valid_set) and cfg.select == "best"
             args = training_arguments(

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.common import LabError, dumps_json, environment_record, write_json_atomic
+from lab.common import (LabError, check_output, check_training_numbers, dumps_json,
+                        environment_record, write_json_atomic)
 from lab.contamination.corpus_files import read_manifest, verify_corpus
 from lab.train.common import (
     checkpoint_problem, checkpoints_newest_first, latest_checkpoint, make_guarded_trainer_class,
@@ -71,14 +72,18 @@ class PretrainConfig:
 
 def _validate(cfg: PretrainConfig) -> None:
     check_block_size(cfg.model, cfg.preset, cfg.block_size)
+    check_training_numbers(epochs=cfg.epochs, lr=cfg.lr, seed=cfg.seed,
+                           warmup_steps=cfg.warmup_steps, weight_decay=cfg.weight_decay,
+                           lr_scheduler=cfg.lr_scheduler)
+    if not cfg.dry_run and int(os.environ.get("RANK", "0")) == 0:
+        check_output(Path(cfg.out), cfg.force, "lab-pretrained",
+                     [cfg.corpus, cfg.tokenizer, cfg.deepspeed, cfg.cache_dir])
     for name, value, low in (("--batch-size", cfg.batch_size, 1), ("--grad-accum", cfg.grad_accum, 1),
                              ("--save-steps", cfg.save_steps, 1), ("--log-steps", cfg.log_steps, 1)):
         if value < low:
             raise LabError(f"{name} {value}: must be >= {low}")
     if cfg.epochs <= 0 and cfg.max_steps <= 0:
         raise LabError(f"--epochs {cfg.epochs}: must be > 0 (or give --max-steps)")
-    if not (cfg.lr > 0 and math.isfinite(cfg.lr)):
-        raise LabError(f"--lr {cfg.lr}: must be a finite number > 0")
     if not 0 < cfg.mlm_probability < 1:
         raise LabError(f"--mlm-probability {cfg.mlm_probability}: must be in (0, 1)")
     if cfg.deepspeed is not None:
