@@ -1,6 +1,7 @@
 """The `lab` command line: parses options and calls one entry function per command."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any, List, Optional
@@ -70,8 +71,11 @@ def corpora_verify(name: str = typer.Argument(..., help="csn-java, codetrans, co
     """Check local files against the checksums of the published version (corpora/NAME.json)."""
     from lab.corpora import verify_dataset
 
-    console.print(_table(f"{name}: checksums", verify_dataset(name, corpora),
-                         ["split", "file", "status"]))
+    rows = verify_dataset(name, corpora)
+    if all(row["status"] == "missing" for row in rows):
+        where = corpora or os.environ.get("LAB_CORPORA") or "./corpora"
+        raise LabError(f"{name}: no file of it found (under {where}): nothing to verify")
+    console.print(_table(f"{name}: checksums", rows, ["split", "file", "status"]))
 
 
 from lab.contamination.settings import names as _setting_names  # noqa: E402 (the one table)

@@ -180,8 +180,8 @@ def lr_schedulers() -> list[str]:
     return [kind.value for kind in SchedulerType]
 
 
-def check_training_numbers(option: str = "--", **values: Any) -> None:
-    """Refuse impossible training numbers at once (one line naming the option): epochs and lr
+def check_numbers(option: str = "--", **values: Any) -> None:
+    """Refuse impossible numbers at once (one line naming the option): epochs and lr
     finite (lr > 0, epochs >= 0), seed in 0..2^32-1, warmup_steps >= 0, lr_scheduler one of
     transformers' schedulers. `option` prefixes the name (`--` for CLI options, `recipe field ` ...);
     values that are None are skipped."""

@@ -413,9 +413,10 @@ def test_stats_and_report_on_a_bad_study(workdir, tmp_path, command, damage, fra
 
 
 @pytest.mark.parametrize("args, fragment", [
-    (["stats", "--convention", "bayesian"], "statistics convention 'bayesian'"),
-    (["report", "--convention", "bayesian"], "statistics convention 'bayesian'"),
+    (["stats", "--convention", "bayesian"], "--convention 'bayesian'"),
+    (["report", "--convention", "bayesian"], "--convention 'bayesian'"),
     (["stats", "--format", "xml"], "--format xml"),
+    (["report", "--alpha", "2"], "--alpha 2.0: expected a number in (0, 1)"),
 ])
 def test_stats_and_report_bad_options(workdir, tmp_path, args, fragment):
     study = tmp_path / "study"
@@ -643,3 +644,48 @@ def test_finetune_refuses_impossible_numbers_before_any_work(workdir, option, va
     args = ["finetune", "--pretrained", workdir / "none", "--task", "translation", "--epochs",
             "1", "--out", workdir / "ft", option, value]
     assert_one_line_error(run_lab(args, workdir, None), fragment)
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    (["--max-new-tokens", "0"], "--max-new-tokens 0: must be >= 1"),
+    (["--decoding", "sample", "--top-p", "2"], "--top-p 2.0: must be in (0, 1]"),
+    (["--decoding", "sample", "--temperature", "inf"], "--temperature inf: must be a finite"),
+    (["--metrics", "bleu,vibes"], "unknown metric 'vibes'"),
+    (["--ids", "empty-ids.txt"], "--ids empty-ids.txt: no sample ids"),
+    (["--split", "holdout"], "unknown split 'holdout'"),
+])
+def test_evaluate_checks_its_options_before_loading_the_weights(workdir, tiny_corpora, extra,
+                                                               fragment):
+    # The model folder has a manifest but no weights: an option checked after loading them
+    # would surface as a weights error instead of naming the option.
+    _fake_output(workdir / "ft", "lab-finetuned")
+    manifest = json.loads((workdir / "ft" / "manifest.json").read_text())
+    (workdir / "ft" / "manifest.json").write_text(json.dumps(
+        {**manifest, "architecture": "causal-lm", "task": {"name": "translation"}}))
+    (workdir / "empty-ids.txt").write_text("\n# nothing\n")
+    args = ["evaluate", "--model", "ft", "--task", "translation", "--out", "ev", *extra]
+    assert_one_line_error(run_lab(args, workdir, tiny_corpora), fragment)
+    assert not (workdir / "ev").exists()
+
+
+def test_llm_eval_refuses_an_infinite_temperature(workdir):
+    (workdir / "set.jsonl").write_text('{"code": "int a;"}\n')
+    args = ["llm-eval", "--model", "m", "--contaminated", "set.jsonl", "--perturbed", "set.jsonl",
+            "--temperature", "inf"]
+    assert_one_line_error(run_lab(args, workdir, None), "--temperature inf: must be a finite")
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["inject", "--benchmark", "codetrans", "--setting", "paired", "--seed", "-1", "--out", "a"],
+     "--seed -1: must be in 0..4294967295"),
+    (["evaluate", "--model", "m", "--task", "translation", "--seed", "4294967296"],
+     "--seed 4294967296: must be in 0..4294967295"),
+    (["perturb", "in.jsonl", "--seed", "-5", "--out", "out.jsonl"], "--seed -5: must be in"),
+    (["llm-eval", "--model", "m", "--contaminated", "in.jsonl", "--perturbed", "in.jsonl",
+      "--seed", "4294967295", "--repetitions", "2"], "the last repetition's seed would exceed"),
+])
+def test_every_command_checks_its_seed_range(workdir, tiny_corpora, args, fragment):
+    # numpy (seeded by transformers.set_seed) takes seeds in 0..2^32-1 only; the check comes
+    # before any input is read.
+    (workdir / "in.jsonl").write_text('{"code": "int a;"}\n')
+    assert_one_line_error(run_lab(args, workdir, tiny_corpora), fragment)

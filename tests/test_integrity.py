@@ -232,6 +232,14 @@ def test_checkpoints_without_a_record_are_accepted_when_whole(world, reference):
     assert resumed["final_weights_sha256"] == reference["final_weights_sha256"]
 
 
+def test_resume_with_nothing_to_resume_is_refused(world):
+    # Silently starting afresh would hide a mistyped --out from a user who meant to continue.
+    with pytest.raises(LabError, match="--resume: no interrupted run"):
+        pretrain(world, "never-started", resume=True)
+    assert not (world / "never-started").exists()
+    assert not (world / "never-started.partial").exists()
+
+
 # --- 3: a diverged run stops, naming the step, and leaves nothing ------------------------------
 
 def test_infinite_lr_is_refused_and_a_diverging_run_stops(world):
@@ -253,3 +261,15 @@ def test_a_diverging_finetune_stops_and_leaves_nothing(world, reference, tmp_pat
         run_finetune(FinetuneConfig(pretrained=world / "ck-ref", task="translation", epochs=1,
                                     out=out, train_size=16, batch_size=4, lr=1e30, log_steps=1))
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_corpora_verify_with_no_file_found_is_an_error(tmp_path):
+    # A table of "missing" rows with exit 0 reads as a pass to a script checking the data.
+    (tmp_path / "empty").mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "LAB_CORPORA"}
+    proc = subprocess.run([sys.executable, "-m", "lab.cli", "corpora", "verify", "codetrans",
+                           "--corpora", "empty"], capture_output=True, text=True,
+                          env=dict(env, HF_HUB_OFFLINE="1"), cwd=tmp_path, timeout=300)
+    assert proc.returncode == 2 and proc.stdout == "", (proc.stdout, proc.stderr)
+    assert proc.stderr.startswith("lab: error: codetrans: no file of it found (under empty)")
+    assert len(proc.stderr.splitlines()) == 1

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from lab.codetokens import whitespace_hash
-from lab.common import (DataNotFound, LabError, atomic_output_dir, check_output, corpora_inputs,
-                        environment_record, write_json_atomic)
+from lab.common import (DataNotFound, LabError, atomic_output_dir, check_numbers, check_output,
+                        corpora_inputs, environment_record, write_json_atomic)
 from lab.contamination import SEP_MARKER, segments
 from lab.contamination import settings as settings_table
 from lab.contamination.audit import CODE_LANGUAGES, OverlapIndex, audit_samples
@@ -79,6 +79,7 @@ def validate(cfg: InjectConfig) -> None:
         raise LabError("--samples and --test-ids: give one of them, not both")
     if cfg.test_ids is not None and not Path(cfg.test_ids).is_file():
         raise LabError(f"--test-ids {cfg.test_ids}: no such file")
+    check_numbers(seed=cfg.seed)
     check_output(Path(cfg.out), cfg.force, "lab-corpus", _inputs(cfg))
 
 

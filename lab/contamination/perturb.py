@@ -45,7 +45,7 @@ from typing import Any, Iterator
 import lab
 # The lab lexer's own regex (with positions): renaming must keep its token count exactly.
 from lab.codetokens import KEYWORDS, TOKEN_PATTERN, code_tokens
-from lab.common import LabError, check_output, sha256_file, write_json_atomic
+from lab.common import LabError, check_numbers, check_output, sha256_file, write_json_atomic
 
 _IDENT = re.compile(r"[^\W\d][\w$]*|\$[\w$]*")
 _SEGMENT = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+|[^A-Za-z\d]+")
@@ -543,6 +543,7 @@ def run_perturb(input_path: Path, seed: int = 0, tolerance: float = 0.1, strict:
     input_path = Path(input_path)
     if tolerance < 0:
         raise LabError(f"--tolerance must be >= 0, got {tolerance}")
+    check_numbers(seed=seed)
     if out is not None:
         out = Path(out)
         if out.resolve() == input_path.resolve():

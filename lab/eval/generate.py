@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from lab.codetokens import whitespace_hash
-from lab.common import (LabError, atomic_output_dir, check_output, corpora_inputs,
+from lab.common import (LabError, atomic_output_dir, check_numbers, check_output, corpora_inputs,
                         environment_record, write_json_atomic)
 from lab.corpora import Sample, get_spec, load_samples
 from lab.eval import metrics as metric_fns
@@ -44,6 +44,16 @@ EXCLUDED_FROM_CLEAN = ("in_finetune_data", "pre_existing")
 CLEAN = "clean"
 
 
+def check_sampling(temperature: float, top_p: float, top_k: int) -> None:
+    """Refuse sampling settings that generate() would reject or turn into NaN probabilities."""
+    if not (0 < temperature < float("inf")):
+        raise LabError(f"--temperature {temperature}: must be a finite number > 0")
+    if not 0 < top_p <= 1:
+        raise LabError(f"--top-p {top_p}: must be in (0, 1]")
+    if top_k < 0:
+        raise LabError(f"--top-k {top_k}: must be >= 0")
+
+
 @dataclass
 class Decoding:
     mode: str = "greedy"  # greedy | beam | sample
@@ -57,6 +67,7 @@ class Decoding:
         if text == "greedy":
             return cls()
         if text == "sample":
+            check_sampling(**sampling)
             return cls(mode="sample", **sampling)
         if text.startswith("beam:") and text[5:].isdigit() and int(text[5:]) >= 1:
             return cls(mode="beam", beams=int(text[5:]))
@@ -72,10 +83,8 @@ class Decoding:
         return {"greedy": "greedy", "beam": f"beam{self.beams}", "sample": "sample"}[self.mode]
 
 
-def load_generator(model_dir: Path) -> tuple[Any, Any, dict[str, Any], str]:
-    """(model, tokenizer, manifest, architecture) of a lab model that can generate."""
-    from transformers import AutoModelForCausalLM, EncoderDecoderModel, PreTrainedTokenizerFast
-
+def generator_manifest(model_dir: Path) -> tuple[dict[str, Any], str]:
+    """(manifest, architecture) of a lab model that can generate, checked without loading it."""
     manifest = read_stage_manifest(model_dir, "--model")
     kind = manifest.get("kind")
     if kind == "lab-pretrained":
@@ -87,6 +96,14 @@ def load_generator(model_dir: Path) -> tuple[Any, Any, dict[str, Any], str]:
         architecture = manifest["architecture"]
     else:
         raise LabError(f"--model {model_dir}: not a lab pre-trained or fine-tuned model")
+    return manifest, architecture
+
+
+def load_generator(model_dir: Path) -> tuple[Any, Any, dict[str, Any], str]:
+    """(model, tokenizer, manifest, architecture) of a lab model that can generate."""
+    from transformers import AutoModelForCausalLM, EncoderDecoderModel, PreTrainedTokenizerFast
+
+    manifest, architecture = generator_manifest(model_dir)
     weights = Path(model_dir) / "model"
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(weights))
     loader = AutoModelForCausalLM if architecture == "causal-lm" else EncoderDecoderModel
@@ -282,10 +299,18 @@ def run_evaluate(model_dir: Path, task_name: str, split: str = "test", ids: Path
     plan = Decoding.parse(decoding, temperature=temperature, top_p=top_p, top_k=top_k)
     if batch_size < 1:
         raise LabError(f"--batch-size {batch_size}: must be >= 1")
+    check_numbers(seed=seed)
+    if max_new_tokens is not None and max_new_tokens < 1:
+        raise LabError(f"--max-new-tokens {max_new_tokens}: must be >= 1")
+    unknown_metrics = [m for m in metrics if m not in metric_fns.METRICS]
+    if unknown_metrics:
+        raise LabError(f"--metrics: unknown metric '{unknown_metrics[0]}' (choose from "
+                       f"{', '.join(metric_fns.METRICS)})")
     out = Path(out) if out else Path(model_dir) / f"eval-{task.name}-{split}-{plan.label()}"
     inputs = [model_dir, ids, *corpora_inputs(corpora_dir)]
     check_output(out, force, "lab-evaluation", inputs)
-    model, tokenizer, manifest, architecture = load_generator(model_dir)
+    # The manifest, the samples and the ids are checked before the weights are loaded.
+    manifest, _architecture = generator_manifest(model_dir)
     trained_task = manifest.get("task", {}).get("name")
     if trained_task and trained_task != task.name:
         raise LabError(f"--model {model_dir}: fine-tuned for {trained_task}, not {task.name}")
@@ -294,10 +319,13 @@ def run_evaluate(model_dir: Path, task_name: str, split: str = "test", ids: Path
                                          require_references=True).records
     if ids is not None:
         wanted = _read_ids(ids)
+        if not wanted:
+            raise LabError(f"--ids {ids}: no sample ids in it")
         unknown = wanted - {s.id for s in samples}
         if unknown:
             raise LabError(f"--ids {ids}: unknown sample id {sorted(unknown)[0]}")
         samples = [s for s in samples if s.id in wanted]
+    model, tokenizer, manifest, architecture = load_generator(model_dir)
     corpus = pretraining_record(manifest).get("corpus", {})
     membership = pretraining_membership(manifest)
     if of_task(corpus.get("benchmark"), task) and corpus.get("benchmark_split", split) == split:

@@ -17,11 +17,11 @@ from typing import Any
 import orjson
 
 from lab.common import (
-    LabError, atomic_output_dir, check_output, environment_record, sha256_file, sha256_text,
-    write_json_atomic, write_jsonl,
+    SEED_MAX, LabError, atomic_output_dir, check_numbers, check_output, environment_record,
+    sha256_file, sha256_text, write_json_atomic, write_jsonl,
 )
 from lab.eval import metrics as metric_fns
-from lab.eval.generate import padded
+from lab.eval.generate import check_sampling, padded
 from lab.study.stats import ALPHA, CONVENTIONS, compare
 
 MARKER = "END OF CASE"
@@ -291,9 +291,6 @@ def _check_options(task: str | None, repetitions: int, temperature: float, top_p
                    top_k: int, max_new_tokens: int, batch_size: int, limit: int | None,
                    convention: str) -> None:
     checks = [(repetitions >= 1, f"--repetitions {repetitions}: must be >= 1"),
-              (temperature > 0, f"--temperature {temperature}: must be > 0"),
-              (0 < top_p <= 1, f"--top-p {top_p}: must be in (0, 1]"),
-              (top_k >= 0, f"--top-k {top_k}: must be >= 0"),
               (max_new_tokens >= 1, f"--max-new-tokens {max_new_tokens}: must be >= 1"),
               (batch_size >= 1, f"--batch-size {batch_size}: must be >= 1"),
               (limit is None or limit >= 1, f"--limit {limit}: must be >= 1"),
@@ -303,6 +300,7 @@ def _check_options(task: str | None, repetitions: int, temperature: float, top_p
     for ok, message in checks:
         if not ok:
             raise LabError(message)
+    check_sampling(temperature, top_p, top_k)
 
 
 def compare_sets(scores: dict[str, dict[str, list[float]]], convention: str, seed: int,
@@ -338,6 +336,10 @@ def run_llm_eval(model: Path, contaminated: Path, perturbed: Path, task: str | N
     started = time.perf_counter()
     _check_options(task, repetitions, temperature, top_p, top_k, max_new_tokens, batch_size,
                    limit, convention)
+    check_numbers(seed=seed)
+    if seed + repetitions - 1 > SEED_MAX:  # repetition r runs with seed + r
+        raise LabError(f"--seed {seed} with --repetitions {repetitions}: the last repetition's "
+                       f"seed would exceed {SEED_MAX}")
     inputs = [model, contaminated, perturbed]
     if out is not None:
         check_output(Path(out), force, "lab-llm-eval", inputs)

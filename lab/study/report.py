@@ -124,6 +124,7 @@ def _size_order(size: str) -> tuple[int, int, str]:
 def _settings(study: Path, convention: str | None, alpha: float | None) -> tuple[str, float]:
     """The test convention and alpha: as given, else the study's recipe (STUDY/recipe.json),
     else the lab's defaults."""
+    given_convention, given_alpha = convention, alpha
     recorded: dict[str, Any] = {}
     recipe = study / "recipe.json"
     if (convention is None or alpha is None) and recipe.is_file():
@@ -133,10 +134,12 @@ def _settings(study: Path, convention: str | None, alpha: float | None) -> tuple
             raise LabError(f"{recipe}: unreadable (not the JSON lab study writes)") from None
     convention = convention or recorded.get("convention") or "exact-two-sided"
     alpha = alpha if alpha is not None else recorded.get("alpha", ALPHA)
+    given = {"convention": given_convention, "alpha": given_alpha}
+    where = {k: f"--{k}" if v is not None else f"{recipe}: statistics.{k}" for k, v in given.items()}
     if convention not in CONVENTIONS:
-        raise LabError(f"statistics convention '{convention}': choose from {', '.join(CONVENTIONS)}")
-    if not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
-        raise LabError(f"statistics alpha {alpha!r}: expected a number in (0, 1)")
+        raise LabError(f"{where['convention']} '{convention}': choose from {', '.join(CONVENTIONS)}")
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not 0 < alpha < 1:
+        raise LabError(f"{where['alpha']} {alpha!r}: expected a number in (0, 1)")
     return convention, float(alpha)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.common import (DataNotFound, LabError, atomic_output_dir, check_output,
-                        check_training_numbers, corpora_inputs, environment_record,
+                        check_numbers, corpora_inputs, environment_record,
                         write_json_atomic)
 from lab.contamination import SEP_MARKER
 from lab.corpora import Sample, get_spec, load_samples
@@ -294,7 +294,7 @@ def _validate(cfg: FinetuneConfig) -> None:
                         ("--decoder-layers", cfg.decoder_layers)):
         if value < 1:
             raise LabError(f"{name} {value}: must be >= 1")
-    check_training_numbers(epochs=cfg.epochs, lr=cfg.lr, seed=cfg.seed,
+    check_numbers(epochs=cfg.epochs, lr=cfg.lr, seed=cfg.seed,
                            warmup_steps=cfg.warmup_steps, weight_decay=cfg.weight_decay)
     check_output(Path(cfg.out), cfg.force, "lab-finetuned", _inputs(cfg))
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.common import (LabError, check_output, check_training_numbers, dumps_json,
+from lab.common import (LabError, check_numbers, check_output, dumps_json,
                         environment_record, write_json_atomic)
 from lab.contamination.corpus_files import read_manifest, verify_corpus
 from lab.train.common import (
@@ -72,7 +72,7 @@ class PretrainConfig:
 
 def _validate(cfg: PretrainConfig) -> None:
     check_block_size(cfg.model, cfg.preset, cfg.block_size)
-    check_training_numbers(epochs=cfg.epochs, lr=cfg.lr, seed=cfg.seed,
+    check_numbers(epochs=cfg.epochs, lr=cfg.lr, seed=cfg.seed,
                            warmup_steps=cfg.warmup_steps, weight_decay=cfg.weight_decay,
                            lr_scheduler=cfg.lr_scheduler)
     if not cfg.dry_run and int(os.environ.get("RANK", "0")) == 0:
@@ -330,6 +330,9 @@ def _prepare_work_dir(cfg: PretrainConfig, out: Path, work: Path, run_config: di
             )
         _set_aside_incomplete_checkpoints(work / "checkpoints")
         return
+    if cfg.resume:
+        raise LabError(f"--resume: no interrupted run to continue ({work} does not exist); "
+                       "drop --resume to start one")
     if work.exists() and not cfg.force:
         raise LabError(f"{work}: an interrupted run exists (use --resume to continue it or "
                        "--force to restart)")
