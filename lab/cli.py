@@ -346,6 +346,7 @@ def study(
     parsed = load_recipe(recipe, overrides)
     folder = out or Path("runs") / parsed.name
     check_executor(executor, workers)
+    slurm_parameters = _parse_pairs(slurm or [], "--slurm")
     if folder.exists() and not folder.is_dir():
         raise LabError(f"{folder}: exists and is not a study directory")
     if dry_run:
@@ -365,8 +366,15 @@ def study(
     from lab.study.preflight import check_ready
 
     check_ready(parsed, folder, corpora, executor)  # before the progress display opens
-    summary = _run_with_progress(parsed, folder, corpora, executor, workers,
-                                 _parse_pairs(slurm or [], "--slurm"))
+    again = ["lab", "study", str(recipe), "--out", str(folder)]
+    again += ["--executor", executor] if executor != "local" else []
+    for option, values in (("--set", set_ or []), ("--slurm", slurm or []),
+                           ("--workers", [workers] if workers else []),
+                           ("--threads", [threads] if threads else []),
+                           ("--corpora", [corpora] if corpora else [])):
+        again += [part for value in values for part in (option, str(value))]
+    _exit_with_a_resume_line_on_signals(again)
+    summary = _run_with_progress(parsed, folder, corpora, executor, workers, slurm_parameters)
     console.print(f"{parsed.name}: {summary['stages']} stages ({len(summary['ran'])} run now); "
                   f"results {summary['results']}, per-sample {summary['samples']}")
     if report:
@@ -375,6 +383,29 @@ def study(
         result = run_report(folder)  # the recipe's convention and alpha
         console.print(result["markdown"], markup=False)
         console.print(f"figure: {', '.join(str(p) for p in result['figure'])}")
+
+
+def _exit_with_a_resume_line_on_signals(command: List[str]) -> None:
+    """Ctrl-C or SIGTERM (a scheduler's cancel) of `lab study`: one line saying how to resume,
+    then an exit (130 / 143) without waiting for running stages. Safe: finished stages are
+    complete folders, an interrupted pre-training resumes from its checkpoint, and the next run
+    removes what the killed workers left."""
+    import multiprocessing
+    import shlex
+    import signal
+
+    again = " ".join(shlex.quote(part) for part in command)
+
+    def stop(signum: int, _frame: Any) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # one line, however often it is pressed
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for worker in multiprocessing.active_children():
+            worker.kill()  # a stage cut short is redone (or resumed) by the next run
+        os.write(2, f"lab: interrupted; resume with: {again}\n".encode())
+        raise SystemExit(128 + signum)  # unwinds: temporary outputs of this process are removed
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
 
 
 def _duration(seconds: float) -> str:
@@ -393,7 +424,11 @@ def _parse_pairs(pairs: List[str], option: str) -> dict[str, Any]:
         if "=" not in pair:
             raise LabError(f"{option} {pair}: expected key=value")
         key, value = pair.split("=", 1)
-        parsed[key.strip()] = yaml.safe_load(value)
+        try:
+            parsed[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            problem = str(exc).strip().splitlines()[0][:80]
+            raise LabError(f"{option} {pair[:80]}: value is not valid YAML ({problem})") from None
     return parsed
 
 
@@ -628,6 +663,13 @@ def main(argv: Optional[List[str]] = None) -> None:
         result = app(args=argv, standalone_mode=False)
     except LabError as exc:
         _fail(str(exc))
+    except OSError as exc:
+        # The environment's faults (disk full, a read-only or immutable folder, --out under a
+        # file): the file and the reason say it all; LAB_DEBUG=1 keeps the traceback.
+        if os.environ.get("LAB_DEBUG") == "1":
+            raise
+        where = exc.filename if exc.filename is not None else type(exc).__name__
+        _fail(f"{where}: {exc.strerror or exc}")
     except Exception as exc:
         # Usage errors of click (or typer's vendored click) carry exit_code 2 and a message;
         # matched by shape so the lab works with either.

@@ -33,6 +33,39 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def lab_cache_dir() -> Path:
+    """Derived data the lab may rebuild at any time: $LAB_CACHE, default ~/.cache/lab."""
+    return Path(os.environ.get("LAB_CACHE", Path.home() / ".cache" / "lab"))
+
+
+def cached_sha256(path: Path) -> str:
+    """sha256 of a data file, remembered by (real path, size, mtime_ns) in
+    $LAB_CACHE/fingerprints.json: a study checks its multi-GB inputs at every start, and
+    rehashes only the files that changed on disk."""
+    path = Path(os.path.realpath(path))
+    stat = path.stat()
+    key = f"{path}|{stat.st_size}|{stat.st_mtime_ns}"
+    store = lab_cache_dir() / "fingerprints.json"
+    try:
+        known = json.loads(store.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        known = {}
+    if not isinstance(known, dict):
+        known = {}
+    if isinstance(known.get(key), str):
+        return known[key]
+    digest = sha256_file(path)
+    # Entries of files gone (test folders, moved copies) are dropped, so the store stays small.
+    known = {k: v for k, v in known.items() if os.path.exists(k.rsplit("|", 2)[0])}
+    known[key] = digest
+    try:
+        store.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(store, known)
+    except OSError:
+        pass  # a read-only cache only costs the hashing next time
+    return digest
+
+
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -72,6 +105,41 @@ def environment_record() -> dict[str, Any]:
     if torch is not None:  # float sums, and so the numbers, depend on how many threads share them
         record["torch_threads"] = torch.get_num_threads()
     return record
+
+
+def read_text_file(path: Path, option: str = "") -> str:
+    """A UTF-8 text file, or one line naming it (missing, a folder, unreadable, not UTF-8)."""
+    path = Path(path)
+    name = f"{option} {path}" if option else str(path)
+    if not path.exists():
+        raise LabError(f"{name}: no such file")
+    if not path.is_file():
+        raise LabError(f"{name}: not a file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise LabError(f"{name}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise LabError(f"{name}: cannot read ({exc.strerror})") from None
+
+
+@contextlib.contextmanager
+def loading(path: Path, option: str = "") -> Iterator[None]:
+    """Files a library loader reads (weights, configs, tokenizers): damage (truncated weights,
+    invalid JSON, a broken archive) becomes one line naming the folder. The loaders raise a
+    dozen exception types (SafetensorError, JSONDecodeError, OSError, RuntimeError, the
+    tokenizers' plain Exception), so everything but a LabError is translated here, where
+    the block only loads."""
+    try:
+        yield
+    except LabError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        if os.environ.get("LAB_DEBUG") == "1":
+            raise
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        name = f"{option} {path}" if option else str(path)
+        raise LabError(f"{name}: cannot be loaded, damaged or incomplete ({detail})") from None
 
 
 def dumps_json(obj: Any) -> str:
@@ -147,6 +215,7 @@ def check_output(out: Path, force: bool, kind: str, inputs: Iterable[Any] = (),
     input (the default MODEL/eval-*, MODEL/probe) is the command's own and may be replaced.
     """
     out = Path(out)
+    _check_parent_is_a_folder(out)
     real = Path(os.path.realpath(out))
     for item in inputs:
         if item is None or not os.path.lexists(item):
@@ -168,6 +237,31 @@ def check_output(out: Path, force: bool, kind: str, inputs: Iterable[Any] = (),
                        "--force replaces only this command's own earlier output")
     if what == "directory" and not out.is_dir():
         raise LabError(f"{out}: exists and is not a directory")
+
+
+def _check_parent_is_a_folder(out: Path) -> None:
+    """`--out notes.txt/run`: say so, before mkdir reports a bare 'File exists'."""
+    existing = next((p for p in Path(out).parents if os.path.lexists(p)), None)
+    if existing is not None and not existing.is_dir():
+        raise LabError(f"{out}: {existing} is a file, not a folder")
+
+
+def write_error(exc: BaseException, out: Path) -> LabError | None:
+    """A failed write (disk full, read-only or immutable folder) as one line naming the output,
+    else None. Writers wrap the OS error differently: OSError itself, safetensors'
+    'I/O error: ... (os error 28)', torch.save's 'PytorchStreamWriter failed writing file'."""
+    import re
+
+    if isinstance(exc, LabError):
+        return None
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return LabError(f"{out}: cannot write ({exc.strerror})")
+    message = str(exc)
+    if code := re.search(r"\(os error (\d+)\)", message):
+        return LabError(f"{out}: cannot write ({os.strerror(int(code.group(1)))})")
+    if "PytorchStreamWriter failed writing" in message:
+        return LabError(f"{out}: cannot write (torch.save failed: disk full?)")
+    return None
 
 
 SEED_MAX = 2**32 - 1  # numpy's seeds (transformers.set_seed seeds numpy too)
@@ -228,6 +322,7 @@ def atomic_output_dir(out: Path, force: bool = False, kind: str | None = None,
     still replaces only a folder that some lab command wrote.
     """
     out = Path(out)
+    _check_parent_is_a_folder(out)
     if kind is not None:
         check_output(out, force, kind, inputs)
     elif out.exists() and not force:
@@ -238,13 +333,16 @@ def atomic_output_dir(out: Path, force: bool = False, kind: str | None = None,
     if out.exists() and not out.is_dir():
         raise LabError(f"{out}: exists and is not a directory")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
+    except OSError as exc:
+        raise LabError(f"{out}: cannot write in {out.parent} ({exc.strerror})") from None
     os.chmod(tmp, 0o755)
     try:
         yield tmp
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        raise write_error(exc, out) or exc
     if out.exists():
         trash = Path(tempfile.mkdtemp(prefix=out.name + ".old-", dir=out.parent))
         os.replace(out, trash / "old")

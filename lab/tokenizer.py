@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 from lab.common import (
     DataNotFound, LabError, atomic_output_dir, check_output, corpora_inputs, environment_record,
-    sha256_file, write_json_atomic,
+    loading, sha256_file, write_json_atomic,
 )
 from lab.contamination import SEP_MARKER
 from lab.contamination.corpus_files import read_corpus, read_manifest
@@ -113,7 +113,8 @@ def load_tokenizer(folder: Path):
         raise LabError(f"--tokenizer {folder}: no such directory")
     if not (folder / "tokenizer.json").is_file() or not (folder / MANIFEST).is_file():
         raise LabError(f"--tokenizer {folder}: not a lab tokenizer (make one with lab tokenizer train)")
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(folder))
+    with loading(folder, "--tokenizer"):
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(str(folder))
     for token in SPECIAL_TOKENS:
         if tokenizer.convert_tokens_to_ids(token) in (None, tokenizer.unk_token_id) and token != UNK:
             raise LabError(f"{folder}/tokenizer.json: special token {token} is missing")

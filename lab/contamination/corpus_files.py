@@ -16,7 +16,7 @@ from typing import Any, Iterable, Iterator
 
 import orjson
 
-from lab.common import LabError
+from lab.common import LabError, read_text_file
 
 CORPUS_SUBDIR = "corpus"
 MANIFEST = "manifest.json"
@@ -55,7 +55,7 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     if not path.is_file():
         raise LabError(f"{folder}: not a lab corpus directory (no {MANIFEST}; make one with lab inject)")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = json.loads(read_text_file(path))
     except json.JSONDecodeError as exc:
         raise LabError(f"{path}: corrupt JSON ({exc})") from None
     if not isinstance(manifest, dict) or "shards" not in manifest:

@@ -22,7 +22,7 @@ from typing import Any
 
 from lab.codetokens import whitespace_hash
 from lab.common import (DataNotFound, LabError, atomic_output_dir, check_numbers, check_output,
-                        corpora_inputs, environment_record, write_json_atomic)
+                        corpora_inputs, environment_record, read_text_file, write_json_atomic)
 from lab.contamination import SEP_MARKER, segments
 from lab.contamination import settings as settings_table
 from lab.contamination.audit import CODE_LANGUAGES, OverlapIndex, audit_samples
@@ -120,7 +120,7 @@ def select_samples(samples: list[Sample], cfg: InjectConfig) -> list[int]:
     if cfg.test_ids is not None:
         by_id = {s.id: i for i, s in enumerate(samples)}
         chosen = []
-        for lineno, line in enumerate(Path(cfg.test_ids).read_text(encoding="utf-8").splitlines(), 1):
+        for lineno, line in enumerate(read_text_file(cfg.test_ids, "--test-ids").splitlines(), 1):
             token = line.strip()
             if not token or token.startswith("#"):
                 continue

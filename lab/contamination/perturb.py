@@ -45,7 +45,8 @@ from typing import Any, Iterator
 import lab
 # The lab lexer's own regex (with positions): renaming must keep its token count exactly.
 from lab.codetokens import KEYWORDS, TOKEN_PATTERN, code_tokens
-from lab.common import LabError, check_numbers, check_output, sha256_file, write_json_atomic
+from lab.common import (LabError, check_numbers, check_output, read_text_file, sha256_file,
+                        write_json_atomic)
 
 _IDENT = re.compile(r"[^\W\d][\w$]*|\$[\w$]*")
 _SEGMENT = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+|[^A-Za-z\d]+")
@@ -457,12 +458,7 @@ def table_i_row(path: Path, field: str) -> dict[str, Any] | None:
 def load_records(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """(line number, record) of a JSON-lines file; blank lines are skipped."""
     path = Path(path)
-    if not path.is_file():
-        raise LabError(f"{path}: no such file")
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise LabError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    lines = read_text_file(path).splitlines()
     records = []
     for number, line in enumerate(lines, 1):
         if not line.strip():

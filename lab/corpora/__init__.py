@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from lab.codetokens import code_tokens
-from lab.common import DataNotFound, LabError, sha256_file
+from lab.common import DataNotFound, LabError, cached_sha256, sha256_file
 from lab.corpora import codetrans, concode, csn
 from lab.corpora.base import (
     DatasetSpec, Document, Sample, candidate_roots, load_hub_split, sample_id,
@@ -175,6 +175,25 @@ def verify_dataset(name: str, corpora_dir: Path | None = None) -> list[dict[str,
         if files is None:
             rows.append({"split": split, "file": where, "status": "hub"})
     return rows
+
+
+def data_fingerprints(name: str, corpora_dir: Path | None = None) -> dict[str, str]:
+    """What a dataset's content is here: `split/file name` -> sha256 of each local file (the
+    file's name, not its folder, so equal data fingerprints alike on every machine), or
+    `split` -> `hub:ID` for a split read from the hub. A missing split is left out (the
+    stages that need it fail on their own)."""
+    spec = get_spec(name)
+    prints: dict[str, str] = {}
+    for split in spec.splits:
+        try:
+            where, files = spec.locate(split, corpora_dir)
+        except LabError:
+            continue
+        if files is None:
+            prints[split] = f"hub:{where}"
+        for path in files or []:
+            prints[f"{split}/{Path(path).name}"] = cached_sha256(path)
+    return prints
 
 
 def _is_empty(path: Path) -> bool:

@@ -18,7 +18,7 @@ import orjson
 
 from lab.codetokens import whitespace_hash
 from lab.common import (LabError, atomic_output_dir, check_numbers, check_output, corpora_inputs,
-                        environment_record, write_json_atomic)
+                        environment_record, loading, read_text_file, write_json_atomic)
 from lab.corpora import Sample, get_spec, load_samples
 from lab.eval import metrics as metric_fns
 from lab.models import positions_of
@@ -105,9 +105,10 @@ def load_generator(model_dir: Path) -> tuple[Any, Any, dict[str, Any], str]:
 
     manifest, architecture = generator_manifest(model_dir)
     weights = Path(model_dir) / "model"
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(weights))
     loader = AutoModelForCausalLM if architecture == "causal-lm" else EncoderDecoderModel
-    model = loader.from_pretrained(str(weights))
+    with loading(weights, "--model"):
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(str(weights))
+        model = loader.from_pretrained(str(weights))
     model.eval()
     return model, tokenizer, manifest, architecture
 
@@ -183,9 +184,7 @@ def _position_limit(model: Any, architecture: str, manifest: dict[str, Any]) -> 
 
 
 def _read_ids(path: Path) -> set[str]:
-    if not Path(path).is_file():
-        raise LabError(f"--ids {path}: no such file")
-    return {line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines()
+    return {line.strip() for line in read_text_file(path, "--ids").splitlines()
             if line.strip() and not line.startswith("#")}
 
 

@@ -18,7 +18,7 @@ import orjson
 
 from lab.common import (
     SEED_MAX, LabError, atomic_output_dir, check_numbers, check_output, environment_record,
-    sha256_file, sha256_text, write_json_atomic, write_jsonl,
+    loading, sha256_file, sha256_text, write_json_atomic, write_jsonl,
 )
 from lab.eval import metrics as metric_fns
 from lab.eval.generate import check_sampling, padded
@@ -164,11 +164,9 @@ def load_causal_lm(path: Path) -> tuple[Any, Any, dict[str, Any]]:
     if not (hf_dir / "config.json").is_file():
         raise LabError(f"--model {path}: no config.json in {hf_dir} (not a Hugging Face model "
                        "directory)")
-    try:  # never trust_remote_code: a model needing its own code is refused here
+    # Never trust_remote_code: a model that needs its own code is refused here.
+    with loading(hf_dir / "config.json", "--model"):
         config = AutoConfig.from_pretrained(str(hf_dir), local_files_only=True)
-    except (ValueError, OSError, KeyError) as exc:
-        raise LabError(f"--model {path}: cannot read config.json "
-                       f"({str(exc).strip().splitlines()[0]})") from None
     model_type = config.model_type
     if getattr(config, "is_encoder_decoder", False):
         raise LabError(f"--model {path}: an encoder-decoder ({model_type}), not a causal LM")
@@ -178,12 +176,9 @@ def load_causal_lm(path: Path) -> tuple[Any, Any, dict[str, Any]]:
     if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         raise LabError(f"--model {path}: model type '{model_type}' has no causal LM in "
                        "transformers")
-    try:
+    with loading(hf_dir, "--model"):
         tokenizer = AutoTokenizer.from_pretrained(str(hf_dir), local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(str(hf_dir), local_files_only=True)
-    except (ValueError, OSError) as exc:
-        raise LabError(f"--model {path}: cannot load the model or tokenizer "
-                       f"({str(exc).strip().splitlines()[0]})") from None
     model.eval()
     weights = sorted(p for p in hf_dir.iterdir() if p.name == "config.json"
                      or p.suffix in (".safetensors", ".bin", ".pt", ".pth"))

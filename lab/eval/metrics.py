@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from lab.common import LabError
+from lab.common import LabError, read_text_file
 
 MAX_ORDER = 4
 METRICS = ("bleu", "bleu_sentence", "meteor", "em", "em_tokens", "codebleu")
@@ -312,20 +312,6 @@ def parse_metrics(text: str | None, language: str | None) -> tuple[str, ...]:
         raise LabError("--metrics codebleu needs --language (java or cs): the grammar to "
                        "parse with")
     return chosen
-
-
-def read_text_file(path: Path) -> str:
-    path = Path(path)
-    if not path.exists():
-        raise LabError(f"{path}: no such file")
-    if not path.is_file():
-        raise LabError(f"{path}: not a file")
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise LabError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise LabError(f"{path}: cannot read ({exc.strerror})") from None
 
 
 def _is_jsonl(path: Path) -> bool:

@@ -47,7 +47,7 @@ from typing import Any
 
 from lab.codetokens import KEYWORDS, TOKEN_PATTERN
 from lab.common import (DataNotFound, LabError, atomic_output_dir, check_output, corpora_inputs,
-                        environment_record, write_json_atomic, write_jsonl)
+                        environment_record, loading, write_json_atomic, write_jsonl)
 from lab.contamination import settings as settings_table
 from lab.contamination.corpus_files import read_manifest
 from lab.contamination.inject import disjoint_from, split_sides_index
@@ -93,9 +93,10 @@ def load_probed_model(model_dir: Path) -> tuple[Any, Any, dict[str, Any], str]:
     else:
         raise LabError(f"--model {model_dir}: not a lab pre-trained or fine-tuned model")
     weights = Path(model_dir) / "model"
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(weights))
     loader = AutoModelForCausalLM if family == "gpt2" else AutoModelForMaskedLM
-    model = loader.from_pretrained(str(weights))
+    with loading(weights, "--model"):
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(str(weights))
+        model = loader.from_pretrained(str(weights))
     model.eval()
     return model, tokenizer, manifest, family
 

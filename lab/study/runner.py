@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import signal
+import shutil
 import sys
 import time
 import traceback
@@ -167,6 +168,17 @@ def _stage_lock(stage: Stage, study: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _remove_leftovers(stage: Stage, study: Path) -> None:
+    """Temporary siblings of a stage's output that a killed run left (atomic outputs are built
+    in OUT.tmp-* and swapped through OUT.old-*). Called under the stage's lock: whoever wrote
+    them no longer holds it, so nobody is writing them now. OUT.partial (a pre-training to
+    resume) is kept."""
+    out = stage.out(study)
+    for pattern in (".tmp-*", ".old-*"):
+        for leftover in out.parent.glob(out.name + pattern):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
 def stage_log(stage: Stage, study: Path) -> Path:
     return stage.out(study).with_name(stage.key + ".log")
 
@@ -207,6 +219,7 @@ def run_stage(stage: Stage, study: Path, corpora_dir: Path | None, threads: int,
     torch.set_num_threads(threads)
     try:
         with _stage_lock(stage, study):
+            _remove_leftovers(stage, study)
             if stage.done(study):  # another runner may have finished it while we waited
                 return
             if not capture:
@@ -373,6 +386,10 @@ def _worker_init() -> None:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+    # Ctrl-C reaches the whole process group: the runner answers it with one line and its exit
+    # takes the workers down (above); a worker's own KeyboardInterrupt traceback would only add
+    # noise to the terminal.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class _Finished:
@@ -533,6 +550,27 @@ def default_workers(executor: str, threads: int) -> int:
     return 64 if executor == "slurm" else max(1, available_cores() // threads)
 
 
+def study_data(recipe: Recipe, corpora_dir: Path | None) -> dict[str, dict[str, str]]:
+    """Fingerprints of the datasets a study reads (its base corpus, its benchmark and, for a
+    -paper subset, the benchmark it was drawn from): stage keys come from the recipe alone, so
+    this is what tells a resumed study that `--corpora` now holds other data."""
+    from lab.corpora import data_fingerprints
+
+    names = dict.fromkeys([recipe.corpus.base, recipe.benchmark,
+                           recipe.benchmark.removesuffix("-paper")])
+    return {name: data_fingerprints(name, corpora_dir) for name in names}
+
+
+def data_change(recorded: dict[str, Any] | None, now: dict[str, dict[str, str]]) -> str | None:
+    """The first dataset file that differs from the one the study began with, else None (a
+    study begun before fingerprints were recorded takes today's)."""
+    for name, files in (recorded or {}).items():
+        for file in sorted(set(files) | set(now.get(name, {}))):
+            if files.get(file) != now.get(name, {}).get(file):
+                return f"{name} {file}"
+    return None
+
+
 def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_run: bool = False,
               executor: str = "local", workers: int | None = None,
               slurm: dict[str, Any] | None = None,
@@ -545,13 +583,21 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
     check_executor(executor, workers)
     from lab.study.preflight import check_ready, preflight
 
+    data = study_data(recipe, corpora_dir)
+    changed_data = data_change(read_summary(study).get("data"), data)
+    changed_data = changed_data and (
+        f"{study / SUMMARY}: the data changed since this study began ({changed_data} differs); "
+        "its stages were built on the old data: use a new --out")
     if dry_run:
         from lab.study.cost import estimate
 
         # A plan for another machine (a cluster) is worth printing where the study cannot run.
         return {"stages": len(stages), "done": sum(s.done(study) for s in stages),
                 "estimate": estimate(recipe, stages, study),
-                "problems": preflight(recipe, study, corpora_dir, executor)}
+                "problems": [*preflight(recipe, study, corpora_dir, executor),
+                             *([changed_data] if changed_data else [])]}
+    if changed_data:
+        raise LabError(changed_data)
     if not ready_checked:
         check_ready(recipe, study, corpora_dir, executor)  # every missing piece at once, before any stage
     if study.exists() and not study.is_dir():
@@ -579,7 +625,7 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
     write_json_atomic(recorded, recipe_dict(recipe))
     # Recorded before any stage runs: a kill at any point leaves the count for the resume.
     summary: dict[str, Any] = {"study": recipe.name, "stages": len(stages), "threads": threads,
-                               "executor": executor, "workers": workers}
+                               "executor": executor, "workers": workers, "data": data}
     write_json_atomic(study / SUMMARY, {**previous_summary, **summary})
     submit, shutdown = _submitter(executor, workers, threads, study, corpora_dir, slurm)
     try:

@@ -16,9 +16,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.common import (DataNotFound, LabError, atomic_output_dir, check_output,
-                        check_numbers, corpora_inputs, environment_record,
-                        write_json_atomic)
+from lab.common import (DataNotFound, LabError, atomic_output_dir, check_numbers,
+                        check_output, corpora_inputs, environment_record, loading,
+                        read_text_file, write_json_atomic)
 from lab.contamination import SEP_MARKER
 from lab.corpora import Sample, get_spec, load_samples
 from lab.models import positions_of
@@ -110,7 +110,7 @@ def read_stage_manifest(folder: Path, option: str) -> dict[str, Any]:
     if not path.is_file():
         raise LabError(f"{option} {folder}: no {MANIFEST} (not a lab model directory)")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_text_file(path))
     except json.JSONDecodeError as exc:
         raise LabError(f"{path}: corrupt JSON ({exc})") from None
 
@@ -182,7 +182,8 @@ def build_seq2seq(encoder_dir: Path, tokenizer: Any, decoder_layers: int):
     import torch
     from transformers import EncoderDecoderModel, RobertaConfig, RobertaForCausalLM, RobertaModel
 
-    encoder = RobertaModel.from_pretrained(str(encoder_dir), add_pooling_layer=False)
+    with loading(encoder_dir):
+        encoder = RobertaModel.from_pretrained(str(encoder_dir), add_pooling_layer=False)
     decoder_config = RobertaConfig(**{**encoder.config.to_dict(), "is_decoder": True,
                                       "add_cross_attention": True,
                                       "num_hidden_layers": decoder_layers})
@@ -231,7 +232,8 @@ def model_positions(model_dir: Path) -> int:
     """Token positions the model can attend over (RoBERTa reserves two for its offset)."""
     from transformers import AutoConfig
 
-    return positions_of(AutoConfig.from_pretrained(str(model_dir)))
+    with loading(model_dir):
+        return positions_of(AutoConfig.from_pretrained(str(model_dir)))
 
 
 def position_limit(pretrained: dict[str, Any], positions: int) -> int:
@@ -320,7 +322,8 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, set_seed
 
     model_dir = Path(cfg.pretrained) / "model"
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(model_dir))
+    with loading(model_dir, "--pretrained"):
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(str(model_dir))
     lengths = fit_lengths(cfg, family, model_positions(model_dir),
                           (pretrained.get("config") or {}).get("block_size"))
     train, valid, data_note = _training_samples(task, cfg)
@@ -332,7 +335,8 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
 
     set_seed(cfg.seed)
     if family == "gpt2":
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir))
+        with loading(model_dir, "--pretrained"):
+            model = AutoModelForCausalLM.from_pretrained(str(model_dir))
     else:
         model = build_seq2seq(model_dir, tokenizer, cfg.decoder_layers)
     init_sha = state_sha256(model)

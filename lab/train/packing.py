@@ -33,14 +33,14 @@ from typing import Any
 
 import numpy as np
 
-from lab.common import LabError
+from lab.common import LabError, lab_cache_dir
 from lab.contamination.corpus_files import read_corpus, verify_corpus
 
 TOKENIZE_BATCH = 2000
 
 
 def default_cache_dir() -> Path:
-    return Path(os.environ.get("LAB_CACHE", Path.home() / ".cache" / "lab")) / "tokens"
+    return lab_cache_dir() / "tokens"
 
 
 @dataclass

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.common import (LabError, check_numbers, check_output, dumps_json,
-                        environment_record, write_json_atomic)
+                        environment_record, write_error, write_json_atomic)
 from lab.contamination.corpus_files import read_manifest, verify_corpus
 from lab.train.common import (
     checkpoint_problem, checkpoints_newest_first, latest_checkpoint, make_guarded_trainer_class,
@@ -184,11 +184,11 @@ def run_pretrain(cfg: PretrainConfig) -> dict[str, Any]:
         result = _train(cfg, tokenizer, corpus_manifest, run_config, out, work, started)
         _leave_process_group()
         return result
-    except BaseException:
+    except BaseException as exc:
         # Nothing to resume from: leave no half-made directory behind.
         if int(os.environ.get("RANK", "0")) == 0 and latest_checkpoint(work / "checkpoints") is None:
             shutil.rmtree(work, ignore_errors=True)
-        raise
+        raise write_error(exc, work) or exc
 
 
 def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
