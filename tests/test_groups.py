@@ -53,6 +53,8 @@ def fake_model(monkeypatch, manifest: dict, predictions: dict[str, str] | None =
         return [(predictions or {}).get(s, "return 0;") for s in sources]
 
     model = SimpleNamespace(config=SimpleNamespace(n_positions=256))  # a GPT-2's positions
+    monkeypatch.setattr(generate_mod, "generator_manifest",
+                        lambda model_dir: (manifest, "causal-lm"))
     monkeypatch.setattr(generate_mod, "load_generator",
                         lambda model_dir: (model, None, manifest, "causal-lm"))
     monkeypatch.setattr(generate_mod, "generate", generate)

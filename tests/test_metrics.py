@@ -213,6 +213,8 @@ def test_evaluate_uses_the_em_of_its_task(monkeypatch: pytest.MonkeyPatch, tmp_p
 
     manifest = {"kind": "lab-finetuned", "config": {"max_source_length": 8,
                                                     "max_target_length": 8}}
+    monkeypatch.setattr(generate_mod, "generator_manifest",
+                        lambda model_dir: (manifest, "causal-lm"))
     monkeypatch.setattr(generate_mod, "load_generator",
                         lambda model_dir: (None, None, manifest, "causal-lm"))
     monkeypatch.setattr(generate_mod, "load_samples", lambda *args, **kwargs: Loaded())
