@@ -1,16 +1,25 @@
 """The `lab` command line: parses options and calls one entry function per command."""
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import os
 import sys
+import types
+import typing
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from lab.common import LabError
+from lab.contamination.inject import InjectConfig  # the configs declare their commands' options
+from lab.eval.generate import EvaluateConfig
+from lab.eval.probe import ProbeConfig
+from lab.train.finetune import FinetuneConfig
+from lab.train.pretrain import PretrainConfig
 
 app = typer.Typer(
     help="Contamination-injection pre-training lab for code language models.",
@@ -25,6 +34,55 @@ console = Console(width=None if sys.stdout.isatty() else 200)
 CorporaOption = typer.Option(
     None, "--corpora", help="Folder holding the datasets (else $LAB_CORPORA, ./corpora, the hub)."
 )
+
+
+def _option_type(kind: Any) -> tuple[Any, bool]:
+    """(the command line's type of a config field, whether it is a comma-separated list)."""
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        inner, listed = _option_type(args[0])
+        return Optional[inner], listed
+    if typing.get_origin(kind) in (list, tuple):
+        return str, True
+    return kind, False
+
+
+def options_of(config: Any) -> Callable[[Callable[[Any], None]], Callable[..., None]]:
+    """Decorate `command(cfg)` into a typer command whose options are the fields of the config
+    dataclass: names, types, defaults and help all come from the fields' declarations
+    (lab.common.param), so each is written once. Tuple fields are comma-separated options."""
+    hints = typing.get_type_hints(config)
+    shown = [f for f in dataclasses.fields(config) if f.metadata.get("cli", True)]
+
+    def decorate(command: Callable[[Any], None]) -> Callable[..., None]:
+        parameters, annotations, listed = [], {}, set()
+        for f in shown:
+            kind, is_list = _option_type(hints[f.name])
+            if is_list:
+                listed.add(f.name)
+            required = f.default is dataclasses.MISSING
+            default = ... if required else (",".join(f.default) if is_list and f.default
+                                             else f.default)
+            name = f.metadata.get("option") or "--" + f.name.replace("_", "-")
+            if kind is bool and not f.metadata.get("flag"):
+                name = f"{name}/--no-{name[2:]}"
+            option = typer.Option(default, name, help=f.metadata.get("help", ""))
+            annotations[f.name] = kind
+            parameters.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY,
+                                                default=option, annotation=kind))
+
+        def run(**values: Any) -> None:
+            for name in listed:
+                if values[name] is not None:
+                    values[name] = tuple(v for v in values[name].split(",") if v)
+            command(config(**values))
+
+        run.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+        run.__annotations__ = annotations
+        run.__name__, run.__doc__ = command.__name__, command.__doc__
+        return run
+
+    return decorate
 
 
 def _table(title: str, rows: list[dict[str, Any]], columns: list[str]) -> Table:
@@ -78,43 +136,15 @@ def corpora_verify(name: str = typer.Argument(..., help="csn-java, codetrans, co
     console.print(_table(f"{name}: checksums", rows, ["split", "file", "status"]))
 
 
-from lab.contamination.settings import names as _setting_names  # noqa: E402 (the one table)
-
-SETTING_NAMES = _setting_names()
-
-
 @app.command()
-def inject(
-    benchmark: str = typer.Option(..., help="codetrans or concode (or their -paper subsets)."),
-    setting: str = typer.Option(..., help=", ".join(SETTING_NAMES) + " (a placebo injects as many "
-                                "train/valid samples disjoint from the test split, in its base "
-                                "setting's form)."),
-    seed: int = typer.Option(..., help="Seeds every random choice of the arm."),
-    out: Path = typer.Option(..., help="Output directory (must not exist unless --force)."),
-    split: str = typer.Option("test", help="Benchmark split whose samples are injected."),
-    base: str = typer.Option("csn-java", help="Base pre-training corpus."),
-    base_splits: str = typer.Option("train,valid,test", help="Comma-separated base splits."),
-    limit: Optional[int] = typer.Option(None, help="Seeded subset of N base documents."),
-    repeat: int = typer.Option(1, help="Inject every document K times."),
-    fraction: Optional[float] = typer.Option(None, help="Inject a seeded fraction of the samples."),
-    samples: Optional[int] = typer.Option(None, help="Only the split's first N samples take part."),
-    test_ids: Optional[Path] = typer.Option(None, help="File of sample ids to inject."),
-    decontaminate: bool = typer.Option(False, help="First drop base near-duplicates of the test set."),
-    force: bool = typer.Option(False, help="Replace an existing output directory."),
-    corpora: Optional[Path] = CorporaOption,
-) -> None:
+@options_of(InjectConfig)
+def inject(cfg: InjectConfig) -> None:
     """Build one arm's pre-training corpus: inject test samples, remove as many base documents."""
-    from lab.contamination.inject import InjectConfig, run_inject
+    from lab.contamination.inject import run_inject
 
-    cfg = InjectConfig(
-        benchmark=benchmark, setting=setting, seed=seed, out=out, split=split, base=base,
-        base_splits=tuple(s for s in base_splits.split(",") if s), limit=limit, repeat=repeat,
-        fraction=fraction, samples=samples, test_ids=test_ids, decontaminate=decontaminate, force=force,
-        corpora_dir=corpora,
-    )
     manifest = run_inject(cfg)
     counts = manifest["counts"]
-    console.print(_table(f"{setting} arm of {benchmark} (seed {seed}) -> {out}",
+    console.print(_table(f"{cfg.setting} arm of {cfg.benchmark} (seed {cfg.seed}) -> {cfg.out}",
                          [{"count": k, "value": v} for k, v in counts.items()], ["count", "value"]))
     console.print(f"corpus sha256 {manifest['corpus_sha256']}")
 
@@ -204,62 +234,25 @@ def perturb(
 
 
 @app.command()
-def finetune(
-    pretrained: Path = typer.Option(..., help="Directory made by lab pretrain."),
-    task: str = typer.Option(..., help="translation (CodeTrans Java->C#) or generation (CONCODE NL->Java)."),
-    epochs: int = typer.Option(..., help="Training epochs; 0 = direct inference (GPT-2 only)."),
-    out: Path = typer.Option(..., help="Output directory."),
-    seed: int = typer.Option(0, help="Seeds the train subset, decoder init and data order."),
-    train_size: Optional[int] = typer.Option(None, help="Seeded subset of N training samples."),
-    select: str = typer.Option("last", help="last, or best on validation loss."),
-    lr: float = typer.Option(5e-4, help="Peak learning rate."),
-    batch_size: int = typer.Option(8, help="Samples per step."),
-    max_source_length: int = typer.Option(256, help="Source tokens kept."),
-    max_target_length: int = typer.Option(256, help="Target tokens kept (and generated)."),
-    decoder_layers: int = typer.Option(6, help="RoBERTa: layers of the new decoder."),
-    bf16: bool = typer.Option(False, help="bfloat16 autocast (CPUs with AVX-512 BF16 or AMX, GPUs)."),
-    force: bool = typer.Option(False, help="Replace an existing output directory."),
-    corpora: Optional[Path] = CorporaOption,
-) -> None:
+@options_of(FinetuneConfig)
+def finetune(cfg: FinetuneConfig) -> None:
     """Fine-tune a pre-trained model on the task's train split (or keep it: --epochs 0)."""
-    from lab.train.finetune import FinetuneConfig, run_finetune
+    from lab.train.finetune import run_finetune
 
-    manifest = run_finetune(FinetuneConfig(
-        pretrained=pretrained, task=task, epochs=epochs, out=out, seed=seed,
-        train_size=train_size, select=select, lr=lr, batch_size=batch_size,
-        max_source_length=max_source_length, max_target_length=max_target_length,
-        decoder_layers=decoder_layers, bf16=bf16, force=force, corpora_dir=corpora,
-    ))
+    manifest = run_finetune(cfg)
     loss = manifest["loss"]
     trained = f"loss {loss['first']:.3f} -> {loss['final']:.3f}" if loss["first"] else "not trained"
-    console.print(f"{out}: {manifest['architecture']} for {task}, {manifest['data']['train_used']} "
-                  f"training samples, {epochs} epochs, {trained}")
+    console.print(f"{cfg.out}: {manifest['architecture']} for {cfg.task}, "
+                  f"{manifest['data']['train_used']} training samples, {cfg.epochs} epochs, {trained}")
 
 
 @app.command()
-def evaluate(
-    model: Path = typer.Option(..., help="A lab finetune directory, or a lab pretrain GPT-2 directory."),
-    task: str = typer.Option(..., help="translation or generation."),
-    split: str = typer.Option("test", help="Benchmark split to generate for."),
-    ids: Optional[Path] = typer.Option(None, help="File of sample ids to evaluate (one per line)."),
-    decoding: str = typer.Option("greedy", help="greedy, beam:K or sample."),
-    temperature: float = typer.Option(0.8, help="Sampling temperature."),
-    top_p: float = typer.Option(0.95, help="Sampling top-p."),
-    top_k: int = typer.Option(50, help="Sampling top-k."),
-    batch_size: int = typer.Option(16, help="Samples per generation batch."),
-    max_new_tokens: Optional[int] = typer.Option(None, help="Default: the fine-tuning target length."),
-    metrics: str = typer.Option("bleu,bleu_sentence,meteor,em,codebleu", help="Comma-separated."),
-    seed: int = typer.Option(0, help="Seed for sampling."),
-    out: Optional[Path] = typer.Option(None, help="Default: MODEL/eval-TASK-SPLIT-DECODING."),
-    force: bool = typer.Option(False, help="Replace an existing output directory."),
-    corpora: Optional[Path] = CorporaOption,
-) -> None:
+@options_of(EvaluateConfig)
+def evaluate(cfg: EvaluateConfig) -> None:
     """Generate for a split and score every sample (split into injected / held-out)."""
     from lab.eval.generate import run_evaluate
 
-    result = run_evaluate(model, task, split, ids, decoding, batch_size, max_new_tokens,
-                          tuple(m for m in metrics.split(",") if m), out, force, seed, corpora,
-                          temperature, top_p, top_k)
+    result = run_evaluate(**vars(cfg))
     rows = [{"group": "all", "samples": result["samples"], **result["metrics"]}]
     rows += [{"group": g, **v} for g, v in result["by_group"].items()]
     columns = ["group", "samples"] + [m for m in result["metrics"] if not m.startswith("codebleu_")]
@@ -267,33 +260,17 @@ def evaluate(
         for key, value in row.items():
             if isinstance(value, float):
                 row[key] = f"{value:.2f}"
-    console.print(_table(f"{task} {split} ({result['decoding']['mode']})", rows, columns))
+    console.print(_table(f"{cfg.task} {cfg.split} ({result['decoding']['mode']})", rows, columns))
     console.print(f"predictions and metrics: {result['out']}")
 
 
 @app.command()
-def probe(
-    model: Path = typer.Option(..., help="A lab pretrain directory (GPT-2 or RoBERTa) or a "
-                                         "fine-tuned GPT-2."),
-    groups: Optional[Path] = typer.Option(None, help="Corpus or model whose injected / held-out "
-                                                     "samples to probe (default: the model's own "
-                                                     "pre-training corpus; for a control model, a "
-                                                     "contaminated arm)."),
-    form: str = typer.Option("auto", help="auto (the injection setting), input, output, unpaired, "
-                                          "paired."),
-    min_k: float = typer.Option(0.2, help="k of Min-K% probability."),
-    max_samples: Optional[int] = typer.Option(None, help="Probe the first N samples only."),
-    max_names: int = typer.Option(32, help="Identifiers and literals filled per sample."),
-    batch_size: int = typer.Option(16, help="Documents per forward pass."),
-    out: Optional[Path] = typer.Option(None, help="Default: MODEL/probe."),
-    force: bool = typer.Option(False, help="Replace an existing output directory."),
-    corpora: Optional[Path] = CorporaOption,
-) -> None:
+@options_of(ProbeConfig)
+def probe(cfg: ProbeConfig) -> None:
     """Was the injected data memorised? Loss, Min-K%, extraction and infill probes."""
     from lab.eval.probe import run_probe
 
-    result = run_probe(model, out, groups, form, min_k, max_samples, max_names, batch_size,
-                       corpora, force)
+    result = run_probe(**vars(cfg))
     # The never-seen group the injected one is compared with: held-out samples, else reference
     # samples of the validation split (an arm without a held-out half).
     baseline = result.get("baseline") or "held_out"
@@ -459,9 +436,10 @@ def _run_with_progress(recipe: Any, folder: Path, corpora: Optional[Path], execu
                          on_event=on_event, ready_checked=True)
 
 
+from lab.stats import CONVENTIONS as _CONVENTIONS  # noqa: E402 (the one table)
+
 ConventionOption = typer.Option(
-    None, help="exact-two-sided, study-tables, replication-package, exact-greater "
-               "(default: the study's recipe).")
+    None, help=", ".join(_CONVENTIONS) + " (default: the study's recipe).")
 AlphaOption = typer.Option(None, help="Significance level (default: the study's recipe).")
 
 
@@ -533,50 +511,13 @@ def tokenizer_train(
 
 
 @app.command()
-def pretrain(
-    model: str = typer.Option(..., help="roberta (masked LM) or gpt2 (causal LM)."),
-    corpus: Path = typer.Option(..., help="Corpus directory made by lab inject."),
-    tokenizer: Path = typer.Option(..., help="Tokenizer directory made by lab tokenizer train."),
-    out: Path = typer.Option(..., help="Output directory (OUT.partial while training)."),
-    preset: str = typer.Option("tiny", help="paper, small, tiny or micro."),
-    epochs: float = typer.Option(1.0, help="Training epochs."),
-    lr: float = typer.Option(5e-4, help="Peak learning rate."),
-    batch_size: int = typer.Option(16, help="Sequences per device and step."),
-    block_size: int = typer.Option(256, help="Tokens per packed sequence."),
-    seed: int = typer.Option(0, help="Seeds initial weights, data order and masking."),
-    grad_accum: int = typer.Option(1, help="Gradient accumulation steps."),
-    max_steps: int = typer.Option(-1, help="Stop after this many steps (overrides epochs)."),
-    warmup_steps: int = typer.Option(0, help="Linear warm-up steps."),
-    weight_decay: float = typer.Option(0.01, help="AdamW weight decay."),
-    lr_scheduler: str = typer.Option("linear", help="linear, constant, cosine, ..."),
-    save_steps: int = typer.Option(500, help="Checkpoint every N steps."),
-    log_steps: int = typer.Option(10, help="Log the loss every N steps."),
-    deepspeed: Optional[Path] = typer.Option(None, help="DeepSpeed JSON config (recipes/deepspeed/)."),
-    bf16: bool = typer.Option(False, help="bf16 autocast."),
-    compile: bool = typer.Option(False, "--compile", help="torch.compile the model."),
-    cross_document_attention: bool = typer.Option(
-        False, "--cross-document-attention",
-        help="Let packed documents attend to the documents before them, positions running on "
-             "(HF group_texts-style context); by default each document sees only itself."),
-    resume: bool = typer.Option(False, help="Continue OUT.partial from its newest checkpoint."),
-    force: bool = typer.Option(False, help="Restart and replace existing outputs."),
-    dry_run: bool = typer.Option(False, help="Print parameter counts and tokens per step only."),
-    cache_dir: Optional[Path] = typer.Option(None, help="Token cache (default $LAB_CACHE/tokens)."),
-) -> None:
+@options_of(PretrainConfig)
+def pretrain(cfg: PretrainConfig) -> None:
     """Pre-train RoBERTa or GPT-2 from scratch on one arm's corpus."""
-    from lab.train.pretrain import PretrainConfig, run_pretrain
+    from lab.train.pretrain import run_pretrain
 
-    cfg = PretrainConfig(
-        model=model, corpus=corpus, tokenizer=tokenizer, out=out, preset=preset, epochs=epochs,
-        lr=lr, batch_size=batch_size, block_size=block_size, seed=seed, grad_accum=grad_accum,
-        max_steps=max_steps, warmup_steps=warmup_steps, weight_decay=weight_decay,
-        lr_scheduler=lr_scheduler, save_steps=save_steps, log_steps=log_steps,
-        deepspeed=deepspeed, bf16=bf16, compile=compile,
-        cross_document_attention=cross_document_attention, resume=resume, force=force,
-        dry_run=dry_run, cache_dir=cache_dir,
-    )
     result = run_pretrain(cfg)
-    if dry_run:
+    if cfg.dry_run:
         params = result["parameters"]
         console.print(f"{result['model']} {result['preset']}: {params['total']:,} parameters "
                       f"({params['non_embedding']:,} non-embedding), vocabulary "
@@ -584,7 +525,7 @@ def pretrain(
         return
     if result.get("kind") == "lab-pretrained":
         loss = result["loss"]
-        console.print(f"{out}: {result['steps']} steps, loss {loss['first']:.3f} -> "
+        console.print(f"{cfg.out}: {result['steps']} steps, loss {loss['first']:.3f} -> "
                       f"{loss['final']:.3f}, {result['useful_tokens_per_second']:,.0f} useful "
                       f"tokens/s, padding {result['packing']['padding_fraction']:.1%}")
 

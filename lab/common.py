@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -23,6 +24,26 @@ class LabError(Exception):
 class DataNotFound(LabError):
     """A dataset split that is neither local nor loadable from the hub (offline, no network,
     no `datasets` package): callers that can do without it (CONCODE's train split) catch this."""
+
+
+def param(default: Any = dataclasses.MISSING, help: str = "", **shown: Any) -> Any:
+    """A config field declared once, with its default and its meaning: the command line (its
+    option and help) and the recipe reference are derived from it. `shown` says how the command
+    line shows it: option="--name" (another name than the field's), flag=True (a bare --flag,
+    without --no-flag), cli=False (no option: set by the study or the API only)."""
+    if isinstance(default, (list, dict, set)):
+        raise TypeError("param: a mutable default would be shared; use a tuple")
+    return dataclasses.field(default=default, metadata={"help": help, **shown})
+
+
+def corpora_param() -> Any:
+    return param(None, "Folder holding the datasets (else $LAB_CORPORA, ./corpora, the hub).",
+                 option="--corpora")
+
+
+def default_of(config: Any, name: str) -> Any:
+    """The declared default of a config dataclass field."""
+    return config.__dataclass_fields__[name].default
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

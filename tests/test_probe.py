@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from lab.common import LabError
-from lab.eval.probe import (_causal_scores, _encode, _name_positions, auc_and_p, load_probed_model,
+from lab.stats import membership_auc as auc_and_p
+from lab.eval.probe import (_causal_scores, _encode, _name_positions, load_probed_model,
                             min_k_score, name_spans, run_probe)
 from lab.train.pretrain import PretrainConfig, run_pretrain
 

@@ -16,7 +16,7 @@ from scipy.stats import mannwhitneyu
 
 from lab.common import LabError
 from lab.study.report import run_report, run_stats, study_stats
-from lab.study.stats import seeds_needed
+from lab.stats import seeds_needed
 
 CONTROL = [1.0, 2.0, 3.0, 4.0, 4.5]   # five seeds a side, completely separated
 PAIRED = [5.0, 6.0, 7.0, 8.0, 9.0]

@@ -8,7 +8,7 @@ import pytest
 from scipy.stats import mannwhitneyu, wilcoxon
 
 from lab.common import LabError
-from lab.study.stats import (compare, crossover_differences, crossover_test, holm, mann_whitney,
+from lab.stats import (compare, crossover_differences, crossover_test, holm, mann_whitney,
                              min_seeds, permutation_mann_whitney, samples_needed, seed_level_test,
                              seeds_needed, within_model_seeds)
 

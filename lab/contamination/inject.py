@@ -22,7 +22,8 @@ from typing import Any
 
 from lab.codetokens import whitespace_hash
 from lab.common import (DataNotFound, LabError, atomic_output_dir, check_numbers, check_output,
-                        corpora_inputs, environment_record, read_text_file, write_json_atomic)
+                        corpora_inputs, corpora_param, environment_record, param,
+                        read_text_file, write_json_atomic)
 from lab.contamination import SEP_MARKER, segments
 from lab.contamination import settings as settings_table
 from lab.contamination.audit import CODE_LANGUAGES, OverlapIndex, audit_samples
@@ -35,22 +36,28 @@ from lab.corpora.base import DatasetSpec
 
 @dataclass
 class InjectConfig:
-    benchmark: str
-    setting: str
-    seed: int
-    out: Path
-    split: str = "test"
-    base: str = "csn-java"
-    base_splits: tuple[str, ...] = ("train", "valid", "test")
-    limit: int | None = None
-    repeat: int = 1
-    fraction: float | None = None
-    samples: int | None = None  # only the split's first N samples take part (a benchmark subset)
-    test_ids: Path | None = None
-    decontaminate: bool = False
-    force: bool = False
-    corpora_dir: Path | None = None
-    shard_size: int = 50_000
+    """One arm's corpus. Every option of `lab inject` and the fields of a recipe's `corpus` and
+    `injection` sections are declared here, once."""
+    benchmark: str = param(help="codetrans or concode (or their -paper subsets).")
+    setting: str = param(help=", ".join(settings_table.names()) + " (a placebo injects as many "
+                         "train/valid samples disjoint from the test split, in its base "
+                         "setting's form).")
+    seed: int = param(help="Seeds every random choice of the arm.")
+    out: Path = param(help="Output directory (must not exist unless --force).")
+    split: str = param("test", "Benchmark split whose samples are injected.")
+    base: str = param("csn-java", "Base pre-training corpus.")
+    base_splits: tuple[str, ...] = param(("train", "valid", "test"),
+                                         "Comma-separated base splits.")
+    limit: int | None = param(None, "Seeded subset of N base documents.")
+    repeat: int = param(1, "Inject every document K times.")
+    fraction: float | None = param(None, "Inject a seeded fraction of the samples.")
+    samples: int | None = param(None, "Only the split's first N samples take part (a benchmark "
+                                      "subset).")
+    test_ids: Path | None = param(None, "File of sample ids to inject.")
+    decontaminate: bool = param(False, "First drop base near-duplicates of the test set.")
+    force: bool = param(False, "Replace an existing output directory.")
+    corpora_dir: Path | None = corpora_param()
+    shard_size: int = param(50_000, "Documents per corpus shard.", cli=False)
 
 
 def injected_sides(setting: str, sample: Sample) -> list[tuple[str, str]]:

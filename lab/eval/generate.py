@@ -18,7 +18,8 @@ import orjson
 
 from lab.codetokens import whitespace_hash
 from lab.common import (LabError, atomic_output_dir, check_numbers, check_output, corpora_inputs,
-                        environment_record, loading, read_text_file, write_json_atomic)
+                        corpora_param, environment_record, loading, param, read_text_file,
+                        write_json_atomic)
 from lab.corpora import Sample, get_spec, load_samples
 from lab.eval import metrics as metric_fns
 from lab.models import positions_of
@@ -283,53 +284,76 @@ def check_split_half(samples: list[Sample], membership: dict[str, set[str]]) -> 
                        f"{' ...' if len(stray) > 5 else ''}; evaluate the samples it split")
 
 
-def run_evaluate(model_dir: Path, task_name: str, split: str = "test", ids: Path | None = None,
-                 decoding: str = "greedy", batch_size: int = 16, max_new_tokens: int | None = None,
-                 metrics: tuple[str, ...] = metric_fns.METRICS, out: Path | None = None,
-                 force: bool = False, seed: int = 0, corpora_dir: Path | None = None,
-                 temperature: float = 0.8, top_p: float = 0.95, top_k: int = 50,
-                 benchmark: str | None = None) -> dict[str, Any]:
+@dataclass
+class EvaluateConfig:
+    """One evaluation. Every option of `lab evaluate` is declared here, once; a recipe's
+    `evaluation` section sets split, decoding, metrics and max_new_tokens."""
+    model: Path = param(help="A lab finetune directory, or a lab pretrain GPT-2 directory.")
+    task: str = param(help="translation or generation.")
+    split: str = param("test", "Benchmark split to generate for.")
+    ids: Path | None = param(None, "File of sample ids to evaluate (one per line).")
+    decoding: str = param("greedy", "greedy, beam:K or sample.")
+    temperature: float = param(Decoding.temperature, "Sampling temperature.")
+    top_p: float = param(Decoding.top_p, "Sampling top-p.")
+    top_k: int = param(Decoding.top_k, "Sampling top-k.")
+    batch_size: int = param(16, "Samples per generation batch.")
+    max_new_tokens: int | None = param(None, "Default: the fine-tuning target length.")
+    metrics: tuple[str, ...] = param(("bleu", "bleu_sentence", "meteor", "em", "codebleu"),
+                                     "Comma-separated.")
+    seed: int = param(0, "Seed for sampling.")
+    out: Path | None = param(None, "Default: MODEL/eval-TASK-SPLIT-DECODING.")
+    force: bool = param(False, "Replace an existing output directory.")
+    corpora_dir: Path | None = corpora_param()
+    benchmark: str | None = param(None, "The benchmark whose split is evaluated (default: the "
+                                        "one the model was injected with, if of the task).",
+                                  cli=False)
+
+
+def run_evaluate(model: Path, task: str, **options: Any) -> dict[str, Any]:
     """Entry point of `lab evaluate`: predictions.jsonl and metrics.json for one split of
-    `benchmark` (default: evaluation_benchmark)."""
+    `benchmark` (default: evaluation_benchmark). `options`: EvaluateConfig's other fields."""
+    cfg = EvaluateConfig(model=Path(model), task=task, **options)
     from transformers import set_seed
 
     started = time.perf_counter()
-    task = get_task(task_name)
-    plan = Decoding.parse(decoding, temperature=temperature, top_p=top_p, top_k=top_k)
-    if batch_size < 1:
-        raise LabError(f"--batch-size {batch_size}: must be >= 1")
-    check_numbers(seed=seed)
-    if max_new_tokens is not None and max_new_tokens < 1:
-        raise LabError(f"--max-new-tokens {max_new_tokens}: must be >= 1")
-    unknown_metrics = [m for m in metrics if m not in metric_fns.METRICS]
+    task = get_task(cfg.task)
+    plan = Decoding.parse(cfg.decoding, temperature=cfg.temperature, top_p=cfg.top_p,
+                          top_k=cfg.top_k)
+    if cfg.batch_size < 1:
+        raise LabError(f"--batch-size {cfg.batch_size}: must be >= 1")
+    check_numbers(seed=cfg.seed)
+    if cfg.max_new_tokens is not None and cfg.max_new_tokens < 1:
+        raise LabError(f"--max-new-tokens {cfg.max_new_tokens}: must be >= 1")
+    unknown_metrics = [m for m in cfg.metrics if m not in metric_fns.METRICS]
     if unknown_metrics:
         raise LabError(f"--metrics: unknown metric '{unknown_metrics[0]}' (choose from "
                        f"{', '.join(metric_fns.METRICS)})")
-    out = Path(out) if out else Path(model_dir) / f"eval-{task.name}-{split}-{plan.label()}"
-    inputs = [model_dir, ids, *corpora_inputs(corpora_dir)]
-    check_output(out, force, "lab-evaluation", inputs)
+    out = Path(cfg.out or Path(cfg.model) / f"eval-{task.name}-{cfg.split}-{plan.label()}")
+    inputs = [cfg.model, cfg.ids, *corpora_inputs(cfg.corpora_dir)]
+    check_output(out, cfg.force, "lab-evaluation", inputs)
     # The manifest, the samples and the ids are checked before the weights are loaded.
-    manifest, _architecture = generator_manifest(model_dir)
+    manifest, _architecture = generator_manifest(cfg.model)
     trained_task = manifest.get("task", {}).get("name")
     if trained_task and trained_task != task.name:
-        raise LabError(f"--model {model_dir}: fine-tuned for {trained_task}, not {task.name}")
-    benchmark = evaluation_benchmark(manifest, task, benchmark)
-    samples: list[Sample] = load_samples(benchmark, split, corpora_dir,
+        raise LabError(f"--model {cfg.model}: fine-tuned for {trained_task}, not {task.name}")
+    benchmark = evaluation_benchmark(manifest, task, cfg.benchmark)
+    samples: list[Sample] = load_samples(benchmark, cfg.split, cfg.corpora_dir,
                                          require_references=True).records
-    if ids is not None:
-        wanted = _read_ids(ids)
+    if cfg.ids is not None:
+        wanted = _read_ids(cfg.ids)
         if not wanted:
-            raise LabError(f"--ids {ids}: no sample ids in it")
+            raise LabError(f"--ids {cfg.ids}: no sample ids in it")
         unknown = wanted - {s.id for s in samples}
         if unknown:
-            raise LabError(f"--ids {ids}: unknown sample id {sorted(unknown)[0]}")
+            raise LabError(f"--ids {cfg.ids}: unknown sample id {sorted(unknown)[0]}")
         samples = [s for s in samples if s.id in wanted]
-    model, tokenizer, manifest, architecture = load_generator(model_dir)
+    model, tokenizer, manifest, architecture = load_generator(cfg.model)
     corpus = pretraining_record(manifest).get("corpus", {})
     membership = pretraining_membership(manifest)
+    split = cfg.split
     if of_task(corpus.get("benchmark"), task) and corpus.get("benchmark_split", split) == split:
         check_split_half(samples, membership)
-    seen, seen_note = finetuning_samples(manifest, Path(model_dir), corpora_dir)
+    seen, seen_note = finetuning_samples(manifest, Path(cfg.model), cfg.corpora_dir)
     overlap = finetune_overlap(samples, seen)
     membership["in_finetune_data"] = set(overlap)
     groups = assign_groups(samples, membership)
@@ -340,16 +364,16 @@ def run_evaluate(model_dir: Path, task_name: str, split: str = "test", ids: Path
         model, architecture, limit)
     if limit is not None:  # older fine-tuned models fitted their lengths to positions only
         max_source = min(max_source, limit - 3 if architecture == "causal-lm" else limit)
-    max_new = max_new_tokens or int(config.get("max_target_length", 0)) or max_source
+    max_new = cfg.max_new_tokens or int(config.get("max_target_length", 0)) or max_source
 
-    set_seed(seed)
+    set_seed(cfg.seed)
     gen_started = time.perf_counter()
     predictions = generate(model, tokenizer, architecture, [s.input for s in samples], plan,
-                           max_source, max_new, batch_size, positions=limit)
+                           max_source, max_new, cfg.batch_size, positions=limit)
     gen_seconds = time.perf_counter() - gen_started
     references = [s.output for s in samples]
-    overall, per_sample = metric_fns.score(references, predictions, metrics, task.target_language,
-                                           task.name)  # task.name: em of its CodeXGLUE evaluator
+    overall, per_sample = metric_fns.score(references, predictions, cfg.metrics,
+                                           task.target_language, task.name)  # task.name: em of its CodeXGLUE evaluator
 
     def scored(chosen: list[int], names: list[str]) -> dict[str, float]:
         scores, _ = metric_fns.score([references[i] for i in chosen],
@@ -362,17 +386,17 @@ def run_evaluate(model_dir: Path, task_name: str, split: str = "test", ids: Path
         chosen = [i for i, s in enumerate(samples) if groups[s.id] == group]
         if chosen:
             by_group[group] = {"samples": len(chosen),
-                               **scored(chosen, [m for m in metrics if m != "codebleu"])}
+                               **scored(chosen, [m for m in cfg.metrics if m != "codebleu"])}
     # The arm-vs-control sample set, with every metric (the same as the whole split's when
     # nothing is left out): always written, so that a study compares one set throughout.
     clean = [i for i, s in enumerate(samples) if groups[s.id] not in EXCLUDED_FROM_CLEAN]
     by_group[CLEAN] = {"samples": len(clean),
                        **(overall if len(clean) == len(samples) else
-                          scored(clean, list(metrics)) if clean else {})}
+                          scored(clean, list(cfg.metrics)) if clean else {})}
     counts = {g: sum(1 for s in samples if groups[s.id] == g) for g in (*GROUPS, UNKNOWN)}
     result = {
-        "kind": "lab-evaluation", "task": task.name, "benchmark": benchmark, "split": split,
-        "model": str(model_dir), "decoding": plan.__dict__, "samples": len(samples),
+        "kind": "lab-evaluation", "task": task.name, "benchmark": benchmark, "split": cfg.split,
+        "model": str(cfg.model), "decoding": plan.__dict__, "samples": len(samples),
         "metrics": overall, "by_group": by_group,
         "groups": {
             "precedence": [*GROUPS, UNKNOWN], "counts": counts,
@@ -386,12 +410,12 @@ def run_evaluate(model_dir: Path, task_name: str, split: str = "test", ids: Path
         },
         "lengths": {"position_limit": limit, "max_source_length": max_source,
                     "max_new_tokens": max_new},
-        "metric_definitions": {m: metric_fns.describe(task.name)[m] for m in metrics},
-        "generation_seconds": round(gen_seconds, 2), "seed": seed,
+        "metric_definitions": {m: metric_fns.describe(task.name)[m] for m in cfg.metrics},
+        "generation_seconds": round(gen_seconds, 2), "seed": cfg.seed,
         "wall_seconds": round(time.perf_counter() - started, 2),
         "environment": environment_record(),
     }
-    with atomic_output_dir(out, force=force, kind="lab-evaluation", inputs=inputs) as tmp:
+    with atomic_output_dir(out, force=cfg.force, kind="lab-evaluation", inputs=inputs) as tmp:
         with open(tmp / "predictions.jsonl", "wb") as handle:
             for i, sample in enumerate(samples):
                 row = {"id": sample.id, "source": sample.input, "reference": sample.output,

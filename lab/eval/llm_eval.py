@@ -22,7 +22,7 @@ from lab.common import (
 )
 from lab.eval import metrics as metric_fns
 from lab.eval.generate import check_sampling, padded
-from lab.study.stats import ALPHA, CONVENTIONS, compare
+from lab.stats import ALPHA, CONVENTIONS, compare
 
 MARKER = "END OF CASE"
 METRICS = ("bleu", "meteor")

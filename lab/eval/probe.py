@@ -42,12 +42,14 @@ import math
 import random
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lab.codetokens import KEYWORDS, TOKEN_PATTERN
 from lab.common import (DataNotFound, LabError, atomic_output_dir, check_output, corpora_inputs,
-                        environment_record, loading, write_json_atomic, write_jsonl)
+                        corpora_param, environment_record, loading, param, write_json_atomic,
+                        write_jsonl)
 from lab.contamination import settings as settings_table
 from lab.contamination.corpus_files import read_manifest
 from lab.contamination.inject import disjoint_from, split_sides_index
@@ -55,6 +57,7 @@ from lab.corpora import Sample, get_spec, load_samples
 from lab.eval import metrics as metric_fns
 from lab.eval.generate import Decoding, generate, padded
 from lab.models import positions_of
+from lab.stats import membership_auc
 from lab.train.finetune import causal_prompt, pretraining_record, read_stage_manifest
 
 # Probe name -> (what it measures, whether a higher value means "more likely seen").
@@ -299,22 +302,6 @@ def min_k_score(token_logprobs: list[float], k: float) -> float:
     return sum(lowest) / len(lowest)
 
 
-def auc_and_p(injected: list[float], held_out: list[float], higher_is_member: bool
-              ) -> tuple[float | None, float | None]:
-    """ROC AUC of the probe at telling injected from held-out samples (ties count half) and
-    the one-sided Mann-Whitney p that injected samples look more seen."""
-    from scipy.stats import mannwhitneyu
-
-    if not injected or not held_out:
-        return None, None
-    sign = 1.0 if higher_is_member else -1.0
-    a, b = [sign * v for v in injected], [sign * v for v in held_out]
-    if len(set(a + b)) == 1:  # no spread at all: no signal, and scipy's test is undefined
-        return 0.5, 1.0
-    result = mannwhitneyu(a, b, alternative="greater", method="asymptotic")
-    return float(result.statistic) / (len(a) * len(b)), float(result.pvalue)
-
-
 BASELINES = ("held_out", "reference")  # never-seen groups an injected group is compared with
 GROUPS = ("injected", *BASELINES)
 
@@ -333,7 +320,7 @@ def summarise(rows: list[dict[str, Any]], baseline: str | None = "held_out"
             continue
         means = {g: (sum(v) / len(v) if v else None) for g, v in values.items()}
         against = means[baseline] if baseline else None
-        auc, p = auc_and_p(values["injected"], values[baseline] if baseline else [],
+        auc, p = membership_auc(values["injected"], values[baseline] if baseline else [],
                            higher_is_member)
         summary[probe] = {
             "meaning": meaning, "higher_means_seen": higher_is_member, "baseline": baseline,
@@ -387,44 +374,61 @@ def _probe_rows(model: Any, tokenizer: Any, family: str, samples: list[Sample],
     return rows
 
 
-def run_probe(model_dir: Path, out: Path | None = None, groups: Path | None = None,
-              form: str = "auto", min_k: float = 0.2, max_samples: int | None = None,
-              max_names: int = 32, batch_size: int = 16, corpora_dir: Path | None = None,
-              force: bool = False) -> dict[str, Any]:
-    """Entry point of `lab probe`: probes.jsonl (per sample) and summary.json (per probe)."""
+@dataclass
+class ProbeConfig:
+    """One probe run. Every option of `lab probe` and the fields of a recipe's `probe` section
+    are declared here, once."""
+    model: Path = param(help="A lab pretrain directory (GPT-2 or RoBERTa) or a fine-tuned GPT-2.")
+    out: Path | None = param(None, "Default: MODEL/probe.")
+    groups: Path | None = param(None, "Corpus or model whose injected / held-out samples to probe "
+                                      "(default: the model's own pre-training corpus; for a "
+                                      "control model, a contaminated arm).")
+    form: str = param("auto", "auto (the injection setting), input, output, unpaired, paired.")
+    min_k: float = param(0.2, "k of Min-K% probability.")
+    max_samples: int | None = param(None, "Probe the first N samples only.")
+    max_names: int = param(32, "Identifiers and literals filled per sample.")
+    batch_size: int = param(16, "Documents per forward pass.")
+    force: bool = param(False, "Replace an existing output directory.")
+    corpora_dir: Path | None = corpora_param()
+
+
+def run_probe(model: Path, out: Path | None = None, **options: Any) -> dict[str, Any]:
+    """Entry point of `lab probe`: probes.jsonl (per sample) and summary.json (per probe).
+    `options`: ProbeConfig's other fields."""
+    cfg = ProbeConfig(model=Path(model), out=out, **options)
     import torch
 
     started = time.perf_counter()
-    if form not in FORMS:
-        raise LabError(f"--form {form}: choose from {', '.join(FORMS)}")
-    if not 0 < min_k <= 1:
-        raise LabError(f"--min-k {min_k}: expected a fraction in (0, 1]")
-    for option, value in (("--max-samples", max_samples), ("--max-names", max_names),
-                          ("--batch-size", batch_size)):
+    if cfg.form not in FORMS:
+        raise LabError(f"--form {cfg.form}: choose from {', '.join(FORMS)}")
+    if not 0 < cfg.min_k <= 1:
+        raise LabError(f"--min-k {cfg.min_k}: expected a fraction in (0, 1]")
+    for option, value in (("--max-samples", cfg.max_samples), ("--max-names", cfg.max_names),
+                          ("--batch-size", cfg.batch_size)):
         if value is not None and value < 1:
             raise LabError(f"{option} {value}: must be >= 1")
     # Everything that can be refused is checked before the model is loaded.
-    chosen = probe_groups(read_stage_manifest(model_dir, "--model"), groups)
-    setting = settings_table.probed_form(chosen["setting"]) if form == "auto" else form
+    chosen = probe_groups(read_stage_manifest(cfg.model, "--model"), cfg.groups)
+    setting = settings_table.probed_form(chosen["setting"]) if cfg.form == "auto" else cfg.form
     if setting is None:
         raise LabError(f"the corpus setting '{chosen['setting']}' has no injected form to probe")
-    out = Path(out) if out else Path(model_dir) / "probe"
-    inputs = [model_dir, groups, *corpora_inputs(corpora_dir)]
-    check_output(out, force, "lab-probe", inputs)
-    model, tokenizer, manifest, family = load_probed_model(model_dir)
+    out = Path(cfg.out or Path(cfg.model) / "probe")
+    inputs = [cfg.model, cfg.groups, *corpora_inputs(cfg.corpora_dir)]
+    check_output(out, cfg.force, "lab-probe", inputs)
+    model, tokenizer, manifest, family = load_probed_model(cfg.model)
 
     group_of = {i: "injected" for i in chosen["injected"]}
     group_of.update({i: "held_out" for i in chosen["held_out"]})
     needs_output = "output" in settings_table.form_sides(setting) or family == "gpt2"
-    tests = load_samples(chosen["benchmark"], chosen["split"], corpora_dir,
+    tests = load_samples(chosen["benchmark"], chosen["split"], cfg.corpora_dir,
                          require_references=needs_output).records
     samples = [s for s in tests if s.id in group_of]
-    samples = samples[:max_samples] if max_samples else samples
+    samples = samples[:cfg.max_samples] if cfg.max_samples else samples
     # No held-out half: never-seen validation samples are the within-model baseline.
     reference, reference_record = [], None
     if not chosen["held_out"]:
         reference, reference_record = reference_samples(chosen, tests, len(samples),
-                                                         needs_output, manifest, corpora_dir)
+                                                         needs_output, manifest, cfg.corpora_dir)
         group_of.update({s.id: "reference" for s in reference})
     baseline = "held_out" if chosen["held_out"] else ("reference" if reference else None)
     positions = positions_of(model.config)
@@ -435,18 +439,18 @@ def run_probe(model_dir: Path, out: Path | None = None, groups: Path | None = No
     # Reference samples are scored apart, so the probed samples' rows (batches, generation
     # length) are those a probe without them computes.
     rows = [row for batch in (samples, reference)
-            for row in _probe_rows(model, tokenizer, family, batch, group_of, setting, min_k,
-                                   max_names, max_tokens, batch_size)]
+            for row in _probe_rows(model, tokenizer, family, batch, group_of, setting, cfg.min_k,
+                                   cfg.max_names, max_tokens, cfg.batch_size)]
     summary = {
-        "kind": "lab-probe", "model": str(model_dir), "family": family,
+        "kind": "lab-probe", "model": str(cfg.model), "family": family,
         "groups": chosen["source"], "benchmark": chosen["benchmark"], "split": chosen["split"],
-        "form": setting, "min_k": min_k, "max_names": max_names, "samples": len(rows),
+        "form": setting, "min_k": cfg.min_k, "max_names": cfg.max_names, "samples": len(rows),
         "baseline": baseline, "reference": reference_record,
         "probes": summarise(rows, baseline),
         "wall_seconds": round(time.perf_counter() - started, 2),
         "environment": environment_record(),
     }
-    with atomic_output_dir(out, force=force, kind="lab-probe", inputs=inputs) as tmp:
+    with atomic_output_dir(out, force=cfg.force, kind="lab-probe", inputs=inputs) as tmp:
         write_jsonl(tmp / "probes.jsonl", rows)
         write_json_atomic(tmp / "summary.json", summary)
     summary["out"] = str(out)

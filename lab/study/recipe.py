@@ -25,6 +25,12 @@ import yaml
 
 from lab.common import SEED_MAX, LabError
 from lab.contamination import settings as settings_table
+from lab.contamination.inject import InjectConfig
+from lab.eval.generate import EvaluateConfig
+from lab.eval.probe import ProbeConfig
+from lab.stats import ALPHA, CONVENTIONS, DEFAULT_CONVENTION
+from lab.train.finetune import FinetuneConfig
+from lab.train.pretrain import PretrainConfig
 
 
 MAX_STRING = 200  # longest string value of a recipe
@@ -66,79 +72,94 @@ def _yaml_load(text: str) -> Any:
     return yaml.load(text, Loader=_RecipeLoader)  # noqa: S506 - a SafeLoader subclass
 
 
-@dataclass
-class CorpusSection:
-    base: str = "csn-java"
-    base_splits: list[str] = field(default_factory=lambda: ["train", "valid", "test"])
-    limit: int | None = None
+def section(name: str, config: Any, fields: list[str], study_defaults: dict[str, Any] | None = None,
+            own: list[tuple[str, Any, Any]] = (), after: list[tuple[str, Any, Any]] = ()) -> Any:
+    """A recipe section made of `fields` of a stage's config dataclass: their types, defaults
+    and meanings are the config's (declared once, in the stage's module), except the defaults
+    a study deliberately sets otherwise (STUDY_DEFAULTS). `own` and `after`: fields only a study
+    has (a grid over a config field), as (name, type, dataclasses.field), put before and after
+    the config's. Tuples become lists, as
+    YAML and recipe.json write them."""
+    hints = typing.get_type_hints(config)
+    specs = list(own)
+    for field_name in fields:
+        declared = config.__dataclass_fields__[field_name]
+        kind = hints[field_name]
+        default = (study_defaults or {}).get(field_name, declared.default)
+        if typing.get_origin(kind) is tuple:
+            kind = list[typing.get_args(kind)[0]]
+            made = field(default_factory=lambda value=default: list(value),
+                         metadata=declared.metadata)
+        else:
+            made = field(default=default, metadata=declared.metadata)
+        specs.append((field_name, kind, made))
+    made_section = dataclasses.make_dataclass(name, specs + list(after))
+    made_section.__module__ = __name__
+    return made_section
 
 
-@dataclass
-class InjectionSection:
-    repeat: int = 1
-    fraction: float | None = None
-    samples: int | None = None  # only the first N test samples take part (a benchmark subset)
-    decontaminate: bool = False
+# Where a study departs from a command's default, on purpose; every other default of a section
+# is the command's own (its config dataclass).
+STUDY_DEFAULTS = {
+    # Models trained from scratch on a CPU-sized corpus learn little in one epoch at 5e-4.
+    "pretrain": {"epochs": 3.0, "lr": 1e-3},
+    # The study's metrics (Tables II-VII); CodeBLEU and sentence BLEU cost more and are optional.
+    "evaluation": {"metrics": ("bleu", "meteor", "em")},
+    # Probing every sample of every model costs more than the rest of a CPU study.
+    "probe": {"max_samples": 200},
+}
+
+CorpusSection = section("CorpusSection", InjectConfig, ["base", "base_splits", "limit"])
+InjectionSection = section("InjectionSection", InjectConfig,
+                           ["repeat", "fraction", "samples", "decontaminate"])
 
 
 @dataclass
 class TokenizerSection:
-    vocab_size: int = 8000
+    vocab_size: int = field(default=8000, metadata={"help": "BPE vocabulary size, special "
+                                                    "tokens included."})
 
 
-@dataclass
-class PretrainSection:
-    epochs: float = 3.0
-    lr: float = 1e-3
-    batch_size: int = 16
-    block_size: int = 256
-    warmup_steps: int = 0
-    lr_scheduler: str = "linear"
-    bf16: bool = False     # bfloat16 autocast (changes the numbers: part of the stage's key)
-    compile: bool = False  # torch.compile the model (same maths, other kernels: part of the key)
-    # Packed documents attend to the ones before them (HF group_texts-style context). Always
-    # in the stage key (not key-neutral): the default changed from cross-document attention to
-    # per-document attention, so stages made before it get new keys and are retrained.
-    cross_document_attention: bool = False
-
+# cross_document_attention is always in the stage key (not key-neutral): its default changed
+# from cross-document to per-document attention, so stages made before it get new keys.
+PretrainSection = section("PretrainSection", PretrainConfig,
+                          ["epochs", "lr", "batch_size", "block_size", "warmup_steps",
+                           "lr_scheduler", "bf16", "compile", "cross_document_attention"],
+                          STUDY_DEFAULTS["pretrain"])
 
 # Fields added to a section after studies were made with it: left out of a stage's key while
 # they hold these values, so an existing study folder keeps its stage keys and resumes.
 KEY_NEUTRAL_DEFAULTS = {"pretrain": {"bf16": False, "compile": False}, "finetune": {"bf16": False}}
 
+FinetuneSection = section("FinetuneSection", FinetuneConfig, ["lr", "batch_size", "select", "bf16"],
+                          own=[
+    ("epochs", list[int], field(default_factory=lambda: [0], metadata={
+        "expect": "int >= 0", "help": "Fine-tuning epochs of the grid; 0 = direct inference "
+                                      "(GPT-2 only)."})),
+    ("train_sizes", list[int | None], field(default_factory=lambda: [None], metadata={
+        "expect": "int >= 1 or null", "help": "Training-set sizes of the grid (null: the whole "
+                                              "train split)."})),
+])
 
-@dataclass
-class FinetuneSection:
-    epochs: list[int] = field(default_factory=lambda: [0], metadata={"expect": "int >= 0"})
-    train_sizes: list[int | None] = field(default_factory=lambda: [None],
-                                          metadata={"expect": "int >= 1 or null"})
-    lr: float = 5e-4
-    batch_size: int = 8
-    select: str = "last"
-    bf16: bool = False  # bfloat16 autocast (changes the numbers: part of the stage's key)
-
-
-@dataclass
-class EvaluationSection:
-    split: str = "test"
-    decoding: str = "greedy"
-    metrics: list[str] = field(default_factory=lambda: ["bleu", "meteor", "em"])
-    max_new_tokens: int | None = None
-    max_samples: int | None = None  # the first N samples of the split (None: all)
+EvaluationSection = section("EvaluationSection", EvaluateConfig,
+                            ["split", "decoding", "metrics", "max_new_tokens"],
+                            STUDY_DEFAULTS["evaluation"], after=[
+    ("max_samples", int | None, field(default=None, metadata={
+        "help": "Evaluate the first N samples of the split (null: all)."})),
+])
 
 
-@dataclass
-class ProbeSection:
-    enabled: bool = True       # probe every pre-trained model (lab probe): was it memorised?
-    min_k: float = 0.2
-    max_samples: int | None = 200  # the first N probed samples (injected and held-out)
-    max_names: int = 32        # identifiers and literals filled per sample
+ProbeSection = section("ProbeSection", ProbeConfig, ["min_k", "max_samples", "max_names"],
+                       STUDY_DEFAULTS["probe"], own=[
+    ("enabled", bool, field(default=True, metadata={
+        "help": "Probe every pre-trained model (lab probe): was the injected data memorised?"})),
+])
 
 
 @dataclass
 class StatisticsSection:
-    convention: str = "exact-two-sided"
-    alpha: float = 0.05
+    convention: str = DEFAULT_CONVENTION
+    alpha: float = ALPHA
 
 
 @dataclass
@@ -241,7 +262,6 @@ def _check(recipe: Recipe) -> None:
     from lab.eval.metrics import METRICS
     from lab.models import MODELS, PRESETS, check_block_size
     from transformers.trainer_utils import SchedulerType
-    from lab.study.stats import CONVENTIONS
 
     def fail(path: str, message: str) -> None:
         raise LabError(f"{path}: {message}")

@@ -23,11 +23,12 @@ from lab.common import LabError, write_json_atomic
 from lab.contamination import settings as settings_table
 from lab.eval.generate import EXCLUDED_FROM_CLEAN
 from lab.study.runner import PROBE_COLUMNS, PROBES, RESULTS, SAMPLES
-from lab.study.stats import (ALPHA, ASYMPTOTIC_TIES, CONVENTIONS, CROSSOVER_TEST, EXACT_SPLITS,
-                             PAIRED_SAMPLES_TEST, PERMUTATION_TIES, POWER, SEEDS_TEST, compare,
-                             holm, paired_sample_differences, paired_within_model,
-                             samples_needed, seeds_needed, signed_rank_test,
-                             within_model_seeds)
+from lab.stats import (ALPHA, ASYMPTOTIC_TIES, CONVENTIONS, CROSSOVER_TEST, DEFAULT_CONVENTION,
+                       EXACT_SPLITS, PAIRED_SAMPLES_TEST, PERMUTATION_TIES, POWER, SEEDS_TEST,
+                       compare, holm, membership_auc, paired_sample_differences,
+                       paired_within_model,
+                       samples_needed, seeds_needed, signed_rank_test, within_model_seeds)
+from lab.study.recipe import StatisticsSection
 
 SCORE_FLOOR = 5.0  # below this (BLEU-like 0-100) a lift says little: the cell is flagged
 LABELS = ("model", "task", "arm", "seed", "epochs", "train_size", "group")  # results.csv must have
@@ -132,8 +133,9 @@ def _settings(study: Path, convention: str | None, alpha: float | None) -> tuple
             recorded = json.loads(recipe.read_text(encoding="utf-8")).get("statistics") or {}
         except (OSError, ValueError, AttributeError):
             raise LabError(f"{recipe}: unreadable (not the JSON lab study writes)") from None
-    convention = convention or recorded.get("convention") or "exact-two-sided"
-    alpha = alpha if alpha is not None else recorded.get("alpha", ALPHA)
+    defaults = StatisticsSection()
+    convention = convention or recorded.get("convention") or defaults.convention
+    alpha = alpha if alpha is not None else recorded.get("alpha", defaults.alpha)
     given = {"convention": given_convention, "alpha": given_alpha}
     where = {k: f"--{k}" if v is not None else f"{recipe}: statistics.{k}" for k, v in given.items()}
     if convention not in CONVENTIONS:
@@ -334,7 +336,6 @@ def memorisation(study: Path, alpha: float) -> dict[tuple[str, str], dict[str, A
     arm's samples, which it never saw (expect AUC near 0.5). Besides, a contaminated arm's loss
     on its injected samples against its placebo model's on the same samples (same seed): what
     memorising them adds to seeing the task's format and languages."""
-    from lab.eval.probe import auc_and_p
 
     path = Path(study) / PROBES
     if not path.exists():
@@ -351,7 +352,7 @@ def memorisation(study: Path, alpha: float) -> dict[tuple[str, str], dict[str, A
         for baseline in ("held_out", "reference"):
             others = [r["loss"] for r in own if r["group"] == baseline]
             if injected and others:
-                auc, p = auc_and_p(injected, others, False)
+                auc, p = membership_auc(injected, others, False)
                 verdict.update(memorised=p <= alpha, memorised_auc=auc, memorised_p=p,
                                memorised_by=MEMORISED_BY[baseline])
                 break
@@ -363,7 +364,7 @@ def memorisation(study: Path, alpha: float) -> dict[tuple[str, str], dict[str, A
             pairs = [(r["loss"], theirs[(r["seed"], r["id"])]) for r in own
                      if r["group"] == "injected" and (r["seed"], r["id"]) in theirs]
             if pairs:
-                auc, p = auc_and_p([a for a, _ in pairs], [b for _, b in pairs], False)
+                auc, p = membership_auc([a for a, _ in pairs], [b for _, b in pairs], False)
                 verdict.update(memorised_vs_placebo=p <= alpha, memorised_vs_placebo_auc=auc,
                                memorised_vs_placebo_p=p, memorised_vs_placebo_by=VS_PLACEBO)
         if verdict:
@@ -499,7 +500,7 @@ STATS_COLUMNS = PAPER_COLUMNS[:7] + [
 def _test_name(cells: list[dict[str, Any]]) -> str:
     """The convention's test by name, and what ties made of an exact one: the exact permutation
     distribution, or (too many splits to count) the normal approximation."""
-    convention = cells[0]["convention"] if cells else "exact-two-sided"
+    convention = cells[0]["convention"] if cells else DEFAULT_CONVENTION
     alternative, method = CONVENTIONS[convention]
     name = f"Mann-Whitney U, {alternative}, {method} (convention {convention})"
     if any(c.get("test", "").endswith(PERMUTATION_TIES) for c in cells):
@@ -521,7 +522,7 @@ def _methods(cells: list[dict[str, Any]], p_key: str, test_key: str) -> str:
 
 def _note(cells: list[dict[str, Any]], within_power: bool) -> str:
     """What the table's columns and marks mean, for the parts this table has."""
-    alternative = CONVENTIONS[cells[0]["convention"] if cells else "exact-two-sided"][0]
+    alternative = CONVENTIONS[cells[0]["convention"] if cells else DEFAULT_CONVENTION][0]
     alpha = cells[0]["alpha"] if cells else ALPHA
     sides = "one-sided" if alternative == "greater" else "two-sided"
     parts = ["Injected tokens: the share of pre-training tokens that were injected test data."]

@@ -239,12 +239,8 @@ def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None) -> 
     if stage.kind == "inject":
         from lab.contamination.inject import InjectConfig, run_inject
 
-        run_inject(InjectConfig(
-            benchmark=cfg["benchmark"], setting=cfg["setting"], seed=cfg["seed"], out=out,
-            base=cfg["base"], base_splits=tuple(cfg["base_splits"]), limit=cfg["limit"],
-            repeat=cfg["repeat"], fraction=cfg["fraction"], samples=cfg.get("samples"),
-            decontaminate=cfg["decontaminate"],
-            corpora_dir=corpora_dir))
+        run_inject(InjectConfig(**{**cfg, "base_splits": tuple(cfg["base_splits"])}, out=out,
+                                corpora_dir=corpora_dir))
     elif stage.kind == "tokenizer":
         from lab.tokenizer import train_tokenizer
 
@@ -256,30 +252,19 @@ def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None) -> 
 
         partial = out.with_name(out.name + ".partial")
         run_pretrain(PretrainConfig(
-            model=cfg["model"], corpus=stage.inputs[0].out(study),
-            tokenizer=stage.inputs[1].out(study) / "tokenizer", out=out, preset=cfg["preset"],
-            epochs=cfg["epochs"], lr=cfg["lr"], batch_size=cfg["batch_size"],
-            block_size=cfg["block_size"], seed=cfg["seed"], warmup_steps=cfg["warmup_steps"],
-            lr_scheduler=cfg["lr_scheduler"], bf16=cfg.get("bf16", False),
-            compile=cfg.get("compile", False),
-            cross_document_attention=cfg.get("cross_document_attention", False), resume=partial.exists(),
-            cache_dir=study / "cache"))
+            **cfg, corpus=stage.inputs[0].out(study), tokenizer=stage.inputs[1].out(study) / "tokenizer",
+            out=out, resume=partial.exists(), cache_dir=study / "cache"))
     elif stage.kind == "probe":
         from lab.eval.probe import run_probe
 
         groups = stage.inputs[1].out(study) if len(stage.inputs) > 1 else None
-        run_probe(stage.inputs[0].out(study), out, groups=groups, min_k=cfg["min_k"],
-                  max_samples=cfg["max_samples"], max_names=cfg["max_names"],
-                  corpora_dir=corpora_dir, force=True)
+        run_probe(stage.inputs[0].out(study), out, **cfg, groups=groups, corpora_dir=corpora_dir,
+                  force=True)
     elif stage.kind == "finetune":
         from lab.train.finetune import FinetuneConfig, run_finetune
 
-        run_finetune(FinetuneConfig(
-            pretrained=stage.inputs[0].out(study), task=cfg["task"], epochs=cfg["epochs"],
-            out=out, seed=cfg["seed"], train_size=cfg["train_size"], select=cfg["select"],
-            lr=cfg["lr"], batch_size=cfg["batch_size"],
-            max_target_length=cfg["max_target_length"], bf16=cfg.get("bf16", False), force=True,
-            corpora_dir=corpora_dir))
+        run_finetune(FinetuneConfig(**cfg, pretrained=stage.inputs[0].out(study), out=out,
+                                    force=True, corpora_dir=corpora_dir))
     elif stage.kind == "evaluate":
         from lab.eval.generate import run_evaluate
 
@@ -294,9 +279,10 @@ def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None) -> 
 
             records = load_samples(benchmark, cfg["split"], corpora_dir).records
             ids.write_text("\n".join(s.id for s in records[: cfg["max_samples"]]) + "\n")
-        run_evaluate(stage.inputs[0].out(study), cfg["task"], cfg["split"], ids, cfg["decoding"],
-                     max_new_tokens=cfg["max_new_tokens"], metrics=tuple(cfg["metrics"]), out=out,
-                     force=True, corpora_dir=corpora_dir, benchmark=benchmark)
+        options = {k: v for k, v in cfg.items() if k != "max_samples"}  # max_samples: the ids
+        run_evaluate(**{**options, "metrics": tuple(cfg["metrics"])},
+                     model=stage.inputs[0].out(study), ids=ids, out=out, force=True,
+                     corpora_dir=corpora_dir, benchmark=benchmark)
 
 
 def collect(recipe: Recipe, stages: list[Stage], study: Path) -> tuple[Path, Path]:

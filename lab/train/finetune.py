@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from lab.common import (DataNotFound, LabError, atomic_output_dir, check_numbers,
-                        check_output, corpora_inputs, environment_record, loading,
-                        read_text_file, write_json_atomic)
+                        check_output, corpora_inputs, corpora_param, environment_record, loading,
+                        param, read_text_file, write_json_atomic)
 from lab.contamination import SEP_MARKER
 from lab.corpora import Sample, get_spec, load_samples
 from lab.models import positions_of
@@ -81,24 +81,27 @@ def get_task(name: str) -> Task:
 
 @dataclass
 class FinetuneConfig:
-    pretrained: Path
-    task: str
-    epochs: int
-    out: Path
-    seed: int = 0
-    train_size: int | None = None
-    select: str = "last"
-    lr: float = 5e-4
-    batch_size: int = 8
-    max_source_length: int = 256
-    max_target_length: int = 256
-    decoder_layers: int = 6
-    warmup_steps: int = 0
-    weight_decay: float = 0.0
-    log_steps: int = 10
-    bf16: bool = False
-    force: bool = False
-    corpora_dir: Path | None = None
+    """One fine-tuning run. Every option of `lab finetune` and the fields of a recipe's
+    `finetune` section are declared here, once."""
+    pretrained: Path = param(help="Directory made by lab pretrain.")
+    task: str = param(help="translation (CodeTrans Java->C#) or generation (CONCODE NL->Java).")
+    epochs: int = param(help="Training epochs; 0 = direct inference (GPT-2 only).")
+    out: Path = param(help="Output directory.")
+    seed: int = param(0, "Seeds the train subset, decoder init and data order.")
+    train_size: int | None = param(None, "Seeded subset of N training samples.")
+    select: str = param("last", "last, or best on validation loss.")
+    lr: float = param(5e-4, "Peak learning rate.")
+    batch_size: int = param(8, "Samples per step.")
+    max_source_length: int = param(256, "Source tokens kept.")
+    max_target_length: int = param(256, "Target tokens kept (and generated).")
+    decoder_layers: int = param(6, "RoBERTa: layers of the new decoder.")
+    warmup_steps: int = param(0, "Linear warm-up steps.")
+    weight_decay: float = param(0.0, "AdamW weight decay.")
+    log_steps: int = param(10, "Log the loss every N steps.")
+    bf16: bool = param(False, "bfloat16 autocast (CPUs with AVX-512 BF16 or AMX, GPUs; changes "
+                              "the numbers).")
+    force: bool = param(False, "Replace an existing output directory.")
+    corpora_dir: Path | None = corpora_param()
 
 
 # --- reading what earlier stages wrote ---------------------------------------------------------

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.common import (LabError, check_numbers, check_output, dumps_json,
+from lab.common import (LabError, check_numbers, check_output, dumps_json, param,
                         environment_record, write_error, write_json_atomic)
 from lab.contamination.corpus_files import read_manifest, verify_corpus
 from lab.train.common import (
@@ -40,34 +40,38 @@ RESUME_KEYS = ("model", "corpus_sha256", "tokenizer_sha256", "preset", "epochs",
 
 @dataclass
 class PretrainConfig:
-    model: str
-    corpus: Path
-    tokenizer: Path
-    out: Path
-    preset: str = "tiny"
-    epochs: float = 1.0
-    lr: float = 5e-4
-    batch_size: int = 16
-    block_size: int = 256
-    seed: int = 0
-    grad_accum: int = 1
-    max_steps: int = -1
-    warmup_steps: int = 0
-    weight_decay: float = 0.01
-    lr_scheduler: str = "linear"
-    mlm_probability: float = 0.15
-    save_steps: int = 500
-    log_steps: int = 10
-    deepspeed: Path | None = None
-    bf16: bool = False
-    compile: bool = False
-    # Packed documents attend to the documents before them, positions running on (HF
-    # group_texts-style context); the default keeps every document to itself.
-    cross_document_attention: bool = False
-    resume: bool = False
-    force: bool = False
-    dry_run: bool = False
-    cache_dir: Path | None = None
+    """One pre-training run. Every option of `lab pretrain` and every field of a recipe's
+    `pretrain` section is declared here, once."""
+    model: str = param(help="roberta (masked LM) or gpt2 (causal LM).")
+    corpus: Path = param(help="Corpus directory made by lab inject.")
+    tokenizer: Path = param(help="Tokenizer directory made by lab tokenizer train.")
+    out: Path = param(help="Output directory (OUT.partial while training).")
+    preset: str = param("tiny", "paper, small, tiny or micro.")
+    epochs: float = param(1.0, "Training epochs.")
+    lr: float = param(5e-4, "Peak learning rate.")
+    batch_size: int = param(16, "Sequences per device and step.")
+    block_size: int = param(256, "Tokens per packed sequence.")
+    seed: int = param(0, "Seeds initial weights, data order and masking.")
+    grad_accum: int = param(1, "Gradient accumulation steps.")
+    max_steps: int = param(-1, "Stop after this many steps (overrides epochs).")
+    warmup_steps: int = param(0, "Linear warm-up steps.")
+    weight_decay: float = param(0.01, "AdamW weight decay.")
+    lr_scheduler: str = param("linear", "linear, constant, cosine, ...")
+    mlm_probability: float = param(0.15, "RoBERTa: share of tokens masked.")
+    save_steps: int = param(500, "Checkpoint every N steps.")
+    log_steps: int = param(10, "Log the loss every N steps.")
+    deepspeed: Path | None = param(None, "DeepSpeed JSON config (recipes/deepspeed/).")
+    bf16: bool = param(False, "bfloat16 autocast (changes the numbers).")
+    compile: bool = param(False, "torch.compile the model (same maths, other kernels).",
+                          flag=True)
+    cross_document_attention: bool = param(
+        False, "Let packed documents attend to the documents before them, positions running "
+               "on (HF group_texts-style context); by default each document sees only itself.",
+        flag=True)
+    resume: bool = param(False, "Continue OUT.partial from its newest checkpoint.")
+    force: bool = param(False, "Restart and replace existing outputs.")
+    dry_run: bool = param(False, "Print parameter counts and tokens per step only.")
+    cache_dir: Path | None = param(None, "Token cache (default $LAB_CACHE/tokens).")
 
 
 def _validate(cfg: PretrainConfig) -> None:

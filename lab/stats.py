@@ -33,6 +33,7 @@ CONVENTIONS = {
     "replication-package": ("greater", "exact"),
     "exact-greater": ("greater", "exact"),
 }
+DEFAULT_CONVENTION = "exact-two-sided"  # the lab's choice (module docstring); recipes default to it
 EXACT_SPLITS = 10 ** 6  # tied scores: enumerate up to this many splits, beyond it asymptotic
 PERMUTATION_TIES = "exact permutation (ties)"  # the method named when ties were kept exactly
 ASYMPTOTIC_TIES = "asymptotic (ties; too many splits to enumerate)"
@@ -59,7 +60,7 @@ class Comparison:
 
 
 def mann_whitney(experimental: Sequence[float], control: Sequence[float],
-                 convention: str = "exact-two-sided") -> tuple[float, float, str, str]:
+                 convention: str = DEFAULT_CONVENTION) -> tuple[float, float, str, str]:
     """(U of the experimental group, p, alternative, method actually used)."""
     from scipy.stats import mannwhitneyu
 
@@ -144,7 +145,7 @@ def bootstrap_lift_ci(experimental: Sequence[float], control: Sequence[float], l
 
 
 def compare(experimental: Sequence[float], control: Sequence[float],
-            convention: str = "exact-two-sided", seed: int = 0) -> Comparison:
+            convention: str = DEFAULT_CONVENTION, seed: int = 0) -> Comparison:
     u, p, alternative, method = mann_whitney(experimental, control, convention)
     mean_e = sum(experimental) / len(experimental)
     mean_c = sum(control) / len(control)
@@ -156,6 +157,23 @@ def compare(experimental: Sequence[float], control: Sequence[float],
         alternative=alternative, method=method, cliffs_delta=delta, a12=(delta + 1) / 2,
         lift_ci=bootstrap_lift_ci(experimental, control, seed=seed),
     )
+
+
+def membership_auc(injected: Sequence[float], held_out: Sequence[float], higher_is_member: bool
+                   ) -> tuple[float | None, float | None]:
+    """Within one model, for a memorisation probe: the ROC AUC at telling injected from
+    never-seen samples (ties count half) and the one-sided asymptotic Mann-Whitney p that
+    injected samples look more seen (many samples a side, so the normal approximation holds)."""
+    from scipy.stats import mannwhitneyu
+
+    if not injected or not held_out:
+        return None, None
+    sign = 1.0 if higher_is_member else -1.0
+    a, b = [sign * v for v in injected], [sign * v for v in held_out]
+    if len(set(a + b)) == 1:  # no spread at all: no signal, and scipy's test is undefined
+        return 0.5, 1.0
+    result = mannwhitneyu(a, b, alternative="greater", method="asymptotic")
+    return float(result.statistic) / (len(a) * len(b)), float(result.pvalue)
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
