@@ -66,7 +66,8 @@ def options_of(config: Any) -> Callable[[Callable[[Any], None]], Callable[..., N
             name = f.metadata.get("option") or "--" + f.name.replace("_", "-")
             if kind is bool and not f.metadata.get("flag"):
                 name = f"{name}/--no-{name[2:]}"
-            option = typer.Option(default, name, help=f.metadata.get("help", ""))
+            meaning = f.metadata.get("help", "") + (" Comma-separated." if is_list else "")
+            option = typer.Option(default, name, help=meaning)
             annotations[f.name] = kind
             parameters.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY,
                                                 default=option, annotation=kind))

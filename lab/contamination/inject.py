@@ -47,7 +47,7 @@ class InjectConfig:
     split: str = param("test", "Benchmark split whose samples are injected.")
     base: str = param("csn-java", "Base pre-training corpus.")
     base_splits: tuple[str, ...] = param(("train", "valid", "test"),
-                                         "Comma-separated base splits.")
+                                         "Splits of the base corpus that become documents.")
     limit: int | None = param(None, "Seeded subset of N base documents.")
     repeat: int = param(1, "Inject every document K times.")
     fraction: float | None = param(None, "Inject a seeded fraction of the samples.")

@@ -297,9 +297,10 @@ class EvaluateConfig:
     top_p: float = param(Decoding.top_p, "Sampling top-p.")
     top_k: int = param(Decoding.top_k, "Sampling top-k.")
     batch_size: int = param(16, "Samples per generation batch.")
-    max_new_tokens: int | None = param(None, "Default: the fine-tuning target length.")
+    max_new_tokens: int | None = param(None, "Longest output generated (default: the "
+                                             "fine-tuning target length).")
     metrics: tuple[str, ...] = param(("bleu", "bleu_sentence", "meteor", "em", "codebleu"),
-                                     "Comma-separated.")
+                                     "Of " + ", ".join(metric_fns.METRICS) + ".")
     seed: int = param(0, "Seed for sampling.")
     out: Path | None = param(None, "Default: MODEL/eval-TASK-SPLIT-DECODING.")
     force: bool = param(False, "Replace an existing output directory.")

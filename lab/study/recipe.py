@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from lab.common import SEED_MAX, LabError
+from lab.common import SEED_MAX, LabError, param
 from lab.contamination import settings as settings_table
 from lab.contamination.inject import InjectConfig
 from lab.eval.generate import EvaluateConfig
@@ -158,27 +158,33 @@ ProbeSection = section("ProbeSection", ProbeConfig, ["min_k", "max_samples", "ma
 
 @dataclass
 class StatisticsSection:
-    convention: str = DEFAULT_CONVENTION
-    alpha: float = ALPHA
+    convention: str = param(DEFAULT_CONVENTION, "Mann-Whitney U convention: "
+                            + ", ".join(CONVENTIONS) + " (lab.stats).")
+    alpha: float = param(ALPHA, "Significance level of the tests and power notes.")
 
 
 @dataclass
 class ResourcesSection:
-    # torch threads of every stage. A float sum depends on how many threads share it, so this
-    # is fixed for the whole study, whatever the executor, worker count or load: null takes
-    # this machine's cores when the study starts and records them in STUDY/study.json, where
-    # a resumed run finds them.
-    threads: int | None = None
+    # A float sum depends on how many threads share it, so the thread count is fixed for the
+    # whole study, whatever the executor, worker count or load.
+    threads: int | None = param(None, "torch threads of every stage (null: this machine's cores "
+                                      "when the study starts, recorded in STUDY/study.json, "
+                                      "where a resumed run finds them).")
 
 
 @dataclass
 class Recipe:
-    name: str = "study"
-    benchmark: str = "codetrans"
-    arms: list[str] = field(default_factory=lambda: ["control", "paired"])
-    models: list[str] = field(default_factory=lambda: ["gpt2"])
-    preset: str = "tiny"
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    name: str = param("study", "Names runs/NAME when --out is not given.")
+    benchmark: str = param("codetrans", "codetrans (Java->C#) or concode (NL->Java), or their "
+                                        "-paper subsets.")
+    arms: list[str] = field(default_factory=lambda: ["control", "paired"], metadata={
+        "help": ", ".join(settings_table.names()) + " (a placebo needs its base arm listed too: "
+                "[control, paired, paired-placebo])."})
+    models: list[str] = field(default_factory=lambda: ["gpt2"], metadata={
+        "help": "gpt2 (causal LM) and/or roberta (masked LM)."})
+    preset: str = param("tiny", "Model size: paper, small, tiny or micro.")
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={
+        "help": "One corpus, model and fine-tuning per seed and arm."})
     corpus: CorpusSection = field(default_factory=CorpusSection)
     injection: InjectionSection = field(default_factory=InjectionSection)
     tokenizer: TokenizerSection = field(default_factory=TokenizerSection)
@@ -452,9 +458,8 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
         raise LabError(f"--set {key[:EXCERPT]}: {exc}") from None
 
 
-def load_recipe(path: Path, overrides: list[str] | None = None) -> Recipe:
-    """Read, override and validate a recipe; errors name the file and the key's path."""
-    path = Path(path)
+def _read_file(path: Path) -> dict[str, Any]:
+    """One recipe file's mapping; errors name the file (and the line)."""
     if not path.is_file():
         raise LabError(f"{path}: no such recipe file")
     try:
@@ -469,6 +474,43 @@ def load_recipe(path: Path, overrides: list[str] | None = None) -> Recipe:
         raise LabError(f"{path}{where}: malformed YAML ({getattr(exc, 'problem', exc)})") from None
     if not isinstance(data, dict):
         raise LabError(f"{path}: a recipe is a mapping of sections")
+    return data
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` on top of `base`: sections merge key by key, any other value replaces."""
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            value = _merged(merged[key], value)
+        merged[key] = value
+    return merged
+
+
+def _resolve(path: Path, including: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A recipe file with its `include:` (a file or a list of files, relative to the including
+    file) merged beneath it, in order; an include cycle is refused."""
+    if path.resolve() in including:
+        chain = " -> ".join(p.name for p in (*including, path.resolve()))
+        raise LabError(f"{path}: include: cycle ({chain})")
+    data = _read_file(path)
+    include = data.pop("include", None)
+    names = [include] if isinstance(include, str) else include
+    if include is not None and (not isinstance(names, list) or not names
+                                or not all(isinstance(n, str) and n for n in names)):
+        raise LabError(f"{path}: include: expected a file name or a list of them, got "
+                       f"{_show(include)}")
+    merged: dict[str, Any] = {}
+    for name in names or []:
+        merged = _merged(merged, _resolve(path.parent / name, (*including, path.resolve())))
+    return _merged(merged, data)
+
+
+def load_recipe(path: Path, overrides: list[str] | None = None) -> Recipe:
+    """Read a recipe (its includes beneath it, then the overrides on top) and validate it;
+    errors name the file and the key's path."""
+    path = Path(path)
+    data = _resolve(path)
     for assignment in overrides or []:
         apply_override(data, assignment)
     try:
@@ -491,3 +533,70 @@ def recipe_from_dict(data: Any) -> Recipe:
 
 def recipe_dict(recipe: Recipe) -> dict[str, Any]:
     return dataclasses.asdict(recipe)
+
+
+# --- the reference recipe: every field, generated from the declarations above -----------------
+
+REFERENCE_HEADER = """\
+# Reference recipe: every field, its type, default and meaning, generated from the recipe schema
+# (lab/study/recipe.py; regenerate: python -m lab.study.recipe > recipes/reference.yaml).
+# `lab study RECIPE.yaml` reads a file like this one; omitted fields take the defaults shown;
+# unknown keys are refused. `include: base.yaml` (or a list of files, relative to the recipe)
+# merges those files beneath the recipe, section by section; `--set` applies on top:
+#   lab study R.yaml --set pretrain.lr=0.002 --set seeds=[0,1]
+"""
+COMMENT_COLUMN = 29
+WIDTH = 100
+
+
+def _flow(value: Any) -> str:
+    """A value as YAML flow text (`[a, b]`, `null`, `0.001`)."""
+    return yaml.safe_dump([value], default_flow_style=True, width=10**6).strip()[1:-1]
+
+
+def _type_text(kind: Any) -> str:
+    """A field's type as the reference shows it: `list[str]`, `int | null`."""
+    args = typing.get_args(kind)
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        return " | ".join("null" if a is type(None) else _type_text(a) for a in args)
+    if typing.get_origin(kind) is list:
+        return f"list[{_type_text(args[0])}]"
+    return _type_name(kind)
+
+
+def reference_yaml() -> str:
+    """recipes/reference.yaml: each field's default, then `# type: meaning` (tests keep the
+    file equal to this)."""
+    import textwrap
+
+    lines = REFERENCE_HEADER.splitlines()
+
+    def emit(cls: Any, indent: int) -> None:
+        hints = typing.get_type_hints(cls)
+        for item in dataclasses.fields(cls):
+            kind, meaning = hints[item.name], item.metadata.get("help", "")
+            pad = " " * indent
+            if dataclasses.is_dataclass(kind):
+                lines.append(f"{pad}{item.name}:")
+                emit(kind, indent + 2)
+                continue
+            default = (item.default_factory() if item.default is dataclasses.MISSING
+                       else item.default)
+            if isinstance(default, tuple):
+                default = list(default)
+            text = f"{pad}{item.name}: {_flow(default)}"
+            expect = item.metadata.get("expect")
+            comment = f"{expect or _type_text(kind)}: {meaning}".rstrip(": ")
+            start = max(COMMENT_COLUMN, len(text) + 2)
+            wrapped = textwrap.wrap(comment, WIDTH - start - 2, break_on_hyphens=False) or [""]
+            lines.append(f"{text:<{start}}# {wrapped[0]}")
+            lines.extend(f"{'':<{start}}#   {more}" for more in wrapped[1:])
+
+    emit(Recipe, 0)
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(reference_yaml())

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from lab.common import LabError, environment_record, write_json_atomic
+from lab.common import LabError, default_of, environment_record, write_json_atomic
 from lab.contamination import settings as settings_table
 from lab.study.recipe import KEY_NEUTRAL_DEFAULTS, Recipe, recipe_dict, recipe_from_dict
+from lab.train.finetune import FinetuneConfig, get_task, task_for_benchmark
 
 RESULTS = "results.csv"
 SAMPLES = "samples.csv"
@@ -106,15 +107,18 @@ def expand(recipe: Recipe) -> list[Stage]:
                 for epochs in recipe.finetune.epochs:
                     for size in recipe.finetune.train_sizes:
                         fine = Stage("finetune", {
-                            "task": task_of(recipe.benchmark), "epochs": epochs, "train_size": size,
+                            "task": task_for_benchmark(recipe.benchmark), "epochs": epochs, "train_size": size,
                             "seed": seed, "lr": recipe.finetune.lr,
                             "batch_size": recipe.finetune.batch_size,
                             "select": recipe.finetune.select,
-                            "max_target_length": recipe.evaluation.max_new_tokens or 256,
+                            # what evaluation generates: fine-tuned to that length (null: the
+                            # fine-tuning default, which evaluation then generates)
+                            "max_target_length": (recipe.evaluation.max_new_tokens
+                                                  or default_of(FinetuneConfig, "max_target_length")),
                             **_added_fields(recipe, "finetune"),
                         }, [pre], labels={**pre.labels, "epochs": epochs, "train_size": size})
                         evaluation = Stage("evaluate", {
-                            "task": task_of(recipe.benchmark), **recipe_dict(recipe)["evaluation"],
+                            "task": task_for_benchmark(recipe.benchmark), **recipe_dict(recipe)["evaluation"],
                         }, [fine], labels=fine.labels)
                         stages += [fine, evaluation]
     return stages
@@ -138,12 +142,6 @@ def _probes(recipe: Recipe, pre: Stage, arm: str, seed: int,
                       labels={**pre.labels, "groups": setting.base})]
     return [Stage("probe", config, [pre, arm_stage[(other, seed)]], labels={**pre.labels, "groups": other})
             for other in recipe.arms if settings_table.get(other).injects_test]
-
-
-def task_of(benchmark: str) -> str:
-    from lab.train.finetune import task_for_benchmark
-
-    return task_for_benchmark(benchmark)
 
 
 def benchmark_of(stage: Stage) -> str | None:
@@ -261,7 +259,7 @@ def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None) -> 
         run_probe(stage.inputs[0].out(study), out, **cfg, groups=groups, corpora_dir=corpora_dir,
                   force=True)
     elif stage.kind == "finetune":
-        from lab.train.finetune import FinetuneConfig, run_finetune
+        from lab.train.finetune import run_finetune
 
         run_finetune(FinetuneConfig(**cfg, pretrained=stage.inputs[0].out(study), out=out,
                                     force=True, corpora_dir=corpora_dir))
@@ -269,8 +267,6 @@ def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None) -> 
         from lab.eval.generate import run_evaluate
 
         # The recipe's benchmark (a -paper subset is evaluated on itself, not on its base).
-        from lab.train.finetune import get_task
-
         benchmark = benchmark_of(stage) or get_task(cfg["task"]).benchmark
         ids = None
         if cfg.get("max_samples"):

@@ -1,0 +1,253 @@
+"""One source of truth per fact: options and recipe fields derive from the stage configs, recipes
+include a base, the reference recipe is generated, statistics sit below their users, and the
+stage keys (hence every existing study folder) are those of earlier studies."""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import hashlib
+import json
+import typing
+from pathlib import Path
+
+import pytest
+import typer
+
+from lab.common import LabError
+from lab.study.recipe import (STUDY_DEFAULTS, Recipe, load_recipe, recipe_dict, recipe_from_dict,
+                              reference_yaml)
+from lab.study.runner import expand
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# sha256 (first 16 hex digits) of the space-joined stage keys of each recipe, as the lab made
+# them before the configs were declared once (main at 390fa55). Equal keys: every stage a study
+# folder of that lab finished is found done, and nothing is run again.
+EARLIER_STAGE_KEYS = {
+    "recipes/quickstart.yaml": (11, "ff8b11e70049813d"),
+    "recipes/mini/micro.yaml": (29, "e56367c3534be04d"),
+    "recipes/mini/rq1-input-only.yaml": (109, "829bdf1c58bdd2c4"),
+    "recipes/mini/rq2-output-only.yaml": (109, "b0c461031a1adfa2"),
+    "recipes/mini/rq3-unpaired.yaml": (109, "d9dc736ef8f7156c"),
+    "recipes/mini/rq4-paired.yaml": (109, "016e56551bd3db2f"),
+    "recipes/mini/rq5-epoch-sweep.yaml": (109, "c1181945b9d9266e"),
+    "recipes/paper/concode-paper.yaml": (256, "e7f741c5396d8df1"),
+    "recipes/paper/rq1-input-only.yaml": (136, "1736f32c8403626a"),
+    "recipes/paper/rq2-output-only.yaml": (136, "5202b1dd67690c41"),
+    "recipes/paper/rq3-unpaired.yaml": (136, "01c88991e288fe5f"),
+    "recipes/paper/rq4-paired.yaml": (136, "d20d7da7c80c1f37"),
+    "recipes/paper/rq5-epoch-sweep.yaml": (226, "f85df317702cb1e6"),
+}
+
+# STUDY/recipe.json of a quickstart study made by that lab.
+EARLIER_QUICKSTART_RECORD = {
+    "name": "quickstart", "benchmark": "codetrans", "arms": ["paired"], "models": ["gpt2"],
+    "preset": "tiny", "seeds": [0],
+    "corpus": {"base": "csn-java", "base_splits": ["valid"], "limit": 700},
+    "injection": {"repeat": 6, "fraction": 0.5, "samples": 200, "decontaminate": False},
+    "tokenizer": {"vocab_size": 4000},
+    "pretrain": {"epochs": 10.0, "lr": 0.003, "batch_size": 16, "block_size": 256,
+                 "warmup_steps": 30, "lr_scheduler": "linear", "bf16": True, "compile": False,
+                 "cross_document_attention": False},
+    "finetune": {"epochs": [0, 1, 5], "train_sizes": [200], "lr": 0.0005, "batch_size": 8,
+                 "select": "last", "bf16": True},
+    "evaluation": {"split": "test", "decoding": "greedy", "metrics": ["bleu", "meteor", "em"],
+                   "max_new_tokens": 128, "max_samples": 200},
+    "probe": {"enabled": True, "min_k": 0.2, "max_samples": 200, "max_names": 32},
+    "statistics": {"convention": "exact-two-sided", "alpha": 0.05},
+    "resources": {"threads": None},
+}
+
+
+def _keys_digest(recipe: Recipe) -> tuple[int, str]:
+    keys = [stage.key for stage in expand(recipe)]
+    return len(keys), hashlib.sha256(" ".join(keys).encode()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("path", sorted(EARLIER_STAGE_KEYS))
+def test_every_recipe_keeps_the_stage_keys_of_earlier_studies(path):
+    assert _keys_digest(load_recipe(ROOT / path)) == EARLIER_STAGE_KEYS[path]
+
+
+def test_a_study_recorded_by_the_earlier_lab_reads_as_the_same_recipe():
+    recorded = recipe_from_dict(json.loads(json.dumps(EARLIER_QUICKSTART_RECORD)))
+    current = load_recipe(ROOT / "recipes/quickstart.yaml")
+    assert recipe_dict(recorded) == recipe_dict(current) == EARLIER_QUICKSTART_RECORD
+    assert _keys_digest(recorded) == EARLIER_STAGE_KEYS["recipes/quickstart.yaml"]
+
+
+# --- include ------------------------------------------------------------------------------------
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_include_merges_sections_beneath_the_recipe_and_set_applies_on_top(tmp_path):
+    _write(tmp_path / "bases" / "base.yaml",
+           "seeds: [0, 1]\npretrain: {epochs: 2.0, lr: 0.002}\nevaluation: {max_samples: 20}\n")
+    recipe = _write(tmp_path / "study" / "r.yaml",
+                    "include: ../bases/base.yaml\nname: r\npretrain: {lr: 0.004}\n")
+    loaded = load_recipe(recipe, ["seeds=[3]"])
+    assert loaded.name == "r"
+    assert loaded.seeds == [3]                    # --set over the include
+    assert loaded.pretrain.epochs == 2.0          # from the include
+    assert loaded.pretrain.lr == 0.004            # the recipe's own, key by key
+    assert loaded.evaluation.max_samples == 20
+    assert loaded.pretrain.batch_size == Recipe().pretrain.batch_size
+    # What a study records (recipe.json) is the resolved recipe, with no include left in it.
+    flat = _write(tmp_path / "flat.yaml", "name: r\nseeds: [3]\npretrain: {epochs: 2.0, lr: 0.004}\n"
+                  "evaluation: {max_samples: 20}\n")
+    assert recipe_dict(loaded) == recipe_dict(load_recipe(flat))
+    assert "include" not in recipe_dict(loaded)
+
+
+def test_a_list_of_includes_applies_in_order(tmp_path):
+    _write(tmp_path / "a.yaml", "seeds: [1]\npretrain: {epochs: 5.0}\n")
+    _write(tmp_path / "b.yaml", "seeds: [2]\n")
+    recipe = _write(tmp_path / "r.yaml", "include: [a.yaml, b.yaml]\nname: r\n")
+    loaded = load_recipe(recipe)
+    assert (loaded.seeds, loaded.pretrain.epochs) == ([2], 5.0)
+
+
+def test_include_is_relative_to_the_including_file_not_the_working_directory(tmp_path, monkeypatch):
+    _write(tmp_path / "recipes" / "base.yaml", "seeds: [7]\n")
+    recipe = _write(tmp_path / "recipes" / "r.yaml", "include: base.yaml\nname: r\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert load_recipe(recipe).seeds == [7]
+
+
+@pytest.mark.parametrize("files, expected", [
+    ({"r.yaml": "include: r.yaml\n"}, "include: cycle (r.yaml -> r.yaml)"),
+    ({"r.yaml": "include: a.yaml\n", "a.yaml": "include: r.yaml\n"},
+     "include: cycle (r.yaml -> a.yaml -> r.yaml)"),
+    ({"r.yaml": "include: missing.yaml\n"}, "missing.yaml: no such recipe file"),
+    ({"r.yaml": "include: {a: 1}\n"}, "include: expected a file name or a list of them"),
+    ({"r.yaml": "include: []\n"}, "include: expected a file name or a list of them"),
+    ({"r.yaml": "include: a.yaml\n", "a.yaml": "seeds: [1\n"}, "a.yaml:2: malformed YAML"),
+    ({"r.yaml": "include: a.yaml\n", "a.yaml": "- 1\n"}, "a.yaml: a recipe is a mapping"),
+])
+def test_bad_includes_are_refused_in_one_line_naming_the_file(tmp_path, files, expected):
+    for name, text in files.items():
+        _write(tmp_path / name, text)
+    with pytest.raises(LabError) as info:
+        load_recipe(tmp_path / "r.yaml")
+    assert expected in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_the_rq_recipes_state_only_what_differs_from_their_base():
+    for folder in ("mini", "paper"):
+        for path in sorted((ROOT / "recipes" / folder).glob("rq*.yaml")):
+            lines = [line for line in path.read_text(encoding="utf-8").splitlines()
+                     if line.strip() and not line.startswith("#")]
+            assert lines[0] == "include: base.yaml", path
+            assert len(lines) <= 8, (path, lines)
+
+
+# --- the reference recipe -----------------------------------------------------------------------
+
+def test_reference_recipe_is_generated_from_the_schema():
+    written = (ROOT / "recipes" / "reference.yaml").read_text(encoding="utf-8")
+    assert written == reference_yaml(), "regenerate: python -m lab.study.recipe > recipes/reference.yaml"
+    loaded = load_recipe(ROOT / "recipes" / "reference.yaml")
+    assert recipe_dict(loaded) == recipe_dict(Recipe())
+
+
+def test_every_recipe_field_has_its_meaning():
+    def missing(cls, prefix=""):
+        hints = typing.get_type_hints(cls)
+        for item in dataclasses.fields(cls):
+            if dataclasses.is_dataclass(hints[item.name]):
+                yield from missing(hints[item.name], f"{item.name}.")
+            elif not item.metadata.get("help"):
+                yield prefix + item.name
+
+    assert not list(missing(Recipe))
+
+
+# --- parameters declared once -------------------------------------------------------------------
+
+def _configs():
+    from lab.contamination.inject import InjectConfig
+    from lab.eval.generate import EvaluateConfig
+    from lab.eval.probe import ProbeConfig
+    from lab.train.finetune import FinetuneConfig
+    from lab.train.pretrain import PretrainConfig
+
+    return {"inject": InjectConfig, "pretrain": PretrainConfig, "finetune": FinetuneConfig,
+            "evaluate": EvaluateConfig, "probe": ProbeConfig}
+
+
+@pytest.mark.parametrize("command", ["inject", "pretrain", "finetune", "evaluate", "probe"])
+def test_command_options_are_the_config_fields_with_their_defaults_and_help(command):
+    from lab.cli import app
+
+    config = _configs()[command]
+    click_command = typer.main.get_command(app).commands[command]
+    options = {param.name: param for param in click_command.params}
+    shown = [f for f in dataclasses.fields(config) if f.metadata.get("cli", True)]
+    assert set(options) == {f.name for f in shown}
+    for field in shown:
+        option = options[field.name]
+        if field.default is dataclasses.MISSING:
+            assert option.required, field.name
+            continue
+        default = field.default
+        if isinstance(default, tuple):
+            default = ",".join(default)
+        assert option.default == default, field.name
+        assert option.help.startswith(field.metadata["help"]), field.name
+
+
+@pytest.mark.parametrize("section, command", [
+    ("corpus", "inject"), ("injection", "inject"), ("pretrain", "pretrain"),
+    ("finetune", "finetune"), ("evaluation", "evaluate"), ("probe", "probe")])
+def test_recipe_sections_take_the_command_defaults_except_the_study_defaults(section, command):
+    config = _configs()[command]
+    fields = config.__dataclass_fields__
+    study_defaults = STUDY_DEFAULTS.get(section, {})
+    grid = {"finetune": {"epochs"}}.get(section, set())  # a list of the config's values
+    shared = [f for f in dataclasses.fields(type(getattr(Recipe(), section)))
+              if f.name in fields and f.name not in grid]
+    assert shared
+    for field in shared:
+        value = getattr(getattr(Recipe(), section), field.name)
+        expected = study_defaults.get(field.name, fields[field.name].default)
+        assert value == (list(expected) if isinstance(expected, tuple) else expected), field.name
+        assert field.metadata["help"] == fields[field.name].metadata["help"]
+
+
+def test_config_commands_take_their_config_and_nothing_else():
+    tree = ast.parse((ROOT / "lab" / "cli.py").read_text(encoding="utf-8"))
+    commands = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    for name in _configs():
+        args = commands[name].args
+        assert [a.arg for a in args.args] == ["cfg"] and not args.kwonlyargs, name
+
+
+# --- layers -------------------------------------------------------------------------------------
+
+def _imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def test_no_evaluation_module_imports_the_study_layer():
+    offenders = {str(path.relative_to(ROOT)): sorted(m for m in _imports(path)
+                                                    if m.startswith("lab.study"))
+                 for path in (ROOT / "lab" / "eval").rglob("*.py")}
+    assert not {k: v for k, v in offenders.items() if v}
+
+
+def test_statistics_import_no_stage_module():
+    assert not [m for m in _imports(ROOT / "lab" / "stats.py")
+                if m.startswith("lab.") and m != "lab.common"]
