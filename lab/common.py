@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gzip
 import hashlib
 import json
 import os
@@ -11,8 +12,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zlib
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import lab
 
@@ -142,6 +144,51 @@ def read_text_file(path: Path, option: str = "") -> str:
         raise LabError(f"{name}: not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise LabError(f"{name}: cannot read ({exc.strerror})") from None
+
+
+def open_text(path: Path):
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def read_text_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, line) of a text or gzip file; an unreadable file (truncated or not gzip,
+    not UTF-8) is a LabError naming the file instead of a traceback."""
+    lineno = 0
+    try:
+        with open_text(path) as handle:
+            for lineno, line in enumerate(handle, start=1):
+                yield lineno, line
+    except UnicodeDecodeError:
+        raise LabError(f"{path}: not UTF-8 text (line {lineno + 1})") from None
+    except (OSError, EOFError, zlib.error) as exc:
+        raise LabError(f"{path}: unreadable after line {lineno} ({exc})") from None
+
+
+def read_jsonl(path: Path, where: Callable[[int], str] | None = None
+               ) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of each non-blank line of a JSON-lines file, plain or gzip, read
+    as it streams. A line that is not a JSON object is refused naming the file and line:
+    `where(number)`, by default `path:number`. Callers refuse the fields they need themselves."""
+    import orjson
+
+    path = Path(path)
+    if not path.exists():
+        raise LabError(f"{path}: no such file")
+    if not path.is_file():
+        raise LabError(f"{path}: not a file")
+    for number, line in read_text_lines(path):
+        if not line.strip():
+            continue
+        at = where(number) if where else f"{path}:{number}"
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise LabError(f"{at}: not valid JSON ({exc}; a corrupt JSON line)") from None
+        if not isinstance(record, dict):
+            raise LabError(f"{at}: expected a JSON object")
+        yield number, record
 
 
 @contextlib.contextmanager

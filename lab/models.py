@@ -5,9 +5,10 @@ One preset names one shape for both families, so an MLM-vs-CLM comparison is lik
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from lab.common import LabError
+from lab.common import LabError, loading
 
 MODELS = ("roberta", "gpt2")
 
@@ -122,3 +123,35 @@ def count_parameters(model: Any) -> dict[str, int]:
                     or "wpe" in n)
     total = sum(p.numel() for p in unique.values())
     return {"total": total, "embedding": embedding, "non_embedding": total - embedding}
+
+
+# --- loading what the lab trained -------------------------------------------------------------
+
+# The transformers class that loads each architecture a lab model directory can hold.
+LOADERS = {"causal-lm": "AutoModelForCausalLM", "masked-lm": "AutoModelForMaskedLM",
+           "encoder-decoder": "EncoderDecoderModel"}
+
+
+def architecture_of(manifest: dict[str, Any]) -> str | None:
+    """What a lab model directory holds, by its manifest: causal-lm (GPT-2, pre-trained or
+    fine-tuned), masked-lm (a pre-trained RoBERTa), encoder-decoder (a fine-tuned RoBERTa); None
+    for anything else."""
+    if manifest.get("kind") == "lab-pretrained":
+        return "causal-lm" if manifest.get("model", {}).get("family") == "gpt2" else "masked-lm"
+    if manifest.get("kind") == "lab-finetuned":
+        return manifest.get("architecture")
+    return None
+
+
+def load_lab_model(model_dir: Path, architecture: str, option: str = "--model") -> tuple[Any, Any]:
+    """(model in eval mode, tokenizer) of a lab model directory (its weights are in model/);
+    damaged files are one LabError naming the folder. Callers check first what they accept."""
+    import transformers
+
+    weights = Path(model_dir) / "model"
+    loader = getattr(transformers, LOADERS[architecture])
+    with loading(weights, option):
+        tokenizer = transformers.PreTrainedTokenizerFast.from_pretrained(str(weights))
+        model = loader.from_pretrained(str(weights))
+    model.eval()
+    return model, tokenizer

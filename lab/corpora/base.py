@@ -1,16 +1,12 @@
 """Canonical records, data discovery and the readers shared by the dataset loaders."""
 from __future__ import annotations
 
-import gzip
 import os
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-import orjson
-
-from lab.common import DataNotFound, LabError
+from lab.common import DataNotFound, LabError, read_jsonl
 
 
 @dataclass(frozen=True)
@@ -80,35 +76,9 @@ def one_file_per_split(suffix: str) -> Callable[[Path, str], list[Path] | None]:
     return find
 
 
-def open_text(path: Path):
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
-
-
-def read_text_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, line) of a text or gzip file; an unreadable file (truncated or not gzip,
-    not UTF-8) is a LabError naming the file instead of a traceback."""
-    lineno = 0
-    try:
-        with open_text(path) as handle:
-            for lineno, line in enumerate(handle, start=1):
-                yield lineno, line
-    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:
-        raise LabError(f"{path}: unreadable after line {lineno} ({exc})") from None
-
-
 def read_json_lines(path: Path, fields: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
-    """Yield the named string fields of each JSON line; a corrupt line names file:line."""
-    for lineno, line in read_text_lines(path):
-        if not line.strip():
-            continue
-        try:
-            record = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise LabError(f"{path}:{lineno}: corrupt JSON line ({exc})") from None
-        if not isinstance(record, dict):
-            raise LabError(f"{path}:{lineno}: expected a JSON object")
+    """Yield the named string fields of each JSON line; a bad line names file:line."""
+    for lineno, record in read_jsonl(path):
         values = []
         for field in fields:
             value = record.get(field)

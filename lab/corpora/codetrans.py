@@ -6,7 +6,8 @@ from typing import Iterator
 
 
 from lab.common import LabError
-from lab.corpora.base import DatasetSpec, one_file_per_split, read_json_lines, read_text_lines
+from lab.common import read_text_lines
+from lab.corpora.base import DatasetSpec, one_file_per_split, read_json_lines
 
 NAME = "codetrans"
 

@@ -18,11 +18,11 @@ import orjson
 
 from lab.codetokens import whitespace_hash
 from lab.common import (LabError, atomic_output_dir, check_numbers, check_output, corpora_inputs,
-                        corpora_param, environment_record, loading, param, read_text_file,
+                        corpora_param, environment_record, param, read_text_file,
                         write_json_atomic)
 from lab.corpora import Sample, get_spec, load_samples
 from lab.eval import metrics as metric_fns
-from lab.models import positions_of
+from lab.models import architecture_of, load_lab_model, positions_of
 from lab.train.finetune import (
     Task, causal_prompt, get_task, position_limit, pretraining_record, read_stage_manifest,
     of_task, seq2seq_source, train_subset,
@@ -87,30 +87,19 @@ class Decoding:
 def generator_manifest(model_dir: Path) -> tuple[dict[str, Any], str]:
     """(manifest, architecture) of a lab model that can generate, checked without loading it."""
     manifest = read_stage_manifest(model_dir, "--model")
-    kind = manifest.get("kind")
-    if kind == "lab-pretrained":
-        if manifest["model"]["family"] != "gpt2":
-            raise LabError(f"--model {model_dir}: a pre-trained {manifest['model']['family']} "
-                           "cannot generate (masked LM); fine-tune it first (lab finetune)")
-        architecture = "causal-lm"
-    elif kind == "lab-finetuned":
-        architecture = manifest["architecture"]
-    else:
+    architecture = architecture_of(manifest)
+    if architecture == "masked-lm":
+        raise LabError(f"--model {model_dir}: a pre-trained {manifest['model']['family']} "
+                       "cannot generate (masked LM); fine-tune it first (lab finetune)")
+    if architecture is None:
         raise LabError(f"--model {model_dir}: not a lab pre-trained or fine-tuned model")
     return manifest, architecture
 
 
 def load_generator(model_dir: Path) -> tuple[Any, Any, dict[str, Any], str]:
     """(model, tokenizer, manifest, architecture) of a lab model that can generate."""
-    from transformers import AutoModelForCausalLM, EncoderDecoderModel, PreTrainedTokenizerFast
-
     manifest, architecture = generator_manifest(model_dir)
-    weights = Path(model_dir) / "model"
-    loader = AutoModelForCausalLM if architecture == "causal-lm" else EncoderDecoderModel
-    with loading(weights, "--model"):
-        tokenizer = PreTrainedTokenizerFast.from_pretrained(str(weights))
-        model = loader.from_pretrained(str(weights))
-    model.eval()
+    model, tokenizer = load_lab_model(model_dir, architecture)
     return model, tokenizer, manifest, architecture
 
 

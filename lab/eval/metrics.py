@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from lab.common import LabError, read_text_file
+from lab.common import LabError, read_jsonl, read_text_file
 
 MAX_ORDER = 4
 METRICS = ("bleu", "bleu_sentence", "meteor", "em", "em_tokens", "codebleu")
@@ -331,21 +331,9 @@ def _lines(text: str) -> list[str]:
 def read_jsonl_fields(path: Path, fields: Sequence[str]) -> tuple[dict[str, list[str]], list[int]]:
     """Fields of every record of a JSON-lines file (blank lines skipped), and each record's line
     number; every problem names file:line."""
-    import json
-
     values: dict[str, list[str]] = {field: [] for field in fields}
     numbers: list[int] = []
-    for number, line in enumerate(_lines(read_text_file(path)), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise LabError(f"{path}:{number}: not valid JSON ({exc.msg}, column {exc.colno})"
-                           ) from None
-        if not isinstance(record, dict):
-            raise LabError(f"{path}:{number}: expected a JSON object with "
-                           f"{' and '.join(repr(f) for f in fields)}")
+    for number, record in read_jsonl(path):
         for field in fields:
             value = record.get(field)
             if not isinstance(value, str):

@@ -48,7 +48,7 @@ from typing import Any
 
 from lab.codetokens import KEYWORDS, TOKEN_PATTERN
 from lab.common import (DataNotFound, LabError, atomic_output_dir, check_output, corpora_inputs,
-                        corpora_param, environment_record, loading, param, write_json_atomic,
+                        corpora_param, environment_record, param, write_json_atomic,
                         write_jsonl)
 from lab.contamination import settings as settings_table
 from lab.contamination.corpus_files import read_manifest
@@ -56,7 +56,7 @@ from lab.contamination.inject import disjoint_from, split_sides_index
 from lab.corpora import Sample, get_spec, load_samples
 from lab.eval import metrics as metric_fns
 from lab.eval.generate import Decoding, generate, padded
-from lab.models import positions_of
+from lab.models import architecture_of, load_lab_model, positions_of
 from lab.stats import membership_auc
 from lab.train.finetune import causal_prompt, pretraining_record, read_stage_manifest
 
@@ -82,26 +82,15 @@ _NAME = re.compile(r'@?"|[^\W\d]|\$')  # how a lexer token that is a name or str
 
 def load_probed_model(model_dir: Path) -> tuple[Any, Any, dict[str, Any], str]:
     """(model, tokenizer, manifest, family) of a lab pre-trained model or fine-tuned GPT-2."""
-    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, PreTrainedTokenizerFast
-
     manifest = read_stage_manifest(model_dir, "--model")
-    kind = manifest.get("kind")
-    if kind == "lab-pretrained":
-        family = manifest["model"]["family"]
-    elif kind == "lab-finetuned" and manifest.get("architecture") == "causal-lm":
-        family = "gpt2"
-    elif kind == "lab-finetuned":
+    architecture = architecture_of(manifest)
+    if architecture == "encoder-decoder":
         raise LabError(f"--model {model_dir}: a fine-tuned encoder-decoder is not probed; probe "
                        "its pre-trained RoBERTa")
-    else:
+    if architecture is None:
         raise LabError(f"--model {model_dir}: not a lab pre-trained or fine-tuned model")
-    weights = Path(model_dir) / "model"
-    loader = AutoModelForCausalLM if family == "gpt2" else AutoModelForMaskedLM
-    with loading(weights, "--model"):
-        tokenizer = PreTrainedTokenizerFast.from_pretrained(str(weights))
-        model = loader.from_pretrained(str(weights))
-    model.eval()
-    return model, tokenizer, manifest, family
+    model, tokenizer = load_lab_model(model_dir, architecture)
+    return model, tokenizer, manifest, "gpt2" if architecture == "causal-lm" else "roberta"
 
 
 def probe_groups(manifest: dict[str, Any], groups_dir: Path | None) -> dict[str, Any]:
