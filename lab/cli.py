@@ -15,9 +15,15 @@ from rich.console import Console
 from rich.table import Table
 
 from lab.common import LabError
+from lab.contamination.audit import run_audit
 from lab.contamination.inject import InjectConfig  # the configs declare their commands' options
 from lab.eval.generate import EvaluateConfig
 from lab.eval.probe import ProbeConfig
+from lab.llm.llm_eval import LlmEvalConfig
+from lab.llm.perturb import PerturbConfig
+from lab.study.report import run_report
+from lab.study.runner import run_study
+from lab.tokenizer import TokenizerConfig
 from lab.train.finetune import FinetuneConfig
 from lab.train.pretrain import PretrainConfig
 
@@ -67,7 +73,8 @@ def options_of(config: Any) -> Callable[[Callable[[Any], None]], Callable[..., N
             if kind is bool and not f.metadata.get("flag"):
                 name = f"{name}/--no-{name[2:]}"
             meaning = f.metadata.get("help", "") + (" Comma-separated." if is_list else "")
-            option = typer.Option(default, name, help=meaning)
+            option = (typer.Argument(default, help=meaning) if f.metadata.get("argument")
+                      else typer.Option(default, name, help=meaning))
             annotations[f.name] = kind
             parameters.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY,
                                                 default=option, annotation=kind))
@@ -84,6 +91,11 @@ def options_of(config: Any) -> Callable[[Callable[[Any], None]], Callable[..., N
         return run
 
     return decorate
+
+
+def _default(function: Callable[..., Any], name: str) -> Any:
+    """The default an entry function declares for a parameter (an option without a config)."""
+    return inspect.signature(function).parameters[name].default
 
 
 def _table(title: str, rows: list[dict[str, Any]], columns: list[str]) -> Table:
@@ -155,15 +167,16 @@ def audit(
     benchmark: str = typer.Option(..., help="codetrans or concode (or their -paper subsets)."),
     split: Optional[List[str]] = typer.Option(None, help="Split(s) to audit (default: all)."),
     against: str = typer.Option(
-        "csn-java", help="csn-java[:split], BENCHMARK:SPLIT, or a lab corpus directory."),
+        _default(run_audit, "against"),
+        help="csn-java[:split], BENCHMARK:SPLIT, or a lab corpus directory."),
     out: Optional[Path] = typer.Option(None, help="Write report.jsonl and summary.json here."),
-    force: bool = typer.Option(False, help="Replace an existing output directory."),
-    near: bool = typer.Option(True, help="Also look for near-duplicates (not only exact)."),
+    force: bool = typer.Option(_default(run_audit, "force"),
+                               help="Replace an existing output directory."),
+    near: bool = typer.Option(_default(run_audit, "near"),
+                              help="Also look for near-duplicates (not only exact)."),
     corpora: Optional[Path] = CorporaOption,
 ) -> None:
     """Pre-existing overlap between a corpus and a benchmark: exact and near-duplicates."""
-    from lab.contamination.audit import run_audit
-
     summary = run_audit(benchmark, split or None, against, corpora, out, force, near)
     rows = [{"split": name, **block} for name, block in summary["counts"].items()]
     columns = ["split", "samples", "leaked", "leaked_pct", "exact", "near_only",
@@ -177,28 +190,12 @@ def audit(
 
 
 @app.command()
-def perturb(
-    input_file: Path = typer.Argument(..., help="JSON-lines records (the study's paper-llm layout)."),
-    seed: int = typer.Option(0, help="Seeds every choice: same input and seed, same bytes."),
-    tolerance: float = typer.Option(
-        0.1, help="Largest relative change of a side's characters or sub-tokens."),
-    strict: bool = typer.Option(False, help="Refuse a sample that cannot be perturbed."),
-    out: Optional[Path] = typer.Option(None, help="Write the perturbed file and OUT.report.json."),
-    compare: Optional[Path] = typer.Option(None, help="The study's manual _perturbed twin."),
-    code_fields: Optional[str] = typer.Option(None, help="Comma-separated (default: detected)."),
-    nl_fields: Optional[str] = typer.Option(None, help="Comma-separated (default: the others)."),
-    wordnet: bool = typer.Option(True, help="Also take synonyms from WordNet."),
-    force: bool = typer.Option(False, help="Replace an existing output file."),
-) -> None:
+@options_of(PerturbConfig)
+def perturb(cfg: PerturbConfig) -> None:
     """Rename identifiers by sub-token synonyms, one map per record (the study's Table I)."""
-    from lab.contamination.perturb import run_perturb
+    from lab.llm.perturb import run_perturb
 
-    def names(value: Optional[str]) -> Optional[List[str]]:
-        return None if value is None else [name for name in value.split(",") if name]
-
-    result = run_perturb(input_file, seed=seed, tolerance=tolerance, strict=strict, out=out,
-                         compare=compare, code_fields=names(code_fields),
-                         nl_fields=names(nl_fields), wordnet=wordnet, force=force)
+    result = run_perturb(**vars(cfg))
 
     def spread(block: dict[str, float]) -> str:
         return f"{block['avg']:.2f} / {block['std']:.2f} / {block['med']:.1f}"
@@ -210,7 +207,7 @@ def perturb(
              "perturbed": spread(row["ctl"]), "perturbance": perturbance(row["count"], row["ratio"]),
              "Table I": row["table_i"] and perturbance(row["table_i"]["count"], row["table_i"]["ratio"])}
             for row in result["fields"]]
-    console.print(_table(f"{input_file} (seed {seed}): {result['perturbed']}/{result['records']} "
+    console.print(_table(f"{cfg.input_file} (seed {cfg.seed}): {result['perturbed']}/{result['records']} "
                          f"samples perturbed; tokens avg / std / med, sub-token count",
                          rows, ["field", "contaminated", "perturbed", "perturbance", "Table I"]))
     if result["unperturbed"]:
@@ -230,7 +227,7 @@ def perturb(
                       f"manual {ids['manual']}, automated {ids['auto']}, both {ids['both']} "
                       f"(tool covers {ids['auto_covers_manual']:.0%} of manual, manual covers "
                       f"{ids['manual_covers_auto']:.0%} of tool)")
-    if out is not None:
+    if cfg.out is not None:
         console.print(f"perturbed: {result['out']}  report: {result['report']}")
 
 
@@ -305,7 +302,8 @@ def study(
     out: Optional[Path] = typer.Option(None, help="Study directory (default runs/NAME)."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="Override: section.key=value."),
     dry_run: bool = typer.Option(False, help="Print the grid, what is done and the estimated cost."),
-    executor: str = typer.Option("local", help="local, slurm (submitit) or submitit-local."),
+    executor: str = typer.Option(_default(run_study, "executor"),
+                                 help="local, slurm (submitit) or submitit-local."),
     workers: Optional[int] = typer.Option(None, help="Stages at a time (local default: cores / "
                                                      "threads; slurm: 64 jobs)."),
     threads: Optional[int] = typer.Option(None, help="torch threads of every stage, fixed for the "
@@ -473,11 +471,9 @@ def report(
     study: Path = typer.Argument(..., help="A study directory made by lab study."),
     convention: Optional[str] = ConventionOption,
     alpha: Optional[float] = AlphaOption,
-    metric: str = typer.Option("bleu", help="Metric of the decay figure."),
+    metric: str = typer.Option(_default(run_report, "metric"), help="Metric of the decay figure."),
 ) -> None:
     """Paper-style tables (Markdown, LaTeX, CSV), stats.json and the contamination-decay figure."""
-    from lab.study.report import run_report
-
     result = run_report(study, convention, metric, alpha)
     # soft_wrap: Markdown rows wider than the terminal stay one line each.
     console.print(result["markdown"], markup=False, highlight=False, soft_wrap=True)
@@ -493,21 +489,13 @@ app.add_typer(tokenizer_app, name="tokenizer")
 
 
 @tokenizer_app.command("train")
-def tokenizer_train(
-    corpus: Path = typer.Option(..., help="A control-arm corpus directory (lab inject --setting control)."),
-    out: Path = typer.Option(..., help="Output directory."),
-    benchmarks: str = typer.Option("codetrans,concode", help="Benchmarks whose train splits are added."),
-    vocab_size: int = typer.Option(16000, help="Vocabulary size, special tokens included."),
-    min_frequency: int = typer.Option(2, help="Minimum pair frequency for a merge."),
-    force: bool = typer.Option(False, help="Replace an existing output directory."),
-    corpora: Optional[Path] = CorporaOption,
-) -> None:
+@options_of(TokenizerConfig)
+def tokenizer_train(cfg: TokenizerConfig) -> None:
     """Train the byte-level BPE tokenizer on the control corpus plus benchmark train splits."""
     from lab.tokenizer import train_tokenizer
 
-    manifest = train_tokenizer(corpus, out, [b for b in benchmarks.split(",") if b], vocab_size,
-                               min_frequency, corpora, force)
-    console.print(f"tokenizer: {out} (vocabulary {manifest['vocab_size']}, "
+    manifest = train_tokenizer(**vars(cfg))
+    console.print(f"tokenizer: {cfg.out} (vocabulary {manifest['vocab_size']}, "
                   f"sha256 {manifest['tokenizer_sha256'][:16]})")
 
 
@@ -559,42 +547,18 @@ def score_command(
 
 
 @app.command("llm-eval")
-def llm_eval(
-    model: Path = typer.Option(..., help="A local causal LM folder (Hugging Face: config.json + "
-                                         "weights) or a lab pre-trained GPT-2; never downloaded."),
-    contaminated: Path = typer.Option(..., help="JSON lines: the contaminated set (experimental)."),
-    perturbed: Path = typer.Option(..., help="JSON lines: its perturbed twin, line i for line i "
-                                             "(control)."),
-    task: Optional[str] = typer.Option(
-        None, help="java2cs, cs2java, summarization or generation (default: from the file names "
-                   "java2csharp / csharp2java / *summar* / *generate* / *genne*, else "
-                   "{description, code} records mean generation)."),
-    repetitions: int = typer.Option(5, help="Sampling runs per set; seeds SEED .. SEED+N-1."),
-    seed: int = typer.Option(0, help="Seed of the first repetition."),
-    temperature: float = typer.Option(0.8, help="Sampling temperature."),
-    top_p: float = typer.Option(0.95, help="Sampling top-p."),
-    top_k: int = typer.Option(50, help="Sampling top-k."),
-    max_new_tokens: int = typer.Option(256, help="Longest answer; it ends earlier at 'END OF CASE'."),
-    batch_size: int = typer.Option(8, help="Prompts per generation batch."),
-    limit: Optional[int] = typer.Option(None, help="Only the first N pairs."),
-    convention: str = typer.Option(
-        "study-tables", help="Mann-Whitney convention: study-tables (the study's tables), "
-                             "exact-two-sided, replication-package, exact-greater."),
-    out: Optional[Path] = typer.Option(None, help="Write generations.jsonl, results.json and "
-                                                  "table.md here."),
-    force: bool = typer.Option(False, help="Replace an existing output directory."),
-) -> None:
+@options_of(LlmEvalConfig)
+def llm_eval(cfg: LlmEvalConfig) -> None:
     """The study's LLM arm: one-shot prompts on a contaminated set and its perturbed twin, BLEU and
     METEOR over repetitions, Mann-Whitney U between the two sets."""
-    from lab.eval.llm_eval import run_llm_eval
+    from lab.llm.llm_eval import run_llm_eval
 
-    result = run_llm_eval(model, contaminated, perturbed, task, out, force, repetitions, seed,
-                          temperature, top_p, top_k, max_new_tokens, batch_size, limit, convention)
+    result = run_llm_eval(**vars(cfg))
     used = result["data"]["contaminated"]["used"]
-    console.print(_table(f"{result['task_label']}: {used} pairs, {repetitions} repetitions",
+    console.print(_table(f"{result['task_label']}: {used} pairs, {cfg.repetitions} repetitions",
                          result["rows"], ["model", "task", "metric", "experimental", "control", "p"]))
     console.print(result["note"], markup=False, highlight=False, soft_wrap=True)
-    if out is not None:
+    if cfg.out is not None:
         console.print(f"generations, results and table: {result['out']}", markup=False,
                       highlight=False, soft_wrap=True)
 

@@ -215,23 +215,37 @@ def dumps_json(obj: Any) -> str:
     return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
+@contextlib.contextmanager
+def _atomic_file(path: Path) -> Iterator[Any]:
+    """A binary handle on a temporary sibling of `path` that replaces it when the block ends;
+    on any failure the temporary file is removed and `path` stays as it was."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(dumps_json(obj))
-    os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            yield handle
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
-def write_jsonl(path: Path, rows: Any) -> None:
-    """One JSON object per line, keys sorted (equal rows give equal bytes); for files inside an
-    atomic_output_dir."""
+def write_json_atomic(path: Path, obj: Any) -> None:
+    with _atomic_file(path) as handle:
+        handle.write(dumps_json(obj).encode("utf-8"))
+
+
+def write_jsonl(path: Path, rows: Any, sort_keys: bool = True) -> None:
+    """One JSON object per line (UTF-8, compact), written atomically. Keys sorted by default
+    (equal rows give equal bytes); sort_keys=False keeps each row's order (a file that mirrors
+    its input's fields)."""
     import orjson
 
-    with open(path, "wb") as handle:
+    option = orjson.OPT_SORT_KEYS if sort_keys else 0
+    with _atomic_file(path) as handle:
         for row in rows:
-            handle.write(orjson.dumps(row, option=orjson.OPT_SORT_KEYS) + b"\n")
+            handle.write(orjson.dumps(row, option=option) + b"\n")
 
 
 # Files in which a lab output folder records the `kind` of the command that wrote it.

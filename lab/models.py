@@ -143,6 +143,14 @@ def architecture_of(manifest: dict[str, Any]) -> str | None:
     return None
 
 
+def lab_architecture(manifest: dict[str, Any], model_dir: Path) -> str:
+    """architecture_of a directory that must hold a lab model."""
+    architecture = architecture_of(manifest)
+    if architecture is None:
+        raise LabError(f"--model {model_dir}: not a lab pre-trained or fine-tuned model")
+    return architecture
+
+
 def load_lab_model(model_dir: Path, architecture: str, option: str = "--model") -> tuple[Any, Any]:
     """(model in eval mode, tokenizer) of a lab model directory (its weights are in model/);
     damaged files are one LabError naming the folder. Callers check first what they accept."""

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from lab.common import (
     DataNotFound, LabError, atomic_output_dir, check_output, corpora_inputs, environment_record,
-    loading, sha256_file, write_json_atomic,
+    corpora_param, loading, param, sha256_file, write_json_atomic,
 )
 from lab.contamination import SEP_MARKER
 from lab.contamination.corpus_files import read_corpus, read_manifest
@@ -44,18 +45,33 @@ def _benchmark_train_texts(benchmarks: list[str], corpora_dir: Path | None,
                 yield sample.output
 
 
-def train_tokenizer(corpus: Path, out: Path, benchmarks: list[str], vocab_size: int = 8000,
-                    min_frequency: int = 2, corpora_dir: Path | None = None,
-                    force: bool = False) -> dict[str, Any]:
-    """Entry point of `lab tokenizer train`."""
+@dataclass
+class TokenizerConfig:
+    """One tokenizer. Every option of `lab tokenizer train` and the recipe's `tokenizer` section
+    are declared here, once."""
+    corpus: Path = param(help="A control-arm corpus directory (lab inject --setting control).")
+    out: Path = param(help="Output directory.")
+    benchmarks: tuple[str, ...] = param(("codetrans", "concode"),
+                                        "Benchmarks whose train splits are added.")
+    vocab_size: int = param(16000, "BPE vocabulary size, special tokens included.")
+    min_frequency: int = param(2, "Minimum pair frequency for a merge.")
+    force: bool = param(False, "Replace an existing output directory.")
+    corpora_dir: Path | None = corpora_param()
+
+
+def train_tokenizer(corpus: Path, out: Path, benchmarks: Sequence[str] | None = None,
+                    **options: Any) -> dict[str, Any]:
+    """Entry point of `lab tokenizer train`; `options`: TokenizerConfig's other fields."""
+    cfg = TokenizerConfig(corpus=Path(corpus), out=Path(out), **options,
+                          **({} if benchmarks is None else {"benchmarks": tuple(benchmarks)}))
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     started = time.perf_counter()
-    if vocab_size < len(SPECIAL_TOKENS) + 256:
-        raise LabError(f"--vocab-size {vocab_size}: must be at least {len(SPECIAL_TOKENS) + 256}")
-    inputs = [corpus, *corpora_inputs(corpora_dir)]
-    check_output(Path(out), force, "lab-tokenizer", inputs)
+    if cfg.vocab_size < len(SPECIAL_TOKENS) + 256:
+        raise LabError(f"--vocab-size {cfg.vocab_size}: must be at least {len(SPECIAL_TOKENS) + 256}")
+    inputs = [corpus, *corpora_inputs(cfg.corpora_dir)]
+    check_output(Path(out), cfg.force, "lab-tokenizer", inputs)
     corpus_manifest = read_manifest(corpus)
     if corpus_manifest.get("setting") != "control" or corpus_manifest.get("counts", {}).get(
             "injected_documents"):
@@ -69,13 +85,13 @@ def train_tokenizer(corpus: Path, out: Path, benchmarks: list[str], vocab_size: 
     def texts() -> Iterator[str]:
         for record in read_corpus(corpus):
             yield record["text"]
-        yield from _benchmark_train_texts(benchmarks, corpora_dir, used)
+        yield from _benchmark_train_texts(cfg.benchmarks, cfg.corpora_dir, used)
 
     bpe = Tokenizer(models.BPE(unk_token=UNK))
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIAL_TOKENS,
+        vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency, special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
     )
     bpe.train_from_iterator(texts(), trainer=trainer)
@@ -83,13 +99,13 @@ def train_tokenizer(corpus: Path, out: Path, benchmarks: list[str], vocab_size: 
         tokenizer_object=bpe, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK,
         mask_token=MASK, additional_special_tokens=[SEP_MARKER],
     )
-    with atomic_output_dir(Path(out), force=force, kind="lab-tokenizer", inputs=inputs) as tmp:
+    with atomic_output_dir(Path(out), force=cfg.force, kind="lab-tokenizer", inputs=inputs) as tmp:
         fast.save_pretrained(str(tmp))
         manifest = {
             "kind": "lab-tokenizer",
             "vocab_size": len(fast),
-            "requested_vocab_size": vocab_size,
-            "min_frequency": min_frequency,
+            "requested_vocab_size": cfg.vocab_size,
+            "min_frequency": cfg.min_frequency,
             "special_tokens": SPECIAL_TOKENS,
             "trained_on": {
                 "corpus": str(corpus), "corpus_sha256": corpus_manifest.get("corpus_sha256"),

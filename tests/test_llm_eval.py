@@ -1,4 +1,4 @@
-"""`lab llm-eval` (lab/eval/llm_eval.py): prompts, stopping, task inference, bad input, and end
+"""`lab llm-eval` (lab/llm/llm_eval.py): prompts, stopping, task inference, bad input, and end
 to end runs on a lab micro GPT-2 (standing in for an LLM) and on a plain Hugging Face folder."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from lab.common import LabError
 from lab.eval import metrics as metric_fns
-from lab.eval.llm_eval import (
+from lab.llm.llm_eval import (
     MARKER, TASKS, _stop_criterion, build_prompt, cut_at_marker, encode_prompts, generate,
     infer_task, load_causal_lm, read_pairs, run_llm_eval,
 )
@@ -195,7 +195,7 @@ def test_batched_left_padded_generation_equals_one_at_a_time(hf_gpt2):
 
 
 def test_generation_stops_once_the_marker_appears(hf_gpt2, monkeypatch):
-    from lab.eval import llm_eval
+    from lab.llm import llm_eval
 
     model, tok, _ = load_causal_lm(hf_gpt2)
     prompt = [tok("public int size() {", add_special_tokens=False)["input_ids"]]

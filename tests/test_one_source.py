@@ -175,19 +175,26 @@ def _configs():
     from lab.contamination.inject import InjectConfig
     from lab.eval.generate import EvaluateConfig
     from lab.eval.probe import ProbeConfig
+    from lab.llm.llm_eval import LlmEvalConfig
+    from lab.llm.perturb import PerturbConfig
+    from lab.tokenizer import TokenizerConfig
     from lab.train.finetune import FinetuneConfig
     from lab.train.pretrain import PretrainConfig
 
-    return {"inject": InjectConfig, "pretrain": PretrainConfig, "finetune": FinetuneConfig,
-            "evaluate": EvaluateConfig, "probe": ProbeConfig}
+    return {"tokenizer": TokenizerConfig, "inject": InjectConfig, "pretrain": PretrainConfig, "finetune": FinetuneConfig,
+            "evaluate": EvaluateConfig, "probe": ProbeConfig, "perturb": PerturbConfig,
+            "llm-eval": LlmEvalConfig}
 
 
-@pytest.mark.parametrize("command", ["inject", "pretrain", "finetune", "evaluate", "probe"])
+@pytest.mark.parametrize("command", ["tokenizer", "inject", "pretrain", "finetune", "evaluate",
+                                     "probe", "perturb", "llm-eval"])
 def test_command_options_are_the_config_fields_with_their_defaults_and_help(command):
     from lab.cli import app
 
     config = _configs()[command]
     click_command = typer.main.get_command(app).commands[command]
+    if command == "tokenizer":
+        click_command = click_command.commands["train"]
     options = {param.name: param for param in click_command.params}
     shown = [f for f in dataclasses.fields(config) if f.metadata.get("cli", True)]
     assert set(options) == {f.name for f in shown}
@@ -204,7 +211,7 @@ def test_command_options_are_the_config_fields_with_their_defaults_and_help(comm
 
 
 @pytest.mark.parametrize("section, command", [
-    ("corpus", "inject"), ("injection", "inject"), ("pretrain", "pretrain"),
+    ("tokenizer", "tokenizer"), ("corpus", "inject"), ("injection", "inject"), ("pretrain", "pretrain"),
     ("finetune", "finetune"), ("evaluation", "evaluate"), ("probe", "probe")])
 def test_recipe_sections_take_the_command_defaults_except_the_study_defaults(section, command):
     config = _configs()[command]
@@ -224,7 +231,8 @@ def test_recipe_sections_take_the_command_defaults_except_the_study_defaults(sec
 def test_config_commands_take_their_config_and_nothing_else():
     tree = ast.parse((ROOT / "lab" / "cli.py").read_text(encoding="utf-8"))
     commands = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
-    for name in _configs():
+    for command in _configs():
+        name = {"tokenizer": "tokenizer_train"}.get(command, command.replace("-", "_"))
         args = commands[name].args
         assert [a.arg for a in args.args] == ["cfg"] and not args.kwonlyargs, name
 

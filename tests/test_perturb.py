@@ -9,7 +9,7 @@ import pytest
 
 from lab.codetokens import KEYWORDS, code_tokens
 from lab.common import LabError
-from lab.contamination.perturb import (
+from lab.llm.perturb import (
     _SUBTOKEN, cyclomatic, perturbed_count, renamed_identifiers, run_perturb, table_tokens,
 )
 

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Iterator
 
 import orjson
 
-from lab.common import LabError, read_text_file
+from lab.common import LabError, read_text_file, sha256_file
 
 CORPUS_SUBDIR = "corpus"
 MANIFEST = "manifest.json"
@@ -82,14 +82,6 @@ def shards_digest(shards: list[dict[str, Any]]) -> str:
     return digest.hexdigest()
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 _VERIFIED: dict[tuple, bool] = {}  # corpora verified by this process (and their files' stats)
 
 
@@ -121,7 +113,7 @@ def verify_corpus(folder: Path) -> dict[str, Any]:
         return manifest
     for shard in shards:
         shard_path = folder / shard["file"]
-        if _file_sha256(shard_path) != shard.get("sha256"):
+        if sha256_file(shard_path) != shard.get("sha256"):
             raise LabError(f"{shard_path}: sha256 differs from the one listed in {path} "
                            "(shard changed or manifest of another corpus)")
     if shards_digest(shards) != manifest["corpus_sha256"]:

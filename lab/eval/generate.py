@@ -22,7 +22,7 @@ from lab.common import (LabError, atomic_output_dir, check_numbers, check_output
                         write_json_atomic)
 from lab.corpora import Sample, get_spec, load_samples
 from lab.eval import metrics as metric_fns
-from lab.models import architecture_of, load_lab_model, positions_of
+from lab.models import lab_architecture, load_lab_model, positions_of
 from lab.train.finetune import (
     Task, causal_prompt, get_task, position_limit, pretraining_record, read_stage_manifest,
     of_task, seq2seq_source, train_subset,
@@ -87,12 +87,10 @@ class Decoding:
 def generator_manifest(model_dir: Path) -> tuple[dict[str, Any], str]:
     """(manifest, architecture) of a lab model that can generate, checked without loading it."""
     manifest = read_stage_manifest(model_dir, "--model")
-    architecture = architecture_of(manifest)
+    architecture = lab_architecture(manifest, model_dir)
     if architecture == "masked-lm":
         raise LabError(f"--model {model_dir}: a pre-trained {manifest['model']['family']} "
                        "cannot generate (masked LM); fine-tune it first (lab finetune)")
-    if architecture is None:
-        raise LabError(f"--model {model_dir}: not a lab pre-trained or fine-tuned model")
     return manifest, architecture
 
 

@@ -56,7 +56,7 @@ from lab.contamination.inject import disjoint_from, split_sides_index
 from lab.corpora import Sample, get_spec, load_samples
 from lab.eval import metrics as metric_fns
 from lab.eval.generate import Decoding, generate, padded
-from lab.models import architecture_of, load_lab_model, positions_of
+from lab.models import lab_architecture, load_lab_model, positions_of
 from lab.stats import membership_auc
 from lab.train.finetune import causal_prompt, pretraining_record, read_stage_manifest
 
@@ -83,12 +83,10 @@ _NAME = re.compile(r'@?"|[^\W\d]|\$')  # how a lexer token that is a name or str
 def load_probed_model(model_dir: Path) -> tuple[Any, Any, dict[str, Any], str]:
     """(model, tokenizer, manifest, family) of a lab pre-trained model or fine-tuned GPT-2."""
     manifest = read_stage_manifest(model_dir, "--model")
-    architecture = architecture_of(manifest)
+    architecture = lab_architecture(manifest, model_dir)
     if architecture == "encoder-decoder":
         raise LabError(f"--model {model_dir}: a fine-tuned encoder-decoder is not probed; probe "
                        "its pre-trained RoBERTa")
-    if architecture is None:
-        raise LabError(f"--model {model_dir}: not a lab pre-trained or fine-tuned model")
     model, tokenizer = load_lab_model(model_dir, architecture)
     return model, tokenizer, manifest, "gpt2" if architecture == "causal-lm" else "roberta"
 

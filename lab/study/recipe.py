@@ -30,6 +30,7 @@ from lab.eval.generate import EvaluateConfig
 from lab.eval.probe import ProbeConfig
 from lab.stats import ALPHA, CONVENTIONS, DEFAULT_CONVENTION
 from lab.train.finetune import FinetuneConfig
+from lab.tokenizer import TokenizerConfig
 from lab.train.pretrain import PretrainConfig
 
 
@@ -105,6 +106,8 @@ STUDY_DEFAULTS = {
     "pretrain": {"epochs": 3.0, "lr": 1e-3},
     # The study's metrics (Tables II-VII); CodeBLEU and sentence BLEU cost more and are optional.
     "evaluation": {"metrics": ("bleu", "meteor", "em")},
+    # A CPU study's corpus is small: the tokenizer's vocabulary too.
+    "tokenizer": {"vocab_size": 8000},
     # Probing every sample of every model costs more than the rest of a CPU study.
     "probe": {"max_samples": 200},
 }
@@ -114,10 +117,8 @@ InjectionSection = section("InjectionSection", InjectConfig,
                            ["repeat", "fraction", "samples", "decontaminate"])
 
 
-@dataclass
-class TokenizerSection:
-    vocab_size: int = field(default=8000, metadata={"help": "BPE vocabulary size, special "
-                                                    "tokens included."})
+TokenizerSection = section("TokenizerSection", TokenizerConfig, ["vocab_size"],
+                           STUDY_DEFAULTS["tokenizer"])
 
 
 # cross_document_attention is always in the stage key (not key-neutral): its default changed

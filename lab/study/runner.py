@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterator
 from lab.common import LabError, default_of, environment_record, write_json_atomic
 from lab.contamination import settings as settings_table
 from lab.study.recipe import KEY_NEUTRAL_DEFAULTS, Recipe, recipe_dict, recipe_from_dict
+from lab.tokenizer import TokenizerConfig
 from lab.train.finetune import FinetuneConfig, get_task, task_for_benchmark
 
 RESULTS = "results.csv"
@@ -93,7 +94,8 @@ def expand(recipe: Recipe) -> list[Stage]:
     if control not in stages:
         stages.insert(0, control)
     tokenizer = Stage("tokenizer", {"vocab_size": recipe.tokenizer.vocab_size,
-                                    "benchmarks": ["codetrans", "concode"]}, [control])
+                                    "benchmarks": list(default_of(TokenizerConfig, "benchmarks"))},
+                      [control])
     stages.append(tokenizer)
     for model in recipe.models:
         for arm in recipe.arms:
@@ -242,8 +244,8 @@ def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None) -> 
     elif stage.kind == "tokenizer":
         from lab.tokenizer import train_tokenizer
 
-        manifest = train_tokenizer(stage.inputs[0].out(study), out / "tokenizer", cfg["benchmarks"],
-                                   cfg["vocab_size"], corpora_dir=corpora_dir, force=True)
+        manifest = train_tokenizer(stage.inputs[0].out(study), out / "tokenizer", **cfg,
+                                   corpora_dir=corpora_dir, force=True)
         write_json_atomic(out / "manifest.json", manifest)
     elif stage.kind == "pretrain":
         from lab.train.pretrain import PretrainConfig, run_pretrain

@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from lab.common import sha256_file
+
 
 def state_sha256(model: Any) -> str:
     """Hash of all weights (names, shapes and values) in a fixed order."""
@@ -35,18 +37,10 @@ def trained_weights_sha256(model: Any) -> str:
 CHECKPOINT_RECORD = "lab_checkpoint.json"
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def record_checkpoint(checkpoint: Path) -> None:
     """Write CHECKPOINT_RECORD (every file's size and sha256) into a saved checkpoint, last and
     atomically: a checkpoint without it, or whose files differ from it, is incomplete."""
-    files = {str(p.relative_to(checkpoint)): {"size": p.stat().st_size, "sha256": _file_sha256(p)}
+    files = {str(p.relative_to(checkpoint)): {"size": p.stat().st_size, "sha256": sha256_file(p)}
              for p in sorted(checkpoint.rglob("*")) if p.is_file() and p.name != CHECKPOINT_RECORD}
     tmp = checkpoint / (CHECKPOINT_RECORD + ".tmp")
     tmp.write_text(json.dumps({"files": files}, indent=1), encoding="utf-8")
@@ -87,7 +81,7 @@ def checkpoint_problem(checkpoint: Path) -> str | None:
             if path.stat().st_size != expected.get("size"):
                 return f"{name} has {path.stat().st_size} bytes, {expected.get('size')} recorded"
         for name, expected in files.items():
-            if _file_sha256(checkpoint / name) != expected.get("sha256"):
+            if sha256_file(checkpoint / name) != expected.get("sha256"):
                 return f"{name} differs from its recorded sha256"
         return None
     import zipfile

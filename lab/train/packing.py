@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from lab.common import LabError, lab_cache_dir
+from lab.common import LabError, lab_cache_dir, sha256_file
 from lab.contamination.corpus_files import read_corpus, verify_corpus
 
 TOKENIZE_BATCH = 2000
@@ -96,14 +96,6 @@ CACHE_FILES = ("tokens.npy", "offsets.npy", "documents.json")
 _CHECKED: set[tuple] = set()  # cache entries whose hashes this process has checked
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _check_cache(folder: Path) -> str | None:
     """None if a complete cache entry holds the bytes recorded in its `complete` file (sizes
     every time, sha256 once per process and file version), else what is wrong."""
@@ -126,7 +118,7 @@ def _check_cache(folder: Path) -> str | None:
     key = (str(folder.resolve()), tuple(stats))
     if key not in _CHECKED:
         for name in CACHE_FILES:
-            if _file_sha256(folder / name) != record["files"][name].get("sha256"):
+            if sha256_file(folder / name) != record["files"][name].get("sha256"):
                 return f"{name} differs from the sha256 recorded when it was written"
         _CHECKED.add(key)
     return None
@@ -173,7 +165,7 @@ def _build_cache(corpus: Path, tokenizer: Any, folder: Path) -> None:
         np.save(tmp / "tokens.npy", tokens)
         np.save(tmp / "offsets.npy", offsets)
         (tmp / "documents.json").write_text(json.dumps({"ids": ids, "injected": injected}))
-        files = {name: {"size": (tmp / name).stat().st_size, "sha256": _file_sha256(tmp / name)}
+        files = {name: {"size": (tmp / name).stat().st_size, "sha256": sha256_file(tmp / name)}
                  for name in CACHE_FILES}
         (tmp / "complete").write_text(json.dumps({"files": files}))
         try:

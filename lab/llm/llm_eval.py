@@ -18,10 +18,11 @@ import orjson
 
 from lab.common import (
     SEED_MAX, LabError, atomic_output_dir, check_numbers, check_output, environment_record,
-    loading, sha256_file, sha256_text, write_json_atomic, write_jsonl,
+    loading, param, sha256_file, sha256_text, write_json_atomic, write_jsonl,
 )
 from lab.eval import metrics as metric_fns
-from lab.eval.generate import check_sampling, padded
+from lab.eval.generate import Decoding, check_sampling, padded
+from lab.models import architecture_of, load_lab_model
 from lab.stats import ALPHA, CONVENTIONS, compare
 
 MARKER = "END OF CASE"
@@ -147,19 +148,19 @@ def load_causal_lm(path: Path) -> tuple[Any, Any, dict[str, Any]]:
                        "Face model folder and never downloads one)")
     kind, hf_dir = "huggingface", path
     manifest_path = path / "manifest.json"
+    architecture = None
     if manifest_path.is_file():
         try:
             manifest = orjson.loads(manifest_path.read_bytes())
         except orjson.JSONDecodeError as exc:
             raise LabError(f"{manifest_path}: corrupt JSON ({exc})") from None
-        family = manifest.get("model", {}).get("family")
-        if manifest.get("kind") == "lab-pretrained" and family != "gpt2":
-            raise LabError(f"--model {path}: a lab {family} model is a masked LM, not a causal "
-                           "LM that can generate")
-        if manifest.get("kind") == "lab-finetuned" and manifest.get("architecture") != "causal-lm":
-            raise LabError(f"--model {path}: a lab {manifest.get('architecture')} model, not a "
-                           "causal LM")
-        if manifest.get("kind") in ("lab-pretrained", "lab-finetuned"):
+        architecture = architecture_of(manifest)
+        if architecture == "masked-lm":
+            raise LabError(f"--model {path}: a lab {manifest['model'].get('family')} model is a "
+                           "masked LM, not a causal LM that can generate")
+        if architecture not in (None, "causal-lm"):
+            raise LabError(f"--model {path}: a lab {architecture} model, not a causal LM")
+        if architecture is not None:
             kind, hf_dir = manifest["kind"], path / "model"
     if not (hf_dir / "config.json").is_file():
         raise LabError(f"--model {path}: no config.json in {hf_dir} (not a Hugging Face model "
@@ -176,10 +177,13 @@ def load_causal_lm(path: Path) -> tuple[Any, Any, dict[str, Any]]:
     if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         raise LabError(f"--model {path}: model type '{model_type}' has no causal LM in "
                        "transformers")
-    with loading(hf_dir, "--model"):
-        tokenizer = AutoTokenizer.from_pretrained(str(hf_dir), local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(str(hf_dir), local_files_only=True)
-    model.eval()
+    if architecture is not None:
+        model, tokenizer = load_lab_model(path, architecture)
+    else:
+        with loading(hf_dir, "--model"):
+            tokenizer = AutoTokenizer.from_pretrained(str(hf_dir), local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(str(hf_dir), local_files_only=True)
+        model.eval()
     weights = sorted(p for p in hf_dir.iterdir() if p.name == "config.json"
                      or p.suffix in (".safetensors", ".bin", ".pt", ".pth"))
     # File names and sizes, not contents: hashing tens of GB of LLM weights would take minutes.
@@ -318,35 +322,60 @@ def compare_sets(scores: dict[str, dict[str, list[float]]], convention: str, see
     return stats, rows
 
 
-def run_llm_eval(model: Path, contaminated: Path, perturbed: Path, task: str | None = None,
-                 out: Path | None = None, force: bool = False, repetitions: int = 5, seed: int = 0,
-                 temperature: float = 0.8, top_p: float = 0.95, top_k: int = 50,
-                 max_new_tokens: int = 256, batch_size: int = 8, limit: int | None = None,
-                 convention: str = "study-tables") -> dict[str, Any]:
+@dataclass
+class LlmEvalConfig:
+    """One LLM-arm run. Every option of `lab llm-eval` is declared here, once."""
+    model: Path = param(help="A local causal LM folder (Hugging Face: config.json + weights) or a "
+                             "lab pre-trained GPT-2; never downloaded.")
+    contaminated: Path = param(help="JSON lines: the contaminated set (experimental).")
+    perturbed: Path = param(help="JSON lines: its perturbed twin, line i for line i (control).")
+    task: str | None = param(None, "java2cs, cs2java, summarization or generation (default: from "
+                                   "the file names java2csharp / csharp2java / *summar* / "
+                                   "*generate* / *genne*, else {description, code} records mean "
+                                   "generation).")
+    repetitions: int = param(5, "Sampling runs per set; seeds SEED .. SEED+N-1.")
+    seed: int = param(0, "Seed of the first repetition.")
+    temperature: float = param(Decoding.temperature, "Sampling temperature.")
+    top_p: float = param(Decoding.top_p, "Sampling top-p.")
+    top_k: int = param(Decoding.top_k, "Sampling top-k.")
+    max_new_tokens: int = param(256, "Longest answer; it ends earlier at 'END OF CASE'.")
+    batch_size: int = param(8, "Prompts per generation batch.")
+    limit: int | None = param(None, "Only the first N pairs.")
+    convention: str = param("study-tables", "Mann-Whitney convention: study-tables (the study's "
+                                            "tables), " + ", ".join(c for c in CONVENTIONS
+                                                                    if c != "study-tables") + ".")
+    out: Path | None = param(None, "Write generations.jsonl, results.json and table.md here.")
+    force: bool = param(False, "Replace an existing output directory.")
+
+
+def run_llm_eval(model: Path, contaminated: Path, perturbed: Path, **options: Any) -> dict[str, Any]:
     """Entry point of `lab llm-eval`: generations, per-repetition BLEU/METEOR of both sets, the
     Mann-Whitney comparison per metric, and the paper-style table (also written to --out)."""
+    cfg = LlmEvalConfig(model=Path(model), contaminated=Path(contaminated), perturbed=Path(perturbed),
+                        **options)
     import torch
     from transformers import set_seed
 
     started = time.perf_counter()
-    _check_options(task, repetitions, temperature, top_p, top_k, max_new_tokens, batch_size,
-                   limit, convention)
-    check_numbers(seed=seed)
-    if seed + repetitions - 1 > SEED_MAX:  # repetition r runs with seed + r
-        raise LabError(f"--seed {seed} with --repetitions {repetitions}: the last repetition's "
+    _check_options(cfg.task, cfg.repetitions, cfg.temperature, cfg.top_p, cfg.top_k,
+                   cfg.max_new_tokens, cfg.batch_size, cfg.limit, cfg.convention)
+    check_numbers(seed=cfg.seed)
+    if cfg.seed + cfg.repetitions - 1 > SEED_MAX:  # repetition r runs with seed + r
+        raise LabError(f"--seed {cfg.seed} with --repetitions {cfg.repetitions}: the last "
+                       f"repetition's "
                        f"seed would exceed {SEED_MAX}")
     inputs = [model, contaminated, perturbed]
-    if out is not None:
-        check_output(Path(out), force, "lab-llm-eval", inputs)
+    if cfg.out is not None:
+        check_output(Path(cfg.out), cfg.force, "lab-llm-eval", inputs)
     contaminated, perturbed = Path(contaminated), Path(perturbed)
-    spec = TASKS[task or infer_task(contaminated, perturbed)]
+    spec = TASKS[cfg.task or infer_task(contaminated, perturbed)]
     data = {g: read_pairs(p, spec) for g, p in zip(GROUPS, (contaminated, perturbed))}
     sizes = {g: len(inputs) for g, (inputs, _) in data.items()}
     if sizes["contaminated"] != sizes["perturbed"]:
         raise LabError(f"{contaminated} has {sizes['contaminated']} records but {perturbed} has "
                        f"{sizes['perturbed']}: line i of the perturbed file must be the twin of "
                        "line i of the contaminated file")
-    data = {g: (inputs[:limit], refs[:limit]) for g, (inputs, refs) in data.items()}
+    data = {g: (inputs[:cfg.limit], refs[:cfg.limit]) for g, (inputs, refs) in data.items()}
     metric_fns.ensure_wordnet()  # fail before any generation
 
     lm, tokenizer, model_info = load_causal_lm(Path(model))
@@ -355,18 +384,18 @@ def run_llm_eval(model: Path, contaminated: Path, perturbed: Path, task: str | N
     positions = model_info["positions"]
     bos = _wants_bos(tokenizer, model_info["kind"] != "huggingface")
     prompts = {g: [build_prompt(spec, s) for s in inputs] for g, (inputs, _) in data.items()}
-    encoded = {g: encode_prompts(tokenizer, p, positions, max_new_tokens, bos)
+    encoded = {g: encode_prompts(tokenizer, p, positions, cfg.max_new_tokens, bos)
                for g, p in prompts.items()}
-    sampling = dict(temperature=temperature, top_p=top_p, top_k=top_k)
-    seeds = [seed + r for r in range(repetitions)]
+    sampling = dict(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
+    seeds = [cfg.seed + r for r in range(cfg.repetitions)]
     scores: dict[str, dict[str, list[float]]] = {g: {m: [] for m in METRICS} for g in GROUPS}
     generations: list[dict[str, Any]] = []
     gen_started = time.perf_counter()
     for repetition, rep_seed in enumerate(seeds):
         for group in GROUPS:
             set_seed(rep_seed)  # both sets of a repetition draw from the same seed
-            raw, budgets = generate(lm, tokenizer, encoded[group][0], positions, max_new_tokens,
-                                    batch_size, sampling)
+            raw, budgets = generate(lm, tokenizer, encoded[group][0], positions, cfg.max_new_tokens,
+                                    cfg.batch_size, sampling)
             predictions = [cut_at_marker(text) for text in raw]
             references = data[group][1]
             corpus, per_sample = metric_fns.score(references, predictions, METRICS)
@@ -382,24 +411,25 @@ def run_llm_eval(model: Path, contaminated: Path, perturbed: Path, task: str | N
                     **{m: per_sample[m][i] for m in METRICS}})
     gen_seconds = time.perf_counter() - gen_started
 
-    stats, rows = compare_sets(scores, convention, seed, Path(model).name, spec)
+    stats, rows = compare_sets(scores, cfg.convention, cfg.seed, Path(model).name, spec)
     truncated = {g: sum(encoded[g][1]) for g in GROUPS}
     methods = "/".join(sorted({s["method"] for s in stats.values()}))
     note = (f"Experimental: the contaminated set ({contaminated.name}), control: its perturbed "
             f"twin ({perturbed.name}); {len(data['contaminated'][0])} samples each. Corpus "
-            f"BLEU-4 (CodeXGLUE) and METEOR, mean ± std over {repetitions} repetitions (seeds "
-            f"{seeds[0]}-{seeds[-1]}; sampling temperature {temperature}, top-p {top_p}, top-k "
-            f"{top_k}; one-shot prompt, answer cut at '{MARKER}'). p: Mann-Whitney U, "
-            f"{CONVENTIONS[convention][0]}, {methods} (convention {convention}); * p <= {ALPHA}.")
+            f"BLEU-4 (CodeXGLUE) and METEOR, mean ± std over {cfg.repetitions} repetitions (seeds "
+            f"{seeds[0]}-{seeds[-1]}; sampling temperature {cfg.temperature}, top-p {cfg.top_p}, top-k "
+            f"{cfg.top_k}; one-shot prompt, answer cut at '{MARKER}'). p: Mann-Whitney U, "
+            f"{CONVENTIONS[cfg.convention][0]}, {methods} (convention {cfg.convention}); "
+            f"* p <= {ALPHA}.")
     if any(truncated.values()):
         note += (f" Prompts cut from the left to fit the model's {positions} positions: "
                  f"{truncated['contaminated']} contaminated, {truncated['perturbed']} perturbed.")
     table = markdown_table(rows, note)
     record = {
         "kind": "lab-llm-eval", "task": spec.name, "task_label": spec.label, "model": model_info,
-        "config": {"repetitions": repetitions, "seed": seed, "temperature": temperature,
-                   "top_p": top_p, "top_k": top_k, "max_new_tokens": max_new_tokens,
-                   "batch_size": batch_size, "limit": limit, "convention": convention,
+        "config": {"repetitions": cfg.repetitions, "seed": cfg.seed, "temperature": cfg.temperature,
+                   "top_p": cfg.top_p, "top_k": cfg.top_k, "max_new_tokens": cfg.max_new_tokens,
+                   "batch_size": cfg.batch_size, "limit": cfg.limit, "convention": cfg.convention,
                    "bos_prefix": bos, "device": device},
         "seeds": seeds,
         "data": {g: {"path": str(p), "sha256": sha256_file(p), "records": sizes[g],
@@ -410,11 +440,11 @@ def run_llm_eval(model: Path, contaminated: Path, perturbed: Path, task: str | N
         "wall_seconds": round(time.perf_counter() - started, 2),
         "environment": environment_record(),
     }
-    if out is not None:
-        with atomic_output_dir(Path(out), force=force, kind="lab-llm-eval", inputs=inputs) as tmp:
+    if cfg.out is not None:
+        with atomic_output_dir(Path(cfg.out), force=cfg.force, kind="lab-llm-eval", inputs=inputs) as tmp:
             write_jsonl(tmp / "generations.jsonl", generations)
             write_json_atomic(tmp / "results.json", record)
             (tmp / "table.md").write_text(table, encoding="utf-8")
-        record["out"] = str(out)
+        record["out"] = str(cfg.out)
     record["generations"] = generations  # in memory only: generations.jsonl holds them
     return record

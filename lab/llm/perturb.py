@@ -12,10 +12,10 @@ e.g. `initFieldMap = true`). One map per record, shared by every code side: such
 differ only in casing or separators (`createComponents` / `CreateComponents`) form one group and
 get the same new sub-token, each spelled in its own casing; an undeclared name of the same words
 (the type `Tokenizer` beside the local `tokenizer`) is not touched. Never renamed: keywords, a
-group with a member in `_API` (JDK/.NET names: an override of `toString` or a local `size` stay),
+group with a member in `words/api_names.txt` (JDK/.NET names: an override of `toString` or a local `size` stay),
 a name after `.`/`::`/`@` unless after `this.`, literals, comments, numbers. New names avoid
 every identifier of the record and every keyword. NL sides get the same renames where an old
-name (3+ characters) occurs verbatim as a word. Sub-token synonyms: `_GROUPS` first, else
+name (3+ characters) occurs verbatim as a word. Sub-token synonyms: `words/synonym_groups.txt` first, else
 WordNet 3.0 (two commonest senses, SemCor-attested lemmas).
 
 Token definition of the Table-I statistics (`table_tokens`): the lab lexer's tokens with each
@@ -32,128 +32,43 @@ tokens is ~50%, as measured). Std is the sample standard deviation.
 from __future__ import annotations
 
 import difflib
-import json
-import os
 import random
 import re
 import statistics
-import tempfile
+from dataclasses import dataclass
 from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator
 
 import lab
 # The lab lexer's own regex (with positions): renaming must keep its token count exactly.
 from lab.codetokens import KEYWORDS, TOKEN_PATTERN, code_tokens
-from lab.common import (LabError, check_numbers, check_output, read_text_file, sha256_file,
-                        write_json_atomic)
+from lab.common import (LabError, check_numbers, check_output, param, read_jsonl, sha256_file,
+                        write_json_atomic, write_jsonl)
+from lab.llm.table_i import table_i_row
+
+def _lines(name: str) -> list[list[str]]:
+    """The words of each line of a word list in lab/llm/words/ (`#` lines are comments)."""
+    text = resources.files("lab.llm").joinpath("words").joinpath(name).read_text(encoding="utf-8")
+    return [line.split() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def _words(name: str) -> frozenset[str]:
+    return frozenset(word for line in _lines(name) for word in line)
+
 
 _IDENT = re.compile(r"[^\W\d][\w$]*|\$[\w$]*")
 _SEGMENT = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+|[^A-Za-z\d]+")
 _SUBTOKEN = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _DECISIONS = frozenset({"if", "for", "foreach", "while", "case", "catch", "&&", "||", "?"})
-_TYPE_WORDS = frozenset("""int long short byte char boolean bool double float decimal void var
-string object sbyte uint ulong ushort dynamic final""".split())
+_TYPE_WORDS = _words("type_words.txt")
 _DECL_NEXT = frozenset({"=", ";", ":", "in", ")", ","})
 _GENERIC_INNER = frozenset({",", ".", "?", "[", "]", ">", "extends", "super"})
-# Bare lowercase names that are not fields: package roots and C# contextual keywords.
-_NOT_FIELDS = frozenset("""java javax android org com net io junit sun from select orderby group
-by into let join on ascending descending when not and or with init required nameof global""".split())
-# Sub-tokens never replaced: literal words and glue whose "synonyms" read as noise.
-_KEEP_WORDS = frozenset("""null nil true false not is has to of by on off at in for and or the as no
-one just only public""".split())
+_NOT_FIELDS = _words("not_fields.txt")
+_KEEP_WORDS = _words("keep_words.txt")
+_API = _words("api_names.txt")
 
-# JDK/.NET names, exact case: renaming a declared one would break an override (`toString`,
-# `Dispose`) or shadow a library member that the brief keeps (`size`, `length`).
-_API = frozenset("""
-String Object List Map Set ArrayList HashMap HashSet LinkedList Math System Console IOException
-Exception RuntimeException Override toString ToString equals Equals hashCode GetHashCode
-compareTo CompareTo compare Compare size Size get Get put Put add Add length Length append Append
-Count run Run call Call main Main clone Clone finalize Finalize notify wait iterator
-GetEnumerator hasNext next Current MoveNext Reset Dispose dispose close Close read Read write
-Write flush Flush print println WriteLine contains Contains ContainsKey remove Remove clear
-Clear indexOf IndexOf substring Substring charAt startsWith StartsWith endsWith EndsWith trim
-Trim split Split replace Replace isEmpty IsEmpty format Format valueOf parse Parse TryParse min
-Min max Max abs Abs Integer Long Double Float Boolean Character Byte Short Int32 Int64
-StringBuilder Arrays Collections Objects Optional Stream Iterable Collection Enumerable
-IEnumerable IList IDictionary Dictionary Debug Assert Thread Task Runnable Random Array Type
-Class getClass GetType keySet entrySet getKey getValue apply Apply accept test onCreate onClick
-actionPerformed Invoke
-""".split())
-
-# Programming-vocabulary synonym groups; every word of a group may replace any other.
-_GROUPS = """
-create generate produce; make build construct; builder constructor creator; find locate discover; search
-lookup seek; get fetch obtain retrieve; set assign; name identifier label title; new updated fresh; current
-existing present; old previous prior former; index position place; idx pos; count total tally; size extent
-magnitude; list sequence collection; map mapping table dictionary; item entry element; node vertex; path
-route; file document; dir folder directory; data info information; result outcome output; input source;
-message notification note; text content; error fault failure; check verify validate inspect; parse
-interpret decode; read load; write store save persist; update refresh modify; change modify alter; remove
-delete erase; add append insert; clear reset purge; start begin launch; end finish stop; init setup;
-initialize prepare; execute perform run; process handle; handler processor manager; manager controller
-coordinator; service provider; provider supplier; target destination; src source; dest target; send
-transmit dispatch; receive accept; request query; response reply answer; client consumer; server host;
-connection link channel; stream flow; buffer storage; cache store; config settings; option setting choice;
-param arg; parameter argument; args arguments; flag marker indicator; state status condition; mode kind;
-type kind category; group cluster batch; chunk block piece segment; section part; line row; column field
-attribute property; width breadth; sum total; max maximum highest upper; min minimum lowest lower; high
-upper top; low lower bottom; first initial primary; last latest; next following subsequent; prev previous;
-limit bound threshold; offset shift; location position; range span interval; context environment; env
-environment; view display show; render draw paint; image picture; color colour shade; listener observer
-watcher; callback hook; task job work; worker executor runner; timer clock; time moment instant; duration
-period; delay pause wait; timeout deadline; number num quantity amount; price cost; rate ratio; score rating
-grade; level tier rank; weight mass; factor multiplier coefficient; random arbitrary; compute calculate
-evaluate; convert transform translate; format layout; encode serialize; decode deserialize; compare match;
-contains includes; enable activate; disable deactivate; enabled active; visible shown; valid correct
-proper; invalid incorrect; empty blank vacant; full complete; done finished completed; ready prepared;
-tokenizer lexer segmenter; token symbol; parser analyzer; reader loader; writer emitter; logger recorder;
-log journal; user account member; owner holder; container holder wrapper; parent ancestor; child
-descendant; children descendants; root origin; edge link; graph network; url link; id key; tag label
-marker; header heading title; body content payload; word term; phrase expression; char symbol character;
-str text; array vector; matrix grid; queue buffer; stack pile; pool reservoir; repository store repo; copy
-clone duplicate; merge combine join; split divide separate; filter screen; sort order arrange; reverse
-invert flip; toggle flip; select choose pick; allow permit; deny refuse reject; provide supply; use employ
-utilize; invoke call; notify alert inform; emit publish broadcast; register enroll; watch observe monitor;
-scan traverse visit walk; iterate loop; extract pull; release free; allocate reserve; bind attach; detach
-unbind disconnect; connect link attach; expand grow enlarge; shrink reduce decrease; increment advance
-bump; move shift relocate; swap exchange; replace substitute; fill populate; destroy dispose discard; skip
-bypass omit; ignore skip; keep retain preserve; hold keep; take grab; cancel abort; confirm verify; ensure
-guarantee; require need; missing absent; unique distinct; common shared; global universal; local inner;
-outer enclosing; simple basic plain; default standard; normal regular; custom special; general generic;
-specific particular; single individual; multiple many several; whole entire; main primary principal;
-extra additional; temp tmp temporary; raw unprocessed; big large huge; small little tiny; fast quick
-rapid; safe secure; exact precise; wrong incorrect; prefix leader; suffix ending; after later; inside
-within; above over; below under beneath; sender transmitter; receiver recipient; author writer creator;
-factory maker producer; generator producer; converter transformer translator; adapter wrapper; helper
-assistant; util helper; utils helpers; tool utility; scheduler planner; matcher comparator; validator
-checker verifier; finder locator seeker; modifier qualifier; definition declaration; action operation; op
-operation; command instruction; program application app; module component unit; components parts
-elements; library lib; version release; plugin extension addon; feature capability; details specifics;
-summary overview digest; description explanation; comment remark note; doc document; page sheet; question
-query; problem issue; fix repair patch; warning caution; attempt effort; goal objective aim; reason cause;
-future promise; password passphrase; permission privilege; member participant; email mail; region area
-zone; panel pane board; window frame; dialog popup; control widget; screen display; canvas surface; layer
-tier; shape form figure; box container; distance gap; speed velocity; direction heading orientation; step
-stage phase; round cycle turn; iteration pass; player participant; enemy foe opponent; health vitality;
-power energy strength; damage harm; attack strike; defense protection guard; stock inventory supply;
-product article; shop store; cart basket; payment charge; invoice bill; balance remainder; trade exchange
-deal; uniform even; mag range; found located; success ok; head front; tail rear; pending waiting; peer
-partner; socket endpoint; packet frame; event incident; table grid; cell slot; point spot; entity object;
-test check; post submit; menu options; measure gauge; string text; instance example; date day; back rear;
-bits flags; close shut; exception error; code source; click tap press; template pattern; cursor pointer;
-thread worker; hash digest; function method; case scenario; operator operation; address location; package
-bundle; open launch; exit quit leave; switch toggle; course track; system platform; retry reattempt;
-equal same; equals matches; loading fetching; footer bottom; letter char; intent purpose; available free;
-shutdown teardown; original initial; background backdrop; escape exit; effect impact; blur smear; refine
-polish; transport carrier; conflict clash; heartbeat ping; peek glance; enter input; rule policy; dump
-print; reload refresh; criterion condition; friend ally companion; visitor guest; resume proceed; activity
-screen; upgrade update; slice piece; rotate turn spin; collector gatherer; original source; domain realm;
-scope range; lock latch; expect anticipate; fail abort; assertion check; cookie token; fragment piece;
-i j k; e ex; l m; s str; c ch; n num; o obj; t tmp; w width; h height; msg message; err error; len size;
-val value; res result; req request; resp response; ctx context; cfg config; btn button; img image; cnt
-count; buf buffer; desc description; obj entity; lng num; sb builder
-"""
 
 
 def is_identifier(tok: str) -> bool:
@@ -196,8 +111,7 @@ def renamed_identifiers(before: str, after: str) -> set[str]:
 @lru_cache(maxsize=1)
 def _builtin() -> dict[str, tuple[str, ...]]:
     table: dict[str, list[str]] = {}
-    for group in _GROUPS.replace("\n", " ").split(";"):
-        words = group.split()
+    for words in _lines("synonym_groups.txt"):
         for word in words:
             table.setdefault(word, []).extend(s for s in words if s != word and s not in table[word])
     return {word: tuple(syns) for word, syns in table.items()}
@@ -412,64 +326,10 @@ def perturb_record(record: dict[str, str], code_fields: list[str], nl_fields: li
     return out, dict(sorted(renames.items())), None
 
 
-# Table I of the study: model, RQ, side; exp Avg Std Med; control Avg Std Med; count; ratio %.
-_TABLE_I_TEXT = """
-llama RQ1 Java 62.47 27.09 55.50 62.84 26.88 57.00 9.73 15.33
-llama RQ1 C# 58.86 28.18 51.00 59.63 28.23 51.50 9.27 15.49
-llama RQ1 NL 30.99 7.56 30.00 30.36 7.31 30.00 15.54 48.58
-llama RQ2 NL 90.49 22.59 86.00 99.22 29.07 95.00 27.58 30.15
-llama RQ3 Java 60.09 61.00 38.50 59.94 60.95 37.50 12.41 20.31
-llama RQ3 C# 61.13 68.37 40.50 61.13 68.50 39.00 13.20 21.25
-llama RQ4 Java 47.75 46.03 32.00 47.99 45.27 31.50 9.20 18.87
-llama RQ4 NL 63.70 46.04 47.50 63.94 46.47 48.00 12.32 19.04
-starcoder RQ1 Java 52.30 21.20 48.00 52.82 21.01 49.00 8.21 15.70
-starcoder RQ1 C# 52.01 22.53 49.00 52.58 22.44 49.00 7.86 15.11
-starcoder RQ1 NL 28.02 6.18 27.50 28.26 6.23 28.00 14.26 15.70
-starcoder RQ2 NL 86.77 23.10 81.00 96.66 25.78 90.50 26.66 30.72
-starcoder RQ3 Java 38.62 28.29 27.50 38.97 28.57 27.00 5.48 14.19
-starcoder RQ3 C# 38.84 28.86 28.00 39.15 28.96 28.50 5.82 14.98
-starcoder RQ4 Java 28.71 13.35 26.00 29.51 13.52 26.50 6.33 22.05
-starcoder RQ4 NL 45.02 22.99 38.00 45.90 23.28 39.00 10.46 23.23
-"""
-_TABLE_I = {tuple(line.split()[:3]): [float(v) for v in line.split()[3:]]
-            for line in _TABLE_I_TEXT.strip().splitlines()}
-# paper-llm file (folder, stem, field) -> Table I row; C#->Java files are the swapped RQ1/RQ3 sets.
-_TABLE_ROWS = {
-    ("RQ1RQ2", "java2csharp", "question"): "RQ1 Java", ("RQ1RQ2", "java2csharp", "answer"): "RQ1 C#",
-    ("RQ1RQ2", "csharp2java", "question"): "RQ1 C#", ("RQ1RQ2", "csharp2java", "answer"): "RQ1 Java",
-    ("RQ1RQ2", "java_summaries", "answer"): "RQ1 NL", ("RQ1RQ2", "java_generate", "question"): "RQ2 NL",
-    ("RQ3", "java2csharp", "question"): "RQ3 Java", ("RQ3", "java2csharp", "answer"): "RQ3 C#",
-    ("RQ3", "csharp2java", "question"): "RQ3 C#", ("RQ3", "csharp2java", "answer"): "RQ3 Java",
-    ("RQ4", "pair-genne", "code"): "RQ4 Java", ("RQ4", "pair-genne", "description"): "RQ4 NL",
-}
-
-
-def table_i_row(path: Path, field: str) -> dict[str, Any] | None:
-    """The study's Table I row for a field of one of its paper-llm files, else None."""
-    row = _TABLE_ROWS.get((Path(path).parent.name, Path(path).stem, field))
-    models = [p.lower() for p in Path(path).resolve().parts if p.lower() in ("llama", "starcoder")]
-    if not models or row is None:
-        return None
-    values = _TABLE_I[(models[-1], *row.split())]
-    names = ("exp_avg", "exp_std", "exp_med", "ctl_avg", "ctl_std", "ctl_med", "count", "ratio")
-    return {"row": f"{models[-1]} {row}", **dict(zip(names, values))}
-
-
 def load_records(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """(line number, record) of a JSON-lines file; blank lines are skipped."""
     path = Path(path)
-    lines = read_text_file(path).splitlines()
-    records = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise LabError(f"{path}: line {number}: not valid JSON ({exc.msg})") from None
-        if not isinstance(record, dict):
-            raise LabError(f"{path}: line {number}: not a JSON object")
-        records.append((number, record))
+    records = list(read_jsonl(path, where=lambda number: f"{path}: line {number}"))
     if not records:
         raise LabError(f"{path}: no records")
     return records
@@ -482,6 +342,7 @@ def _looks_like_code(text: str) -> bool:
 
 def _choose_fields(path: Path, records: list[tuple[int, dict[str, Any]]], code: list[str] | None,
                    nl: list[str] | None) -> tuple[list[str], list[str]]:
+    code, nl = (None if names is None else list(names) for names in (code, nl))
     known = list(records[0][1])
     for name in (code or []) + (nl or []):
         if name not in known:
@@ -517,49 +378,51 @@ def _pair_stats(before: list[str], after: list[str]) -> dict[str, Any]:
             "per_sample": counts}
 
 
-def _write_jsonl_atomic(path: Path, records: list[dict[str, Any]]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for record in records:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+@dataclass
+class PerturbConfig:
+    """One perturbation. Every option of `lab perturb` is declared here, once."""
+    input_file: Path = param(help="JSON-lines records (the study's paper-llm layout).",
+                             argument=True)
+    seed: int = param(0, "Seeds every choice: same input and seed, same bytes.")
+    tolerance: float = param(0.1, "Largest relative change of a side's characters or sub-tokens.")
+    strict: bool = param(False, "Refuse a sample that cannot be perturbed.")
+    out: Path | None = param(None, "Write the perturbed file and OUT.report.json.")
+    compare: Path | None = param(None, "The study's manual _perturbed twin.")
+    code_fields: tuple[str, ...] | None = param(None, "Code fields (default: detected).")
+    nl_fields: tuple[str, ...] | None = param(None, "Natural-language fields (default: the "
+                                                    "others).")
+    wordnet: bool = param(True, "Also take synonyms from WordNet.")
+    force: bool = param(False, "Replace an existing output file.")
 
 
-def run_perturb(input_path: Path, seed: int = 0, tolerance: float = 0.1, strict: bool = False,
-                out: Path | None = None, compare: Path | None = None,
-                code_fields: list[str] | None = None, nl_fields: list[str] | None = None,
-                wordnet: bool = True, force: bool = False) -> dict[str, Any]:
+def run_perturb(input_file: Path, **options: Any) -> dict[str, Any]:
     """Perturb every record of `input_path`; with `out` write it and `out`.report.json; with
     `compare` (the manual `_perturbed` twin) also measure the study's own perturbation."""
-    input_path = Path(input_path)
-    if tolerance < 0:
-        raise LabError(f"--tolerance must be >= 0, got {tolerance}")
-    check_numbers(seed=seed)
+    cfg = PerturbConfig(input_file=Path(input_file), **options)
+    out = cfg.out
+    if cfg.tolerance < 0:
+        raise LabError(f"--tolerance must be >= 0, got {cfg.tolerance}")
+    check_numbers(seed=cfg.seed)
     if out is not None:
         out = Path(out)
-        if out.resolve() == input_path.resolve():
+        if out.resolve() == cfg.input_file.resolve():
             raise LabError(f"{out}: output would overwrite the input")
         # The perturbed file is recognised by its OUT.report.json (kind lab-perturbation).
-        check_output(out, force, "lab-perturbation", [input_path, compare], what="file")
+        check_output(out, cfg.force, "lab-perturbation", [cfg.input_file, cfg.compare], what="file")
         report_file = out.with_name(out.name + ".report.json")
-        check_output(report_file, True, "lab-perturbation", [input_path, compare], what="file")
+        check_output(report_file, True, "lab-perturbation", [cfg.input_file, cfg.compare], what="file")
         if not out.parent.is_dir():
             raise LabError(f"{out.parent}: output folder does not exist")
-    records = load_records(input_path)
-    code, nl = _choose_fields(input_path, records, code_fields, nl_fields)
+    records = load_records(cfg.input_file)
+    code, nl = _choose_fields(cfg.input_file, records, cfg.code_fields, cfg.nl_fields)
     perturbed, samples, unperturbed = [], [], []
     for index, (number, record) in enumerate(records):
-        rng = random.Random(f"perturb:{seed}:{index}")  # str seeds hash with sha512: stable
-        new, renames, reason = perturb_record(record, code, nl, rng, tolerance, wordnet)
+        rng = random.Random(f"perturb:{cfg.seed}:{index}")  # str seeds hash with sha512: stable
+        new, renames, reason = perturb_record(record, code, nl, rng, cfg.tolerance, cfg.wordnet)
         if reason is not None:
-            if strict:
-                raise LabError(f"{input_path}: sample {index} (line {number}): cannot be perturbed "
-                               f"within tolerance {tolerance}: {reason}")
+            if cfg.strict:
+                raise LabError(f"{cfg.input_file}: sample {index} (line {number}): cannot be perturbed "
+                               f"within tolerance {cfg.tolerance}: {reason}")
             unperturbed.append({"index": index, "line": number, "reason": reason})
         perturbed.append(new)
         samples.append({"index": index, "renames": renames,  # [contaminated, perturbed] pairs:
@@ -572,20 +435,20 @@ def run_perturb(input_path: Path, seed: int = 0, tolerance: float = 0.1, strict:
         for sample, count in zip(samples, stats.pop("per_sample")):
             sample.setdefault("perturbed_tokens", {})[f] = count
         fields.append({"field": f, "kind": "code" if f in code else "nl", **stats,
-                       "table_i": table_i_row(input_path, f)})
+                       "table_i": table_i_row(cfg.input_file, f)})
     report: dict[str, Any] = {
-        "kind": "lab-perturbation", "input": str(input_path), "input_sha256": sha256_file(input_path), "seed": seed,
-        "tolerance": tolerance, "wordnet": wordnet, "strict": strict,
+        "kind": "lab-perturbation", "input": str(cfg.input_file), "input_sha256": sha256_file(cfg.input_file), "seed": cfg.seed,
+        "tolerance": cfg.tolerance, "wordnet": cfg.wordnet, "strict": cfg.strict,
         "lab_version": lab.__version__, "code_fields": code, "nl_fields": nl,
         "token_definition": "lab code_tokens, identifiers split into sub-tokens (table_tokens)",
         "records": len(records), "perturbed": len(records) - len(unperturbed),
         "unperturbed": unperturbed, "fields": fields, "compare": None, "samples": samples,
         "keep_lab_tokens": sum(all(a == b for a, b in s["lab_tokens"].values()) for s in samples),
     }
-    if compare is not None:
-        report["compare"] = _compare(input_path, records, report, Path(compare))
+    if cfg.compare is not None:
+        report["compare"] = _compare(cfg.input_file, records, report, Path(cfg.compare))
     if out is not None:
-        _write_jsonl_atomic(out, perturbed)
+        write_jsonl(out, perturbed, sort_keys=False)
         report["out"], report["report"] = str(out), str(out.with_name(out.name + ".report.json"))
         write_json_atomic(Path(report["report"]), report)
     return report
