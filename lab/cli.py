@@ -327,14 +327,23 @@ def study(
         raise LabError(f"{folder}: exists and is not a study directory")
     if dry_run:
         plan = run_study(parsed, folder, corpora, dry_run=True, executor=executor, workers=workers)
+        from lab.study.cost import gpu_assumptions
+
         rows = [{"stage": r["kind"], "count": r["stages"], "done": r["done"],
                  "tokens": f"{r['tokens'] / 1e6:,.2f} M", "FLOPs": f"{r['flops']:.2e}",
-                 "est. CPU time": _duration(r["seconds"])} for r in plan["estimate"]]
+                 "est. CPU time": _duration(r["seconds"]),
+                 **{f"{gpu} GPU-h": f"{hours:,.1f}" for gpu, hours in r["gpu_hours"].items()}}
+                for r in plan["estimate"]]
         total = sum(r["seconds"] for r in plan["estimate"])
+        gpus = {gpu: sum(r["gpu_hours"][gpu] for r in plan["estimate"])
+                for gpu in plan["estimate"][0]["gpu_hours"]}
         console.print(_table(f"{parsed.name}: {plan['stages']} stages, {plan['done']} done -> {folder}",
                              rows, list(rows[0])))
         console.print(f"estimated: {_duration(total)} on a 2-core CPU with one worker "
-                      f"({sum(r['flops'] for r in plan['estimate']):.2e} FLOPs)")
+                      f"({sum(r['flops'] for r in plan['estimate']):.2e} FLOPs); "
+                      + ", ".join(f"{hours:,.1f} {gpu} GPU-hours" for gpu, hours in gpus.items()),
+                      markup=False, soft_wrap=True)
+        console.print(gpu_assumptions(), markup=False, soft_wrap=True)
         for problem in plan["problems"]:
             console.print(f"cannot start here: {problem}", markup=False, highlight=False,
                           soft_wrap=True)

@@ -1,9 +1,16 @@
 """What a study will cost before it runs: tokens, FLOPs and a CPU-time estimate per stage kind.
 
 FLOPs follow the usual 6 x parameters x tokens for training and 2 x parameters x tokens for
-generation. Time is FLOPs over the throughput this lab reaches on a 2-core CPU box (measured with
-benchmarks/pretrain_throughput.py and benchmarks/generation.py on the tiny preset); on other
-hardware, scale the FLOPs column by its own throughput.
+generation. CPU time is FLOPs over the throughput this lab reaches on a 2-core CPU box (measured
+with benchmarks/pretrain_throughput.py and benchmarks/generation.py on the tiny preset).
+
+GPU-hours are FLOPs over a named GPU's peak dense bf16 FLOP/s times an assumed model FLOPs
+utilisation (MFU), both printed beside the estimate. The training MFU is anchored on a public
+run of the same model size: nanoGPT's GPT-2 124M on OpenWebText (karpathy/nanoGPT README and
+config/train_gpt2.py: 600,000 iterations of 491,520 tokens, about 295B tokens, in about 4 days
+on one 8xA100 40GB node) is about 107k tokens/s per A100, 6 x 124M x 107k = 7.9e13 FLOP/s, 25%
+of the A100's 312 TFLOP/s. Decoding token by token is bound by memory bandwidth, not FLOPs:
+its MFU is far lower (assumed 2%, the order batched greedy decoding of a 125M model reaches).
 """
 from __future__ import annotations
 
@@ -18,6 +25,11 @@ CSN_DOCUMENT_CHARS = 740     # mean CSN-format Java method
 TRAIN_FLOPS_PER_SECOND = 70e9     # tiny GPT-2: 2,150 useful tokens/s at ~5.3M parameters
 GENERATE_FLOPS_PER_SECOND = 15e9  # batched greedy decoding, KV cache, tiny preset
 INJECT_SECONDS_PER_BASE_DOCUMENT = 6e-5  # 7 s for the full 120k-document corpus
+# Named GPUs: peak dense bf16 FLOP/s from the vendors' datasheets (without sparsity).
+GPU_PEAK_BF16 = {"A100": 312e12, "H100": 989e12}
+# Model FLOPs utilisation assumed per kind of work (see the module docstring for the anchor).
+MFU = {"train": 0.25, "generate": 0.02}
+WORK = {"pretrain": "train", "finetune": "train", "evaluate": "generate", "probe": "generate"}
 STAGE_OVERHEAD_SECONDS = {"inject": 2, "tokenizer": 5, "pretrain": 10, "finetune": 8, "evaluate": 5,
                           "probe": 5}
 
@@ -84,7 +96,8 @@ def arm_tokens(recipe: Recipe, setting: str, bench: dict[str, Any], arm_document
 
 
 def estimate(recipe: Recipe, stages: list[Any], study: Path) -> list[dict[str, Any]]:
-    """One row per stage kind: stages, already done, tokens, FLOPs and estimated CPU seconds."""
+    """One row per stage kind: stages, already done, tokens, FLOPs, estimated CPU seconds and
+    GPU-hours on each named GPU (gpu_hours)."""
     bench = _benchmark_sizes(recipe)
     test_n, test_in, test_out = bench["test"]
     train_n, train_in, train_out = bench["train"]
@@ -130,4 +143,23 @@ def estimate(recipe: Recipe, stages: list[Any], study: Path) -> list[dict[str, A
         row["tokens"] += tokens
         row["flops"] += flops
         row["seconds"] += seconds
+    for row in rows.values():
+        row["gpu_hours"] = gpu_hours(row["kind"], row["flops"])
     return list(rows.values())
+
+
+def gpu_hours(kind: str, flops: float) -> dict[str, float]:
+    """GPU-hours of a stage kind's FLOPs on each named GPU at the assumed MFU (stages that do
+    not compute on a GPU, inject and tokenizer, count none)."""
+    work = WORK.get(kind)
+    if work is None:
+        return {gpu: 0.0 for gpu in GPU_PEAK_BF16}
+    return {gpu: flops / (peak * MFU[work]) / 3600 for gpu, peak in GPU_PEAK_BF16.items()}
+
+
+def gpu_assumptions() -> str:
+    """The peaks and MFUs behind the GPU-hours, as one line for the dry run."""
+    peaks = ", ".join(f"{gpu} {peak / 1e12:.0f} TFLOP/s" for gpu, peak in GPU_PEAK_BF16.items())
+    return (f"GPU-hours at peak dense bf16 ({peaks}) x MFU {MFU['train']:.0%} for training, "
+            f"{MFU['generate']:.0%} for generation (anchor: nanoGPT's GPT-2 124M on 8xA100, about "
+            "107k tokens/s per GPU, 25% MFU)")
