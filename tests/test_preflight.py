@@ -253,3 +253,22 @@ def test_cli_with_meteor_and_no_wordnet_fails_before_pre_training(corpora_root, 
                                  tmp_path, str(corpora_root), timeout=180, prelude=prelude)
     _assert_one_line_error(result, "(1 problem)", WORDNET_MISSING)
     assert list(out.iterdir()) == []
+
+
+def test_gpu_hours_reproduce_their_anchor_and_reach_the_dry_run():
+    """The training MFU is anchored on nanoGPT's GPT-2 124M: 600,000 steps of 491,520 tokens in
+    about 4 days on 8 A100s, i.e. 768 A100-hours; the estimate for those FLOPs must give that
+    back, and `lab study --dry-run` must print GPU-hours beside the CPU estimate."""
+    from lab.study.cost import GPU_PEAK_BF16, gpu_hours
+
+    anchor = gpu_hours("pretrain", 6 * 124e6 * 600_000 * 491_520)
+    assert anchor["A100"] == pytest.approx(4 * 24 * 8, rel=0.05)
+    assert anchor["H100"] == pytest.approx(anchor["A100"] * GPU_PEAK_BF16["A100"] / GPU_PEAK_BF16["H100"])
+    assert gpu_hours("inject", 1e18) == {gpu: 0.0 for gpu in GPU_PEAK_BF16}
+    result = subprocess.run([sys.executable, "-m", "lab.cli", "study",
+                             str(Path(__file__).resolve().parents[1] / "recipes/paper/rq5-epoch-sweep.yaml"),
+                             "--dry-run", "--out", "unused-study"], capture_output=True, text=True,
+                            env={**os.environ, "COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr
+    assert "A100 GPU-h" in result.stdout and "H100 GPU-h" in result.stdout
+    assert "A100 GPU-hours" in result.stdout and "MFU 25% for training" in result.stdout
