@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from lab.common import LabError
+from lab.common import LabError, option_name
 from lab.contamination.audit import run_audit
 from lab.contamination.inject import InjectConfig  # the configs declare their commands' options
 from lab.eval.generate import EvaluateConfig
@@ -69,7 +69,7 @@ def options_of(config: Any) -> Callable[[Callable[[Any], None]], Callable[..., N
             required = f.default is dataclasses.MISSING
             default = ... if required else (",".join(f.default) if is_list and f.default
                                              else f.default)
-            name = f.metadata.get("option") or "--" + f.name.replace("_", "-")
+            name = option_name(f)
             if kind is bool and not f.metadata.get("flag"):
                 name = f"{name}/--no-{name[2:]}"
             meaning = f.metadata.get("help", "") + (" Comma-separated." if is_list else "")
@@ -574,6 +574,11 @@ def llm_eval(cfg: LlmEvalConfig) -> None:
 
 def main(argv: Optional[List[str]] = None) -> None:
     """Console entry point: user errors become one line on stderr and exit code 2."""
+    if os.environ.get("LAB_DIE_WITH_PARENT") == "1":
+        # A rank started by a study's launcher: die with the launcher (its runner's child).
+        from lab.study.runner import die_with_parent
+
+        die_with_parent()
     try:
         result = app(args=argv, standalone_mode=False)
     except LabError as exc:

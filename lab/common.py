@@ -43,6 +43,32 @@ def corpora_param() -> Any:
                  option="--corpora")
 
 
+def option_name(field: Any) -> str:
+    """The command-line option of a config field (`--batch-size`, or its declared option)."""
+    return field.metadata.get("option") or "--" + field.name.replace("_", "-")
+
+
+def command_line(cfg: Any) -> list[str]:
+    """The options that give `cfg` back when its command parses them (the way a stage hands
+    its config to a launcher that starts the command in other processes): every field shown
+    on the command line whose value differs from its default."""
+    args: list[str] = []
+    for field in dataclasses.fields(cfg):
+        value = getattr(cfg, field.name)
+        if not field.metadata.get("cli", True) or value == field.default or value is None:
+            continue
+        name = option_name(field)
+        if field.metadata.get("argument"):
+            args.append(str(value))
+        elif isinstance(value, bool):
+            args.append(name if value else "--no-" + name[2:])
+        elif isinstance(value, (tuple, list)):
+            args += [name, ",".join(str(v) for v in value)]
+        else:
+            args += [name, str(value)]
+    return args
+
+
 def default_of(config: Any, name: str) -> Any:
     """The declared default of a config dataclass field."""
     return config.__dataclass_fields__[name].default

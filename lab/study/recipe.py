@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from lab.common import SEED_MAX, LabError, param
+from lab.common import SEED_MAX, LabError, default_of, param
 from lab.contamination import settings as settings_table
 from lab.contamination.inject import InjectConfig
 from lab.eval.generate import EvaluateConfig
@@ -164,13 +164,35 @@ class StatisticsSection:
     alpha: float = param(ALPHA, "Significance level of the tests and power notes.")
 
 
+LAUNCHERS = ("torchrun", "deepspeed")
+
+
+@dataclass
+class PretrainResources:
+    """How each pre-training runs. What can change its result is part of the stage key: the
+    number of ranks (pretrain.batch_size is per rank, so the global batch grows with it) and
+    the DeepSpeed config (its contents); the launcher cannot, and is not."""
+    processes: int = param(1, "Ranks per node: 1 runs the pre-training in the stage's own process, "
+                              "more start it under the launcher, one rank per GPU (gloo ranks "
+                              "on a CPU).")
+    nodes: int = param(1, "Nodes per pre-training (a SLURM job's nodes; locally 1).")
+    launcher: str = param("torchrun", "What starts the ranks: " + " or ".join(LAUNCHERS) + ".")
+    deepspeed: str | None = param(None, "DeepSpeed config: zero1, zero2, zero3 "
+                                        "(recipes/deepspeed/) or a JSON file; null: plain DDP.")
+    save_steps: int = param(default_of(PretrainConfig, "save_steps"),
+                            "Checkpoint every N steps, to resume an interrupted pre-training from "
+                            "(not part of the key: the weights do not depend on it).")
+
+
 @dataclass
 class ResourcesSection:
     # A float sum depends on how many threads share it, so the thread count is fixed for the
     # whole study, whatever the executor, worker count or load.
     threads: int | None = param(None, "torch threads of every stage (null: this machine's cores "
                                       "when the study starts, recorded in STUDY/study.json, "
-                                      "where a resumed run finds them).")
+                                      "where a resumed run finds them); split evenly among the "
+                                      "ranks of a multi-process pre-training.")
+    pretrain: PretrainResources = field(default_factory=PretrainResources)
 
 
 @dataclass
@@ -437,6 +459,33 @@ def _check(recipe: Recipe) -> None:
         fail("finetune.select", "choose last or best")
     if recipe.resources.threads is not None and recipe.resources.threads < 1:
         fail("resources.threads", f"expected int >= 1 or null, got {recipe.resources.threads}")
+    launch = recipe.resources.pretrain
+    for path, value in (("resources.pretrain.processes", launch.processes),
+                        ("resources.pretrain.nodes", launch.nodes)):
+        if not 1 <= value <= 4096:
+            fail(path, f"expected int in 1..4096, got {value}")
+    if launch.save_steps < 1:
+        fail("resources.pretrain.save_steps", f"expected int >= 1, got {launch.save_steps}")
+    if launch.launcher not in LAUNCHERS:
+        fail("resources.pretrain.launcher", f"{_show(launch.launcher)}: choose from "
+             f"{', '.join(LAUNCHERS)}")
+    if launch.deepspeed is not None:
+        try:
+            deepspeed_config(launch.deepspeed)
+        except LabError as exc:
+            fail("resources.pretrain.deepspeed", str(exc))
+
+
+DEEPSPEED_CONFIGS = Path(__file__).resolve().parents[2] / "recipes" / "deepspeed"
+
+
+def deepspeed_config(name: str) -> Path:
+    """The DeepSpeed JSON file a recipe names: zero1/zero2/zero3 (recipes/deepspeed/) or a path."""
+    path = DEEPSPEED_CONFIGS / f"{name}.json" if "/" not in name and not name.endswith(".json") \
+        else Path(name)
+    if not path.is_file():
+        raise LabError(f"{name}: no such DeepSpeed config (zero1, zero2, zero3 or a JSON file)")
+    return path
 
 
 def apply_override(data: dict[str, Any], assignment: str) -> None:

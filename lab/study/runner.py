@@ -19,15 +19,19 @@ import shutil
 import sys
 import time
 import traceback
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from lab.common import LabError, default_of, environment_record, write_json_atomic
+from lab.common import (LabError, command_line, default_of, environment_record, sha256_file,
+                        write_json_atomic)
 from lab.contamination import settings as settings_table
-from lab.study.recipe import KEY_NEUTRAL_DEFAULTS, Recipe, recipe_dict, recipe_from_dict
+from lab.study.recipe import (KEY_NEUTRAL_DEFAULTS, Recipe, deepspeed_config, recipe_dict,
+                              recipe_from_dict)
 from lab.tokenizer import TokenizerConfig
 from lab.train.finetune import FinetuneConfig, get_task, task_for_benchmark
+from lab.train.pretrain import PretrainConfig
 
 RESULTS = "results.csv"
 SAMPLES = "samples.csv"
@@ -41,11 +45,16 @@ class Stage:
     config: dict[str, Any]
     inputs: list["Stage"] = field(default_factory=list)
     labels: dict[str, Any] = field(default_factory=dict)
+    # How a pre-training runs (recipe resources.pretrain): only what can change its result
+    # enters the key (launch_key), so a stage run by other means is still found done.
+    launch: dict[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
-        payload = json.dumps({"kind": self.kind, "config": self.config,
-                              "inputs": [s.key for s in self.inputs]}, sort_keys=True)
+        payload = {"kind": self.kind, "config": self.config, "inputs": [s.key for s in self.inputs]}
+        if launch_key(self.launch):
+            payload["launch"] = launch_key(self.launch)
+        payload = json.dumps(payload, sort_keys=True)
         return f"{self.kind}-{hashlib.sha256(payload.encode()).hexdigest()[:12]}"
 
     def out(self, study: Path) -> Path:
@@ -55,6 +64,18 @@ class Stage:
         # The file each kind writes last, inside its atomically renamed directory.
         return any((self.out(study) / name).is_file()
                    for name in ("manifest.json", "metrics.json", "summary.json"))
+
+
+def launch_key(launch: dict[str, Any]) -> dict[str, Any]:
+    """What of a pre-training's launch can change its weights: the world size (the batch is per
+    rank) and the DeepSpeed config's contents. Nothing for one plain process (older keys)."""
+    keyed: dict[str, Any] = {}
+    world = launch.get("processes", 1) * launch.get("nodes", 1)
+    if world != 1:
+        keyed["world_size"] = world
+    if launch.get("deepspeed"):
+        keyed["deepspeed_sha256"] = sha256_file(deepspeed_config(launch["deepspeed"]))
+    return keyed
 
 
 def _keyed(recipe: Recipe, section: str) -> dict[str, Any]:
@@ -103,7 +124,8 @@ def expand(recipe: Recipe) -> list[Stage]:
                 pre = Stage("pretrain", {"model": model, "preset": recipe.preset, "seed": seed,
                                          **_keyed(recipe, "pretrain")},
                             [arm_stage[(arm, seed)], tokenizer],
-                            labels={"model": model, "arm": arm, "seed": seed})
+                            labels={"model": model, "arm": arm, "seed": seed},
+                            launch=dataclasses.asdict(recipe.resources.pretrain))
                 stages.append(pre)
                 stages += _probes(recipe, pre, arm, seed, arm_stage)
                 for epochs in recipe.finetune.epochs:
@@ -223,17 +245,17 @@ def run_stage(stage: Stage, study: Path, corpora_dir: Path | None, threads: int,
             if stage.done(study):  # another runner may have finished it while we waited
                 return
             if not capture:
-                _run_stage_unlocked(stage, study, corpora_dir)
+                _run_stage_unlocked(stage, study, corpora_dir, threads)
                 return
             with _output_to(stage_log(stage, study)):
-                _run_stage_unlocked(stage, study, corpora_dir)
+                _run_stage_unlocked(stage, study, corpora_dir, threads)
     finally:
         # A stage run in the lab's own process leaves it as it found it (the next caller, a
         # test or a notebook, keeps its own thread count).
         torch.set_num_threads(before)
 
 
-def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None) -> None:
+def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None, threads: int) -> None:
     out = stage.out(study)
     cfg = stage.config
     if stage.kind == "inject":
@@ -248,12 +270,19 @@ def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None) -> 
                                    corpora_dir=corpora_dir, force=True)
         write_json_atomic(out / "manifest.json", manifest)
     elif stage.kind == "pretrain":
-        from lab.train.pretrain import PretrainConfig, run_pretrain
+        from lab.train.pretrain import run_pretrain
 
         partial = out.with_name(out.name + ".partial")
-        run_pretrain(PretrainConfig(
+        launch = stage.launch or {}
+        config = PretrainConfig(
             **cfg, corpus=stage.inputs[0].out(study), tokenizer=stage.inputs[1].out(study) / "tokenizer",
-            out=out, resume=partial.exists(), cache_dir=study / "cache"))
+            out=out, resume=partial.exists(), cache_dir=study / "cache",
+            deepspeed=deepspeed_config(launch["deepspeed"]) if launch.get("deepspeed") else None,
+            save_steps=launch.get("save_steps", default_of(PretrainConfig, "save_steps")))
+        if launch_key(launch) or launch.get("deepspeed"):
+            launch_ranks(config, launch, threads)
+        else:
+            run_pretrain(config)
     elif stage.kind == "probe":
         from lab.eval.probe import run_probe
 
@@ -281,6 +310,54 @@ def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None) -> 
         run_evaluate(**{**options, "metrics": tuple(cfg["metrics"])},
                      model=stage.inputs[0].out(study), ids=ids, out=out, force=True,
                      corpora_dir=corpora_dir, benchmark=benchmark)
+
+
+def rank_command(cfg: Any, launch: dict[str, Any]) -> list[str]:
+    """The command that starts `lab pretrain` with `cfg` on every rank of one node."""
+    processes = str(launch.get("processes", 1))
+    if launch.get("launcher", "torchrun") == "deepspeed":
+        start = ["deepspeed", "--num_nodes", "1", "--num_gpus", processes, "--module"]
+    else:
+        start = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+                 "--nproc_per_node", processes, "-m"]
+    return [*start, "lab.cli", "pretrain", *command_line(cfg)]
+
+
+def launch_ranks(cfg: Any, launch: dict[str, Any], threads: int) -> None:
+    """Run one pre-training as `processes` ranks under its launcher, in this process's output,
+    and wait. The launcher dies with this process, and each rank with the launcher
+    (LAB_DIE_WITH_PARENT), so a killed study leaves no rank behind; an interrupted run keeps
+    OUT.partial and its checkpoints, from which the next run resumes."""
+    import subprocess
+
+    if launch.get("nodes", 1) != 1:
+        raise LabError(f"resources.pretrain.nodes {launch['nodes']}: more than one node needs "
+                       "--executor slurm")
+    processes = launch.get("processes", 1)
+    env = {**os.environ, "LAB_DIE_WITH_PARENT": "1",
+           "OMP_NUM_THREADS": str(max(1, threads // processes))}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    launcher = subprocess.Popen(rank_command(cfg, launch), env=env, preexec_fn=die_with_parent)
+    try:
+        code = launcher.wait()
+    except BaseException:
+        launcher.terminate()  # the launcher stops its ranks
+        try:
+            launcher.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            launcher.kill()
+        raise
+    if code != 0:
+        raise LabError(f"pre-training on {processes} ranks failed (exit {code}); its log says why")
+
+
+def die_with_parent() -> None:
+    """In a child: get SIGKILL when the parent dies (Linux), so no stage outlives its runner."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def collect(recipe: Recipe, stages: list[Stage], study: Path) -> tuple[Path, Path]:
@@ -364,12 +441,9 @@ def describe(stage: Stage) -> str:
 
 
 def _worker_init() -> None:
-    if sys.platform.startswith("linux"):
-        # Die with the runner: a killed `lab study` must not leave workers finishing stages
-        # behind the back of the run that resumes it (PR_SET_PDEATHSIG = 1, SIGKILL).
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+    # Die with the runner: a killed `lab study` must not leave workers finishing stages
+    # behind the back of the run that resumes it.
+    die_with_parent()
     # Ctrl-C reaches the whole process group: the runner answers it with one line and its exit
     # takes the workers down (above); a worker's own KeyboardInterrupt traceback would only add
     # noise to the terminal.
@@ -598,8 +672,10 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
         # Fields added to the schema since the study began take their defaults, so an older
         # study resumes; any real difference is refused and named.
         # The thread count is checked against what the study recorded (study_threads).
+        # Resources may differ (a study begun on a laptop goes on on a cluster): the thread
+        # count is checked below, and a launch that changes results changes the stage keys.
         changed = [d for d in _differences(recipe_dict(previous), recipe_dict(recipe))
-                   if d != "resources.threads"]
+                   if not d.startswith("resources.")]
         if changed:
             raise LabError(f"{recorded}: the study directory holds another recipe (differs in "
                            f"{', '.join(changed[:3])}; use a new --out)")
