@@ -109,3 +109,30 @@ def test_two_ranks_killed_mid_pretraining_resume_to_the_same_weights(root, plain
     assert (manifest["resumed_from"] or "").startswith("checkpoint-")
     assert manifest["final_weights_sha256"] == reference["final_weights_sha256"]
     assert "done pretrain" in resumed
+
+
+def test_submitit_runs_the_ranks_as_tasks_of_one_job_to_the_same_weights(root, plain):
+    """--executor submitit-local: the pre-training is one job of 2 tasks, each a rank (no
+    launcher); the weights equal those of the torchrun ranks."""
+    pytest.importorskip("submitit")
+    _, reference = plain
+    _finish(_study(root, "submitit", "--set", "resources.pretrain.save_steps=5",
+                   "--executor", "submitit-local"))
+    manifest = _pretrained(root / "submitit")
+    assert manifest["world_size"] == 2
+    assert manifest["final_weights_sha256"] == reference["final_weights_sha256"]
+    jobs = list((root / "submitit" / "submitit").glob("*_1_log.out"))
+    assert jobs, "no job ran a second task"
+
+
+def test_job_parameters_of_a_paper_study_on_slurm_match_the_golden_file():
+    from lab.study.recipe import load_recipe
+    from lab.study.runner import expand, job_parameters
+
+    recipe = load_recipe(REPO / "recipes" / "paper" / "rq5-epoch-sweep.yaml",
+                         ["resources.pretrain.processes=8", "resources.pretrain.deepspeed=zero2"])
+    jobs = {}
+    for stage in expand(recipe):
+        jobs.setdefault(stage.kind, job_parameters(stage, "slurm", 16, {"slurm_partition": "gpu"}))
+    golden = REPO / "tests" / "golden" / "slurm-jobs.json"
+    assert jobs == json.loads(golden.read_text(encoding="utf-8"))

@@ -270,19 +270,11 @@ def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None, thr
                                    corpora_dir=corpora_dir, force=True)
         write_json_atomic(out / "manifest.json", manifest)
     elif stage.kind == "pretrain":
-        from lab.train.pretrain import run_pretrain
-
-        partial = out.with_name(out.name + ".partial")
         launch = stage.launch or {}
-        config = PretrainConfig(
-            **cfg, corpus=stage.inputs[0].out(study), tokenizer=stage.inputs[1].out(study) / "tokenizer",
-            out=out, resume=partial.exists(), cache_dir=study / "cache",
-            deepspeed=deepspeed_config(launch["deepspeed"]) if launch.get("deepspeed") else None,
-            save_steps=launch.get("save_steps", default_of(PretrainConfig, "save_steps")))
         if launch_key(launch) or launch.get("deepspeed"):
-            launch_ranks(config, launch, threads)
+            launch_ranks(pretrain_config(stage, study), launch, threads)
         else:
-            run_pretrain(config)
+            _pretrain_here(stage, study)
     elif stage.kind == "probe":
         from lab.eval.probe import run_probe
 
@@ -310,6 +302,26 @@ def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None, thr
         run_evaluate(**{**options, "metrics": tuple(cfg["metrics"])},
                      model=stage.inputs[0].out(study), ids=ids, out=out, force=True,
                      corpora_dir=corpora_dir, benchmark=benchmark)
+
+
+def pretrain_config(stage: Stage, study: Path, resume: bool | None = None) -> PretrainConfig:
+    """The PretrainConfig of a pre-training stage: its keyed config, its inputs and its launch;
+    it resumes OUT.partial when there is one (or as `resume` says)."""
+    out, launch = stage.out(study), stage.launch or {}
+    if resume is None:
+        resume = out.with_name(out.name + ".partial").exists()
+    return PretrainConfig(
+        **stage.config, corpus=stage.inputs[0].out(study),
+        tokenizer=stage.inputs[1].out(study) / "tokenizer", out=out, resume=resume,
+        cache_dir=study / "cache",
+        deepspeed=deepspeed_config(launch["deepspeed"]) if launch.get("deepspeed") else None,
+        save_steps=launch.get("save_steps", default_of(PretrainConfig, "save_steps")))
+
+
+def _pretrain_here(stage: Stage, study: Path, resume: bool | None = None) -> None:
+    from lab.train.pretrain import run_pretrain
+
+    run_pretrain(pretrain_config(stage, study, resume))
 
 
 def rank_command(cfg: Any, launch: dict[str, Any]) -> list[str]:
@@ -483,13 +495,63 @@ def _submitter(executor: str, workers: int, threads: int, study: Path, corpora_d
     folder = study / "submitit"
     if executor == "slurm":
         pool = submitit.AutoExecutor(folder=folder, cluster="slurm")
-        pool.update_parameters(**{"timeout_min": 24 * 60, "name": "lab-study", **(slurm or {})})
     else:
         pool = submitit.LocalExecutor(folder=folder)
-        pool.update_parameters(timeout_min=24 * 60)
-    return (lambda stage: _SubmititHandle(pool.submit(run_stage, stage, study, corpora_dir, threads),
-                                          stage),
-            lambda: None)
+
+    def submit(stage: Stage) -> _SubmititHandle:
+        # One executor, its parameters set for each job: a multi-rank pre-training is one job of
+        # `processes` tasks per node (one rank each), every other stage a one-task job.
+        pool.update_parameters(**job_parameters(stage, executor, threads, slurm or {}))
+        if stage.kind == "pretrain" and _world(stage.launch) > 1:
+            # Every rank must agree on resuming: decided once, here, not by each task.
+            partial = stage.out(study).with_name(stage.key + ".partial")
+            job = pool.submit(run_rank, stage, study, threads, partial.exists())
+        else:
+            job = pool.submit(run_stage, stage, study, corpora_dir, threads)
+        return _SubmititHandle(job, stage)
+
+    return submit, lambda: None
+
+
+def _world(launch: dict[str, Any]) -> int:
+    return launch.get("processes", 1) * launch.get("nodes", 1)
+
+
+def job_parameters(stage: Stage, executor: str, threads: int, slurm: dict[str, Any]
+                   ) -> dict[str, Any]:
+    """submitit parameters of one stage's job. `slurm` (--slurm key=value) applies to every job;
+    a multi-rank pre-training asks for its nodes, one task per rank and, on SLURM, one GPU per
+    rank; everything else is one task (on the GPUs --slurm gives, if any)."""
+    base: dict[str, Any] = {"timeout_min": 24 * 60}
+    if executor == "slurm":
+        base.update(name=f"lab-{stage.kind}", cpus_per_task=threads)
+    world = _world(stage.launch)
+    if stage.kind == "pretrain" and world > 1:
+        processes = stage.launch.get("processes", 1)
+        ranks = {"nodes": stage.launch.get("nodes", 1), "tasks_per_node": processes}
+        if executor == "slurm":
+            ranks.update(gpus_per_node=processes, cpus_per_task=max(1, threads // processes))
+        return {**base, **slurm, **ranks}
+    return {**base, **slurm, "tasks_per_node": 1, **({"nodes": 1} if executor == "slurm" else {})}
+
+
+def run_rank(stage: Stage, study: Path, threads: int, resume: bool) -> None:
+    """One task of a multi-rank pre-training job: the scheduler started one per rank; submitit
+    tells each its rank and the rendezvous (RANK, WORLD_SIZE, MASTER_ADDR, ...), and each runs
+    `lab pretrain` itself, no launcher in between. Rank 0 holds the stage's lock and clears
+    what a killed run left; the others meet it at the rendezvous."""
+    import submitit
+    import torch
+
+    submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    torch.set_num_threads(max(1, threads // _world(stage.launch)))
+    if int(os.environ["RANK"]) != 0:
+        _pretrain_here(stage, study, resume)
+        return
+    with _stage_lock(stage, study):
+        _remove_leftovers(stage, study)
+        _pretrain_here(stage, study, resume)
+
 
 
 class _SubmititHandle:
@@ -501,7 +563,7 @@ class _SubmititHandle:
 
     def result(self) -> None:
         try:
-            self.job.result()
+            self.job.results()  # every task of the job (one, or one per rank)
         except LabError:
             raise
         except Exception as exc:
