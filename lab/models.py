@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.common import LabError, loading
+from lab.common import LabError, loading, param
 
 MODELS = ("roberta", "gpt2")
 
@@ -163,3 +163,62 @@ def load_lab_model(model_dir: Path, architecture: str, option: str = "--model") 
         model = loader.from_pretrained(str(weights))
     model.eval()
     return model, tokenizer
+
+
+# --- where inference runs ---------------------------------------------------------------------
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def device_param(default: str = "cpu") -> Any:
+    return param(default, "cpu, cuda or cuda:N: where the model runs (a GPU asked for and not "
+                          "there is an error, never a silent CPU run)" +
+                 ("; auto: cuda when there is one." if default == "auto" else "."))
+
+
+def dtype_param() -> Any:
+    return param("float32", "Inference precision: " + ", ".join(DTYPES) + " (float16 on a GPU "
+                            "only; anything but float32 changes the numbers).")
+
+
+def resolve_device(device: str) -> str:
+    """The torch device a --device names; a GPU that is not there is refused, not replaced."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        return device
+    if device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit()):
+        if not torch.cuda.is_available():
+            raise LabError(f"--device {device}: no CUDA GPU is visible here "
+                           "(torch.cuda.is_available() is false); use --device cpu")
+        index = int(device[5:]) if ":" in device else 0
+        if index >= torch.cuda.device_count():
+            raise LabError(f"--device {device}: only {torch.cuda.device_count()} GPU(s) visible")
+        return device
+    raise LabError(f"--device {device}: choose cpu, cuda, cuda:N" +
+                   (" or auto" if device else ""))
+
+
+def check_placement(device: str, dtype: str) -> str:
+    """The torch device of a --device / --dtype request that can be met here, else a LabError
+    (asked before any weights are loaded)."""
+    if dtype not in DTYPES:
+        raise LabError(f"--dtype {dtype}: choose from {', '.join(DTYPES)}")
+    where = resolve_device(device)
+    if dtype == "float16" and where == "cpu":
+        raise LabError("--dtype float16: half precision inference needs a GPU (--device cuda); "
+                       "on a CPU use bfloat16 or float32")
+    return where
+
+
+def place_model(model: Any, device: str, dtype: str) -> Any:
+    """`model` on its device in its inference precision; as loaded (CPU, float32) when that is
+    what is asked."""
+    import torch
+
+    where = check_placement(device, dtype)
+    if (where, dtype) == ("cpu", "float32"):
+        return model
+    return model.to(device=where, dtype=getattr(torch, dtype))

@@ -22,7 +22,8 @@ from lab.common import (LabError, atomic_output_dir, check_numbers, check_output
                         write_json_atomic)
 from lab.corpora import Sample, get_spec, load_samples
 from lab.eval import metrics as metric_fns
-from lab.models import lab_architecture, load_lab_model, positions_of
+from lab.models import (check_placement, device_param, dtype_param, lab_architecture,
+                        load_lab_model, place_model, positions_of)
 from lab.train.finetune import (
     Task, causal_prompt, get_task, position_limit, pretraining_record, read_stage_manifest,
     of_task, seq2seq_source, train_subset,
@@ -137,6 +138,7 @@ def generate(model: Any, tokenizer: Any, architecture: str, sources: list[str], 
     for start in range(0, len(order), batch_size):
         batch = order[start:start + batch_size]
         ids, mask = padded([prompts[i] for i in batch], pad, left=architecture == "causal-lm")
+        ids, mask = ids.to(model.device), mask.to(model.device)
         width = ids.shape[1]
         # A causal model's prompt and output share its positions.
         room = positions - width if architecture == "causal-lm" else positions - 1
@@ -289,6 +291,8 @@ class EvaluateConfig:
     metrics: tuple[str, ...] = param(("bleu", "bleu_sentence", "meteor", "em", "codebleu"),
                                      "Of " + ", ".join(metric_fns.METRICS) + ".")
     seed: int = param(0, "Seed for sampling.")
+    device: str = device_param()
+    dtype: str = dtype_param()
     out: Path | None = param(None, "Default: MODEL/eval-TASK-SPLIT-DECODING.")
     force: bool = param(False, "Replace an existing output directory.")
     corpora_dir: Path | None = corpora_param()
@@ -310,6 +314,7 @@ def run_evaluate(model: Path, task: str, **options: Any) -> dict[str, Any]:
     if cfg.batch_size < 1:
         raise LabError(f"--batch-size {cfg.batch_size}: must be >= 1")
     check_numbers(seed=cfg.seed)
+    check_placement(cfg.device, cfg.dtype)
     if cfg.max_new_tokens is not None and cfg.max_new_tokens < 1:
         raise LabError(f"--max-new-tokens {cfg.max_new_tokens}: must be >= 1")
     unknown_metrics = [m for m in cfg.metrics if m not in metric_fns.METRICS]
@@ -336,6 +341,7 @@ def run_evaluate(model: Path, task: str, **options: Any) -> dict[str, Any]:
             raise LabError(f"--ids {cfg.ids}: unknown sample id {sorted(unknown)[0]}")
         samples = [s for s in samples if s.id in wanted]
     model, tokenizer, manifest, architecture = load_generator(cfg.model)
+    model = place_model(model, cfg.device, cfg.dtype)
     corpus = pretraining_record(manifest).get("corpus", {})
     membership = pretraining_membership(manifest)
     split = cfg.split

@@ -56,7 +56,8 @@ from lab.contamination.inject import disjoint_from, split_sides_index
 from lab.corpora import Sample, get_spec, load_samples
 from lab.eval import metrics as metric_fns
 from lab.eval.generate import Decoding, generate, padded
-from lab.models import lab_architecture, load_lab_model, positions_of
+from lab.models import (check_placement, device_param, dtype_param, lab_architecture,
+                        load_lab_model, place_model, positions_of)
 from lab.stats import membership_auc
 from lab.train.finetune import causal_prompt, pretraining_record, read_stage_manifest
 
@@ -233,6 +234,7 @@ def _causal_scores(model: Any, docs: list[tuple[list[int], list[list[int]]]], ba
     results = []
     for batch in _batched(docs, batch_size):
         ids, mask = padded([doc for doc, _names in batch], 0, left=False)
+        ids, mask = ids.to(model.device), mask.to(model.device)
         with torch.no_grad():
             logits = model(input_ids=ids, attention_mask=mask).logits.float()
         logprobs = torch.log_softmax(logits[:, :-1], dim=-1)
@@ -270,11 +272,12 @@ def _masked_scores(model: Any, tokenizer: Any, docs: list[tuple[list[int], list[
                                     left=False)
             for row, (_d, _doc, positions) in enumerate(batch):
                 ids[row, positions] = mask_id
+            ids, attention = ids.to(model.device), attention.to(model.device)
             with torch.no_grad():
                 logprobs = torch.log_softmax(model(input_ids=ids, attention_mask=attention)
                                              .logits.float(), dim=-1)
             for row, (d, doc, positions) in enumerate(batch):
-                truth = torch.tensor([doc[p] for p in positions])
+                truth = torch.tensor([doc[p] for p in positions], device=model.device)
                 scores = logprobs[row, positions]
                 if kind == "pll":
                     token_lp[d] += scores.gather(-1, truth.unsqueeze(-1)).squeeze(-1).tolist()
@@ -375,6 +378,8 @@ class ProbeConfig:
     max_samples: int | None = param(None, "Probe the first N samples only.")
     max_names: int = param(32, "Identifiers and literals filled per sample.")
     batch_size: int = param(16, "Documents per forward pass.")
+    device: str = device_param()
+    dtype: str = dtype_param()
     force: bool = param(False, "Replace an existing output directory.")
     corpora_dir: Path | None = corpora_param()
 
@@ -394,6 +399,7 @@ def run_probe(model: Path, out: Path | None = None, **options: Any) -> dict[str,
                           ("--batch-size", cfg.batch_size)):
         if value is not None and value < 1:
             raise LabError(f"{option} {value}: must be >= 1")
+    check_placement(cfg.device, cfg.dtype)
     # Everything that can be refused is checked before the model is loaded.
     chosen = probe_groups(read_stage_manifest(cfg.model, "--model"), cfg.groups)
     setting = settings_table.probed_form(chosen["setting"]) if cfg.form == "auto" else cfg.form
@@ -403,6 +409,7 @@ def run_probe(model: Path, out: Path | None = None, **options: Any) -> dict[str,
     inputs = [cfg.model, cfg.groups, *corpora_inputs(cfg.corpora_dir)]
     check_output(out, cfg.force, "lab-probe", inputs)
     model, tokenizer, manifest, family = load_probed_model(cfg.model)
+    model = place_model(model, cfg.device, cfg.dtype)
 
     group_of = {i: "injected" for i in chosen["injected"]}
     group_of.update({i: "held_out" for i in chosen["held_out"]})

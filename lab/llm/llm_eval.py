@@ -22,7 +22,8 @@ from lab.common import (
 )
 from lab.eval import metrics as metric_fns
 from lab.eval.generate import Decoding, check_sampling, padded
-from lab.models import architecture_of, load_lab_model
+from lab.models import (architecture_of, check_placement, device_param, dtype_param,
+                        load_lab_model, place_model)
 from lab.stats import ALPHA, CONVENTIONS, compare
 
 MARKER = "END OF CASE"
@@ -341,6 +342,8 @@ class LlmEvalConfig:
     max_new_tokens: int = param(256, "Longest answer; it ends earlier at 'END OF CASE'.")
     batch_size: int = param(8, "Prompts per generation batch.")
     limit: int | None = param(None, "Only the first N pairs.")
+    device: str = device_param("auto")
+    dtype: str = dtype_param()
     convention: str = param("study-tables", "Mann-Whitney convention: study-tables (the study's "
                                             "tables), " + ", ".join(c for c in CONVENTIONS
                                                                     if c != "study-tables") + ".")
@@ -353,13 +356,13 @@ def run_llm_eval(model: Path, contaminated: Path, perturbed: Path, **options: An
     Mann-Whitney comparison per metric, and the paper-style table (also written to --out)."""
     cfg = LlmEvalConfig(model=Path(model), contaminated=Path(contaminated), perturbed=Path(perturbed),
                         **options)
-    import torch
     from transformers import set_seed
 
     started = time.perf_counter()
     _check_options(cfg.task, cfg.repetitions, cfg.temperature, cfg.top_p, cfg.top_k,
                    cfg.max_new_tokens, cfg.batch_size, cfg.limit, cfg.convention)
     check_numbers(seed=cfg.seed)
+    check_placement(cfg.device, cfg.dtype)
     if cfg.seed + cfg.repetitions - 1 > SEED_MAX:  # repetition r runs with seed + r
         raise LabError(f"--seed {cfg.seed} with --repetitions {cfg.repetitions}: the last "
                        f"repetition's "
@@ -379,8 +382,8 @@ def run_llm_eval(model: Path, contaminated: Path, perturbed: Path, **options: An
     metric_fns.ensure_wordnet()  # fail before any generation
 
     lm, tokenizer, model_info = load_causal_lm(Path(model))
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    lm.to(device)
+    device = check_placement(cfg.device, cfg.dtype)
+    lm = place_model(lm, cfg.device, cfg.dtype)
     positions = model_info["positions"]
     bos = _wants_bos(tokenizer, model_info["kind"] != "huggingface")
     prompts = {g: [build_prompt(spec, s) for s in inputs] for g, (inputs, _) in data.items()}

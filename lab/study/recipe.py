@@ -32,6 +32,7 @@ from lab.stats import ALPHA, CONVENTIONS, DEFAULT_CONVENTION
 from lab.train.finetune import FinetuneConfig
 from lab.tokenizer import TokenizerConfig
 from lab.train.pretrain import PretrainConfig
+from lab.models import DTYPES, device_param, dtype_param
 
 
 MAX_STRING = 200  # longest string value of a recipe
@@ -193,6 +194,10 @@ class ResourcesSection:
                                       "where a resumed run finds them); split evenly among the "
                                       "ranks of a multi-process pre-training.")
     pretrain: PretrainResources = field(default_factory=PretrainResources)
+    # Where evaluation and probes run, and in which precision: part of their stage keys when
+    # not the defaults (a GPU or bfloat16 computes other numbers).
+    device: str = device_param()
+    dtype: str = dtype_param()
 
 
 @dataclass
@@ -464,6 +469,11 @@ def _check(recipe: Recipe) -> None:
                         ("resources.pretrain.nodes", launch.nodes)):
         if not 1 <= value <= 4096:
             fail(path, f"expected int in 1..4096, got {value}")
+    device = recipe.resources.device
+    if device not in ("cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
+        fail("resources.device", f"{_show(device)}: choose cpu, cuda or cuda:N")
+    if recipe.resources.dtype not in DTYPES:
+        fail("resources.dtype", f"{_show(recipe.resources.dtype)}: choose from {', '.join(DTYPES)}")
     if launch.save_steps < 1:
         fail("resources.pretrain.save_steps", f"expected int >= 1, got {launch.save_steps}")
     if launch.launcher not in LAUNCHERS:

@@ -78,6 +78,14 @@ def launch_key(launch: dict[str, Any]) -> dict[str, Any]:
     return keyed
 
 
+def _placement(recipe: Recipe) -> dict[str, Any]:
+    """Device and precision of evaluation and probes where they are not the defaults (CPU,
+    float32): they change the numbers, so they enter the key, and older keys stay as they were."""
+    defaults = type(recipe.resources)()
+    return {name: getattr(recipe.resources, name) for name in ("device", "dtype")
+            if getattr(recipe.resources, name) != getattr(defaults, name)}
+
+
 def _keyed(recipe: Recipe, section: str) -> dict[str, Any]:
     """A recipe section as it enters stage keys: fields added since studies were first made
     are left out while they keep their default (those studies keep their keys)."""
@@ -143,6 +151,7 @@ def expand(recipe: Recipe) -> list[Stage]:
                         }, [pre], labels={**pre.labels, "epochs": epochs, "train_size": size})
                         evaluation = Stage("evaluate", {
                             "task": task_for_benchmark(recipe.benchmark), **recipe_dict(recipe)["evaluation"],
+                            **_placement(recipe),
                         }, [fine], labels=fine.labels)
                         stages += [fine, evaluation]
     return stages
@@ -157,7 +166,7 @@ def _probes(recipe: Recipe, pre: Stage, arm: str, seed: int,
     if not recipe.probe.enabled:
         return []
     config = {"min_k": recipe.probe.min_k, "max_samples": recipe.probe.max_samples,
-              "max_names": recipe.probe.max_names}
+              "max_names": recipe.probe.max_names, **_placement(recipe)}
     setting = settings_table.get(arm)
     if setting.injects_test:
         return [Stage("probe", config, [pre], labels={**pre.labels, "groups": arm})]
