@@ -64,15 +64,30 @@ def _keys_digest(recipe: Recipe) -> tuple[int, str]:
     return len(keys), hashlib.sha256(" ".join(keys).encode()).hexdigest()[:16]
 
 
+# The paper recipes now pre-train on 8 GPUs (ZeRO-2, bf16, 4 sequences per rank) and infer on a
+# GPU: other numbers, so other keys. Asked to run as the earlier studies did, they find them.
+AS_EARLIER = {"recipes/paper/": ["resources.pretrain.processes=1", "resources.pretrain.deepspeed=null",
+                                 "pretrain.batch_size=32", "pretrain.bf16=false",
+                                 "finetune.bf16=false", "resources.device=cpu"]}
+
+
 @pytest.mark.parametrize("path", sorted(EARLIER_STAGE_KEYS))
 def test_every_recipe_keeps_the_stage_keys_of_earlier_studies(path):
-    assert _keys_digest(load_recipe(ROOT / path)) == EARLIER_STAGE_KEYS[path]
+    overrides = next((o for prefix, o in AS_EARLIER.items() if path.startswith(prefix)), [])
+    assert _keys_digest(load_recipe(ROOT / path, overrides)) == EARLIER_STAGE_KEYS[path]
 
 
 def test_a_study_recorded_by_the_earlier_lab_reads_as_the_same_recipe():
     recorded = recipe_from_dict(json.loads(json.dumps(EARLIER_QUICKSTART_RECORD)))
     current = load_recipe(ROOT / "recipes/quickstart.yaml")
-    assert recipe_dict(recorded) == recipe_dict(current) == EARLIER_QUICKSTART_RECORD
+    assert recipe_dict(recorded) == recipe_dict(current)
+
+    def within(earlier, now):  # every recorded field as it was (newer fields take defaults)
+        if isinstance(earlier, dict):
+            return all(key in now and within(value, now[key]) for key, value in earlier.items())
+        return earlier == now
+
+    assert within(EARLIER_QUICKSTART_RECORD, recipe_dict(recorded))
     assert _keys_digest(recorded) == EARLIER_STAGE_KEYS["recipes/quickstart.yaml"]
 
 

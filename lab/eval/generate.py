@@ -314,7 +314,7 @@ def run_evaluate(model: Path, task: str, **options: Any) -> dict[str, Any]:
     if cfg.batch_size < 1:
         raise LabError(f"--batch-size {cfg.batch_size}: must be >= 1")
     check_numbers(seed=cfg.seed)
-    check_placement(cfg.device, cfg.dtype)
+    device = check_placement(cfg.device, cfg.dtype)
     if cfg.max_new_tokens is not None and cfg.max_new_tokens < 1:
         raise LabError(f"--max-new-tokens {cfg.max_new_tokens}: must be >= 1")
     unknown_metrics = [m for m in cfg.metrics if m not in metric_fns.METRICS]
@@ -402,6 +402,7 @@ def run_evaluate(model: Path, task: str, **options: Any) -> dict[str, Any]:
             "finetune_data": seen_note,
             "truncated_ids_recorded": "truncated_ids" in corpus,
         },
+        "placement": {"device": device, "dtype": cfg.dtype},
         "lengths": {"position_limit": limit, "max_source_length": max_source,
                     "max_new_tokens": max_new},
         "metric_definitions": {m: metric_fns.describe(task.name)[m] for m in cfg.metrics},

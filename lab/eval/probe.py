@@ -399,7 +399,7 @@ def run_probe(model: Path, out: Path | None = None, **options: Any) -> dict[str,
                           ("--batch-size", cfg.batch_size)):
         if value is not None and value < 1:
             raise LabError(f"{option} {value}: must be >= 1")
-    check_placement(cfg.device, cfg.dtype)
+    device = check_placement(cfg.device, cfg.dtype)
     # Everything that can be refused is checked before the model is loaded.
     chosen = probe_groups(read_stage_manifest(cfg.model, "--model"), cfg.groups)
     setting = settings_table.probed_form(chosen["setting"]) if cfg.form == "auto" else cfg.form
@@ -439,6 +439,7 @@ def run_probe(model: Path, out: Path | None = None, **options: Any) -> dict[str,
         "kind": "lab-probe", "model": str(cfg.model), "family": family,
         "groups": chosen["source"], "benchmark": chosen["benchmark"], "split": chosen["split"],
         "form": setting, "min_k": cfg.min_k, "max_names": cfg.max_names, "samples": len(rows),
+        "placement": {"device": device, "dtype": cfg.dtype},
         "baseline": baseline, "reference": reference_record,
         "probes": summarise(rows, baseline),
         "wall_seconds": round(time.perf_counter() - started, 2),

@@ -148,11 +148,12 @@ def expand(recipe: Recipe) -> list[Stage]:
                             "max_target_length": (recipe.evaluation.max_new_tokens
                                                   or default_of(FinetuneConfig, "max_target_length")),
                             **_added_fields(recipe, "finetune"),
-                        }, [pre], labels={**pre.labels, "epochs": epochs, "train_size": size})
+                        }, [pre], labels={**pre.labels, "epochs": epochs, "train_size": size},
+                            launch={"device": recipe.resources.device})
                         evaluation = Stage("evaluate", {
                             "task": task_for_benchmark(recipe.benchmark), **recipe_dict(recipe)["evaluation"],
                             **_placement(recipe),
-                        }, [fine], labels=fine.labels)
+                        }, [fine], labels=fine.labels, launch={"device": recipe.resources.device})
                         stages += [fine, evaluation]
     return stages
 
@@ -165,15 +166,17 @@ def _probes(recipe: Recipe, pre: Stage, arm: str, seed: int,
     its documents had the same form and count, so its probe is the format-only baseline."""
     if not recipe.probe.enabled:
         return []
+    launch = {"device": recipe.resources.device}
     config = {"min_k": recipe.probe.min_k, "max_samples": recipe.probe.max_samples,
               "max_names": recipe.probe.max_names, **_placement(recipe)}
     setting = settings_table.get(arm)
     if setting.injects_test:
-        return [Stage("probe", config, [pre], labels={**pre.labels, "groups": arm})]
+        return [Stage("probe", config, [pre], labels={**pre.labels, "groups": arm}, launch=launch)]
     if setting.placebo:
-        return [Stage("probe", config, [pre, arm_stage[(setting.base, seed)]],
+        return [Stage("probe", config, [pre, arm_stage[(setting.base, seed)]], launch=launch,
                       labels={**pre.labels, "groups": setting.base})]
-    return [Stage("probe", config, [pre, arm_stage[(other, seed)]], labels={**pre.labels, "groups": other})
+    return [Stage("probe", config, [pre, arm_stage[(other, seed)]], launch=launch,
+                  labels={**pre.labels, "groups": other})
             for other in recipe.arms if settings_table.get(other).injects_test]
 
 
@@ -337,7 +340,9 @@ def rank_command(cfg: Any, launch: dict[str, Any]) -> list[str]:
     """The command that starts `lab pretrain` with `cfg` on every rank of one node."""
     processes = str(launch.get("processes", 1))
     if launch.get("launcher", "torchrun") == "deepspeed":
-        start = ["deepspeed", "--num_nodes", "1", "--num_gpus", processes, "--module"]
+        # lab reads its rank from the environment and takes no --local_rank argument.
+        start = ["deepspeed", "--num_nodes", "1", "--num_gpus", processes, "--no_local_rank",
+                 "--module"]
     else:
         start = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
                  "--nproc_per_node", processes, "-m"]
@@ -541,7 +546,12 @@ def job_parameters(stage: Stage, executor: str, threads: int, slurm: dict[str, A
         if executor == "slurm":
             ranks.update(gpus_per_node=processes, cpus_per_task=max(1, threads // processes))
         return {**base, **slurm, **ranks}
-    return {**base, **slurm, "tasks_per_node": 1, **({"nodes": 1} if executor == "slurm" else {})}
+    one = {"tasks_per_node": 1}
+    if executor == "slurm":
+        one["nodes"] = 1
+        if str(stage.launch.get("device", "cpu")).startswith("cuda"):
+            one["gpus_per_node"] = 1  # fine-tuning, evaluation and probes: one GPU each
+    return {**base, **slurm, **one}
 
 
 def run_rank(stage: Stage, study: Path, threads: int, resume: bool) -> None:
