@@ -267,7 +267,8 @@ def run_stage(stage: Stage, study: Path, corpora_dir: Path | None, threads: int,
         torch.set_num_threads(before)
 
 
-def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None, threads: int) -> None:
+def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None,
+                        threads: int | None = None) -> None:
     out = stage.out(study)
     cfg = stage.config
     if stage.kind == "inject":
@@ -284,7 +285,7 @@ def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None, thr
     elif stage.kind == "pretrain":
         launch = stage.launch or {}
         if launch_key(launch) or launch.get("deepspeed"):
-            launch_ranks(pretrain_config(stage, study), launch, threads)
+            launch_ranks(pretrain_config(stage, study), launch, threads or available_cores())
         else:
             _pretrain_here(stage, study)
     elif stage.kind == "probe":
