@@ -111,18 +111,25 @@ def test_two_ranks_killed_mid_pretraining_resume_to_the_same_weights(root, plain
     assert "done pretrain" in resumed
 
 
-def test_submitit_runs_the_ranks_as_tasks_of_one_job_to_the_same_weights(root, plain):
+@pytest.mark.parametrize("backend", ["ddp", "zero2"])
+def test_submitit_runs_the_ranks_as_tasks_of_one_job(root, plain, backend):
     """--executor submitit-local: the pre-training is one job of 2 tasks, each a rank (no
-    launcher); the weights equal those of the torchrun ranks."""
+    launcher); with plain DDP the weights equal those of the torchrun ranks."""
     pytest.importorskip("submitit")
-    _, reference = plain
-    _finish(_study(root, "submitit", "--set", "resources.pretrain.save_steps=5",
-                   "--executor", "submitit-local"))
-    manifest = _pretrained(root / "submitit")
+    extra = ["--set", "resources.pretrain.deepspeed=zero2"] if backend == "zero2" else []
+    if extra:
+        pytest.importorskip("deepspeed")
+    name = f"submitit-{backend}"
+    _finish(_study(root, name, "--set", "resources.pretrain.save_steps=5",
+                   "--executor", "submitit-local", *extra))
+    manifest = _pretrained(root / name)
     assert manifest["world_size"] == 2
-    assert manifest["final_weights_sha256"] == reference["final_weights_sha256"]
-    jobs = list((root / "submitit" / "submitit").glob("*_1_log.out"))
-    assert jobs, "no job ran a second task"
+    assert [r["rank"] for r in manifest["ranks"]] == [0, 1]
+    if backend == "ddp":
+        assert manifest["final_weights_sha256"] == plain[1]["final_weights_sha256"]
+    else:
+        assert manifest["config"]["deepspeed"].endswith("zero2.json")
+    assert list((root / name / "submitit").glob("*_1_log.out")), "no job ran a second task"
 
 
 def test_job_parameters_of_a_paper_study_on_slurm_match_the_golden_file():
