@@ -81,7 +81,7 @@ def test_a_study_pretrains_on_two_ranks(root, plain, backend):
         manifest = _pretrained(root / backend)
         assert manifest["config"]["deepspeed"].endswith("zero2.json")
     assert "(0 run now)" not in output
-    assert manifest["world_size"] == 2
+    assert manifest["world_size"] == 2 and manifest["launcher"] == "torchrun"
     assert [r["rank"] for r in manifest["ranks"]] == [0, 1]
     assert manifest["ranks"][0]["final_weights_sha256"] == manifest["ranks"][1]["final_weights_sha256"]
     assert (root / backend / "results.csv").is_file()
@@ -123,7 +123,7 @@ def test_submitit_runs_the_ranks_as_tasks_of_one_job(root, plain, backend):
     _finish(_study(root, name, "--set", "resources.pretrain.save_steps=5",
                    "--executor", "submitit-local", *extra))
     manifest = _pretrained(root / name)
-    assert manifest["world_size"] == 2
+    assert manifest["world_size"] == 2 and manifest["launcher"].startswith("scheduler tasks")
     assert [r["rank"] for r in manifest["ranks"]] == [0, 1]
     if backend == "ddp":
         assert manifest["final_weights_sha256"] == plain[1]["final_weights_sha256"]

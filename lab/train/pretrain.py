@@ -165,6 +165,17 @@ def dry_run(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any]
     }
 
 
+def _launcher() -> str:
+    """What started this process's ranks, from the environment each launcher leaves."""
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        return "none"
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # torchrun, also inside a SLURM job
+        return "torchrun"
+    if "SUBMITIT_EXECUTOR" in os.environ or "SLURM_JOB_ID" in os.environ:
+        return "scheduler tasks (submitit/SLURM)"
+    return "other (RANK and WORLD_SIZE set)"
+
+
 def run_pretrain(cfg: PretrainConfig) -> dict[str, Any]:
     """Entry point of `lab pretrain`."""
     started = time.perf_counter()
@@ -285,6 +296,7 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
         "final_weights_sha256": final_sha,
         "ranks": [json.loads(p.read_text()) for p in sorted((work / "ranks").glob("rank-*.json"))],
         "world_size": args.world_size,
+        "launcher": _launcher(),
         "resumed_from": checkpoint.name if checkpoint else None,
         "steps": steps,
         "steps_this_run": steps - start_step,
