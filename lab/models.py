@@ -197,8 +197,7 @@ def resolve_device(device: str) -> str:
         if index >= torch.cuda.device_count():
             raise LabError(f"--device {device}: only {torch.cuda.device_count()} GPU(s) visible")
         return device
-    raise LabError(f"--device {device}: choose cpu, cuda, cuda:N" +
-                   (" or auto" if device else ""))
+    raise LabError(f"--device {device}: choose cpu, cuda, cuda:N or auto")
 
 
 def check_placement(device: str, dtype: str) -> str:

@@ -362,7 +362,7 @@ def run_llm_eval(model: Path, contaminated: Path, perturbed: Path, **options: An
     _check_options(cfg.task, cfg.repetitions, cfg.temperature, cfg.top_p, cfg.top_k,
                    cfg.max_new_tokens, cfg.batch_size, cfg.limit, cfg.convention)
     check_numbers(seed=cfg.seed)
-    check_placement(cfg.device, cfg.dtype)
+    device = check_placement(cfg.device, cfg.dtype)
     if cfg.seed + cfg.repetitions - 1 > SEED_MAX:  # repetition r runs with seed + r
         raise LabError(f"--seed {cfg.seed} with --repetitions {cfg.repetitions}: the last "
                        f"repetition's "
@@ -382,7 +382,6 @@ def run_llm_eval(model: Path, contaminated: Path, perturbed: Path, **options: An
     metric_fns.ensure_wordnet()  # fail before any generation
 
     lm, tokenizer, model_info = load_causal_lm(Path(model))
-    device = check_placement(cfg.device, cfg.dtype)
     lm = place_model(lm, cfg.device, cfg.dtype)
     positions = model_info["positions"]
     bos = _wants_bos(tokenizer, model_info["kind"] != "huggingface")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -52,8 +53,9 @@ class Stage:
     @property
     def key(self) -> str:
         payload = {"kind": self.kind, "config": self.config, "inputs": [s.key for s in self.inputs]}
-        if launch_key(self.launch):
-            payload["launch"] = launch_key(self.launch)
+        keyed = launch_key(self.launch)
+        if keyed:
+            payload["launch"] = keyed
         payload = json.dumps(payload, sort_keys=True)
         return f"{self.kind}-{hashlib.sha256(payload.encode()).hexdigest()[:12]}"
 
@@ -74,8 +76,14 @@ def launch_key(launch: dict[str, Any]) -> dict[str, Any]:
     if world != 1:
         keyed["world_size"] = world
     if launch.get("deepspeed"):
-        keyed["deepspeed_sha256"] = sha256_file(deepspeed_config(launch["deepspeed"]))
+        keyed["deepspeed_sha256"] = _deepspeed_sha256(launch["deepspeed"])
     return keyed
+
+
+@functools.lru_cache(maxsize=None)
+def _deepspeed_sha256(name: str) -> str:
+    # A stage's key is computed on every look (its inputs' keys too): hash each config once.
+    return sha256_file(deepspeed_config(name))
 
 
 def _placement(recipe: Recipe) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from lab.common import sha256_file
+from lab.common import LabError, sha256_file
 
 
 def state_sha256(model: Any) -> str:
@@ -121,9 +121,7 @@ def latest_checkpoint(folder: Path) -> Path | None:
     return None
 
 
-def non_finite_error(what: str, step: int, value: Any) -> "LabError":
-    from lab.common import LabError
-
+def non_finite_error(what: str, step: int, value: Any) -> LabError:
     return LabError(f"training stopped: non-finite {what} ({value}) at step {step} "
                     "(diverged; lower --lr?)")
 
