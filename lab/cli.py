@@ -82,7 +82,8 @@ def options_of(config: Any) -> Callable[[Callable[[Any], None]], Callable[..., N
         def run(**values: Any) -> None:
             for name in listed:
                 if values[name] is not None:
-                    values[name] = tuple(v for v in values[name].split(",") if v)
+                    values[name] = tuple(_listed_item(v, hints[name], name)
+                                         for v in values[name].split(",") if v)
             command(config(**values))
 
         run.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
@@ -91,6 +92,22 @@ def options_of(config: Any) -> Callable[[Callable[[Any], None]], Callable[..., N
         return run
 
     return decorate
+
+
+def _listed_item(text: str, kind: Any, name: str) -> Any:
+    """One item of a comma-separated option, as the field's element type (str or int)."""
+    element = next((a for a in typing.get_args(_without_none(kind)) if a is not Ellipsis), str)
+    if element is int:
+        try:
+            return int(text)
+        except ValueError:
+            raise LabError(f"--{name.replace('_', '-')}: '{text}' is not a whole number") from None
+    return text
+
+
+def _without_none(kind: Any) -> Any:
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    return args[0] if typing.get_origin(kind) in (typing.Union, types.UnionType) else kind
 
 
 def _default(function: Callable[..., Any], name: str) -> Any:

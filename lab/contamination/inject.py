@@ -51,6 +51,11 @@ class InjectConfig:
     limit: int | None = param(None, "Seeded subset of N base documents.")
     repeat: int = param(1, "Inject every document K times.")
     fraction: float | None = param(None, "Inject a seeded fraction of the samples.")
+    doses: tuple[int, ...] | None = param(
+        None, "Dose ladder, e.g. 0,1,4,16,64: the samples are split into as many seeded, "
+              "equal-size groups (duplicates kept together), group k injected doses[k] times, 0 "
+              "= held out. Replaces repeat and fraction: [0, K] injects what fraction 0.5 with "
+              "repeat K does.")
     samples: int | None = param(None, "Only the split's first N samples take part (a benchmark "
                                       "subset).")
     test_ids: Path | None = param(None, "File of sample ids to inject.")
@@ -78,6 +83,8 @@ def validate(cfg: InjectConfig) -> None:
         raise LabError(f"--fraction {cfg.fraction}: must be in (0, 1]")
     if cfg.fraction is not None and cfg.test_ids is not None:
         raise LabError("--fraction and --test-ids: give one of them, not both")
+    if cfg.doses is not None:
+        check_doses(cfg)
     if cfg.limit is not None and cfg.limit < 1:
         raise LabError(f"--limit {cfg.limit}: must be >= 1")
     if cfg.samples is not None and cfg.samples < 1:
@@ -88,6 +95,51 @@ def validate(cfg: InjectConfig) -> None:
         raise LabError(f"--test-ids {cfg.test_ids}: no such file")
     check_numbers(seed=cfg.seed)
     check_output(Path(cfg.out), cfg.force, "lab-corpus", _inputs(cfg))
+
+
+def check_doses(cfg: InjectConfig) -> None:
+    """A ladder replaces --repeat, --fraction and --test-ids; its doses are distinct whole
+    numbers >= 0, at least one of them injecting."""
+    shown = ",".join(str(d) for d in cfg.doses or ())
+    if not cfg.doses:
+        raise LabError("--doses: give at least one dose")
+    if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in cfg.doses):
+        raise LabError(f"--doses {shown}: doses are whole numbers >= 0")
+    if len(set(cfg.doses)) != len(cfg.doses):
+        raise LabError(f"--doses {shown}: a dose is listed twice")
+    if not any(cfg.doses):
+        raise LabError(f"--doses {shown}: no level is injected (every dose is 0)")
+    for name, value, default in (("--repeat", cfg.repeat, 1), ("--fraction", cfg.fraction, None),
+                                 ("--test-ids", cfg.test_ids, None)):
+        if value != default:
+            raise LabError(f"--doses and {name}: a dose ladder sets how often and which samples "
+                           "are injected; give one of them")
+
+
+def dose_levels(samples: list[Sample], cfg: InjectConfig) -> list[list[int]]:
+    """Sample indices (sorted) of each level of the ladder cfg.doses, in ladder order: seeded,
+    equal-size groups that keep duplicate groups whole. The injecting levels are filled first,
+    in ladder order, from the seeded order --fraction takes its samples in; the held-out level
+    (dose 0) takes the rest, so [0, K] injects the samples --fraction 0.5 --repeat K does."""
+    doses = list(cfg.doses or ())
+    groups = _duplicate_groups(samples)
+    random.Random(f"{cfg.seed}/select").shuffle(groups)
+    fill = [k for k, d in enumerate(doses) if d] + [k for k, d in enumerate(doses) if not d]
+    levels: list[list[int]] = [[] for _ in doses]
+    taken, position = 0, 0
+    for rank, level in enumerate(fill):
+        target = len(samples) if rank == len(fill) - 1 else round((rank + 1) * len(samples)
+                                                                  / len(doses))
+        while taken < target and position < len(groups):
+            levels[level].extend(groups[position])
+            taken += len(groups[position])
+            position += 1
+    empty = [doses[k] for k, level in enumerate(levels) if not level]
+    if empty:
+        raise LabError(f"--doses {','.join(map(str, doses))}: {len(samples)} samples (in "
+                       f"{len(groups)} duplicate groups) leave dose {empty[0]} without samples "
+                       "(take part with more samples or use fewer levels)")
+    return [sorted(level) for level in levels]
 
 
 def _inputs(cfg: InjectConfig) -> list[Any]:
@@ -263,13 +315,20 @@ def run_inject(cfg: InjectConfig) -> dict[str, Any]:
     setting = settings_table.get(cfg.setting)
     # A placebo selects the test samples its base setting would inject with this seed (their
     # count is what it matches) and injects none of them.
-    selected = select_samples(samples, cfg) if setting.injects else []
+    levels = dose_levels(samples, cfg) if cfg.doses and setting.injects else None
+    dose_of = ({i: dose for dose, level in zip(cfg.doses or (), levels) for i in level}
+               if levels is not None else {})
+    selected = (sorted(i for i, dose in dose_of.items() if dose) if levels is not None
+                else select_samples(samples, cfg) if setting.injects else [])
     chosen = selected if setting.injects_test else []
     if setting.injects_test and setting.needs_output:
         check_references(bench)
     pool = placebo_pool(cfg, setting, bench.records) if setting.placebo else None
     sources = (choose_placebo(pool, len(selected), cfg.seed, cfg) if pool is not None
                else [samples[i] for i in chosen])
+    # Copies of each source: its level's dose (a placebo sample stands for the test sample of
+    # the same rank), else --repeat.
+    copies = [dose_of[i] for i in selected] if levels is not None else [cfg.repeat] * len(sources)
     base_parts = load_documents(cfg.base, cfg.base_splits, cfg.corpora_dir)
     base: list[Document] = [doc for part in base_parts for doc in part.records]
     base_total = len(base)
@@ -291,17 +350,17 @@ def run_inject(cfg: InjectConfig) -> dict[str, Any]:
 
     chosen_set = set(chosen)
     injected = []
-    for sample in sources:
+    for sample, times in zip(sources, copies):
         for side, text in setting.documents(sample):
-            for copy in range(cfg.repeat):
+            for copy in range(times):
                 injected.append({
                     "id": f"inject:{sample.id}:{side}:{copy}", "text": text,
                     "sample": sample.id, "side": side, "copy": copy,
                 })
     if len(injected) > len(base):
         raise LabError(
-            f"--setting {cfg.setting} --repeat {cfg.repeat}: {len(injected)} documents to remove, "
-            f"but the base corpus holds only {len(base)} (raise --limit or lower --repeat)"
+            f"--setting {cfg.setting} {_dosing(cfg)}: {len(injected)} documents to remove, "
+            f"but the base corpus holds only {len(base)} (raise --limit or lower the dose)"
         )
     order = list(range(len(base)))
     random.Random(f"{cfg.seed}/remove").shuffle(order)
@@ -312,7 +371,7 @@ def run_inject(cfg: InjectConfig) -> dict[str, Any]:
     random.Random(f"{cfg.seed}/order").shuffle(final)
 
     guards, pre_existing = check_guards(cfg, samples, chosen_set, base, removed, injected, final)
-    guards.update(check_counts(cfg, setting, selected, sources, injected, removed))
+    guards.update(check_counts(cfg, setting, selected, sources, copies, injected, removed))
     if pool is not None:
         guards.update(check_placebo(cfg, setting, pool, sources, injected))
     injected_chars = sum(len(r["text"]) for r in injected)
@@ -326,6 +385,7 @@ def run_inject(cfg: InjectConfig) -> dict[str, Any]:
         "options": {
             "base": cfg.base, "base_splits": list(cfg.base_splits), "limit": cfg.limit,
             "repeat": cfg.repeat, "fraction": cfg.fraction, "samples": cfg.samples,
+            **({"doses": list(cfg.doses)} if cfg.doses else {}),
             "test_ids": str(cfg.test_ids) if cfg.test_ids else None,
             "decontaminate": cfg.decontaminate, "shard_size": cfg.shard_size,
         },
@@ -347,6 +407,8 @@ def run_inject(cfg: InjectConfig) -> dict[str, Any]:
         "held_out_ids": [s.id for i, s in enumerate(samples) if i not in chosen_set],
         "removed_base_ids": sorted(base[i].id for i in removed),
         "decontaminated_ids": decontaminated,
+        **({"dose_levels": dose_record(cfg, setting, samples, levels, sources, copies, injected)}
+           if levels is not None else {}),
         "pre_existing_verbatim": pre_existing,
         "guards": guards,
         "inputs": {
@@ -375,6 +437,29 @@ def run_inject(cfg: InjectConfig) -> dict[str, Any]:
         manifest["wall_seconds"] = round(time.perf_counter() - started, 2)
         write_json_atomic(tmp / MANIFEST, manifest)
     return manifest
+
+
+def _dosing(cfg: InjectConfig) -> str:
+    return (f"--doses {','.join(map(str, cfg.doses))}" if cfg.doses else f"--repeat {cfg.repeat}")
+
+
+def dose_record(cfg: InjectConfig, setting: Setting, samples: list[Sample], levels: list[list[int]],
+                sources: list[Sample], copies: list[int], injected: list[dict[str, Any]]
+                ) -> list[dict[str, Any]]:
+    """Per level of the ladder, in ladder order: its dose, the test sample ids it holds (a
+    placebo injects other samples in their place: `placebo_ids`), and its documents and
+    characters in the arm."""
+    source_dose = {s.id: times for s, times in zip(sources, copies)}
+    records = []
+    for dose, level in zip(cfg.doses or (), levels):
+        documents = [r for r in injected if source_dose[r["sample"]] == dose] if dose else []
+        record = {"dose": dose, "samples": len(level), "ids": [samples[i].id for i in level],
+                  "documents": len(documents),
+                  "characters": sum(len(r["text"]) for r in documents)}
+        if setting.placebo and dose:
+            record["placebo_ids"] = [s.id for s, times in zip(sources, copies) if times == dose]
+        records.append(record)
+    return records
 
 
 def check_guards(cfg: InjectConfig, samples: list[Sample], chosen: set[int], base: list[Document],
@@ -421,7 +506,7 @@ def check_guards(cfg: InjectConfig, samples: list[Sample], chosen: set[int], bas
                 )
     guards = {
         "equal_size": True,
-        "injected_multiplicity": cfg.repeat,
+        "injected_multiplicity": list(cfg.doses) if cfg.doses else cfg.repeat,
         "held_out_absent_unless_pre_existing": True,
     }
     return guards, pre_existing
@@ -429,16 +514,25 @@ def check_guards(cfg: InjectConfig, samples: list[Sample], chosen: set[int], bas
 
 
 def check_counts(cfg: InjectConfig, setting: Setting, selected: list[int], sources: list[Sample],
-                 injected: list[dict], removed: set[int]) -> dict[str, Any]:
-    """Documents added = samples x the setting's documents per sample x repeat = documents
-    removed; a placebo injects exactly as many samples as its base arm injects test samples."""
+                 copies: list[int], injected: list[dict], removed: set[int]) -> dict[str, Any]:
+    """Documents added = samples x the setting's documents per sample x their dose (--repeat,
+    or their level's) = documents removed, sample by sample; a placebo injects exactly as many
+    samples per level as its base arm injects test samples."""
     if len(sources) != len(selected):
         raise LabError(f"internal guard: {len(sources)} samples injected, expected {len(selected)}")
-    expected = len(sources) * setting.documents_per_sample * cfg.repeat
+    per_sample = Counter(r["sample"] for r in injected)
+    for sample, times in zip(sources, copies):
+        if per_sample[sample.id] != times * setting.documents_per_sample:
+            raise LabError(f"internal guard: sample {sample.id} has {per_sample[sample.id]} "
+                           f"documents, expected {times * setting.documents_per_sample}")
+    expected = setting.documents_per_sample * sum(copies)
     if len(injected) != expected or len(removed) != expected:
         raise LabError(f"internal guard: {len(injected)} documents injected and {len(removed)} "
                        f"removed, expected {expected} of each")
-    return {"documents_per_sample": setting.documents_per_sample}
+    counts = {"documents_per_sample": setting.documents_per_sample}
+    if cfg.doses:
+        counts["samples_per_dose"] = {str(d): copies.count(d) for d in cfg.doses if d}
+    return counts
 
 
 def check_placebo(cfg: InjectConfig, setting: Setting, pool: PlaceboPool, sources: list[Sample],

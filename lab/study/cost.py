@@ -19,6 +19,7 @@ from typing import Any
 
 from lab.contamination import settings as settings_table
 from lab.study.recipe import Recipe
+from lab.study.runner import preset_of
 
 CHARS_PER_TOKEN = 3.4        # byte-level BPE on Java, measured on CSN with an 8k/4k vocabulary
 CSN_DOCUMENT_CHARS = 740     # mean CSN-format Java method
@@ -34,11 +35,11 @@ STAGE_OVERHEAD_SECONDS = {"inject": 2, "tokenizer": 5, "pretrain": 10, "finetune
                           "probe": 5}
 
 
-def parameters(recipe: Recipe, model: str) -> int:
+def parameters(recipe: Recipe, model: str, preset_name: str) -> int:
     """Transformer parameters of a preset at the recipe's vocabulary (biases and norms included)."""
     from lab.models import get_preset
 
-    preset = get_preset(recipe.preset)
+    preset = get_preset(preset_name)
     d, layers, vocab = preset.hidden, preset.layers, recipe.tokenizer.vocab_size
     positions = (preset.gpt2_max_positions or preset.max_positions) if model == "gpt2" else preset.max_positions
     block = layers * (4 * d * d + 2 * d * preset.ffn + 9 * d + preset.ffn)
@@ -73,9 +74,12 @@ def _base_documents(recipe: Recipe) -> int:
 
 
 def injected_copies(recipe: Recipe, test_samples: int) -> int:
-    """Sample copies an injecting arm puts in: samples x fraction x repeat (a placebo: as many
-    as its base arm)."""
+    """Sample copies an injecting arm puts in: samples x fraction x repeat, or per level of a
+    dose ladder its samples x its dose (a placebo: as many as its base arm)."""
     samples = min(recipe.injection.samples or test_samples, test_samples)
+    if recipe.injection.doses:  # equal levels, each injected its dose
+        doses = recipe.injection.doses
+        return round(samples / len(doses) * sum(doses))
     return round(samples * (recipe.injection.fraction or 1.0)) * recipe.injection.repeat
 
 
@@ -118,18 +122,18 @@ def estimate(recipe: Recipe, stages: list[Any], study: Path) -> list[dict[str, A
             seconds += arm_documents * CSN_DOCUMENT_CHARS * 2e-7
         elif stage.kind == "pretrain":
             tokens = arm_tokens(recipe, stage.labels["arm"], bench, arm_documents) * cfg["epochs"]
-            flops = 6 * parameters(recipe, cfg["model"]) * tokens
+            flops = 6 * parameters(recipe, cfg["model"], cfg["preset"]) * tokens
             seconds += flops / TRAIN_FLOPS_PER_SECOND
         elif stage.kind == "finetune":
             examples = min(cfg["train_size"] or train_n, train_n)
             tokens = examples * (train_in + train_out) / CHARS_PER_TOKEN * cfg["epochs"]
-            flops = 6 * parameters(recipe, stage.labels["model"]) * tokens
+            flops = 6 * parameters(recipe, stage.labels["model"], preset_of(stage)) * tokens
             seconds += flops / TRAIN_FLOPS_PER_SECOND
         elif stage.kind == "evaluate":
             samples = min(cfg.get("max_samples") or test_n, test_n)
             generated = cfg.get("max_new_tokens") or test_out / CHARS_PER_TOKEN
             tokens = samples * (test_in / CHARS_PER_TOKEN + generated)
-            flops = 2 * parameters(recipe, stage.labels["model"]) * tokens
+            flops = 2 * parameters(recipe, stage.labels["model"], preset_of(stage)) * tokens
             seconds += flops / GENERATE_FLOPS_PER_SECOND
         elif stage.kind == "probe":
             # Scoring passes over each probed sample (RoBERTa: 7 masked passes plus one per
@@ -138,7 +142,7 @@ def estimate(recipe: Recipe, stages: list[Any], study: Path) -> list[dict[str, A
             model = stage.labels["model"]
             passes = 1 if model == "gpt2" else 7 + cfg["max_names"] // 2
             tokens = samples * (test_in + test_out) / CHARS_PER_TOKEN
-            flops = 2 * parameters(recipe, model) * tokens * passes
+            flops = 2 * parameters(recipe, model, preset_of(stage)) * tokens * passes
             seconds += flops / GENERATE_FLOPS_PER_SECOND
         row["tokens"] += tokens
         row["flops"] += flops

@@ -11,6 +11,7 @@ what its remaining stages read.
 from __future__ import annotations
 
 import importlib
+import itertools
 import importlib.util
 import json
 import os
@@ -265,6 +266,7 @@ def disk_estimate(recipe: Recipe, pending: list[Any]) -> dict[str, Any]:
     DISK_SAFETY_FACTOR.
     """
     from lab.study.cost import CHARS_PER_TOKEN, CSN_DOCUMENT_CHARS, _base_documents, parameters
+    from lab.study.runner import preset_of
 
     documents = recipe.corpus.limit or _base_documents(recipe)
     tokens = documents * CSN_DOCUMENT_CHARS / CHARS_PER_TOKEN
@@ -274,11 +276,13 @@ def disk_estimate(recipe: Recipe, pending: list[Any]) -> dict[str, Any]:
     caches = len({s.inputs[0].key for s in pending if s.kind == "pretrain"})
     pretrain = [s for s in pending if s.kind == "pretrain"]
     finetune = [s for s in pending if s.kind == "finetune"]
-    params = {model: parameters(recipe, model) for model in recipe.models}
+    params = {(model, preset): parameters(recipe, model, preset)
+              for model, preset in itertools.product(recipe.models, recipe.preset)}
     share = {"gpt2": 1, "roberta": 2}
-    model_bytes = sum(PRETRAIN_BYTES_PER_PARAMETER * params[s.config["model"]] for s in pretrain)
+    model_bytes = sum(PRETRAIN_BYTES_PER_PARAMETER * params[s.config["model"], s.config["preset"]]
+                      for s in pretrain)
     model_bytes += sum(FINETUNE_BYTES_PER_PARAMETER * share.get(s.labels["model"], 2)
-                       * params[s.labels["model"]] for s in finetune)
+                       * params[s.labels["model"], preset_of(s)] for s in finetune)
     if any(s.config.get("select") == "best" and s.config.get("epochs", 0) > 0 for s in finetune):
         model_bytes += FINETUNE_CHECKPOINT_BYTES_PER_PARAMETER * 2 * max(params.values())
     total = corpora * corpus_bytes + caches * cache_bytes + model_bytes
@@ -299,8 +303,9 @@ def check_disk(recipe: Recipe, pending: list[Any], study: Path) -> list[str]:
         return []  # not a folder we can ask about: check_study_folder has said why
     if free >= estimate["bytes"]:
         return []
-    sizes = ", ".join(f"{model} {count / 1e6:.1f}M"
-                      for model, count in estimate["parameters"].items())
+    several = len({preset for _model, preset in estimate["parameters"]}) > 1
+    sizes = ", ".join(f"{model}{' ' + preset if several else ''} {count / 1e6:.1f}M"
+                      for (model, preset), count in estimate["parameters"].items())
     return [f"{anchor}: {_size(free)} free, but the study's unfinished stages need about "
             f"{_size(estimate['bytes'])} ({DISK_SAFETY_FACTOR:g}x a bound on "
             f"{estimate['corpora']} arm corpora and {estimate['caches']} token caches of "

@@ -14,6 +14,7 @@ show at most an EXCERPT-character excerpt of a value; numbers are finite; seeds 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import types
 import typing
@@ -25,7 +26,7 @@ import yaml
 
 from lab.common import SEED_MAX, LabError, default_of, param
 from lab.contamination import settings as settings_table
-from lab.contamination.inject import InjectConfig
+from lab.contamination.inject import InjectConfig, check_doses
 from lab.eval.generate import EvaluateConfig
 from lab.eval.probe import ProbeConfig
 from lab.stats import ALPHA, CONVENTIONS, DEFAULT_CONVENTION
@@ -92,6 +93,9 @@ def section(name: str, config: Any, fields: list[str], study_defaults: dict[str,
             kind = list[typing.get_args(kind)[0]]
             made = field(default_factory=lambda value=default: list(value),
                          metadata=declared.metadata)
+        elif default is None and any(typing.get_origin(a) is tuple for a in typing.get_args(kind)):
+            kind = list[typing.get_args(typing.get_args(kind)[0])[0]] | None
+            made = field(default=None, metadata=declared.metadata)
         else:
             made = field(default=default, metadata=declared.metadata)
         specs.append((field_name, kind, made))
@@ -115,7 +119,7 @@ STUDY_DEFAULTS = {
 
 CorpusSection = section("CorpusSection", InjectConfig, ["base", "base_splits", "limit"])
 InjectionSection = section("InjectionSection", InjectConfig,
-                           ["repeat", "fraction", "samples", "decontaminate"])
+                           ["repeat", "fraction", "doses", "samples", "decontaminate"])
 
 
 TokenizerSection = section("TokenizerSection", TokenizerConfig, ["vocab_size"],
@@ -210,7 +214,9 @@ class Recipe:
                 "[control, paired, paired-placebo])."})
     models: list[str] = field(default_factory=lambda: ["gpt2"], metadata={
         "help": "gpt2 (causal LM) and/or roberta (masked LM)."})
-    preset: str = param("tiny", "Model size: paper, small, tiny or micro.")
+    preset: list[str] = field(default_factory=lambda: ["tiny"], metadata={
+        "scalar": True, "help": "Model size: paper, small, tiny or micro; a list sweeps sizes "
+                                "like seeds (one model per size, arm and seed)."})
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={
         "help": "One corpus, model and fine-tuning per seed and arm."})
     corpus: CorpusSection = field(default_factory=CorpusSection)
@@ -284,8 +290,9 @@ def _build(cls: Any, data: dict[str, Any], prefix: str = "") -> Any:
         if key not in names:
             where = f"{prefix}.{str(key)[:EXCERPT]}" if prefix else str(key)[:EXCERPT]
             raise LabError(f"{where}: unknown key (known: {', '.join(sorted(names))})")
-    values = {key: _convert(value, hints[key], f"{prefix}.{key}" if prefix else key,
-                            fields[key].metadata.get("expect"))
+    values = {key: _convert([value] if fields[key].metadata.get("scalar")
+                            and not isinstance(value, list) else value, hints[key],
+                            f"{prefix}.{key}" if prefix else key, fields[key].metadata.get("expect"))
               for key, value in data.items()}
     return cls(**values)
 
@@ -351,8 +358,14 @@ def _check(recipe: Recipe) -> None:
     for i, model in enumerate(recipe.models):
         if model not in MODELS:
             fail(f"models[{i}]", f"unknown model '{model}' (choose from {', '.join(MODELS)})")
-    if recipe.preset not in PRESETS:
-        fail("preset", f"unknown preset '{recipe.preset}' (choose from {', '.join(PRESETS)})")
+    if not recipe.preset:
+        fail("preset", "needs at least one preset")
+    if len(set(recipe.preset)) != len(recipe.preset):
+        fail("preset", "values repeat")
+    for i, preset in enumerate(recipe.preset):
+        if preset not in PRESETS:
+            fail(f"preset[{i}]" if len(recipe.preset) > 1 else "preset",
+                 f"unknown preset '{preset}' (choose from {', '.join(PRESETS)})")
     for i, epochs in enumerate(recipe.finetune.epochs):
         if epochs < 0:
             fail(f"finetune.epochs[{i}]", f"expected int >= 0, got {epochs}")
@@ -366,6 +379,16 @@ def _check(recipe: Recipe) -> None:
     fraction = recipe.injection.fraction
     if fraction is not None and not 0 < fraction <= 1:
         fail("injection.fraction", f"expected a number in (0, 1], got {fraction}")
+    doses = recipe.injection.doses
+    if doses is not None:
+        if recipe.injection.fraction is not None or recipe.injection.repeat != 1:
+            fail("injection.doses", "a dose ladder sets how often and which samples are injected: "
+                 "leave injection.repeat and injection.fraction out")
+        try:
+            check_doses(InjectConfig(benchmark=recipe.benchmark, setting="control", seed=0,
+                                     out=Path("."), doses=tuple(doses)))
+        except LabError as exc:
+            fail("injection.doses", str(exc).split(": ", 1)[-1])
     if recipe.injection.samples is not None and recipe.injection.samples < 1:
         fail("injection.samples", f"expected int >= 1 or null, got {recipe.injection.samples}")
     test_samples = ((dataset_manifest(recipe.benchmark) or {}).get("expected_records") or {}) \
@@ -381,14 +404,20 @@ def _check(recipe: Recipe) -> None:
         share = recipe.injection.fraction or 1.0
         widest = max(recipe.arms, key=lambda arm: settings_table.get(arm).documents_per_sample)
         per_sample = settings_table.get(widest).documents_per_sample
-        documents = math.ceil(recipe.injection.samples * share) * recipe.injection.repeat * per_sample
+        if doses:  # about samples / levels per level (duplicates kept together may shift a few)
+            documents = math.floor(recipe.injection.samples / len(doses) * sum(doses)) * per_sample
+            how = "injection.samples / levels x the sum of injection.doses"
+        else:
+            documents = (math.ceil(recipe.injection.samples * share) * recipe.injection.repeat
+                         * per_sample)
+            how = "injection.samples x fraction x repeat"
         if documents >= recipe.corpus.limit:
             fail("corpus.limit", f"{recipe.corpus.limit} documents cannot take {documents} injected "
-                 f"ones (injection.samples x fraction x repeat x {per_sample} documents per "
+                 f"ones ({how} x {per_sample} documents per "
                  f"sample of '{widest}'); raise the limit")
-    for model in recipe.models:
+    for model, preset in itertools.product(recipe.models, recipe.preset):
         try:
-            check_block_size(model, recipe.preset, recipe.pretrain.block_size)
+            check_block_size(model, preset, recipe.pretrain.block_size)
         except LabError as exc:
             fail("pretrain.block_size", str(exc).split(": ", 1)[-1])
     schedulers = [kind.value for kind in SchedulerType]
@@ -433,10 +462,11 @@ def _check(recipe: Recipe) -> None:
         fail("evaluation.max_new_tokens", f"{target}: larger than pretrain.block_size {block}, "
              f"the positions {model} was pre-trained on (at most {kept} here)")
     # A split-half arm is evaluated on the samples it split, each injected or held out.
-    if recipe.injection.fraction is not None and any(arm != "control" for arm in recipe.arms):
+    splits = recipe.injection.fraction is not None or bool(doses)
+    if splits and any(arm != "control" for arm in recipe.arms):
         if recipe.evaluation.split != "test":
             fail("evaluation.split", f"'{recipe.evaluation.split}': a split-half arm "
-                 "(injection.fraction) splits the test samples; evaluate the test split")
+                 "(injection.fraction or doses) splits the test samples; evaluate the test split")
         evaluated, split = recipe.evaluation.max_samples, recipe.injection.samples
         if split is not None and (evaluated is None or evaluated > split):
             fail("evaluation.max_samples", f"{'null' if evaluated is None else evaluated}: a "
@@ -592,7 +622,13 @@ def recipe_from_dict(data: Any) -> Recipe:
 
 
 def recipe_dict(recipe: Recipe) -> dict[str, Any]:
-    return dataclasses.asdict(recipe)
+    """The recipe as recipe.json records it: a list field that also takes one value (preset)
+    is written as that value when it holds one, as studies recorded it before it was a list."""
+    data = dataclasses.asdict(recipe)
+    for f in dataclasses.fields(recipe):
+        if f.metadata.get("scalar") and len(data[f.name]) == 1:
+            data[f.name] = data[f.name][0]
+    return data
 
 
 # --- the reference recipe: every field, generated from the declarations above -----------------

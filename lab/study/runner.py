@@ -13,6 +13,7 @@ import csv
 import fcntl
 import functools
 import hashlib
+import itertools
 import json
 import os
 import signal
@@ -119,6 +120,8 @@ def expand(recipe: Recipe) -> list[Stage]:
                 "base": recipe.corpus.base, "base_splits": recipe.corpus.base_splits,
                 "limit": recipe.corpus.limit, "repeat": recipe.injection.repeat,
                 "fraction": recipe.injection.fraction if settings_table.get(arm).injects else None,
+                **({"doses": recipe.injection.doses}
+                   if recipe.injection.doses and settings_table.get(arm).injects else {}),
                 **({"samples": recipe.injection.samples} if recipe.injection.samples else {}),
                 "decontaminate": recipe.injection.decontaminate,
             }, labels={"arm": arm, "seed": seed})
@@ -126,7 +129,8 @@ def expand(recipe: Recipe) -> list[Stage]:
             stages.append(stage)
     # One tokenizer per study, trained on a control corpus (never on injected test data).
     control = arm_stage.get(("control", recipe.seeds[0])) or Stage("inject", {
-        **arm_stage[(recipe.arms[0], recipe.seeds[0])].config, "setting": "control", "fraction": None,
+        **{k: v for k, v in arm_stage[(recipe.arms[0], recipe.seeds[0])].config.items()
+           if k != "doses"}, "setting": "control", "fraction": None,
     }, labels={"arm": "control", "seed": recipe.seeds[0]})
     if control not in stages:
         stages.insert(0, control)
@@ -134,13 +138,15 @@ def expand(recipe: Recipe) -> list[Stage]:
                                     "benchmarks": list(default_of(TokenizerConfig, "benchmarks"))},
                       [control])
     stages.append(tokenizer)
-    for model in recipe.models:
+    swept = len(recipe.preset) > 1  # a preset label only where sizes are swept
+    for model, preset in itertools.product(recipe.models, recipe.preset):
         for arm in recipe.arms:
             for seed in recipe.seeds:
-                pre = Stage("pretrain", {"model": model, "preset": recipe.preset, "seed": seed,
+                pre = Stage("pretrain", {"model": model, "preset": preset, "seed": seed,
                                          **_keyed(recipe, "pretrain")},
                             [arm_stage[(arm, seed)], tokenizer],
-                            labels={"model": model, "arm": arm, "seed": seed},
+                            labels={"model": model, **({"preset": preset} if swept else {}),
+                                    "arm": arm, "seed": seed},
                             launch=dataclasses.asdict(recipe.resources.pretrain))
                 stages.append(pre)
                 stages += _probes(recipe, pre, arm, seed, arm_stage)
@@ -186,6 +192,13 @@ def _probes(recipe: Recipe, pre: Stage, arm: str, seed: int,
     return [Stage("probe", config, [pre, arm_stage[(other, seed)]], launch=launch,
                   labels={**pre.labels, "groups": other})
             for other in recipe.arms if settings_table.get(other).injects_test]
+
+
+def preset_of(stage: Stage) -> str | None:
+    """The model size of a stage's pre-trained model (None before pre-training)."""
+    if stage.kind == "pretrain":
+        return stage.config["preset"]
+    return next((p for p in map(preset_of, stage.inputs) if p), None)
 
 
 def benchmark_of(stage: Stage) -> str | None:
@@ -445,12 +458,13 @@ def _check_seeds(stages: list[Stage], study: Path) -> None:
     for stage in stages:
         if stage.kind == "pretrain" and stage.done(study):
             manifest = json.loads((stage.out(study) / "manifest.json").read_text())
-            groups.setdefault((stage.labels["model"], stage.labels["arm"]), []).append(manifest)
-    for (model, arm), manifests in sorted(groups.items()):
+            groups.setdefault((stage.labels["model"], stage.config["preset"], stage.labels["arm"]),
+                              []).append(manifest)
+    for (model, preset, arm), manifests in sorted(groups.items()):
         try:
             check_seed_diversity(manifests)
         except LabError as exc:
-            raise LabError(f"{study}: {model} {arm}: {exc}") from None
+            raise LabError(f"{study}: {model} {preset} {arm}: {exc}") from None
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
