@@ -460,11 +460,13 @@ def _check_seeds(stages: list[Stage], study: Path) -> None:
             manifest = json.loads((stage.out(study) / "manifest.json").read_text())
             groups.setdefault((stage.labels["model"], stage.config["preset"], stage.labels["arm"]),
                               []).append(manifest)
+    several = len({preset for _model, preset, _arm in groups}) > 1
     for (model, preset, arm), manifests in sorted(groups.items()):
         try:
             check_seed_diversity(manifests)
         except LabError as exc:
-            raise LabError(f"{study}: {model} {preset} {arm}: {exc}") from None
+            named = f"{model} {preset}" if several else model
+            raise LabError(f"{study}: {named} {arm}: {exc}") from None
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
