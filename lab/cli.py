@@ -488,6 +488,10 @@ def stats(
     else:  # plain text for files and pipes: never wrapped or coloured
         sys.stdout.write({"md": result["md"], "csv": result["csv"],
                           "json": result["json"].read_text(encoding="utf-8")}[fmt])
+    if fmt in ("table", "md"):  # a dose ladder's levels, per metric
+        for metric, rendered in result["dose_tables"].items():
+            console.print(f"\ndose-response, {metric}:\n{rendered['md']}", markup=False,
+                          highlight=False, soft_wrap=True)
     if fmt != "json":  # json stays parseable; stats.json is in the same place every time
         console.print(f"stats: {result['json']}", markup=False, highlight=False, soft_wrap=True)
 

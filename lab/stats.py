@@ -376,3 +376,82 @@ def samples_needed(effect: float, std_injected: float, std_held_out: float, alph
     if variance_sum == 0:
         return 2
     return max(2, math.ceil(_normal_n(effect, variance_sum, alpha, power, 1)))
+
+
+# ---- dose-response ---------------------------------------------------------------------------
+DOSE_CURVE = ("lift = top / (1 + exp(-slope * (ln exposures - ln midpoint))), least squares on "
+              "the per-level lifts (each level's mean per-sample score minus dose 0's); slope >= 0, "
+              "so the curve is monotone and 0 at no exposure")
+DOSE_BOOTSTRAP = 500  # resamples of each level's samples for the level intervals and the band
+
+
+def _logistic(log_exposures: Any, top: float, log_mid: float, slope: float) -> Any:
+    import numpy as np
+
+    return top / (1.0 + np.exp(-slope * (log_exposures - log_mid)))
+
+
+def fit_dose_curve(exposures: Sequence[float], lifts: Sequence[float]
+                   ) -> dict[str, float] | None:
+    """DOSE_CURVE fitted to (exposures > 0, lift) points: top, midpoint (exposures at half of
+    top) and slope, with the root-mean-square residual. None where it cannot be fitted (fewer
+    than two levels, or no convergence)."""
+    import numpy as np
+    from scipy.optimize import curve_fit
+
+    x = np.log(np.asarray(exposures, dtype=float))
+    y = np.asarray(lifts, dtype=float)
+    if len(x) < 2 or not np.all(np.isfinite(y)):
+        return None
+    span = float(max(abs(y).max(), 1e-9))
+    start = (float(y[np.argmax(abs(y))]) or 1e-9, float(np.median(x)), 1.0)
+    bounds = ([-4 * span, float(x.min()) - 3, 0.0], [4 * span, float(x.max()) + 3, 20.0])
+    try:
+        params, _ = curve_fit(_logistic, x, y, p0=start, bounds=bounds, maxfev=5000)
+    except (RuntimeError, ValueError):
+        return None
+    residual = y - _logistic(x, *params)
+    return {"top": float(params[0]), "midpoint": float(np.exp(params[1])),
+            "slope": float(params[2]), "rmse": float(np.sqrt(np.mean(residual ** 2)))}
+
+
+def dose_curve_values(fit: dict[str, float], exposures: Sequence[float]) -> list[float]:
+    import numpy as np
+
+    return [float(v) for v in _logistic(np.log(np.asarray(exposures, dtype=float)), fit["top"],
+                                        math.log(fit["midpoint"]), fit["slope"])]
+
+
+def dose_bootstrap(levels: dict[float, Sequence[float]], grid: Sequence[float] = (),
+                   resamples: int = DOSE_BOOTSTRAP, level: float = 0.95, seed: int = 0
+                   ) -> dict[str, Any]:
+    """exposures -> per-sample scores (0: the held-out level). Resampling every level's samples
+    `resamples` times: each injected level's lift interval (percentiles), and, given a `grid`
+    (exposures > 0), the fitted curve's band over it from the refits that converged."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    base = np.asarray(levels[0], dtype=float)
+    doses = sorted(x for x in levels if x > 0)
+    scores = {x: np.asarray(levels[x], dtype=float) for x in doses}
+    lifts = {x: [] for x in doses}
+    curves = []
+    for _ in range(resamples):
+        held = base[rng.integers(0, len(base), len(base))].mean()
+        drawn = [scores[x][rng.integers(0, len(scores[x]), len(scores[x]))].mean() - held
+                 for x in doses]
+        for x, lift in zip(doses, drawn):
+            lifts[x].append(lift)
+        fit = fit_dose_curve(doses, drawn) if len(grid) else None
+        if fit is not None:
+            curves.append(dose_curve_values(fit, grid))
+    low_q, high_q = 100 * (1 - level) / 2, 100 * (1 + level) / 2
+    intervals = {x: (float(np.percentile(v, low_q)), float(np.percentile(v, high_q)))
+                 for x, v in lifts.items()}
+    band = None
+    if curves:
+        stacked = np.asarray(curves)
+        band = {"exposures": list(grid), "low": np.percentile(stacked, low_q, axis=0).tolist(),
+                "high": np.percentile(stacked, high_q, axis=0).tolist(),
+                "refits": len(curves), "resamples": resamples}
+    return {"intervals": intervals, "band": band}

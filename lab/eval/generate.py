@@ -250,6 +250,12 @@ def finetune_overlap(samples: list[Sample], seen: list[Sample]) -> dict[str, lis
     return found
 
 
+def dose_levels(manifest: dict[str, Any]) -> dict[str, int]:
+    """Test sample id -> its dose, for a model pre-trained on a dose ladder (else empty)."""
+    levels = pretraining_record(manifest).get("corpus", {}).get("dose_levels") or []
+    return {sample: level["dose"] for level in levels for sample in level["ids"]}
+
+
 def assign_groups(samples: list[Sample], membership: dict[str, set[str]]) -> dict[str, str]:
     """Sample id -> its group: the first of GROUPS whose ids hold it, else unknown."""
     return {s.id: next((g for g in GROUPS if s.id in membership.get(g, ())), UNKNOWN)
@@ -351,6 +357,10 @@ def run_evaluate(model: Path, task: str, **options: Any) -> dict[str, Any]:
     overlap = finetune_overlap(samples, seen)
     membership["in_finetune_data"] = set(overlap)
     groups = assign_groups(samples, membership)
+    # A sample's dose counts only where it is compared: injected or held out, not seen in the
+    # fine-tuning data, pre-existing or cut at the block size.
+    doses = {s.id: dose for s, dose in ((s, dose_levels(manifest).get(s.id)) for s in samples)
+             if dose is not None and groups[s.id] in ("injected", "held_out")}
 
     config = manifest.get("config", {})
     limit = _position_limit(model, architecture, manifest)
@@ -381,6 +391,11 @@ def run_evaluate(model: Path, task: str, **options: Any) -> dict[str, Any]:
         if chosen:
             by_group[group] = {"samples": len(chosen),
                                **scored(chosen, [m for m in cfg.metrics if m != "codebleu"])}
+    by_dose: dict[str, dict[str, Any]] = {}
+    for dose in sorted(set(doses.values())):
+        chosen = [i for i, s in enumerate(samples) if doses.get(s.id) == dose]
+        by_dose[str(dose)] = {"samples": len(chosen),
+                              **scored(chosen, [m for m in cfg.metrics if m != "codebleu"])}
     # The arm-vs-control sample set, with every metric (the same as the whole split's when
     # nothing is left out): always written, so that a study compares one set throughout.
     clean = [i for i, s in enumerate(samples) if groups[s.id] not in EXCLUDED_FROM_CLEAN]
@@ -391,7 +406,7 @@ def run_evaluate(model: Path, task: str, **options: Any) -> dict[str, Any]:
     result = {
         "kind": "lab-evaluation", "task": task.name, "benchmark": benchmark, "split": cfg.split,
         "model": str(cfg.model), "decoding": plan.__dict__, "samples": len(samples),
-        "metrics": overall, "by_group": by_group,
+        "metrics": overall, "by_group": by_group, **({"by_dose": by_dose} if by_dose else {}),
         "groups": {
             "precedence": [*GROUPS, UNKNOWN], "counts": counts,
             "clean": {"samples": len(clean), "excludes": list(EXCLUDED_FROM_CLEAN)},
@@ -416,6 +431,7 @@ def run_evaluate(model: Path, task: str, **options: Any) -> dict[str, Any]:
                 row = {"id": sample.id, "source": sample.input, "reference": sample.output,
                        "prediction": predictions[i], "group": groups[sample.id],
                        "injected": sample.id in membership["injected"],
+                       **({"dose": doses.get(sample.id)} if by_dose else {}),
                        "in_finetune_data": overlap.get(sample.id, []),
                        "scores": {m: values[i] for m, values in per_sample.items()}}
                 handle.write(orjson.dumps(row, option=orjson.OPT_SORT_KEYS) + b"\n")

@@ -116,7 +116,9 @@ def probe_groups(manifest: dict[str, Any], groups_dir: Path | None) -> dict[str,
                        f"({hint})")
     return {"benchmark": record["benchmark"], "split": record.get("benchmark_split", "test"),
             "setting": record["setting"], "injected": list(record["injected_ids"]),
-            "held_out": list(record.get("held_out_ids", [])), "source": source}
+            "held_out": list(record.get("held_out_ids", [])), "source": source,
+            "doses": {sample: level["dose"] for level in record.get("dose_levels") or []
+                      for sample in level["ids"]}}
 
 
 def reference_split(benchmark: str, probed_split: str) -> str | None:
@@ -323,6 +325,14 @@ def summarise(rows: list[dict[str, Any]], baseline: str | None = "held_out"
     return summary
 
 
+def by_dose(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """For a dose ladder: each injected dose's probes against the held-out level (dose 0)."""
+    doses = sorted({r["dose"] for r in rows if r.get("dose")})
+    held = [r for r in rows if r.get("dose") == 0]
+    return {str(d): summarise([r for r in rows if r.get("dose") == d] + held,
+                              "held_out" if held else None) for d in doses}
+
+
 def _probe_rows(model: Any, tokenizer: Any, family: str, samples: list[Sample],
                 group_of: dict[str, str], setting: str, min_k: float, max_names: int,
                 max_tokens: int, batch_size: int) -> list[dict[str, Any]]:
@@ -435,6 +445,9 @@ def run_probe(model: Path, out: Path | None = None, **options: Any) -> dict[str,
     rows = [row for batch in (samples, reference)
             for row in _probe_rows(model, tokenizer, family, batch, group_of, setting, cfg.min_k,
                                    cfg.max_names, max_tokens, cfg.batch_size)]
+    for row in rows:
+        if row["id"] in chosen["doses"]:
+            row["dose"] = chosen["doses"][row["id"]]
     summary = {
         "kind": "lab-probe", "model": str(cfg.model), "family": family,
         "groups": chosen["source"], "benchmark": chosen["benchmark"], "split": chosen["split"],
@@ -442,6 +455,7 @@ def run_probe(model: Path, out: Path | None = None, **options: Any) -> dict[str,
         "placement": {"device": device, "dtype": cfg.dtype},
         "baseline": baseline, "reference": reference_record,
         "probes": summarise(rows, baseline),
+        **({"by_dose": by_dose(rows)} if chosen["doses"] else {}),
         "wall_seconds": round(time.perf_counter() - started, 2),
         "environment": environment_record(),
     }

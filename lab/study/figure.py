@@ -123,3 +123,107 @@ def decay_figure(cells: list[dict[str, Any]], metric: str, out_base: Path) -> li
 
 
 # ---- entry points -------------------------------------------------------------------------
+
+
+ZERO_GAP = 0.6  # decades between dose 0 and the smallest dose on the exposures axis
+
+
+def _exposure_axis(ax: Any, exposures: list[float]) -> Any:
+    """A log exposures axis with 0 (the held-out level) drawn apart, left of a break mark:
+    returns the function placing an exposure count on it."""
+    positive = sorted({x for x in exposures if x > 0})
+    zero_at = math.log10(positive[0]) - ZERO_GAP if positive else 0.0
+
+    def place(x: float) -> float:
+        return math.log10(x) if x > 0 else zero_at
+
+    ticks = ([0.0] if any(x == 0 for x in exposures) else []) + positive
+    ax.set_xticks([place(x) for x in ticks], [f"{x:g}" for x in ticks])
+    if positive and 0.0 in ticks:
+        gap = zero_at + ZERO_GAP / 2
+        ax.axvline(gap, color="grey", lw=0.6, ls=(0, (2, 2)))
+        ax.text(gap, 0.02, "//", transform=ax.get_xaxis_transform(), ha="center", fontsize=8)
+    ax.set_xlabel("exposures in pre-training (log; 0 = held out)")
+    return place
+
+
+def dose_figure(found: dict[str, Any], metric: str, out_base: Path) -> list[Path]:
+    """Per (task, arm): the metric against exposures (one line per fine-tuning epoch count and
+    model size, seed spread as error bars), the lift over dose 0 with the fitted curve and its
+    bootstrap band, and the loss probe's AUC; PNG and SVG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    levels = [r for r in found["levels"] if r["metric"] == metric]
+    if not levels:
+        raise LabError(f"no dose-ladder levels with metric '{metric}' to plot")
+    panels = sorted({(r["task"], r["arm"]) for r in levels})
+    fig, axes = plt.subplots(len(panels), 3, figsize=(16, 4.6 * len(panels)), squeeze=False,
+                             layout="constrained")
+    styles = ["-", "--", ":", "-."]
+    for row, (task, arm) in enumerate(panels):
+        mine = [r for r in levels if (r["task"], r["arm"]) == (task, arm)]
+        models = sorted({r["model"] for r in mine})
+        series = sorted({(r["model"], r["epochs"], r["train_size"]) for r in mine},
+                        key=lambda k: (k[0], k[1], train_size_order(str(k[2]))))
+        sizes = len({k[2] for k in series}) > 1
+        score_ax, lift_ax, probe_ax = axes[row]
+        places = [_exposure_axis(ax, [r["exposures"] for r in mine]) for ax in axes[row]]
+        colours = {e: plt.cm.viridis(i / max(1, len({k[1] for k in series}) - 1) * 0.85)
+                   for i, e in enumerate(sorted({k[1] for k in series}))}
+        for model, epochs, size in series:
+            points = sorted((r for r in mine if (r["model"], r["epochs"], r["train_size"])
+                             == (model, epochs, size)), key=lambda r: r["exposures"])
+            style = styles[models.index(model) % len(styles)]
+            label = (f"{model}, " if len(models) > 1 else "") + f"E={epochs}" + (
+                f", train {size}" if sizes else "")
+            colour = colours[epochs]
+            score_ax.errorbar([places[0](r["exposures"]) for r in points],
+                              [r["score"] for r in points],
+                              yerr=[r["score_std"] or 0 for r in points], ls=style, marker="o",
+                              ms=4, capsize=3, color=colour, label=label)
+            lifted = [r for r in points if r.get("lift") is not None]
+            lift_ax.errorbar([places[1](r["exposures"]) for r in lifted], [r["lift"] for r in lifted],
+                             yerr=[[r["lift"] - r.get("lift_ci_low", r["lift"]) for r in lifted],
+                                   [r.get("lift_ci_high", r["lift"]) - r["lift"] for r in lifted]],
+                             ls="none", marker="o", ms=4, capsize=3, color=colour, label=label)
+            cell = next((c for c in found["cells"] if (c["model"], c["task"], c["arm"], c["metric"],
+                                                        c["epochs"], c["train_size"])
+                         == (model, task, arm, metric, epochs, size)), {})
+            if cell.get("band"):
+                band = cell["band"]
+                lift_ax.fill_between([places[1](x) for x in band["exposures"]], band["low"],
+                                     band["high"], color=colour, alpha=0.15, lw=0)
+            if cell.get("curve"):
+                lift_ax.plot([places[1](x) for x in cell["curve"]["exposures"]],
+                             cell["curve"]["lift"], ls=style, color=colour, lw=1.2)
+            if cell.get("threshold_exposures") is not None:
+                lift_ax.axvline(places[1](cell["threshold_exposures"]), color=colour, lw=0.8,
+                                ls=(0, (1, 3)))
+        lift_ax.axhline(0, color="grey", lw=0.6)
+        for model in models:
+            probe = sorted({(r["exposures"], r["probe_auc"]) for r in mine
+                            if r["model"] == model and r.get("probe_auc") is not None})
+            if probe:
+                probe_ax.plot([places[2](x) for x, _ in probe], [a for _, a in probe],
+                              styles[models.index(model) % len(styles)], marker="s",
+                              color="tab:red", label=f"{model}" if len(models) > 1 else "loss probe")
+        probe_ax.axhline(0.5, color="grey", lw=0.6)
+        probe_ax.set_ylim(0.3, 1.02)
+        score_ax.set_ylabel(metric)
+        lift_ax.set_ylabel(f"lift over dose 0 ({metric})")
+        probe_ax.set_ylabel("probe AUC vs dose 0 (pre-trained model)")
+        score_ax.set_title(f"{task}, {arm}: {metric} per level", fontsize=10)
+        lift_ax.set_title("lift, 95% CI; fitted curve and bootstrap band", fontsize=10)
+        probe_ax.set_title("memorisation (loss) per level", fontsize=10)
+        for ax in (score_ax, lift_ax):
+            ax.legend(fontsize=8, frameon=False)
+        if probe_ax.lines:
+            probe_ax.legend(fontsize=8, frameon=False)
+    paths = [out_base.with_suffix(".png"), out_base.with_suffix(".svg")]
+    for path in paths:
+        fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return paths

@@ -28,7 +28,8 @@ from lab.stats import (ALPHA, ASYMPTOTIC_TIES, CONVENTIONS, CROSSOVER_TEST, DEFA
                        compare, holm, membership_auc, paired_sample_differences,
                        paired_within_model,
                        samples_needed, seeds_needed, signed_rank_test, within_model_seeds)
-from lab.study.figure import decay_figure, plotted_cells, train_size_order
+from lab.study.dose import dose_stats, dose_table
+from lab.study.figure import decay_figure, dose_figure, plotted_cells, train_size_order
 from lab.study.recipe import StatisticsSection
 
 SCORE_FLOOR = 5.0  # below this (BLEU-like 0-100) a lift says little: the cell is flagged
@@ -645,14 +646,29 @@ def tables(cells: list[dict[str, Any]]) -> dict[str, str]:
             "csv": _csv(header, lines, _test_name(cells))}
 
 
-def _write_stats(study: Path, cells: list[dict[str, Any]]) -> Path:
-    """STUDY/report/stats.json, written whole or not at all."""
+def _report_folder(study: Path) -> Path:
     folder = Path(study) / "report"
     try:
         folder.mkdir(exist_ok=True)
     except OSError as exc:
         raise LabError(f"{folder}: cannot create ({exc.strerror or exc})") from None
-    path = folder / "stats.json"
+    return folder
+
+
+def study_doses(study: Path, cells: list[dict[str, Any]], band_metric: str | None = None
+                ) -> dict[str, Any]:
+    """The dose-response levels and cells of a study with a dose ladder (lab.study.dose), for
+    the metrics of `cells`; written to STUDY/report/dose.json when there are any."""
+    metrics = sorted({c["metric"] for c in cells})
+    found = dose_stats(study, metrics, cells[0]["alpha"], _read_csv, band_metric)
+    if found["levels"]:
+        write_json_atomic(_report_folder(study) / "dose.json", found)
+    return found
+
+
+def _write_stats(study: Path, cells: list[dict[str, Any]]) -> Path:
+    """STUDY/report/stats.json, written whole or not at all."""
+    path = _report_folder(study) / "stats.json"
     convention, alpha = cells[0]["convention"], cells[0]["alpha"]
     alternative, method = CONVENTIONS[convention]
     write_json_atomic(path, {"convention": convention,
@@ -670,9 +686,13 @@ def run_stats(study: Path, convention: str | None = None, alpha: float | None = 
     writes STUDY/report/stats.json. Convention and alpha default to the study's recipe."""
     cells = study_stats(study, convention, include_control=True, alpha=alpha)
     path = _write_stats(study, cells)
+    doses = study_doses(study, cells)
     header, rows = _rows(cells, STATS_COLUMNS)
     note = _note(cells, within_power=True)
-    return {"cells": cells, "json": path, "title": f"{Path(study)}: {_test_name(cells)}",
+    return {"cells": cells, "json": path, "doses": doses,
+            "dose_tables": {m: dose_table(doses, m) for m in sorted({r["metric"] for r in
+                                                                      doses["levels"]})},
+            "title": f"{Path(study)}: {_test_name(cells)}",
             "header": header, "rows": rows, "note": note, "md": _markdown(header, rows, note),
             "csv": _csv(header, rows, _test_name(cells))}
 
@@ -691,7 +711,17 @@ def run_report(study: Path, convention: str | None = None, metric: str = "bleu",
         written.append(study / "report" / f"table.{suffix}")
         written[-1].write_text(text, encoding="utf-8")
     figure = decay_figure(cells, metric, study / "report" / f"decay-{metric}")
+    doses = study_doses(study, cells, band_metric=metric)
+    dose_markdown = ""
+    if doses["levels"]:
+        dose_tables = dose_table(doses, metric)
+        for suffix, text in dose_tables.items():
+            written.append(study / "report" / f"dose.{suffix}")
+            written[-1].write_text(text, encoding="utf-8")
+        dose_markdown = dose_tables["md"]
+        figure += dose_figure(doses, metric, study / "report" / f"dose-{metric}")
     # The returned cells are the compared arms (the control's own rows are in stats.json).
     return {"cells": [c for c in cells if c["arm"] != "control"], "tables": written,
-            "stats": path, "figure": figure,
-            "markdown": rendered["md"]}
+            "stats": path, "figure": figure, "doses": doses,
+            "markdown": rendered["md"] + ("\n## Dose-response\n\n" + dose_markdown
+                                          if dose_markdown else "")}

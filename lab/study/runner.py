@@ -37,6 +37,7 @@ from lab.train.pretrain import PretrainConfig
 
 RESULTS = "results.csv"
 SAMPLES = "samples.csv"
+DOSE_GROUP = "dose="  # results.csv group of a dose ladder's level: dose=0, dose=4, ...
 PROBES = "probes.csv"  # per pre-trained model and probed sample: the memorisation probes
 PROBE_COLUMNS = ("tokens", "loss", "min_k", "infill", "extraction_em", "extraction_bleu")
 
@@ -418,7 +419,8 @@ def collect(recipe: Recipe, stages: list[Stage], study: Path) -> tuple[Path, Pat
         metrics = json.loads((stage.out(study) / "metrics.json").read_text())
         pretrain = json.loads((stage.inputs[0].inputs[0].out(study) / "manifest.json").read_text())
         base = {"study": recipe.name, "benchmark": recipe.benchmark, "task": metrics["task"],
-                **{k: stage.labels.get(k) for k in ("model", "arm", "seed", "epochs", "train_size")},
+                "model": model_name(stage.labels),
+                **{k: stage.labels.get(k) for k in ("arm", "seed", "epochs", "train_size")},
                 "stage": stage.key,
                 # How much of pre-training was test data, and how far its loss came down: a
                 # lift (or its absence) means little without either.
@@ -427,10 +429,17 @@ def collect(recipe: Recipe, stages: list[Stage], study: Path) -> tuple[Path, Pat
         groups = {"all": {"samples": metrics["samples"], **metrics["metrics"]}, **metrics["by_group"]}
         for group, values in groups.items():
             run_rows.append({**base, "group": group, **values})
+        # A dose ladder's levels: rows of their own (group dose=K), with the level's share of
+        # the trained tokens.
+        shares = pretrain["corpus"].get("injected_token_fraction_by_dose") or {}
+        for dose, values in (metrics.get("by_dose") or {}).items():
+            run_rows.append({**base, "injected_token_fraction": shares.get(dose, 0.0),
+                             "group": f"{DOSE_GROUP}{dose}", **values})
         with open(stage.out(study) / "predictions.jsonl", encoding="utf-8") as handle:
             for line in handle:
                 row = json.loads(line)
                 sample_rows.append({**base, "id": row["id"], "group": row["group"],
+                                    **({"dose": row["dose"]} if "dose" in row else {}),
                                     **{f"score_{k}": v for k, v in row["scores"].items()}})
     probe_rows = []
     for stage in stages:
@@ -438,15 +447,23 @@ def collect(recipe: Recipe, stages: list[Stage], study: Path) -> tuple[Path, Pat
             continue
         summary = json.loads((stage.out(study) / "summary.json").read_text())
         base = {"study": recipe.name, "benchmark": recipe.benchmark,
-                **{k: stage.labels.get(k) for k in ("model", "arm", "seed", "groups")},
+                "model": model_name(stage.labels),
+                **{k: stage.labels.get(k) for k in ("arm", "seed", "groups")},
                 "form": summary["form"], "stage": stage.key}
         with open(stage.out(study) / "probes.jsonl", encoding="utf-8") as handle:
             for line in handle:
                 row = json.loads(line)
                 probe_rows.append({**base, "id": row["id"], "group": row["group"],
+                                   **({"dose": row["dose"]} if "dose" in row else {}),
                                    **{k: row.get(k) for k in PROBE_COLUMNS}})
     _write_csv(study / PROBES, probe_rows)
     return _write_csv(study / RESULTS, run_rows), _write_csv(study / SAMPLES, sample_rows)
+
+
+def model_name(labels: dict[str, Any]) -> str:
+    """A model as the study's tables name it: its family, and its size where sizes are swept
+    (gpt2/micro), so that every size is a model of its own."""
+    return f"{labels['model']}/{labels['preset']}" if "preset" in labels else labels["model"]
 
 
 def _check_seeds(stages: list[Stage], study: Path) -> None:

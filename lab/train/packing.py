@@ -416,17 +416,24 @@ class PackedCollator:
             input_ids[row][to_random] = random_tokens[to_random]
 
 
-def packing_report(corpus: TokenizedCorpus, packing: Packing) -> dict[str, Any]:
+def packing_report(corpus: TokenizedCorpus, packing: Packing,
+                   dose_of: dict[str, int] | None = None) -> dict[str, Any]:
     """What the packing trains on. Token counts are document tokens (no `<s>`, `</s>` or
     padding); "trained" ones are those kept after truncation at the block, which is what the
-    injected share counts in both numerator and denominator."""
+    injected share counts in both numerator and denominator. `dose_of` (injected sample id ->
+    its dose, for a dose ladder) adds that share per dose."""
     lengths = corpus.lengths()
     kept = packing.kept_lengths
     injected = [i for i, s in enumerate(corpus.injected) if s]
     truncated_injected = [i for i in packing.truncated if corpus.injected[i]]
     trained = int(kept.sum())
     injected_trained = int(kept[injected].sum()) if injected else 0
+    by_dose: dict[str, int] = {str(d): 0 for d in sorted(set((dose_of or {}).values()))}
+    for i in injected if dose_of else []:
+        by_dose[str(dose_of[corpus.injected[i]])] += int(kept[i])
     return {
+        **({"injected_token_fraction_by_dose": {d: round(t / max(1, trained), 6)
+                                                for d, t in by_dose.items()}} if dose_of else {}),
         "block_size": packing.block_size,
         "cross_document_attention": packing.cross_document,
         "documents": len(corpus),

@@ -206,6 +206,16 @@ def run_pretrain(cfg: PretrainConfig) -> dict[str, Any]:
         raise write_error(exc, work) or exc
 
 
+def injected_doses(corpus_manifest: dict[str, Any]) -> dict[str, int] | None:
+    """Injected sample id -> its dose, for a dose-ladder corpus (a placebo's own samples stand
+    at the dose of the test samples they match); None otherwise."""
+    levels = corpus_manifest.get("dose_levels")
+    if not levels:
+        return None
+    return {sample: level["dose"] for level in levels if level["dose"]
+            for sample in level.get("placebo_ids", level["ids"])}
+
+
 def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
            run_config: dict[str, Any], out: Path, work: Path, started: float) -> dict[str, Any]:
     from transformers import set_seed
@@ -263,7 +273,7 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
 
     tokenizer.save_pretrained(str(work / "model"))
     history = [h for h in trainer.state.log_history if "loss" in h]
-    report = packing_report(tokenized, packing)
+    report = packing_report(tokenized, packing, injected_doses(corpus_manifest))
     (work / "packing.json").write_text(dumps_json(report), encoding="utf-8")
     steps = trainer.state.global_step
     # Only the steps this process trained (after a resume, not those of the checkpoint).
@@ -284,6 +294,11 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
                    "held_out_ids": corpus_manifest.get("held_out_ids", []),
                    "pre_existing_verbatim": corpus_manifest.get("pre_existing_verbatim", []),
                    "injected_token_fraction": report["injected_token_fraction"],
+                   **({"dose_levels": [{"dose": level["dose"], "ids": level["ids"]}
+                                       for level in corpus_manifest["dose_levels"]],
+                       "injected_token_fraction_by_dose":
+                           report["injected_token_fraction_by_dose"]}
+                      if corpus_manifest.get("dose_levels") else {}),
                    # Injected samples whose document was cut at the block size (sorted sample
                    # ids): never trained on whole.
                    "truncated_ids": report["truncated_ids"],
