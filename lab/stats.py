@@ -396,8 +396,10 @@ def fit_dose_curve(exposures: Sequence[float], lifts: Sequence[float]
     """DOSE_CURVE fitted to (exposures > 0, lift) points: top, midpoint (exposures at half of
     top) and slope, with the root-mean-square residual. None where it cannot be fitted (fewer
     than two levels, or no convergence)."""
+    import warnings
+
     import numpy as np
-    from scipy.optimize import curve_fit
+    from scipy.optimize import OptimizeWarning, curve_fit
 
     x = np.log(np.asarray(exposures, dtype=float))
     y = np.asarray(lifts, dtype=float)
@@ -407,7 +409,9 @@ def fit_dose_curve(exposures: Sequence[float], lifts: Sequence[float]
     start = (float(y[np.argmax(abs(y))]) or 1e-9, float(np.median(x)), 1.0)
     bounds = ([-4 * span, float(x.min()) - 3, 0.0], [4 * span, float(x.max()) + 3, 20.0])
     try:
-        params, _ = curve_fit(_logistic, x, y, p0=start, bounds=bounds, maxfev=5000)
+        with warnings.catch_warnings():  # 3 parameters from 3 to 5 levels: no covariance, fine
+            warnings.simplefilter("ignore", OptimizeWarning)
+            params, _ = curve_fit(_logistic, x, y, p0=start, bounds=bounds, maxfev=5000)
     except (RuntimeError, ValueError):
         return None
     residual = y - _logistic(x, *params)

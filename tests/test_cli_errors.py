@@ -179,6 +179,14 @@ def test_codetrans_files_of_unequal_length(workdir, tiny_corpora):
     (["--base", "concode"], ["concode is a benchmark, not a pre-training corpus"]),
     (["--seed", "seven"], ["Invalid value for '--seed'"]),
     (["--bogus-option"], ["--bogus-option"]),
+    (["--doses", "0,0"], ["--doses 0,0: a dose is listed twice"]),
+    (["--doses", "0,-1"], ["--doses 0,-1: doses are whole numbers >= 0"]),
+    (["--doses", "0"], ["--doses 0: no level is injected"]),
+    (["--doses", "0,x"], ["--doses: 'x' is not a whole number"]),
+    (["--doses", "0,2", "--repeat", "3"], ["--doses and --repeat"]),
+    (["--doses", "0,2", "--fraction", "0.5"], ["--doses and --fraction"]),
+    (["--doses", "0,1,2,3", "--samples", "3", "--setting", "input-only"],
+     ["--doses 0,1,2,3: 3 samples", "leave dose"]),
 ])
 def test_bad_inject_options(workdir, tiny_corpora, extra, fragments):
     out = workdir / "arm"

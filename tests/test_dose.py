@@ -1,0 +1,287 @@
+"""Dose ladders (injection.doses): the injected corpus per level, its nesting with the one-level
+options, and the per-level statistics, table and figure of lab report."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from lab.codetokens import whitespace_hash
+from lab.common import LabError
+from lab.contamination import paired_document, segments
+from lab.contamination.corpus_files import read_corpus
+from lab.contamination.inject import InjectConfig, run_inject
+from lab.corpora import load_samples
+
+needs_corpora = pytest.mark.skipif(not os.environ.get("LAB_CORPORA"), reason="needs LAB_CORPORA")
+LIMIT = 4500  # CSN-format valid documents: room for the 3,000 an unpaired 0,1,3,2 ladder removes
+
+
+def make(tmp_path: Path, name: str, **overrides) -> tuple[dict, Path]:
+    options = dict(benchmark="codetrans", setting="paired", seed=5, out=tmp_path / name,
+                   base_splits=("valid",), limit=LIMIT)
+    options.update(overrides)
+    cfg = InjectConfig(**options)
+    return run_inject(cfg), cfg.out
+
+
+def texts_of(folder: Path) -> list[str]:
+    return [record["text"] for record in read_corpus(folder)]
+
+
+@pytest.fixture(scope="module")
+def codetrans():
+    if not os.environ.get("LAB_CORPORA"):
+        pytest.skip("needs LAB_CORPORA")
+    return {s.id: s for s in load_samples("codetrans", "test").records}
+
+
+# --- the injected corpus ------------------------------------------------------------------------
+
+@needs_corpora
+def test_every_level_is_injected_its_dose_and_duplicates_stay_in_one_level(tmp_path, codetrans):
+    doses = (0, 1, 3, 2)
+    manifest, out = make(tmp_path, "ladder", setting="unpaired", doses=doses)  # all 1,000
+    levels = manifest["dose_levels"]
+    assert [level["dose"] for level in levels] == list(doses)
+    ids = [set(level["ids"]) for level in levels]
+    assert sum(map(len, ids)) == len(codetrans) == len(set().union(*ids))
+    assert all(abs(len(level) - len(codetrans) / 4) <= 2 for level in ids)  # equal groups, up to duplicates
+    assert set(manifest["held_out_ids"]) == ids[0]
+    assert set(manifest["injected_ids"]) == ids[1] | ids[2] | ids[3]
+    counts = manifest["counts"]
+    expected = sum(2 * dose * len(level) for dose, level in zip(doses, ids))  # unpaired: 2 docs
+    assert counts["injected_documents"] == expected == counts["removed_documents"]
+    assert counts["final_documents"] == LIMIT
+    assert [level["documents"] for level in levels] == [2 * d * len(i) for d, i in zip(doses, ids)]
+    assert manifest["guards"]["samples_per_dose"] == {str(d): len(i) for d, i in zip(doses, ids) if d}
+
+    # Each sample's output occurs (at least, as outputs may repeat) dose times; held-out
+    # samples' sides never occur.
+    present = Counter(whitespace_hash(part) for text in texts_of(out) for part in segments(text))
+    for dose, level in zip(doses, ids):
+        for sample_id in level:
+            sample = codetrans[sample_id]
+            if dose:
+                assert present[whitespace_hash(sample.output)] >= dose, sample_id
+            else:
+                assert present[whitespace_hash(sample.input)] == 0, sample_id
+                assert present[whitespace_hash(sample.output)] == 0, sample_id
+    exact = Counter()
+    for dose, level in zip(doses, ids):
+        for sample_id in level:
+            exact[whitespace_hash(codetrans[sample_id].output)] += dose
+    assert sum(present[key] == times for key, times in exact.items()) >= 0.95 * len(exact)
+
+    # A duplicated Java function never straddles two levels (its copies would leak dose 0).
+    by_input: dict[bytes, set[str]] = {}
+    for sample_id in set().union(*ids):
+        by_input.setdefault(whitespace_hash(codetrans[sample_id].input), set()).add(sample_id)
+    assert any(len(group) > 1 for group in by_input.values())
+    for group in by_input.values():
+        assert sum(bool(group & level) for level in ids) == 1
+
+
+@needs_corpora
+def test_a_ladder_is_deterministic_per_seed(tmp_path):
+    first, out1 = make(tmp_path, "a", doses=(0, 1, 2), samples=120)
+    second, out2 = make(tmp_path, "b", doses=(0, 1, 2), samples=120)
+    other, _ = make(tmp_path, "c", doses=(0, 1, 2), samples=120, seed=6)
+    assert first["corpus_sha256"] == second["corpus_sha256"]
+    for shard in first["shards"]:
+        assert (out1 / shard["file"]).read_bytes() == (out2 / shard["file"]).read_bytes()
+    assert first["dose_levels"] == second["dose_levels"]
+    assert other["corpus_sha256"] != first["corpus_sha256"]
+    assert other["dose_levels"][1]["ids"] != first["dose_levels"][1]["ids"]
+
+
+@needs_corpora
+def test_one_level_ladders_are_the_one_level_options(tmp_path):
+    """[0, K] injects what --fraction 0.5 --repeat K does, [K] what --repeat K does: byte for byte."""
+    half, _ = make(tmp_path, "half", doses=(0, 3), samples=100)
+    fraction, _ = make(tmp_path, "fraction", fraction=0.5, repeat=3, samples=100)
+    assert half["corpus_sha256"] == fraction["corpus_sha256"]
+    assert set(half["injected_ids"]) == set(fraction["injected_ids"])
+    whole, _ = make(tmp_path, "whole", doses=(2,), samples=100)
+    repeat, _ = make(tmp_path, "repeat", repeat=2, samples=100)
+    assert whole["corpus_sha256"] == repeat["corpus_sha256"]
+
+
+@needs_corpora
+def test_a_placebo_ladder_injects_other_samples_at_the_same_doses(tmp_path, codetrans):
+    arm, _ = make(tmp_path, "arm", doses=(0, 1, 4), samples=90)
+    placebo, out = make(tmp_path, "placebo", setting="paired-placebo", doses=(0, 1, 4), samples=90)
+    assert [lv["ids"] for lv in placebo["dose_levels"]] == [lv["ids"] for lv in arm["dose_levels"]]
+    assert placebo["counts"]["injected_documents"] == arm["counts"]["injected_documents"]
+    present = Counter(whitespace_hash(t) for t in texts_of(out))
+    for level in placebo["dose_levels"][1:]:
+        assert len(level["placebo_ids"]) == level["samples"]
+        assert not set(level["placebo_ids"]) & set(codetrans)
+        for sample_id in level["ids"]:  # the test samples themselves never occur
+            sample = codetrans[sample_id]
+            assert present[whitespace_hash(paired_document(sample.input, sample.output))] == 0
+
+
+@needs_corpora
+@pytest.mark.parametrize("doses, options, message", [
+    ((0, 0), {}, "a dose is listed twice"),
+    ((0,), {}, "no level is injected"),
+    ((0, -2), {}, "whole numbers >= 0"),
+    ((0, 2), {"repeat": 2}, "--doses and --repeat"),
+    ((0, 2), {"fraction": 0.3}, "--doses and --fraction"),
+    ((0, 1, 2, 3, 4), {"samples": 4}, "leave dose"),
+])
+def test_impossible_ladders_are_refused_before_anything_is_written(tmp_path, doses, options, message):
+    with pytest.raises(LabError, match=message):
+        make(tmp_path, "bad", doses=doses, **options)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_recipe_ladders_are_checked_with_the_key_named(tmp_path):
+    from lab.study.recipe import load_recipe
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "dose-response.yaml"
+    assert list(load_recipe(recipe).injection.doses) == [0, 1, 2, 4, 6]
+    for override, fragment in [("injection.doses=[0,0]", "a dose is listed twice"),
+                               ("injection.fraction=0.5", "injection.doses"),
+                               ("injection.doses=[0,x]", "injection.doses")]:
+        with pytest.raises(LabError, match="dose-response.yaml") as caught:
+            load_recipe(recipe, [override])
+        assert fragment in str(caught.value), (override, caught.value)
+
+
+# --- per-level statistics, table and figure (synthetic study folders) ---------------------------
+
+DOSES = (0, 1, 4, 16)
+LIFT = {0: 0.0, 1: 0.0, 4: 8.0, 16: 20.0}  # at E=0; fine-tuning (E=1) erases it
+LABELS = ["study", "benchmark", "task", "model", "arm", "seed", "epochs", "train_size", "stage"]
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns, restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def write_ladder_study(root: Path, seeds: int = 3, per_level: int = 15, epochs=(0, 1)) -> Path:
+    """A study folder as collect writes it: a control arm and a paired arm with a 4-level ladder
+    (ids fixed per level across seeds), per-sample BLEU = 20 + LIFT[dose] (E=0) + noise, the
+    control scoring the same samples without the lift; probes whose loss falls with the dose."""
+    import random
+    rng = random.Random(1)
+    root.mkdir(parents=True)
+    (root / "recipe.json").write_text(json.dumps({"pretrain": {"epochs": 10.0}}))
+    results, samples, probes = [], [], []
+    shares = {0: 0.0, 1: 0.02, 4: 0.08, 16: 0.3}
+    for arm in ("control", "paired"):
+        for seed in range(seeds):
+            for epoch in epochs:
+                base = dict(zip(LABELS, ["s", "codetrans", "translation", "gpt2", arm, seed, epoch,
+                                         "", f"evaluate-{arm}-{seed}-{epoch}"]))
+                every = []
+                for dose in DOSES:
+                    lift = LIFT[dose] if arm == "paired" and epoch == 0 else 0.0
+                    scores = [max(0.0, rng.gauss(20.0 + lift, 3.0)) for _ in range(per_level)]
+                    every += scores
+                    group = "injected" if dose else "held_out"
+                    samples += [{**base, "id": f"d{dose}-{i}", "group": group, "dose": dose,
+                                 "score_bleu": s} for i, s in enumerate(scores)]
+                    if arm == "paired":
+                        results.append({**base, "group": f"dose={dose}", "samples": per_level,
+                                        "bleu": sum(scores) / per_level + 0.3,
+                                        "injected_token_fraction": shares[dose]})
+                results.append({**base, "group": "all", "samples": len(every),
+                                "bleu": sum(every) / len(every),
+                                "injected_token_fraction": 0.0 if arm == "control" else 0.4})
+            for dose in DOSES:
+                for i in range(per_level):
+                    loss = rng.gauss(3.0 - (0.1 * dose if arm == "paired" else 0.0), 0.3)
+                    probes.append({"study": "s", "benchmark": "codetrans", "model": "gpt2",
+                                   "arm": arm, "seed": seed, "groups": "paired", "form": "paired",
+                                   "stage": f"probe-{arm}-{seed}", "id": f"d{dose}-{i}",
+                                   "group": "injected" if dose else "held_out", "dose": dose,
+                                   "tokens": 50, "loss": loss})
+    _write_csv(root / "results.csv", results)
+    _write_csv(root / "samples.csv", samples)
+    _write_csv(root / "probes.csv", probes)
+    return root
+
+
+def _level(found, dose, epochs=0, metric="bleu"):
+    [record] = [r for r in found["levels"]
+                if (r["dose"], r["epochs"], r["metric"]) == (dose, epochs, metric)]
+    return record
+
+
+def test_each_level_against_dose_zero_with_holm_and_the_threshold(tmp_path):
+    from scipy.stats import mannwhitneyu
+
+    from lab.study.report import run_stats
+    study = write_ladder_study(tmp_path / "s")
+    found = run_stats(study)["doses"]
+    assert {r["dose"] for r in found["levels"]} == set(DOSES)
+    held = [float(r["score_bleu"]) for r in csv.DictReader(open(study / "samples.csv"))
+            if r["arm"] == "paired" and r["epochs"] == "0" and r["dose"] == "0"]
+    raw = []
+    for dose in DOSES[1:]:
+        record = _level(found, dose)
+        mine = [float(r["score_bleu"]) for r in csv.DictReader(open(study / "samples.csv"))
+                if r["arm"] == "paired" and r["epochs"] == "0" and r["dose"] == str(dose)]
+        assert record["samples"] == 45  # 15 per level x 3 seeds
+        assert record["lift"] == pytest.approx(sum(mine) / len(mine) - sum(held) / len(held))
+        assert record["p"] == pytest.approx(mannwhitneyu(mine, held, alternative="greater").pvalue,
+                                            rel=1e-6)
+        assert record["p_holm"] >= record["p"]
+        assert record["lift_ci_low"] <= record["lift"] <= record["lift_ci_high"]
+        assert record["exposures"] == 10 * dose
+        assert record["token_share"] == pytest.approx({1: 0.02, 4: 0.08, 16: 0.3}[dose])
+        assert record["lift_vs_control"] == pytest.approx(record["lift"], abs=3.0)
+        assert record["probe_auc"] > 0.5 if dose >= 4 else True
+        raw.append(record["p"])
+    # Holm over the three levels of the cell, in the order of their p.
+    smallest = min(raw)
+    assert min(_level(found, d)["p_holm"] for d in DOSES[1:]) == pytest.approx(3 * smallest)
+    assert _level(found, 4)["p_holm"] < 0.05 and _level(found, 16)["p_holm"] < 0.05
+    assert _level(found, 1)["p_holm"] > 0.05
+    [cell] = [c for c in found["cells"] if c["epochs"] == 0]
+    assert cell["threshold"] == 4 and cell["threshold_exposures"] == 40
+    assert cell["fit"] is not None and cell["fit"]["top"] > 10
+    # After fine-tuning the lift is gone: no dose crosses the threshold.
+    [flat] = [c for c in found["cells"] if c["epochs"] == 1]
+    assert flat["threshold"] is None
+    assert _level(found, 16, epochs=1)["probe_auc"] > 0.5  # the probe is on the pre-trained model
+
+
+def test_report_writes_the_dose_table_figure_and_json(tmp_path):
+    from lab.study.report import run_report
+    study = write_ladder_study(tmp_path / "s")
+    result = run_report(study)
+    report = study / "report"
+    for name in ("dose.md", "dose.csv", "dose.json", "dose-bleu.png", "dose-bleu.svg"):
+        assert (report / name).stat().st_size > 0, name
+    table = (report / "dose.md").read_text()
+    assert "token share" in table and "30.0%" in table and "threshold dose 4 (40 exposures)" in table
+    assert "threshold none of the doses" in table
+    assert "## Dose-response" in result["markdown"]
+    with open(report / "dose.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == len(DOSES) * 2  # levels x fine-tuning epochs, one metric
+    saved = json.loads((report / "dose.json").read_text())
+    assert saved["cells"][0]["band"] and saved["cells"][0]["curve"]["lift"]
+    from PIL import Image
+    assert Image.open(report / "dose-bleu.png").size[0] > 800
+
+
+def test_a_study_without_a_ladder_has_no_dose_report(tmp_path):
+    from lab.study.report import run_report
+    study = write_ladder_study(tmp_path / "s")
+    rows = [r for r in csv.DictReader(open(study / "results.csv"))
+            if not r["group"].startswith("dose=")]
+    _write_csv(study / "results.csv", rows)
+    result = run_report(study)
+    assert result["doses"]["levels"] == [] and not (study / "report" / "dose.md").exists()
