@@ -333,3 +333,34 @@ def test_a_micro_ladder_study_reports_every_level(tmp_path):
     report = run_report(study)
     assert summary and (study / "report" / "dose.md").is_file()
     assert {r["dose"] for r in report["doses"]["levels"]} == {0, 2, 4}
+
+
+def test_the_dose_curve_recovers_a_known_logistic_and_its_band_covers_it():
+    import math
+
+    import numpy as np
+
+    from lab.stats import dose_bootstrap, dose_curve_values, fit_dose_curve
+    exposures = [10, 20, 40, 80, 160]
+    truth = {"top": 30.0, "midpoint": 40.0, "slope": 3.0}
+    lifts = dose_curve_values(truth, exposures)
+    fit = fit_dose_curve(exposures, lifts)
+    assert fit["top"] == pytest.approx(30.0, rel=1e-3)
+    assert fit["midpoint"] == pytest.approx(40.0, rel=1e-3)
+    assert fit["slope"] == pytest.approx(3.0, rel=1e-3) and fit["rmse"] < 1e-3
+    assert fit_dose_curve([10], [5.0]) is None
+    flat = fit_dose_curve(exposures, [0.2, -0.1, 0.0, 0.1, -0.2])
+    assert abs(max(dose_curve_values(flat, exposures), key=abs)) < 0.5
+
+    rng = np.random.default_rng(3)
+    levels = {0.0: rng.normal(10, 4, 60)}
+    for x, lift in zip(exposures, lifts):
+        levels[float(x)] = rng.normal(10 + lift, 4, 60)
+    grid = [math.exp(v) for v in np.linspace(math.log(10), math.log(160), 9)]
+    boot = dose_bootstrap(levels, grid)
+    inside = [low <= true <= high for low, high, true in
+              zip(boot["band"]["low"], boot["band"]["high"], dose_curve_values(truth, grid))]
+    assert sum(inside) >= 7  # a 95% band over 9 points: nearly all hold the true curve
+    assert all(boot["intervals"][float(x)][0] < lift + 4 and boot["intervals"][float(x)][1] > lift - 4
+               for x, lift in zip(exposures, lifts))
+    assert dose_bootstrap(levels, grid) == boot  # seeded: the same band every time
