@@ -109,7 +109,8 @@ def test_truncated_injected_samples_are_their_own_group(tmp_path, monkeypatch):
     assert {g: v["samples"] for g, v in saved["by_group"].items()} == {
         "pre_existing": 1, "injected_truncated": 2, "injected": 2, "held_out": 3, "clean": 7}
     assert saved["groups"]["precedence"] == ["in_finetune_data", "pre_existing",
-                                             "injected_truncated", "injected", "held_out", "unknown"]
+                                             "injected_truncated", "held_out_truncated",
+                                             "injected", "held_out", "unknown"]
     assert saved["groups"]["reasons"]["injected_truncated"] == 2
     assert saved["groups"]["truncated_ids_recorded"] is True
     assert result["by_group"]["clean"]["samples"] == 7  # truncated samples stay in `clean`
@@ -125,6 +126,42 @@ def test_truncated_injected_samples_are_their_own_group(tmp_path, monkeypatch):
     old = json.loads((tmp_path / "old" / "metrics.json").read_text())
     assert "injected_truncated" not in old["by_group"] and old["by_group"]["injected"]["samples"] == 4
     assert old["groups"]["truncated_ids_recorded"] is False
+
+
+def test_held_out_samples_too_long_for_a_block_are_left_out_like_truncated_injected_ones(
+        tmp_path, monkeypatch):
+    """A held-out sample whose paired document would not fit a block (had it been injected) is
+    `held_out_truncated`, so the within-model test compares halves of the same length range."""
+    long_java = "public int sum() {return " + " + ".join(f"a{k}" for k in range(12)) + ";}"
+    test = [(_java(i), _cs(i)) for i in range(6)] + [(long_java, _cs(6))]
+    corpora = write_codetrans(tmp_path / "c", [(_java(100 + i), _cs(100 + i)) for i in range(6)], test)
+    ids = [f"codetrans:test:{i}" for i in range(7)]
+    record = pretrained_record(ids[:3], ids[3:], truncated=[], block_size=20)
+    record["corpus"]["setting"] = "paired"
+    manifest = {"kind": "lab-pretrained", "model": {"family": "gpt2"}, **record}
+    fake_model(monkeypatch, manifest)
+
+    def whitespace_tokenizer(texts, add_special_tokens=True):
+        assert add_special_tokens is False  # as the pre-training token cache
+        return {"input_ids": [text.split() for text in texts]}
+
+    model = SimpleNamespace(config=SimpleNamespace(n_positions=256))
+    monkeypatch.setattr(generate_mod, "load_generator",
+                        lambda model_dir: (model, whitespace_tokenizer, manifest, "causal-lm"))
+    generate_mod.run_evaluate(tmp_path / "m", "translation", corpora_dir=corpora,
+                              metrics=("bleu",), out=tmp_path / "e")
+    rows = rows_of(tmp_path / "e")
+    # `java <SEP> c#` of the short samples: 15 whitespace tokens, within the 18 a block keeps.
+    assert [rows[i]["group"] for i in ids] == ["injected"] * 3 + ["held_out"] * 3 + ["held_out_truncated"]
+    saved = json.loads((tmp_path / "e" / "metrics.json").read_text())
+    assert saved["groups"]["reasons"]["held_out_truncated"] == 1
+    assert saved["by_group"]["held_out"]["samples"] == 3 and saved["by_group"]["clean"]["samples"] == 7
+
+    # A control (no form) or an arm without a split has no such group.
+    record["corpus"]["setting"] = "control"
+    generate_mod.run_evaluate(tmp_path / "m", "translation", corpora_dir=corpora,
+                              metrics=("bleu",), out=tmp_path / "c2")
+    assert "held_out_truncated" not in json.loads((tmp_path / "c2" / "metrics.json").read_text())["by_group"]
 
 
 # ---- item 5: the fine-tuning data -----------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from lab.codetokens import whitespace_hash
+from lab.contamination import settings as settings_table
 from lab.common import (LabError, atomic_output_dir, check_numbers, check_output, corpora_inputs,
                         corpora_param, environment_record, param, read_text_file,
                         write_json_atomic)
@@ -36,11 +37,15 @@ from lab.train.finetune import (
 #                       pre_existing_verbatim), whatever the arm injected
 #   injected_truncated  injected, but its document was cut at the pre-training block size, so
 #                       part of it (paired: the output's tail) was never trained on
+#   held_out_truncated  held out, but its document in the arm's form would have been cut had it
+#                       been injected: left out like injected_truncated, so that the within-model
+#                       test compares halves of the same length range
 #   injected, held_out  the arm's split of the test samples
 # The within-model test compares `injected` with `held_out` only; `clean` (every sample outside
 # in_finetune_data and pre_existing: seen, if at all, only where the arm put it) is the sample
 # set of the arm-vs-control comparison.
-GROUPS = ("in_finetune_data", "pre_existing", "injected_truncated", "injected", "held_out")
+GROUPS = ("in_finetune_data", "pre_existing", "injected_truncated", "held_out_truncated",
+          "injected", "held_out")
 UNKNOWN = "unknown"
 EXCLUDED_FROM_CLEAN = ("in_finetune_data", "pre_existing")
 CLEAN = "clean"
@@ -250,6 +255,26 @@ def finetune_overlap(samples: list[Sample], seen: list[Sample]) -> dict[str, lis
     return found
 
 
+def held_out_truncation(samples: list[Sample], membership: dict[str, set[str]],
+                        manifest: dict[str, Any], tokenizer: Any) -> set[str]:
+    """Held-out samples of a split-half arm whose documents, in the arm's form and tokenised
+    as pre-training tokenises them, exceed what a block keeps: had they been injected, they
+    would be injected_truncated. Empty for an arm without a form or a split."""
+    from lab.train.packing import longest_document
+
+    record = pretraining_record(manifest)
+    setting = settings_table.find(record.get("corpus", {}).get("setting"))
+    block = (record.get("config") or {}).get("block_size")
+    if not (membership.get("injected") and membership.get("held_out")) or not setting \
+            or not setting.form or not block:
+        return set()
+    limit = longest_document(int(block))
+    held = [s for s in samples if s.id in membership["held_out"]]
+    documents = [(s.id, text) for s in held for _side, text in setting.documents(s)]
+    lengths = tokenizer([text for _id, text in documents], add_special_tokens=False)["input_ids"]
+    return {sample for (sample, _text), ids in zip(documents, lengths) if len(ids) > limit}
+
+
 def dose_levels(manifest: dict[str, Any]) -> dict[str, int]:
     """Test sample id -> its dose, for a model pre-trained on a dose ladder (else empty)."""
     levels = pretraining_record(manifest).get("corpus", {}).get("dose_levels") or []
@@ -356,6 +381,7 @@ def run_evaluate(model: Path, task: str, **options: Any) -> dict[str, Any]:
     seen, seen_note = finetuning_samples(manifest, Path(cfg.model), cfg.corpora_dir)
     overlap = finetune_overlap(samples, seen)
     membership["in_finetune_data"] = set(overlap)
+    membership["held_out_truncated"] = held_out_truncation(samples, membership, manifest, tokenizer)
     groups = assign_groups(samples, membership)
     # A sample's dose counts only where it is compared: injected or held out, not seen in the
     # fine-tuning data, pre-existing or cut at the block size.
@@ -413,7 +439,7 @@ def run_evaluate(model: Path, task: str, **options: Any) -> dict[str, Any]:
             # Each reason on its own (a sample may have several; its group is the first).
             "reasons": {"in_finetune_data": len(overlap),
                         **{g: sum(1 for s in samples if s.id in membership[g])
-                           for g in ("pre_existing", "injected_truncated")}},
+                           for g in ("pre_existing", "injected_truncated", "held_out_truncated")}},
             "finetune_data": seen_note,
             "truncated_ids_recorded": "truncated_ids" in corpus,
         },

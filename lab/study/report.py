@@ -44,7 +44,7 @@ WITHIN_TEST = "Mann-Whitney U, greater, asymptotic"
 # falling back to `all` for studies collected before that group existed; the within-model test
 # uses `injected` and `held_out` only, so the groups below are left out of it.
 CLEAN = "clean"
-LEFT_OUT = ("in_finetune_data", "pre_existing", "injected_truncated")
+LEFT_OUT = ("in_finetune_data", "pre_existing", "injected_truncated", "held_out_truncated")
 
 
 def _number(value: str, path: Path, line: int, column: str) -> float | None:
@@ -541,8 +541,9 @@ def _note(cells: list[dict[str, Any]], within_power: bool) -> str:
             f"arm's base corpus; left out per evaluation: {_range(cells, 'in_finetune_data')} in "
             f"the fine-tuning data, {_range(cells, 'pre_existing')} pre-existing. Injected "
             "samples whose document was cut at the pre-training block size "
-            f"({_range(cells, 'injected_truncated')} per evaluation) and those left out above "
-            "are in neither the injected nor the held-out group.")
+            f"({_range(cells, 'injected_truncated')} per evaluation), held-out samples whose "
+            f"document would have been ({_range(cells, 'held_out_truncated')}) and those left out "
+            "above are in neither the injected nor the held-out group.")
     if any("p" in c for c in cells):
         parts.append(
             f"Arm vs control over seeds: {_test_name(cells)}; Holm across the table's cells. "

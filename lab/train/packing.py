@@ -211,6 +211,11 @@ def _layout_costs(block_size: int, cross_document: bool) -> tuple[int, int]:
     return block_size, 2  # <s> doc </s>
 
 
+def longest_document(block_size: int) -> int:
+    """Tokens a document keeps at most (more are cut): a block less its `<s>` and `</s>`."""
+    return block_size - 2
+
+
 def pack_documents(lengths: np.ndarray, block_size: int, samples: list[str | None] | None = None,
                    cross_document: bool = False) -> Packing:
     """Best-fit decreasing: each document, longest first, goes to the open sequence with the
@@ -223,7 +228,7 @@ def pack_documents(lengths: np.ndarray, block_size: int, samples: list[str | Non
     `<s>` and `</s>`, it fills a block), as in one-document-per-sequence training.
     """
     capacity, extra = _layout_costs(block_size, cross_document)
-    max_doc = block_size - 2
+    max_doc = longest_document(block_size)
     lengths = np.asarray(lengths)
     if samples is not None and len(samples) != len(lengths):
         raise ValueError(f"{len(samples)} sample ids for {len(lengths)} documents")
