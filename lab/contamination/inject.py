@@ -53,9 +53,9 @@ class InjectConfig:
     fraction: float | None = param(None, "Inject a seeded fraction of the samples.")
     doses: tuple[int, ...] | None = param(
         None, "Dose ladder, e.g. 0,1,4,16,64: the samples are split into as many seeded, "
-              "equal-size groups (duplicates kept together), group k injected doses[k] times, 0 "
-              "= held out. Replaces repeat and fraction: [0, K] injects what fraction 0.5 with "
-              "repeat K does.")
+              "equal-size groups (duplicates kept together), the k-th group injected as often "
+              "as the k-th dose says, 0 = held out. Replaces repeat and fraction: 0,K injects "
+              "what fraction 0.5 with repeat K does.")
     samples: int | None = param(None, "Only the split's first N samples take part (a benchmark "
                                       "subset).")
     test_ids: Path | None = param(None, "File of sample ids to inject.")
