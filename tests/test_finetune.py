@@ -78,7 +78,8 @@ def test_micro_finetune_and_evaluate(pretrained, tmp_path, model, task):
     assert saved["metrics"]["bleu"] == result["metrics"]["bleu"] and saved["samples"] == len(IDS[task])
     if task == "translation":  # the paired arm injected CodeTrans samples: groups are known
         # (injected documents longer than the 128-token block are a group of their own)
-        assert {r["group"] for r in rows} <= {"injected", "injected_truncated", "held_out"}
+        assert {r["group"] for r in rows} <= {"injected", "injected_truncated", "held_out",
+                                              "held_out_truncated"}
         assert sum(v["samples"] for g, v in saved["by_group"].items() if g != "clean") == len(IDS[task])
         assert saved["by_group"]["clean"]["samples"] == len(IDS[task])  # nothing seen elsewhere
     again = run_evaluate(out, task, ids=ids, max_new_tokens=24, batch_size=3,
@@ -96,7 +97,8 @@ def test_direct_inference_and_best_checkpoint_selection(pretrained, tmp_path):
     assert direct["samples"] == 1000
     injected = direct["by_group"]["injected"]["samples"]
     assert injected + direct["by_group"].get("injected_truncated", {"samples": 0})["samples"] == 100
-    assert direct["by_group"]["held_out"]["samples"] == 900
+    held_out = direct["by_group"]["held_out"]["samples"]
+    assert held_out + direct["by_group"].get("held_out_truncated", {"samples": 0})["samples"] == 900
     best = run_finetune(FinetuneConfig(pretrained=pretrained / "pt-gpt2", task="translation",
                                        epochs=2, out=tmp_path / "best", train_size=16,
                                        select="best", batch_size=8))

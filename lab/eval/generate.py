@@ -271,6 +271,8 @@ def held_out_truncation(samples: list[Sample], membership: dict[str, set[str]],
     limit = longest_document(int(block))
     held = [s for s in samples if s.id in membership["held_out"]]
     documents = [(s.id, text) for s in held for _side, text in setting.documents(s)]
+    if not documents:  # none of the evaluated samples is held out (a subset of injected ids)
+        return set()
     lengths = tokenizer([text for _id, text in documents], add_special_tokens=False)["input_ids"]
     return {sample for (sample, _text), ids in zip(documents, lengths) if len(ids) > limit}
 
