@@ -21,6 +21,7 @@ from lab.eval.generate import EvaluateConfig
 from lab.eval.probe import ProbeConfig
 from lab.llm.llm_eval import LlmEvalConfig
 from lab.llm.perturb import PerturbConfig
+from lab.modelcard import ExportConfig
 from lab.study.report import run_report
 from lab.study.runner import run_study
 from lab.tokenizer import TokenizerConfig
@@ -277,6 +278,19 @@ def evaluate(cfg: EvaluateConfig) -> None:
                 row[key] = f"{value:.2f}"
     console.print(_table(f"{cfg.task} {cfg.split} ({result['decoding']['mode']})", rows, columns))
     console.print(f"predictions and metrics: {result['out']}")
+
+
+@app.command()
+@options_of(ExportConfig)
+def export(cfg: ExportConfig) -> None:
+    """Write a model as a folder plain transformers loads, with its model card."""
+    from lab.modelcard import export_model
+
+    record = export_model(cfg)
+    console.print(f"{record['out']}: {record['architecture']}, {', '.join(record['files'])}",
+                  markup=False, highlight=False, soft_wrap=True)
+    if "hub" in record:
+        console.print(f"pushed to {record['hub']['repo']} ({record['hub']['commit']})")
 
 
 @app.command()

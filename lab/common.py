@@ -262,6 +262,11 @@ def write_json_atomic(path: Path, obj: Any) -> None:
         handle.write(dumps_json(obj).encode("utf-8"))
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    with _atomic_file(path) as handle:
+        handle.write(text.encode("utf-8"))
+
+
 def write_jsonl(path: Path, rows: Any, sort_keys: bool = True) -> None:
     """One JSON object per line (UTF-8, compact), written atomically. Keys sorted by default
     (equal rows give equal bytes); sort_keys=False keeps each row's order (a file that mirrors

@@ -464,5 +464,8 @@ def run_evaluate(model: Path, task: str, **options: Any) -> dict[str, Any]:
                        "scores": {m: values[i] for m, values in per_sample.items()}}
                 handle.write(orjson.dumps(row, option=orjson.OPT_SORT_KEYS) + b"\n")
         write_json_atomic(tmp / "metrics.json", result)
+    from lab.modelcard import record_evaluation
+
+    record_evaluation(Path(cfg.model), result)  # the evaluated model's card gains its metrics
     result["out"] = str(out)
     return result

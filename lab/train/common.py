@@ -133,12 +133,56 @@ def weights_are_finite(model: Any) -> bool:
                if p.numel() > 0 and p.is_floating_point())
 
 
+REPORT_TARGETS = ("tensorboard", "wandb", "mlflow")
+TENSORBOARD_DIR = "tensorboard"  # in a trained model's folder: its TensorBoard event files
+# Logged beside loss, learning rate and grad norm; timing, so never part of a manifest's history.
+THROUGHPUT_KEYS = ("throughput_samples_per_second", "throughput_tokens_per_second")
+
+
+def report_to_param() -> Any:
+    from lab.common import param
+
+    return param("tensorboard", "Where training logs go (loss, learning rate, grad norm, "
+                                "throughput): " + ", ".join(REPORT_TARGETS) + ", a comma-separated "
+                                "list of them, or none. TensorBoard event files land in "
+                                f"OUT/{TENSORBOARD_DIR}.")
+
+
+def report_targets(report_to: str) -> list[str]:
+    """The Trainer's report_to list for `report_to`; a LabError names an unknown target."""
+    targets = [t.strip() for t in str(report_to).split(",") if t.strip()]
+    if targets == ["none"] or not targets:
+        return []
+    unknown = [t for t in targets if t not in REPORT_TARGETS]
+    if unknown:
+        raise LabError(f"--report-to {report_to}: unknown target {unknown[0]!r} (use "
+                       + ", ".join(REPORT_TARGETS) + " or none)")
+    return targets
+
+
+def history_without_timing(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A Trainer log history without the throughput entries (timing is not reproducible)."""
+    return [{k: v for k, v in entry.items() if k not in THROUGHPUT_KEYS} for entry in history]
+
+
 def make_guarded_trainer_class():
     """HF Trainer that stops with a LabError (one line, naming the step) on a non-finite loss,
     and writes CHECKPOINT_RECORD into every checkpoint it saves (refusing to save non-finite
     weights). Shared by pre-training and fine-tuning."""
     import torch
     from transformers import Trainer, TrainerCallback
+    from transformers.integrations import TensorBoardCallback
+
+    class FolderTensorBoard(TensorBoardCallback):
+        """Writes to a folder of the lab's choosing (transformers 4 took it from
+        TrainingArguments.logging_dir, 5 from an environment variable)."""
+
+        def __init__(self, folder: Path):
+            super().__init__()
+            self.folder = folder
+
+        def _init_summary_writer(self, args, *_args, **_kwargs):
+            self.tb_writer = self._SummaryWriter(log_dir=str(self.folder))
 
     class CheckpointRecorder(TrainerCallback):
         def on_save(self, args, state, control, model=None, **kwargs):
@@ -147,9 +191,36 @@ def make_guarded_trainer_class():
                 record_checkpoint(checkpoint)
 
     class GuardedTrainer(Trainer):
-        def __init__(self, *a, **kw):
+        # Tokens in one training sample, where that is fixed (a pre-training block): the
+        # throughput is then also logged in tokens per second.
+        tokens_per_sample: int | None = None
+
+        def __init__(self, *a, tensorboard_dir: Path | None = None, **kw):
             super().__init__(*a, **kw)
             self.add_callback(CheckpointRecorder())
+            self._last_log: tuple[float, int] | None = None
+            if "tensorboard" in self.args.report_to:
+                if tensorboard_dir is None:
+                    raise ValueError("report_to tensorboard needs a tensorboard_dir")
+                self.remove_callback(TensorBoardCallback)
+                self.add_callback(FolderTensorBoard(Path(tensorboard_dir)))
+
+        def log(self, logs, *args, **kwargs):
+            """Adds the throughput since the previous log to each training-loss log."""
+            import time
+
+            now, step = time.perf_counter(), self.state.global_step
+            if "loss" in logs and self._last_log is not None and step > self._last_log[1]:
+                seconds = now - self._last_log[0]
+                samples = (step - self._last_log[1]) * self.args.per_device_train_batch_size \
+                    * self.args.gradient_accumulation_steps * self.args.world_size
+                logs["throughput_samples_per_second"] = round(samples / seconds, 3)
+                if self.tokens_per_sample:
+                    logs["throughput_tokens_per_second"] = round(
+                        samples * self.tokens_per_sample / seconds, 1)
+            if "loss" in logs or self._last_log is None:
+                self._last_log = (now, step)
+            return super().log(logs, *args, **kwargs)
 
         def training_step(self, model, inputs, *args, **kwargs):
             loss = super().training_step(model, inputs, *args, **kwargs)

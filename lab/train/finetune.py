@@ -22,7 +22,10 @@ from lab.common import (DataNotFound, LabError, atomic_output_dir, check_numbers
 from lab.contamination import SEP_MARKER
 from lab.corpora import Sample, get_spec, load_samples
 from lab.models import positions_of
-from lab.train.common import make_guarded_trainer_class, state_sha256, training_arguments
+from lab.train.common import (
+    TENSORBOARD_DIR, history_without_timing, make_guarded_trainer_class, report_targets,
+    report_to_param, state_sha256, training_arguments,
+)
 
 MANIFEST = "manifest.json"
 
@@ -98,6 +101,7 @@ class FinetuneConfig:
     warmup_steps: int = param(0, "Linear warm-up steps.")
     weight_decay: float = param(0.0, "AdamW weight decay.")
     log_steps: int = param(10, "Log the loss every N steps.")
+    report_to: str = report_to_param()
     bf16: bool = param(False, "bfloat16 autocast (CPUs with AVX-512 BF16 or AMX, GPUs; changes "
                               "the numbers).")
     force: bool = param(False, "Replace an existing output directory.")
@@ -294,6 +298,7 @@ def _validate(cfg: FinetuneConfig) -> None:
     """Every check that needs no model, before any work."""
     if cfg.select not in ("last", "best"):
         raise LabError(f"--select {cfg.select}: choose last or best")
+    report_targets(cfg.report_to)
     for name, value in (("--batch-size", cfg.batch_size), ("--max-source-length", cfg.max_source_length),
                         ("--max-target-length", cfg.max_target_length),
                         ("--decoder-layers", cfg.decoder_layers)):
@@ -349,7 +354,8 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         if cfg.epochs > 0:
             evaluate_each_epoch = bool(valid_set) and cfg.select == "best"
             args = training_arguments(
-                tmp / "checkpoints", per_device_train_batch_size=cfg.batch_size,
+                tmp / "checkpoints", report_to=report_targets(cfg.report_to),
+                per_device_train_batch_size=cfg.batch_size,
                 per_device_eval_batch_size=cfg.batch_size, num_train_epochs=cfg.epochs,
                 learning_rate=cfg.lr, warmup_steps=cfg.warmup_steps,
                 weight_decay=cfg.weight_decay, logging_steps=cfg.log_steps, seed=cfg.seed,
@@ -364,11 +370,12 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
             trainer = make_guarded_trainer_class()(
                 model=model, args=args, train_dataset=train_set,
                 eval_dataset=valid_set if evaluate_each_epoch else None,
-                data_collator=PaddingCollator(tokenizer.pad_token_id))
+                data_collator=PaddingCollator(tokenizer.pad_token_id),
+                tensorboard_dir=tmp / TENSORBOARD_DIR)
             if family == "roberta":
                 trainer.model_accepts_loss_kwargs = False  # its loss is a mean, not a sum
             trainer.train()
-            history = trainer.state.log_history
+            history = history_without_timing(trainer.state.log_history)
             model = trainer.model
             shutil.rmtree(tmp / "checkpoints", ignore_errors=True)
         model.save_pretrained(str(tmp / "model"))
@@ -389,10 +396,14 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
                      "history": history},
             "best_checkpoint_selected": cfg.select,
             "pretrained": {k: pretrained.get(k) for k in
-                           ("config", "corpus", "tokenizer", "model", "seed", "final_weights_sha256")},
+                           ("config", "corpus", "tokenizer", "model", "seed", "steps",
+                            "final_weights_sha256")},
             "pretrained_path": str(cfg.pretrained),
             "wall_seconds": round(time.perf_counter() - started, 2),
             "environment": environment_record(),
         }
         write_json_atomic(tmp / MANIFEST, manifest)
+        from lab.modelcard import write_model_card
+
+        write_model_card(tmp, manifest)
     return manifest

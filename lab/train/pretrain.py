@@ -23,8 +23,8 @@ from lab.common import (LabError, check_numbers, check_output, dumps_json, param
 from lab.contamination.corpus_files import read_manifest, verify_corpus
 from lab.train.common import (
     checkpoint_problem, checkpoints_newest_first, latest_checkpoint, make_guarded_trainer_class,
-    non_finite_error, state_sha256, trained_weights_sha256, training_arguments,
-    weights_are_finite,
+    TENSORBOARD_DIR, history_without_timing, non_finite_error, report_targets, report_to_param,
+    state_sha256, trained_weights_sha256, training_arguments, weights_are_finite,
 )
 from lab.models import (
     build_config, build_model, check_block_size, count_parameters, position_offset,
@@ -60,6 +60,7 @@ class PretrainConfig:
     mlm_probability: float = param(0.15, "RoBERTa: share of tokens masked.")
     save_steps: int = param(500, "Checkpoint every N steps.")
     log_steps: int = param(10, "Log the loss every N steps.")
+    report_to: str = report_to_param()
     deepspeed: Path | None = param(None, "DeepSpeed JSON config (recipes/deepspeed/).")
     bf16: bool = param(False, "bfloat16 autocast (changes the numbers).")
     compile: bool = param(False, "torch.compile the model (same maths, other kernels).",
@@ -76,6 +77,7 @@ class PretrainConfig:
 
 def _validate(cfg: PretrainConfig) -> None:
     check_block_size(cfg.model, cfg.preset, cfg.block_size)
+    report_targets(cfg.report_to)
     check_numbers(epochs=cfg.epochs, lr=cfg.lr, seed=cfg.seed,
                            warmup_steps=cfg.warmup_steps, weight_decay=cfg.weight_decay,
                            lr_scheduler=cfg.lr_scheduler)
@@ -104,7 +106,7 @@ def _validate(cfg: PretrainConfig) -> None:
 
 def _training_arguments(cfg: PretrainConfig, checkpoints: Path):
     return training_arguments(
-        checkpoints, per_device_train_batch_size=cfg.batch_size,
+        checkpoints, report_to=report_targets(cfg.report_to), per_device_train_batch_size=cfg.batch_size,
         gradient_accumulation_steps=cfg.grad_accum, num_train_epochs=cfg.epochs,
         max_steps=cfg.max_steps, learning_rate=cfg.lr, lr_scheduler_type=cfg.lr_scheduler,
         warmup_steps=cfg.warmup_steps, weight_decay=cfg.weight_decay, logging_steps=cfg.log_steps,
@@ -249,7 +251,8 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
                               cross_document=cfg.cross_document_attention,
                               position_offset=position_offset(config))
     trainer = _make_trainer_class()(model=model, args=args, train_dataset=dataset,
-                                    data_collator=collator)
+                                    data_collator=collator, tensorboard_dir=work / TENSORBOARD_DIR)
+    trainer.tokens_per_sample = cfg.block_size
     checkpoint = latest_checkpoint(work / "checkpoints") if cfg.resume else None
     start_step = (json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
                   if checkpoint else 0)
@@ -272,7 +275,7 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
         return rank_record
 
     tokenizer.save_pretrained(str(work / "model"))
-    history = [h for h in trainer.state.log_history if "loss" in h]
+    history = history_without_timing([h for h in trainer.state.log_history if "loss" in h])
     report = packing_report(tokenized, packing, injected_doses(corpus_manifest))
     (work / "packing.json").write_text(dumps_json(report), encoding="utf-8")
     steps = trainer.state.global_step
@@ -294,6 +297,7 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
                    "held_out_ids": corpus_manifest.get("held_out_ids", []),
                    "pre_existing_verbatim": corpus_manifest.get("pre_existing_verbatim", []),
                    "injected_token_fraction": report["injected_token_fraction"],
+                   "options": corpus_manifest.get("options"),
                    **({"dose_levels": [{"dose": level["dose"], "ids": level["ids"]}
                                        for level in corpus_manifest["dose_levels"]],
                        "injected_token_fraction_by_dose":
@@ -325,6 +329,9 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
         "environment": environment_record(),
     }
     write_json_atomic(work / MANIFEST, manifest)
+    from lab.modelcard import write_model_card
+
+    write_model_card(work, manifest)
     if out.exists():
         shutil.rmtree(out)
     os.replace(work, out)
