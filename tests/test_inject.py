@@ -319,3 +319,25 @@ def test_placebo_mirrors_listed_test_ids_and_needs_a_large_enough_pool(tmp_path)
         with pytest.raises(LabError, match="2000 placebo samples needed, but concode dev holds only"):
             make(tmp_path, "too-many", benchmark="concode", setting="input-only-placebo")
         assert not (tmp_path / "too-many").exists()
+
+
+def test_arm_corpora_load_with_datasets_across_shards_without_injected_documents(tmp_path):
+    """Every line has every field with one type: shards holding no injected document load
+    with the others under one schema (a null column would be typed from the first shard)."""
+    datasets = pytest.importorskip("datasets")
+    manifest, folder = make(tmp_path, "sharded", samples=20, fraction=0.25, limit=1200,
+                            shard_size=100)
+    files = sorted(str(p) for p in (folder / "corpus").glob("*.jsonl.gz"))
+    injected_per_shard = [sum(1 for line in gzip.open(f) if json.loads(line)["sample"])
+                          for f in files]
+    assert len(files) == 12 and 0 in injected_per_shard and sum(injected_per_shard) == 5
+    loaded = datasets.load_dataset("json", data_files=files, split="train",
+                                   cache_dir=str(tmp_path / "hf-cache"))
+    assert loaded.num_rows == manifest["counts"]["final_documents"] == 1200
+    assert {name: str(f.dtype) for name, f in loaded.features.items()} == {
+        "id": "string", "text": "string", "sample": "string", "side": "string", "copy": "int64"}
+    rows = loaded.to_list()
+    assert sorted(r["sample"] for r in rows if r["sample"]) == sorted(
+        sample for sample in manifest["injected_ids"])
+    assert all(r["side"] == "base" and r["copy"] == 0 for r in rows if not r["sample"])
+    assert [r["text"] for r in rows] == corpus_texts(folder)

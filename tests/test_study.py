@@ -142,6 +142,8 @@ def test_study_killed_midway_resumes_to_the_same_results(tmp_path, busy_core):
     assert "Mann-Whitney U, two-sided, exact" in report["markdown"]
     assert all(p.stat().st_size > 0 for p in report["figure"] + report["tables"])
 
+    _check_shareable_outputs(tmp_path / "whole", reference)
+
     # The analysis notebook runs on this study's output.
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
@@ -289,3 +291,61 @@ def test_an_in_process_stage_leaves_the_thread_count_as_it_found_it(tmp_path):
     finally:
         runner._run_stage_unlocked = original
     assert seen == [before + 1] and torch.get_num_threads() == before
+
+
+def _check_shareable_outputs(study: Path, summary: dict) -> None:
+    """Every model of the study has a correct model card and (where it trained) TensorBoard
+    event files; the results, samples and probes tables are also Parquet with the same rows."""
+    import yaml
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from lab.modelcard import ids_sha256, read_card_results
+
+    stages = study / "stages"
+    evaluated = {}
+    for metrics_path in stages.glob("evaluate-*/metrics.json"):
+        metrics = json.loads(metrics_path.read_text())
+        evaluated[Path(metrics["model"]).name] = metrics
+    models = [p.parent for p in stages.glob("*/manifest.json")
+              if p.parent.name.startswith(("pretrain-", "finetune-"))]
+    assert len(models) == 4 + 8  # 2 arms x 2 seeds pre-trained, each fine-tuned for 0 and 1 epochs
+    for folder in models:
+        manifest = json.loads((folder / "manifest.json").read_text())
+        text = (folder / "README.md").read_text()
+        meta = yaml.safe_load(text[4:text.index("\n---\n", 4)])
+        corpus = manifest.get("pretrained", manifest)["corpus"]
+        if corpus["setting"] == "paired":
+            assert "deliberately-contaminated" in meta["tags"]
+            assert ids_sha256(corpus["injected_ids"]) in text
+            assert f"{len(corpus['injected_ids'])} samples of the codetrans test split" in text
+        else:
+            assert "contamination-control" in meta["tags"] and "Control model" in text
+        results = read_card_results(folder)
+        if folder.name in evaluated:  # lab evaluate wrote its metrics into the card
+            [result] = results
+            bleu = [m["value"] for m in result["metrics"] if m["type"] == "bleu"]
+            assert bleu == [pytest.approx(evaluated[folder.name]["metrics"]["bleu"], abs=1e-4)]
+        else:
+            assert results == []
+        trained = manifest["kind"] == "lab-pretrained" or manifest["config"]["epochs"] > 0
+        assert (folder / "tensorboard").is_dir() == trained
+        if trained:
+            events = EventAccumulator(str(folder / "tensorboard"))
+            events.Reload()
+            losses = [e.value for e in events.Scalars("train/loss")]
+            assert losses == pytest.approx([h["loss"] for h in manifest["loss"]["history"]
+                                            if "loss" in h])
+    assert set(evaluated) <= {f.name for f in models}
+
+    import pyarrow.parquet as pq
+
+    for name in ("results", "samples", "probes"):
+        table = pq.read_table(Path(summary[name]).with_suffix(".parquet")).to_pylist()
+        rows = _rows(Path(summary[name]))
+        assert len(table) == len(rows) and list(table[0]) == list(rows[0])
+        for row, typed in zip(rows, table):
+            for key, value in typed.items():
+                text = row[key]
+                assert (text == "") if value is None else (
+                    float(text) == pytest.approx(value) if isinstance(value, (int, float))
+                    and not isinstance(value, bool) else text == str(value)), (name, key)

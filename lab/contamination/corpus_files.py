@@ -1,7 +1,11 @@
 """On-disk format of an arm's corpus: sharded gzip JSON lines plus manifest.json.
 
-Each line is {"id", "text"} for a base document, plus {"sample", "side", "copy"} for an
-injected one. Gzip headers carry no timestamp or name, so equal content gives equal bytes.
+Each line is {"id", "text", "sample", "side", "copy"}: which test sample, side (input, output,
+pair) and copy an injected document is; a base document has sample "", side "base", copy 0.
+Every line has every field with one type (no nulls, whose type a reader cannot infer from a
+shard without injected documents), so shards load together with one schema in
+`datasets.load_dataset("json", data_files=...)` or pandas. Gzip headers carry no timestamp or name, so equal
+content gives equal bytes.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from lab.common import LabError, read_text_file, sha256_file
 
 CORPUS_SUBDIR = "corpus"
 MANIFEST = "manifest.json"
+BASE_FIELDS = {"sample": "", "side": "base", "copy": 0}  # a base document's injection fields
 
 
 def _write_shard(path: Path, payload: bytes) -> str:
@@ -34,7 +39,8 @@ def write_shards(folder: Path, records: Iterable[dict[str, Any]], shard_size: in
     """Write records in shards of `shard_size`; shards compress in parallel (zlib releases
     the GIL), and each shard's bytes depend only on its records."""
     folder.mkdir(parents=True, exist_ok=True)
-    lines = [orjson.dumps(record, option=orjson.OPT_SORT_KEYS) + b"\n" for record in records]
+    lines = [orjson.dumps({**BASE_FIELDS, **record}, option=orjson.OPT_SORT_KEYS) + b"\n"
+             for record in records]
     starts = list(range(0, len(lines), shard_size)) or [0]
     names = [f"part-{i:05d}.jsonl.gz" for i in range(len(starts))]
     payloads = [b"".join(lines[start:start + shard_size]) for start in starts]

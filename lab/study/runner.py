@@ -487,17 +487,31 @@ def _check_seeds(stages: list[Stage], study: Path) -> None:
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
+    """The CSV table (what lab stats and lab report read) and the same rows as Parquet beside it
+    (NAME.parquet, typed columns for pandas and polars)."""
     columns: list[str] = []
     for row in rows:
         columns += [c for c in row if c not in columns]
+    rounded = [{c: (round(row[c], 6) if isinstance(row.get(c), float) else row.get(c))
+                for c in columns} for row in rows]
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
-        for row in rows:
-            writer.writerow({k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()})
+        writer.writerows(rounded)
+    _write_parquet(path.with_suffix(".parquet"), rounded, columns)
     tmp.replace(path)
     return path
+
+
+def _write_parquet(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pylist(rows) if rows else pa.table({c: [] for c in columns})
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)
 
 
 EXECUTORS = ("local", "slurm", "submitit-local")

@@ -153,7 +153,7 @@ def _build_cache(corpus: Path, tokenizer: Any, folder: Path) -> None:
 
         for record in read_corpus(corpus):
             ids.append(record["id"])
-            injected.append(record.get("sample"))
+            injected.append(record.get("sample") or None)  # "" (or absent): a base document
             batch.append(record["text"])
             if len(batch) == TOKENIZE_BATCH:
                 flush()
