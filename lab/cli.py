@@ -516,14 +516,21 @@ def report(
     convention: Optional[str] = ConventionOption,
     alpha: Optional[float] = AlphaOption,
     metric: str = typer.Option(_default(run_report, "metric"), help="Metric of the decay figure."),
+    html: bool = typer.Option(_default(run_report, "html"),
+                              help="Also write report/report.html: one self-contained page with "
+                                   "the tables, figures, loss curves, probes and a sample browser."),
 ) -> None:
-    """Paper-style tables (Markdown, LaTeX, CSV), stats.json and the contamination-decay figure."""
-    result = run_report(study, convention, metric, alpha)
+    """Paper-style tables (Markdown, LaTeX, CSV), stats.json, the contamination-decay figure and
+    the HTML report."""
+    result = run_report(study, convention, metric, alpha, html)
     # soft_wrap: Markdown rows wider than the terminal stay one line each.
     console.print(result["markdown"], markup=False, highlight=False, soft_wrap=True)
     # Paths stay whole (no wrapping), the figure last: what to open next.
     for label, paths in (("tables", result["tables"]), ("stats", [result["stats"]]),
+                         ("html", [result["html"]] if "html" in result else []),
                          ("figure", result["figure"])):
+        if not paths:
+            continue
         console.print(f"{label}: {', '.join(str(p) for p in paths)}", markup=False,
                       highlight=False, soft_wrap=True)
 

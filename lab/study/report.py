@@ -699,9 +699,10 @@ def run_stats(study: Path, convention: str | None = None, alpha: float | None = 
 
 
 def run_report(study: Path, convention: str | None = None, metric: str = "bleu",
-               alpha: float | None = None) -> dict[str, Any]:
-    """Entry point of `lab report`: tables (md, tex, csv), stats.json and the decay figure.
-    Convention and alpha default to the study's recipe."""
+               alpha: float | None = None, html: bool = True) -> dict[str, Any]:
+    """Entry point of `lab report`: tables (md, tex, csv), stats.json, the decay figure and
+    (html) the self-contained HTML page with the sample browser. Convention and alpha default
+    to the study's recipe."""
     study = Path(study)
     cells = study_stats(study, convention, include_control=True, alpha=alpha)
     plotted_cells(cells, metric)  # an unknown --metric fails before anything is written
@@ -722,7 +723,12 @@ def run_report(study: Path, convention: str | None = None, metric: str = "bleu",
         dose_markdown = dose_tables["md"]
         figure += dose_figure(doses, metric, study / "report" / f"dose-{metric}")
     # The returned cells are the compared arms (the control's own rows are in stats.json).
-    return {"cells": [c for c in cells if c["arm"] != "control"], "tables": written,
-            "stats": path, "figure": figure, "doses": doses,
-            "markdown": rendered["md"] + ("\n## Dose-response\n\n" + dose_markdown
-                                          if dose_markdown else "")}
+    result = {"cells": [c for c in cells if c["arm"] != "control"], "tables": written,
+              "stats": path, "figure": figure, "doses": doses,
+              "markdown": rendered["md"] + ("\n## Dose-response\n\n" + dose_markdown
+                                            if dose_markdown else "")}
+    if html:
+        from lab.study.html import write_html_report
+
+        result["html"] = write_html_report(study, result)
+    return result

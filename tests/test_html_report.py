@@ -1,0 +1,108 @@
+"""The HTML study report in a real browser (headless Chromium driven by Selenium): it loads
+from disk with nothing fetched, shows the tables and figures, and its filters, sorting and
+sample details change what is on screen."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lab.study.html import (PAGE_ROWS, markdown_to_html, synthetic_study_data,
+                            write_synthetic_report)
+
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+
+
+def test_markdown_tables_and_notes_become_html():
+    page = markdown_to_html("## Dose\n\n| a | b |\n|---|---|\n| 1 | `x<y` |\n\nA **note**\non two lines.\n")
+    assert "<h3>Dose</h3>" in page
+    assert "<th>a</th><th>b</th>" in page and "<td><code>x&lt;y</code></td>" in page
+    assert "<p class='note'>A <b>note</b> on two lines.</p>" in page and "---" not in page
+
+
+def test_synthetic_data_is_seeded_and_sized():
+    one, two = synthetic_study_data(40, seeds=2, epochs=(0, 1)), synthetic_study_data(40, seeds=2, epochs=(0, 1))
+    assert one == two and len(one["evaluations"]) == 3 * 2 * 2 and len(one["samples"]) == 40
+
+
+@pytest.fixture()
+def browser():
+    if not (CHROMIUM and CHROMEDRIVER):
+        pytest.skip("needs Debian's chromium and chromium-driver (scripts/setup.sh --dev installs them)")
+    webdriver = pytest.importorskip("selenium.webdriver")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1800",
+                "--disable-dev-shm-usage"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options,
+                              service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
+    driver.set_page_load_timeout(120)
+    yield driver
+    driver.quit()
+
+
+def _screenshot(driver, tmp_path: Path, name: str) -> Path:
+    path = tmp_path / name
+    assert driver.save_screenshot(str(path)) and path.stat().st_size > 10_000
+    if os.environ.get("LAB_SCREENSHOTS"):  # to look at them
+        Path(os.environ["LAB_SCREENSHOTS"]).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(os.environ["LAB_SCREENSHOTS"]) / name)
+    return path
+
+
+def _ready(driver) -> None:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, 60).until(lambda d: d.execute_script("return window.labReady"))
+
+
+def _visible(driver) -> list[dict]:
+    return driver.execute_script("""
+        return [...document.querySelectorAll('#samples tbody tr.sample')].map(tr => ({
+          id: tr.dataset.id,
+          groups: [...tr.querySelectorAll('.group')].map(g => g.textContent),
+          gap: tr.lastElementChild.textContent}));""")
+
+
+def test_the_sample_browser_filters_sorts_and_shows_a_diff(browser, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    page = write_synthetic_report(tmp_path / "report.html", samples=120, seeds=2, epochs=(0, 5))
+    browser.get(page.as_uri())
+    _ready(browser)
+    rows = _visible(browser)
+    assert len(rows) == PAGE_ROWS and browser.find_element(By.ID, "count").text == "120 samples"
+    # Default view: the contaminated arm's gap over the control, largest first.
+    assert Select(browser.find_element(By.ID, "f-gap-a")).first_selected_option.text == "paired"
+    assert Select(browser.find_element(By.ID, "f-gap-b")).first_selected_option.text == "control"
+    gaps = [float(r["gap"]) for r in rows]
+    assert gaps == sorted(gaps, reverse=True)
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#curves svg polyline")) == 3 * 2
+    _screenshot(browser, tmp_path, "report-page.png")
+
+    # Filter: the samples the paired arm injected (half of them, seeded per seed).
+    Select(browser.find_element(By.ID, "f-group")).select_by_value("injected")
+    rows = _visible(browser)
+    assert browser.find_element(By.ID, "count").text == "60 samples"
+    assert len(rows) == PAGE_ROWS and all("injected" in r["groups"] for r in rows)
+    Select(browser.find_element(By.ID, "f-sort")).select_by_value("gap-asc")
+    gaps = [float(r["gap"]) for r in _visible(browser)]
+    assert gaps == sorted(gaps)
+    browser.find_element(By.ID, "next").click()
+    assert len(_visible(browser)) == 60 - PAGE_ROWS
+    # Another epoch and an id search.
+    Select(browser.find_element(By.ID, "f-epochs")).select_by_value("5")
+    browser.find_element(By.ID, "f-id").send_keys(rows[0]["id"])
+    matching = [r for r in _visible(browser) if r["id"] == rows[0]["id"]]
+    assert matching and all(rows[0]["id"] in r["id"] for r in _visible(browser))
+    # A row opens its details: the full source and reference, each arm's diff.
+    browser.find_element(By.CSS_SELECTOR, f"tr.sample[data-id='{rows[0]['id']}']").click()
+    detail = browser.find_element(By.CSS_SELECTOR, "#samples tr.detail")
+    assert detail.find_elements(By.TAG_NAME, "ins") and detail.find_elements(By.TAG_NAME, "del")
+    assert "paired-placebo" in detail.text
+    _screenshot(browser, tmp_path, "report-filtered.png")
+
