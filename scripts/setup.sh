@@ -25,6 +25,17 @@ if [ -n "$extras" ]; then
   # ops compiled ahead of time (DS_BUILD_OPS=0; the few it needs are compiled on first use).
   pip install "setuptools>=68"
   DS_BUILD_OPS=0 pip install --no-build-isolation "deepspeed>=0.14"
+  # The HTML report's browser test drives Debian's Chromium (Selenium, chromium-driver); on a
+  # machine where apt-get cannot run as root, that test is skipped with its reason.
+  if ! command -v chromium > /dev/null || ! command -v chromedriver > /dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get > /dev/null; then
+      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+         chromium chromium-driver > /dev/null) \
+        || echo "setup: could not install chromium (the HTML browser test will be skipped)" >&2
+    else
+      echo "setup: no chromium/chromedriver (the HTML browser test will be skipped)" >&2
+    fi
+  fi
 fi
 
 # WordNet 3.0 for METEOR (NLTK), installed offline into .venv/nltk_data, a folder NLTK searches

@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -143,6 +144,16 @@ def test_study_killed_midway_resumes_to_the_same_results(tmp_path, busy_core):
     assert all(p.stat().st_size > 0 for p in report["figure"] + report["tables"])
 
     _check_shareable_outputs(tmp_path / "whole", reference)
+    # The HTML page (written by default): self-contained, with every evaluated sample and arm.
+    page = Path(report["html"]).read_text()
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
+    data = json.loads(re.search(r"<script type='application/json' id='lab-data'>(.*?)</script>",
+                                page, re.S).group(1).replace("<\\/", "</"))
+    assert set(data["samples"]) == {r["id"] for r in _rows(Path(reference["samples"]))}
+    assert {(e["arm"], e["seed"], e["epochs"]) for e in data["evaluations"]} == {
+        (r["arm"], int(r["seed"]), int(r["epochs"])) for r in rows}
+    assert len(data["curves"]) == 4 and all(c["points"] for c in data["curves"])
+    assert "<table class='results'>" in page and "data:image/png;base64," in page
 
     # The analysis notebook runs on this study's output.
     nbformat = pytest.importorskip("nbformat")

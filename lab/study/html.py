@@ -29,50 +29,70 @@ PAGE_ROWS = 50  # rows the sample browser draws at once
 # --- gathering the study ------------------------------------------------------------------------
 
 def _stage_labels(study: Path) -> dict[str, dict[str, Any]]:
-    """Stage key -> its labels (arm, seed, model, epochs, ...), from the study's recipe."""
+    """Stage key -> its labels (arm, seed, model, ...) from the study's recipe; empty for a
+    folder without recipe.json (tables copied without their stages)."""
     from lab.study.recipe import recipe_from_dict
     from lab.study.runner import expand, model_name
 
     path = study / "recipe.json"
     if not path.is_file():
-        raise LabError(f"{study}: no recipe.json (not a study folder made by lab study)")
+        return {}
     recipe = recipe_from_dict(json.loads(path.read_text(encoding="utf-8")))
-    labels = {}
-    for stage in expand(recipe):
-        if "model" in stage.labels:  # the stages that train or evaluate a model
-            labels[stage.key] = {**stage.labels, "model": model_name(stage.labels)}
-    return labels
+    return {stage.key: {**stage.labels, "model": model_name(stage.labels)}
+            for stage in expand(recipe) if "model" in stage.labels}
 
 
-def _evaluations(study: Path, labels: dict[str, dict[str, Any]]) -> tuple[dict, list]:
-    """(samples: id -> [source, reference], evaluations with their predictions)."""
+def _number(text: str) -> float | None:
+    try:
+        return round(float(text), 4) if text not in ("", None) else None
+    except ValueError:
+        return None
+
+
+def _evaluations(study: Path) -> tuple[dict, list]:
+    """(samples: id -> [source, reference], evaluations): every evaluation of samples.csv, the
+    rows it scored, with each sample's prediction, source and reference from the evaluation's
+    predictions.jsonl where the stage folder is there."""
+    import csv
+
+    from lab.study.runner import SAMPLES
+
+    path = study / SAMPLES
+    if not path.is_file():
+        return {}, []
+    evaluations: dict[tuple, dict[str, Any]] = {}
+    with open(path, newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            key = (row["model"], row["arm"], row.get("seed", ""), row["epochs"],
+                   row.get("train_size", ""), row.get("stage", ""))
+            entry = evaluations.setdefault(key, {
+                "model": row["model"], "arm": row["arm"],
+                "seed": int(row["seed"]) if row.get("seed", "").isdigit() else row.get("seed"),
+                "epochs": int(row["epochs"]) if row["epochs"].isdigit() else row["epochs"],
+                "train_size": int(row["train_size"]) if row.get("train_size", "").isdigit()
+                else None, "stage": row.get("stage", ""), "ids": [], "groups": [],
+                "scores": {}})
+            entry["ids"].append(row["id"])
+            entry["groups"].append(row["group"])
+            for column, value in row.items():
+                if column.startswith("score_"):
+                    entry["scores"].setdefault(column[len("score_"):], []).append(_number(value))
     samples: dict[str, list[str]] = {}
-    evaluations = []
-    for metrics_path in sorted((study / "stages").glob("evaluate-*/metrics.json")):
-        key = metrics_path.parent.name
-        if key not in labels:
-            continue  # a stage of an earlier recipe of this folder
-        label = labels[key]
-        ids, predictions, groups, scores = [], [], [], {}
-        with open(metrics_path.parent / "predictions.jsonl", encoding="utf-8") as handle:
-            for line_number, line in enumerate(handle, 1):
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    raise LabError(f"{metrics_path.parent / 'predictions.jsonl'}: line "
-                                   f"{line_number}: corrupt JSON") from None
-                samples.setdefault(row["id"], [row.get("source", ""), row.get("reference", "")])
-                ids.append(row["id"])
-                predictions.append(row["prediction"])
-                groups.append(row["group"])
-                for metric, value in row["scores"].items():
-                    scores.setdefault(metric, []).append(
-                        None if value is None else round(float(value), 4))
-        evaluations.append({
-            "model": label["model"], "arm": label["arm"], "seed": label["seed"],
-            "epochs": label.get("epochs"), "train_size": label.get("train_size"),
-            "ids": ids, "predictions": predictions, "groups": groups, "scores": scores})
-    return samples, evaluations
+    for entry in evaluations.values():
+        found: dict[str, str] = {}
+        predictions = study / "stages" / entry.pop("stage") / "predictions.jsonl"
+        if predictions.is_file():
+            with open(predictions, encoding="utf-8") as handle:
+                for number, line in enumerate(handle, 1):
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError:
+                        raise LabError(f"{predictions}: line {number}: corrupt JSON") from None
+                    found[row["id"]] = row.get("prediction", "")
+                    samples.setdefault(row["id"], [row.get("source", ""), row.get("reference", "")])
+        entry["predictions"] = [found.get(i, "(prediction not in the study folder)")
+                                for i in entry["ids"]]
+    return samples, list(evaluations.values())
 
 
 def _curves(study: Path, labels: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -183,12 +203,14 @@ def write_html_report(study: Path, report: dict[str, Any]) -> Path:
     """STUDY/report/report.html from the study folder and `lab report`'s result."""
     study = Path(study)
     labels = _stage_labels(study)
-    samples, evaluations = _evaluations(study, labels)
-    recipe = json.loads((study / "recipe.json").read_text(encoding="utf-8"))
+    samples, evaluations = _evaluations(study)
+    recipe_path = study / "recipe.json"
+    recipe = json.loads(recipe_path.read_text(encoding="utf-8")) if recipe_path.is_file() else {}
     data = {"samples": samples, "evaluations": evaluations, "curves": _curves(study, labels),
             "probes": _probes(study)}
     page = render_html(recipe.get("name", study.name),
-                       yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True),
+                       yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True) if recipe
+                       else "(no recipe.json in this study folder)",
                        markdown_to_html(report["markdown"]),
                        _figure_tags([Path(p) for p in report["figure"]]), data)
     out = study / "report" / HTML_FILE
