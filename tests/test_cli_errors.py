@@ -697,3 +697,16 @@ def test_every_command_checks_its_seed_range(workdir, tiny_corpora, args, fragme
     # before any input is read.
     (workdir / "in.jsonl").write_text('{"code": "int a;"}\n')
     assert_one_line_error(run_lab(args, workdir, tiny_corpora), fragment)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["export", "no-such-model", "--out", "x"], "MODEL no-such-model: no such directory"),
+    (["export", ".", "--out", "x"], "no manifest.json"),
+    (["pretrain", "--model", "gpt2", "--corpus", ".", "--tokenizer", ".", "--out", "pt",
+      "--report-to", "tensorbored"], "--report-to tensorbored: unknown target 'tensorbored'"),
+])
+def test_export_and_report_to_errors_are_one_line(tmp_path, args, fragment):
+    result = run_lab(args, tmp_path, None)
+    assert_one_line_error(result, fragment)
+    assert_nothing_written(tmp_path / "x")
+    assert_nothing_written(tmp_path / "pt")

@@ -334,9 +334,9 @@ function compute() {
   page = 0;
   draw(evals, metric);
 }
-function tokens(s) { return String(s ?? '').split(/(\s+)/).filter(t => t.length); }
+function tokens(s) { return String(s ?? '').match(/\w+|\s+|[^\w\s]/g) || []; }
 function diff(reference, prediction) {
-  // Token LCS (whitespace kept as tokens): <del> what the reference has and the prediction
+  // LCS over code tokens (words, punctuation, whitespace): <del> what the reference has and the prediction
   // lacks, <ins> what the prediction adds. Capped so that a huge pair cannot freeze the page.
   const a = tokens(reference), b = tokens(prediction);
   if (a.length * b.length > 400000) return esc(prediction);
