@@ -22,6 +22,16 @@ def test_markdown_tables_and_notes_become_html():
     assert "<p class='note'>A <b>note</b> on two lines.</p>" in page and "---" not in page
 
 
+def test_study_text_that_looks_like_a_placeholder_is_left_alone():
+    from lab.study.html import render_html
+
+    data = synthetic_study_data(4, seeds=1, epochs=(0,))
+    data["evaluations"][0]["predictions"][0] = "__SCRIPT__ </script> __DATA__"
+    page = render_html("t __TABLES__", "name: __RECIPE__", "<p>x</p>", "", data)
+    assert page.count("const DATA = JSON.parse") == 1 and "t __TABLES__" in page
+    assert "__SCRIPT__ <\\/script> __DATA__" in page and "name: __RECIPE__" in page
+
+
 def test_synthetic_data_is_seeded_and_sized():
     one, two = synthetic_study_data(40, seeds=2, epochs=(0, 1)), synthetic_study_data(40, seeds=2, epochs=(0, 1))
     assert one == two and len(one["evaluations"]) == 3 * 2 * 2 and len(one["samples"]) == 40

@@ -190,13 +190,12 @@ def _json_script(name: str, payload: Any) -> str:
 def render_html(title: str, recipe_yaml: str, tables_html: str, figures_html: str,
                 data: dict[str, Any]) -> str:
     """The page: static sections plus the data the browser script draws from."""
-    return (PAGE.replace("__TITLE__", html.escape(title))
-            .replace("__RECIPE__", html.escape(recipe_yaml))
-            .replace("__TABLES__", tables_html)
-            .replace("__FIGURES__", figures_html or "<p>No figure.</p>")
-            .replace("__DATA__", _json_script("lab-data", data))
-            .replace("__PAGE_ROWS__", str(PAGE_ROWS))
-            .replace("__STYLE__", STYLE).replace("__SCRIPT__", SCRIPT))
+    parts = {"TITLE": html.escape(title), "RECIPE": html.escape(recipe_yaml),
+             "TABLES": tables_html, "FIGURES": figures_html or "<p>No figure.</p>",
+             "DATA": _json_script("lab-data", data), "PAGE_ROWS": str(PAGE_ROWS),
+             "STYLE": STYLE, "SCRIPT": SCRIPT}
+    # One pass: a placeholder-like string inside the study's own text stays as it is.
+    return re.sub(r"__([A-Z_]+?)__", lambda m: parts.get(m.group(1), m.group(0)), PAGE)
 
 
 def write_html_report(study: Path, report: dict[str, Any]) -> Path:
