@@ -22,10 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from lab.study.html import write_synthetic_report
+from lab.study.html import study_arms, write_synthetic_report
 
 SIZES = {
-    "quickstart (baseline)": dict(samples=200, arms=("paired",), seeds=1, epochs=(0, 1, 5)),
+    "quickstart (baseline)": dict(samples=200, arms=study_arms()[1:2], seeds=1, epochs=(0, 1, 5)),
     "paper size": dict(samples=1000, seeds=5, epochs=(0, 1, 5, 10)),
     "CONCODE size": dict(samples=2000, seeds=5, epochs=(0, 1, 5, 10)),
 }
@@ -81,7 +81,7 @@ def main() -> None:
                 written = time.perf_counter() - started
                 runs = [measure(driver, page) for _ in range(args.repeats)]
                 rows[name] = {"predictions": size["samples"]
-                              * len(size.get("arms", ("control", "paired", "placebo")))
+                              * len(size.get("arms", study_arms()))
                               * size["seeds"] * len(size["epochs"]),
                               "mb": page.stat().st_size / 1e6, "write_s": written,
                               **{k: statistics.median(r[k] for r in runs) for k in runs[0]}}

@@ -238,8 +238,8 @@ def test_placebo_matches_its_base_arm(tmp_path, samples, placebo):
     # Same form: the documents of each placebo sample, each twice, with the arm's side labels.
     pool_samples = {s.id: s for split in ("train", "valid")
                     for s in load_samples("codetrans", split).records}
-    docs = [r for r in read_corpus(out) if "sample" in r]
-    arm_sides = Counter(r["side"] for r in read_corpus(tmp_path / "arm") if "sample" in r)
+    docs = [r for r in read_corpus(out) if r["sample"]]
+    arm_sides = Counter(r["side"] for r in read_corpus(tmp_path / "arm") if r["sample"])
     assert Counter(r["side"] for r in docs) == arm_sides
     present = Counter(whitespace_hash(r["text"]) for r in docs)
     for sample_id in manifest["placebo_ids"]:

@@ -103,7 +103,7 @@ def test_every_module_agrees_with_the_table(tiny_corpora, tmp_path, name):
              for s in load_samples("codetrans", part, tiny_corpora).records}
     injected = defaultdict(list)
     for record in read_corpus(tmp_path / name):
-        if "sample" in record and record["copy"] == 0:
+        if record["sample"] and record["copy"] == 0:  # "": a base document
             injected[record["sample"]].append((record["side"], record["text"]))
     assert len(injected) == samples
     for sample_id, documents in injected.items():

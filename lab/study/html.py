@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from lab.common import LabError, write_text_atomic
+from lab.contamination import settings as settings_table
 
 HTML_FILE = "report.html"
 PAGE_ROWS = 50  # rows the sample browser draws at once
@@ -206,7 +207,7 @@ def write_html_report(study: Path, report: dict[str, Any]) -> Path:
     recipe_path = study / "recipe.json"
     recipe = json.loads(recipe_path.read_text(encoding="utf-8")) if recipe_path.is_file() else {}
     data = {"samples": samples, "evaluations": evaluations, "curves": _curves(study, labels),
-            "probes": _probes(study)}
+            "probes": _probes(study), "control": settings_table.CONTROL.name}
     page = render_html(recipe.get("name", study.name),
                        yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True) if recipe
                        else "(no recipe.json in this study folder)",
@@ -298,8 +299,8 @@ function fillControls() {
   fill('f-group-arm', arms, true);
   fill('f-gap-a', arms, true);
   fill('f-gap-b', arms, true);
-  if (!$('f-gap-b').dataset.touched && arms.includes('control')) $('f-gap-b').value = 'control';
-  if (!$('f-gap-a').dataset.touched) $('f-gap-a').value = arms.find(a => a !== 'control') || arms[0];
+  if (!$('f-gap-b').dataset.touched && arms.includes(DATA.control)) $('f-gap-b').value = DATA.control;
+  if (!$('f-gap-a').dataset.touched) $('f-gap-a').value = arms.find(a => a !== DATA.control) || arms[0];
   if (!$('f-group-arm').dataset.touched) $('f-group-arm').value = $('f-gap-a').value;
   const groupArm = selected().find(e => e.arm === $('f-group-arm').value);
   fill('f-group', ['all', ...uniq(groupArm ? groupArm.groups : [])], true);
@@ -435,14 +436,24 @@ if (EVALS.length) { fillControls(); compute(); } else { $('count').textContent =
 """
 
 
-def synthetic_study_data(samples: int, arms: tuple[str, ...] = ("control", "paired", "paired-placebo"),
-                         seeds: int = 5, epochs: tuple[int, ...] = (0, 1, 5, 10), seed: int = 0
-                         ) -> dict[str, Any]:
+def study_arms() -> tuple[str, str, str]:
+    """The three arms of a full study: the control, the study's paired setting (the last
+    contaminated setting of the table) and its placebo."""
+    contaminated = [n for n in settings_table.names()
+                    if settings_table.get(n).injects_test and settings_table.placebo_of(n)]
+    return settings_table.CONTROL.name, contaminated[-1], settings_table.placebo_of(contaminated[-1])
+
+
+def synthetic_study_data(samples: int, arms: tuple[str, ...] | None = None, seeds: int = 5,
+                         epochs: tuple[int, ...] = (0, 1, 5, 10), seed: int = 0) -> dict[str, Any]:
     """The browser's data for a made-up study of a given size (code-like sources, references
-    and predictions, split-half groups, BLEU/METEOR/EM scores): what the tests drive in a
-    browser and benchmarks/html_report.py measures. Seeded: equal arguments, equal data."""
+    and predictions, split-half groups in the contaminated arm, BLEU/METEOR/EM scores): what
+    the tests drive in a browser and benchmarks/html_report.py measures. Arms: study_arms() by
+    default. Seeded: equal arguments, equal data."""
     import random
 
+    arms = arms or study_arms()
+    split_arm = study_arms()[1]
     rng = random.Random(seed)
     words = ("int", "return", "public", "void", "value", "count", "index", "List", "get", "set",
              "size", "for", "if", "null", "this", "new", "String", "result", "item", "key")
@@ -457,7 +468,7 @@ def synthetic_study_data(samples: int, arms: tuple[str, ...] = ("control", "pair
         for s in range(seeds):
             injected = set(random.Random(f"{seed}/{s}").sample(ids, samples // 2))
             for e in epochs:
-                groups = [("injected" if i in injected else "held_out") if arm == "paired"
+                groups = [("injected" if i in injected else "held_out") if arm == split_arm
                           else "held_out" for i in ids]
                 predictions, bleu = [], []
                 for i, group in zip(ids, groups):
@@ -475,7 +486,8 @@ def synthetic_study_data(samples: int, arms: tuple[str, ...] = ("control", "pair
     curves = [{"model": "gpt2", "arm": arm, "seed": s,
                "points": [[step, round(8 * 0.99 ** step + 0.1 * s, 4)] for step in range(1, 400, 10)]}
               for arm in arms for s in range(seeds)]
-    return {"samples": data_samples, "evaluations": evaluations, "curves": curves, "probes": []}
+    return {"samples": data_samples, "evaluations": evaluations, "curves": curves, "probes": [],
+            "control": settings_table.CONTROL.name}
 
 
 def write_synthetic_report(out: Path, **sizes: Any) -> Path:
