@@ -21,11 +21,10 @@ from typing import Any, Iterator
 import yaml
 
 from lab.common import LabError, param, write_text_atomic
-from lab.models import LOADERS
+from lab.models import LOADERS, WEIGHTS_SUBDIR, architecture_of
 from lab.train.finetune import pretraining_record, read_stage_manifest
 
 CARD = "README.md"
-MODEL_SUBDIR = "model"  # a lab model folder keeps its transformers weights here
 # Files of a model folder that an exported copy keeps (the rest is lab bookkeeping).
 EXPORTED_EXTRA = ("manifest.json",)
 PIPELINE = {"causal-lm": "text-generation", "masked-lm": "fill-mask",
@@ -37,12 +36,6 @@ METRIC_NAMES = {"bleu": "BLEU", "meteor": "METEOR", "em": "Exact match", "codebl
 def ids_sha256(ids: list[str]) -> str:
     """A short fingerprint of a set of sample ids (sorted, one per line)."""
     return hashlib.sha256("".join(f"{i}\n" for i in sorted(ids)).encode()).hexdigest()[:16]
-
-
-def _architecture(manifest: dict[str, Any]) -> str:
-    if manifest.get("kind") == "lab-finetuned":
-        return manifest["architecture"]
-    return "causal-lm" if manifest["model"]["family"] == "gpt2" else "masked-lm"
 
 
 def contamination_statement(corpus: dict[str, Any]) -> str:
@@ -81,7 +74,7 @@ def _metadata(manifest: dict[str, Any], results: list[dict[str, Any]], name: str
     datasets = ["code_search_net"] + ([corpus["benchmark"]] if corpus.get("benchmark") else [])
     return {
         "library_name": "transformers",
-        "pipeline_tag": PIPELINE[_architecture(manifest)],
+        "pipeline_tag": PIPELINE[architecture_of(manifest)],
         "tags": ["code", "java", "contamination-study", "lab",
                  "deliberately-contaminated" if contaminated else "contamination-control"],
         "datasets": datasets,
@@ -109,7 +102,7 @@ def render_card(manifest: dict[str, Any], results: list[dict[str, Any]] | None =
     pretraining = pretraining_record(manifest)
     config, corpus = pretraining.get("config") or {}, pretraining.get("corpus") or {}
     model = pretraining.get("model") or {}
-    architecture = _architecture(manifest)
+    architecture = architecture_of(manifest)
     finetuned = manifest.get("kind") == "lab-finetuned"
     family = model.get("family", "?")
     name = name or (f"lab-{family}-{model.get('preset', '')}-{corpus.get('setting', 'arm')}"
@@ -274,9 +267,9 @@ def export_model(cfg: ExportConfig) -> dict[str, Any]:
     manifest = read_stage_manifest(model, "MODEL")
     if manifest.get("kind") not in ("lab-pretrained", "lab-finetuned"):
         raise LabError(f"MODEL {model}: not a lab pre-trained or fine-tuned model")
-    weights = model / MODEL_SUBDIR
+    weights = model / WEIGHTS_SUBDIR
     if not (weights / "config.json").is_file():
-        raise LabError(f"MODEL {model}: no {MODEL_SUBDIR}/config.json (an incomplete model?)")
+        raise LabError(f"MODEL {model}: no {WEIGHTS_SUBDIR}/config.json (an incomplete model?)")
     if out.exists() and not force:
         raise LabError(f"--out {out}: exists (use --force to replace it)")
     if out.resolve() == model.resolve() or model.resolve() in out.resolve().parents:
@@ -291,7 +284,7 @@ def export_model(cfg: ExportConfig) -> dict[str, Any]:
         shutil.rmtree(out)
     os.replace(tmp, out)
     record = {"out": str(out), "files": sorted(p.name for p in out.iterdir()),
-              "architecture": _architecture(manifest)}
+              "architecture": architecture_of(manifest)}
     if push_to_hub:
         from huggingface_hub import HfApi
 

@@ -127,6 +127,8 @@ def count_parameters(model: Any) -> dict[str, int]:
 
 # --- loading what the lab trained -------------------------------------------------------------
 
+WEIGHTS_SUBDIR = "model"  # a lab model directory keeps its transformers weights here
+
 # The transformers class that loads each architecture a lab model directory can hold.
 LOADERS = {"causal-lm": "AutoModelForCausalLM", "masked-lm": "AutoModelForMaskedLM",
            "encoder-decoder": "EncoderDecoderModel"}
@@ -156,7 +158,7 @@ def load_lab_model(model_dir: Path, architecture: str, option: str = "--model") 
     damaged files are one LabError naming the folder. Callers check first what they accept."""
     import transformers
 
-    weights = Path(model_dir) / "model"
+    weights = Path(model_dir) / WEIGHTS_SUBDIR
     loader = getattr(transformers, LOADERS[architecture])
     with loading(weights, option):
         tokenizer = transformers.PreTrainedTokenizerFast.from_pretrained(str(weights))

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from lab.common import LabError, write_text_atomic
+from lab.common import read_jsonl, write_text_atomic
 from lab.contamination import settings as settings_table
 
 HTML_FILE = "report.html"
@@ -43,54 +43,40 @@ def _stage_labels(study: Path) -> dict[str, dict[str, Any]]:
             for stage in expand(recipe) if "model" in stage.labels}
 
 
-def _number(text: str) -> float | None:
-    try:
-        return round(float(text), 4) if text not in ("", None) else None
-    except ValueError:
-        return None
-
-
 def _evaluations(study: Path) -> tuple[dict, list]:
     """(samples: id -> [source, reference], evaluations): every evaluation of samples.csv, the
     rows it scored, with each sample's prediction, source and reference from the evaluation's
     predictions.jsonl where the stage folder is there."""
-    import csv
-
+    from lab.study.report import SAMPLE_LABELS, _read_csv
     from lab.study.runner import SAMPLES
 
     path = study / SAMPLES
     if not path.is_file():
         return {}, []
     evaluations: dict[tuple, dict[str, Any]] = {}
-    with open(path, newline="", encoding="utf-8") as handle:
-        for row in csv.DictReader(handle):
-            key = (row["model"], row["arm"], row.get("seed", ""), row["epochs"],
-                   row.get("train_size", ""), row.get("stage", ""))
-            entry = evaluations.setdefault(key, {
-                "model": row["model"], "arm": row["arm"],
-                "seed": int(row["seed"]) if row.get("seed", "").isdigit() else row.get("seed"),
-                "epochs": int(row["epochs"]) if row["epochs"].isdigit() else row["epochs"],
-                "train_size": int(row["train_size"]) if row.get("train_size", "").isdigit()
-                else None, "stage": row.get("stage", ""), "ids": [], "groups": [],
-                "scores": {}})
-            entry["ids"].append(row["id"])
-            entry["groups"].append(row["group"])
-            for column, value in row.items():
-                if column.startswith("score_"):
-                    entry["scores"].setdefault(column[len("score_"):], []).append(_number(value))
+    for row in _read_csv(path, SAMPLE_LABELS, lambda column: column.startswith("score_")):
+        key = (row["model"], row["arm"], row.get("seed"), row["epochs"], row["train_size"],
+               row.get("stage"))
+        entry = evaluations.setdefault(key, {
+            "model": row["model"], "arm": row["arm"],
+            "seed": int(row["seed"]) if str(row.get("seed", "")).isdigit() else row.get("seed"),
+            "epochs": int(row["epochs"]),
+            "train_size": int(row["train_size"]) if row["train_size"].isdigit() else None,
+            "stage": row.get("stage", ""), "ids": [], "groups": [], "scores": {}})
+        entry["ids"].append(row["id"])
+        entry["groups"].append(row["group"])
+        for column, value in row.items():
+            if column.startswith("score_"):
+                entry["scores"].setdefault(column[len("score_"):], []).append(
+                    None if value is None else round(value, 4))
     samples: dict[str, list[str]] = {}
     for entry in evaluations.values():
         found: dict[str, str] = {}
         predictions = study / "stages" / entry.pop("stage") / "predictions.jsonl"
         if predictions.is_file():
-            with open(predictions, encoding="utf-8") as handle:
-                for number, line in enumerate(handle, 1):
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError:
-                        raise LabError(f"{predictions}: line {number}: corrupt JSON") from None
-                    found[row["id"]] = row.get("prediction", "")
-                    samples.setdefault(row["id"], [row.get("source", ""), row.get("reference", "")])
+            for _number, row in read_jsonl(predictions):
+                found[row.get("id")] = row.get("prediction", "")
+                samples.setdefault(row.get("id"), [row.get("source", ""), row.get("reference", "")])
         entry["predictions"] = [found.get(i, "(prediction not in the study folder)")
                                 for i in entry["ids"]]
     return samples, list(evaluations.values())
@@ -113,21 +99,19 @@ def _curves(study: Path, labels: dict[str, dict[str, Any]]) -> list[dict[str, An
 def _probes(study: Path) -> list[dict[str, Any]]:
     """probes.csv summarised: per model, arm, groups probed and sample group, the mean of
     each probe (over seeds and samples)."""
-    import csv
+    from lab.study.report import _read_csv
+    from lab.study.runner import PROBE_COLUMNS, PROBES
 
-    path = study / "probes.csv"
+    path = study / PROBES
     if not path.is_file() or path.stat().st_size == 0:
         return []
-    from lab.study.runner import PROBE_COLUMNS
-
     sums: dict[tuple, dict[str, list[float]]] = {}
-    with open(path, newline="", encoding="utf-8") as handle:
-        for row in csv.DictReader(handle):
-            key = (row["model"], row["arm"], row.get("groups", ""), row["group"])
-            bucket = sums.setdefault(key, {c: [] for c in PROBE_COLUMNS})
-            for column in PROBE_COLUMNS:
-                if row.get(column) not in (None, ""):
-                    bucket[column].append(float(row[column]))
+    for row in _read_csv(path, ("model", "arm", "group"), lambda c: c in PROBE_COLUMNS):
+        bucket = sums.setdefault((row["model"], row["arm"], row.get("groups", ""), row["group"]),
+                                 {c: [] for c in PROBE_COLUMNS})
+        for column in PROBE_COLUMNS:
+            if row.get(column) is not None:
+                bucket[column].append(row[column])
     return [{"model": m, "arm": a, "probed split of": g, "group": grp,
              "samples": max((len(v) for v in values.values()), default=0),
              **{c: round(sum(v) / len(v), 4) if v else None for c, v in values.items()}}

@@ -191,12 +191,12 @@ def make_guarded_trainer_class():
                 record_checkpoint(checkpoint)
 
     class GuardedTrainer(Trainer):
-        # Tokens in one training sample, where that is fixed (a pre-training block): the
-        # throughput is then also logged in tokens per second.
-        tokens_per_sample: int | None = None
-
-        def __init__(self, *a, tensorboard_dir: Path | None = None, **kw):
+        def __init__(self, *a, tensorboard_dir: Path | None = None,
+                     tokens_per_sample: int | None = None, **kw):
+            """tokens_per_sample: where every training sample has that many tokens (a
+            pre-training block), the throughput is also logged in tokens per second."""
             super().__init__(*a, **kw)
+            self.tokens_per_sample = tokens_per_sample
             self.add_callback(CheckpointRecorder())
             self._last_log: tuple[float, int] | None = None
             if "tensorboard" in self.args.report_to:

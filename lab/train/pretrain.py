@@ -106,7 +106,8 @@ def _validate(cfg: PretrainConfig) -> None:
 
 def _training_arguments(cfg: PretrainConfig, checkpoints: Path):
     return training_arguments(
-        checkpoints, report_to=report_targets(cfg.report_to), per_device_train_batch_size=cfg.batch_size,
+        checkpoints, report_to=report_targets(cfg.report_to),
+        per_device_train_batch_size=cfg.batch_size,
         gradient_accumulation_steps=cfg.grad_accum, num_train_epochs=cfg.epochs,
         max_steps=cfg.max_steps, learning_rate=cfg.lr, lr_scheduler_type=cfg.lr_scheduler,
         warmup_steps=cfg.warmup_steps, weight_decay=cfg.weight_decay, logging_steps=cfg.log_steps,
@@ -251,8 +252,8 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
                               cross_document=cfg.cross_document_attention,
                               position_offset=position_offset(config))
     trainer = _make_trainer_class()(model=model, args=args, train_dataset=dataset,
-                                    data_collator=collator, tensorboard_dir=work / TENSORBOARD_DIR)
-    trainer.tokens_per_sample = cfg.block_size
+                                    data_collator=collator, tensorboard_dir=work / TENSORBOARD_DIR,
+                                    tokens_per_sample=cfg.block_size)
     checkpoint = latest_checkpoint(work / "checkpoints") if cfg.resume else None
     start_step = (json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
                   if checkpoint else 0)
