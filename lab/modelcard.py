@@ -85,11 +85,12 @@ def _metadata(manifest: dict[str, Any], results: list[dict[str, Any]], name: str
 def _evaluation_section(results: list[dict[str, Any]]) -> str:
     if not results:
         return "Not evaluated yet (`lab evaluate` adds its metrics here)."
-    lines = ["| Task | Dataset | Split | Metric | Value |", "|---|---|---|---|---|"]
+    lines = ["| Task | Dataset | Split | Metric | Value | By |", "|---|---|---|---|---|---|"]
     for result in results:
         for metric in result["metrics"]:
             lines.append(f"| {result['task']['name']} | {result['dataset']['name']} | "
-                         f"{result['dataset']['split']} | {metric['name']} | {metric['value']} |")
+                         f"{result['dataset']['split']} | {metric['name']} | {metric['value']} | "
+                         f"{(result.get('source') or {}).get('name', '')} |")
     return "\n".join(lines) + ("\n\nScores on all samples of the split; the study's injected / "
                                "held-out breakdown is in the evaluation's metrics.json.")
 
@@ -184,10 +185,10 @@ def read_card_results(folder: Path) -> list[dict[str, Any]]:
         return []
     try:
         metadata = yaml.safe_load(text[4:text.index("\n---\n", 4)]) or {}
-    except (ValueError, yaml.YAMLError):
-        raise LabError(f"{path}: the model card's YAML metadata is malformed") from None
-    index = metadata.get("model-index") or [{}]
-    return list(index[0].get("results") or [])
+        results = metadata["model-index"][0]["results"]
+    except (ValueError, yaml.YAMLError, KeyError, IndexError, TypeError, AttributeError):
+        return []  # not a card the lab wrote, or one edited out of shape: its results are lost
+    return [r for r in results if isinstance(r, dict)] if isinstance(results, list) else []
 
 
 def write_model_card(folder: Path, manifest: dict[str, Any],
@@ -209,7 +210,8 @@ def _card_lock(folder: Path) -> Iterator[None]:
 
 
 def evaluation_result(evaluation: dict[str, Any]) -> dict[str, Any]:
-    """A lab evaluation (metrics.json) as one model-index result."""
+    """A lab evaluation (metrics.json) as one model-index result; its source names the
+    decoding, so that each decoding of a split keeps its own result."""
     decoding = evaluation.get("decoding") or {}
     label = ", ".join(f"{k}={v}" for k, v in sorted(decoding.items()) if v is not None)
     return {
@@ -218,10 +220,10 @@ def evaluation_result(evaluation: dict[str, Any]) -> dict[str, Any]:
         "dataset": {"type": evaluation["benchmark"], "name": evaluation["benchmark"],
                     "split": evaluation["split"]},
         "metrics": [{"type": metric, "value": round(float(value), 4),
-                     "name": f"{METRIC_NAMES.get(metric, metric)} ({label})" if label
-                     else METRIC_NAMES.get(metric, metric)}
+                     "name": METRIC_NAMES.get(metric, metric)}
                     for metric, value in sorted(evaluation["metrics"].items())
                     if isinstance(value, (int, float))],
+        "source": {"name": f"lab evaluate ({label})" if label else "lab evaluate"},
     }
 
 
@@ -235,14 +237,10 @@ def record_evaluation(model_folder: Path, evaluation: dict[str, Any]) -> None:
     if manifest.get("kind") not in ("lab-pretrained", "lab-finetuned"):
         return
     new = evaluation_result(evaluation)
-
-    def same(result: dict[str, Any]) -> bool:
-        return (result.get("task"), result.get("dataset"),
-                [m.get("name") for m in result.get("metrics", [])][:1]) == (
-            new["task"], new["dataset"], [m["name"] for m in new["metrics"]][:1])
-
+    key = ("task", "dataset", "source")
     with _card_lock(folder):
-        results = [r for r in read_card_results(folder) if not same(r)] + [new]
+        results = [r for r in read_card_results(folder)
+                   if [r.get(k) for k in key] != [new[k] for k in key]] + [new]
         write_model_card(folder, manifest, results)
 
 
@@ -276,10 +274,14 @@ def export_model(cfg: ExportConfig) -> dict[str, Any]:
         raise LabError(f"--out {out}: must be outside MODEL")
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(weights, tmp)
-    for name in EXPORTED_EXTRA:
-        shutil.copy2(model / name, tmp / f"lab_{name}")
-    write_model_card(tmp, manifest, read_card_results(model))
+    try:
+        shutil.copytree(weights, tmp)
+        for name in EXPORTED_EXTRA:
+            shutil.copy2(model / name, tmp / f"lab_{name}")
+        write_model_card(tmp, manifest, read_card_results(model))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if out.exists():
         shutil.rmtree(out)
     os.replace(tmp, out)
@@ -289,8 +291,13 @@ def export_model(cfg: ExportConfig) -> dict[str, Any]:
         from huggingface_hub import HfApi
 
         api = HfApi()
-        api.create_repo(push_to_hub, private=private, exist_ok=True)
-        commit = api.upload_folder(folder_path=str(out), repo_id=push_to_hub,
-                                   commit_message="Upload a lab contamination-study model")
+        try:
+            api.create_repo(push_to_hub, private=private, exist_ok=True)
+            commit = api.upload_folder(folder_path=str(out), repo_id=push_to_hub,
+                                       commit_message="Upload a lab contamination-study model")
+        except Exception as exc:  # network, token, permissions: the hub says which
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise LabError(f"--push-to-hub {push_to_hub}: upload failed ({reason}); {out} is "
+                           "written and complete") from None
         record["hub"] = {"repo": push_to_hub, "commit": str(getattr(commit, "oid", commit))}
     return record

@@ -86,9 +86,10 @@ def test_the_sample_browser_filters_sorts_and_shows_a_diff(browser, tmp_path):
     _ready(browser)
     rows = _visible(browser)
     assert len(rows) == PAGE_ROWS and browser.find_element(By.ID, "count").text == "120 samples"
-    # Default view: the contaminated arm's gap over the control, largest first.
+    # Default view: the contaminated arm's gap over its placebo (which differs from it only in
+    # the pairs it saw), largest first; without the placebo arm, over the control.
     assert Select(browser.find_element(By.ID, "f-gap-a")).first_selected_option.text == "paired"
-    assert Select(browser.find_element(By.ID, "f-gap-b")).first_selected_option.text == "control"
+    assert Select(browser.find_element(By.ID, "f-gap-b")).first_selected_option.text == "paired-placebo"
     gaps = [float(r["gap"]) for r in rows]
     assert gaps == sorted(gaps, reverse=True)
     assert len(browser.find_elements(By.CSS_SELECTOR, "#curves svg polyline")) == 3 * 2
@@ -116,3 +117,50 @@ def test_the_sample_browser_filters_sorts_and_shows_a_diff(browser, tmp_path):
     assert "paired-placebo" in detail.text
     _screenshot(browser, tmp_path, "report-filtered.png")
 
+    # A study without the placebo arm: the gap is taken over the control.
+    page = write_synthetic_report(tmp_path / "no-placebo.html", samples=20, seeds=1, epochs=(0,),
+                                  arms=("control", "paired"))
+    browser.get(page.as_uri())
+    _ready(browser)
+    assert Select(browser.find_element(By.ID, "f-gap-b")).first_selected_option.text == "control"
+
+
+
+def test_a_corrupt_prediction_file_fails_lab_report_before_it_writes(tmp_path):
+    """lab report reads what the page needs before writing any table: a corrupt line of a
+    stage's predictions.jsonl is one line naming the file, exit 2, and no report folder."""
+    import csv
+    import subprocess
+    import sys
+
+    study = tmp_path / "study"
+    study.mkdir()
+    base = dict(study="s", benchmark="codetrans", task="translation", model="gpt2", arm="paired",
+                epochs=0, train_size="", injected_token_fraction=0.2, pretrain_loss=2.0)
+    results, samples = [], []
+    for seed in range(2):
+        stage = f"evaluate-{seed}"
+        results += [{**base, "seed": seed, "stage": stage, "group": g, "samples": 2, "bleu": b}
+                    for g, b in (("all", 5.0), ("injected", 9.0), ("held_out", 1.0))]
+        samples += [{**base, "seed": seed, "stage": stage, "id": f"t:{i}",
+                     "group": "injected" if i < 2 else "held_out", "score_bleu": 10.0 - 3 * i}
+                    for i in range(4)]
+        folder = study / "stages" / stage
+        folder.mkdir(parents=True)
+        (folder / "predictions.jsonl").write_text(
+            '{"id": "t:0", "prediction": "x", "source": "s", "reference": "r"}\n'
+            + ('{"id": "t:1", "predic' if seed == 1 else "") + "\n")
+    for name, rows in (("results.csv", results), ("samples.csv", samples)):
+        with open(study / name, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    done = subprocess.run([sys.executable, "-m", "lab.cli", "report", str(study)],
+                          capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    [line] = done.stderr.splitlines()
+    assert "evaluate-1/predictions.jsonl:2" in line and "corrupt JSON line" in line
+    assert not (study / "report").exists()
+    done = subprocess.run([sys.executable, "-m", "lab.cli", "report", str(study), "--no-html"],
+                          capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    assert done.returncode == 0 and not (study / "report" / "report.html").exists()

@@ -64,6 +64,20 @@ def test_training_curves_are_tensorboard_event_files_of_the_logged_history(model
     assert not any(key in h for h in manifest["loss"]["history"] for key in THROUGHPUT_KEYS)
 
 
+def test_report_to_a_package_that_is_not_installed_fails_before_any_work(tmp_path, monkeypatch):
+    import importlib.util
+
+    from lab.train.common import report_targets
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "wandb" else real(name, *a))
+    assert report_targets("tensorboard") == ["tensorboard"] and report_targets("none") == []
+    with pytest.raises(LabError, match=r"--report-to tensorboard,wandb: the wandb package is not "
+                                       r"installed \(pip install wandb\)"):
+        report_targets("tensorboard,wandb")
+
+
 def test_report_to_none_writes_no_event_files_and_unknown_targets_fail(micro_world, tmp_path):
     config = dict(model="gpt2", corpus=micro_world / "control", tokenizer=micro_world / "tok",
                   preset="micro", max_steps=2, batch_size=4, block_size=128,
@@ -119,6 +133,16 @@ def test_evaluation_adds_its_metrics_to_the_card_and_replaces_them_when_rerun(mo
     values = {m["type"]: m["value"] for m in entry["metrics"]}
     assert values == pytest.approx({k: result["metrics"][k] for k in ("bleu", "em")}, abs=1e-4)
     assert "| translation | codetrans | test | BLEU" in _card(models / "ft-gpt2")[1]
+    # Another decoding of the same split is a result of its own.
+    run_evaluate(models / "ft-gpt2", "translation", ids=ids, max_new_tokens=8, metrics=("bleu",),
+                 decoding="beam:2", out=tmp_path / "beam")
+    assert len(read_card_results(models / "ft-gpt2")) == 2
+    # A card edited out of shape does not fail an evaluation: it is written again, whole.
+    (models / "ft-gpt2" / CARD).write_text("---\nmodel-index: [oops\n---\nhand-edited\n")
+    run_evaluate(models / "ft-gpt2", "translation", ids=ids, max_new_tokens=8,
+                 metrics=("bleu", "em"), out=tmp_path / "again")
+    [entry] = read_card_results(models / "ft-gpt2")
+    assert "deliberately contaminated" in _card(models / "ft-gpt2")[1]
 
 
 LOAD_WITHOUT_LAB = """
@@ -179,6 +203,17 @@ def test_push_to_hub_uploads_the_exported_folder(models, tmp_path, monkeypatch):
     assert calls[0] == ("create", "someone/lab-ft-gpt2", True, True)
     assert calls[1][0] == "upload" and CARD in calls[1][2] and "config.json" in calls[1][2]
     assert record["hub"] == {"repo": "someone/lab-ft-gpt2", "commit": "abc123"}
+
+
+def test_push_to_hub_without_network_is_one_line_and_keeps_the_export(models, tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "lab.cli", "export", str(models / "ft-gpt2"), "--out",
+         str(tmp_path / "out"), "--push-to-hub", "someone/lab-ft-gpt2"],
+        capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"), cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith("lab: error: --push-to-hub someone/lab-ft-gpt2: upload failed (")
+    assert (tmp_path / "out" / "config.json").is_file() and not (tmp_path / "out.tmp").exists()
 
 
 def test_export_refuses_what_is_not_a_lab_model(tmp_path):

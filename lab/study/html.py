@@ -183,23 +183,39 @@ def render_html(title: str, recipe_yaml: str, tables_html: str, figures_html: st
     return re.sub(r"__([A-Z_]+?)__", lambda m: parts.get(m.group(1), m.group(0)), PAGE)
 
 
-def write_html_report(study: Path, report: dict[str, Any]) -> Path:
-    """STUDY/report/report.html from the study folder and `lab report`'s result."""
+def baseline_arms() -> dict[str, Any]:
+    """What the browser's gap subtracts by default: a contaminated arm's placebo (same form,
+    other pairs: the gap is the contamination alone) where the study has it, else the control
+    (which also never saw the task's format)."""
+    placebos = {name: settings_table.placebo_of(name) for name in settings_table.names()}
+    return {"control": settings_table.CONTROL.name,
+            "placebos": {name: placebo for name, placebo in placebos.items() if placebo}}
+
+
+def study_page_data(study: Path) -> dict[str, Any]:
+    """Everything the page shows from the study folder, read (and any defect refused) before
+    lab report writes a file."""
     study = Path(study)
     labels = _stage_labels(study)
     samples, evaluations = _evaluations(study)
     recipe_path = study / "recipe.json"
     recipe = json.loads(recipe_path.read_text(encoding="utf-8")) if recipe_path.is_file() else {}
-    data = {"samples": samples, "evaluations": evaluations, "curves": _curves(study, labels),
-            "probes": _probes(study), "control": settings_table.CONTROL.name}
-    page = render_html(recipe.get("name", study.name),
+    return {"recipe": recipe, "data": {
+        "samples": samples, "evaluations": evaluations, "curves": _curves(study, labels),
+        "probes": _probes(study), **baseline_arms()}}
+
+
+def write_html_report(study: Path, report: dict[str, Any], page: dict[str, Any]) -> Path:
+    """STUDY/report/report.html from study_page_data and `lab report`'s result."""
+    study, recipe = Path(study), page["recipe"]
+    text = render_html(recipe.get("name", study.name),
                        yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True) if recipe
                        else "(no recipe.json in this study folder)",
                        markdown_to_html(report["markdown"]),
-                       _figure_tags([Path(p) for p in report["figure"]]), data)
+                       _figure_tags([Path(p) for p in report["figure"]]), page["data"])
     out = study / "report" / HTML_FILE
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out, page)
+    write_text_atomic(out, text)
     return out
 
 
@@ -251,6 +267,10 @@ PAGE = """<!DOCTYPE html>
 <span id="count"></span>
 <button id="prev">&lt;</button><span id="page"></span><button id="next">&gt;</button>
 </div>
+<p class="note">Gap: the per-sample score of one arm minus another's, same model, seed, epochs
+and training set. By default a contaminated arm minus its placebo when the study has one (same
+format and languages, other pairs: the gap is the contamination alone), else minus the control
+(which also never saw the task's format).</p>
 <table id="samples"><thead></thead><tbody></tbody></table>
 __DATA__
 <script>const PAGE_ROWS = __PAGE_ROWS__;
@@ -283,8 +303,12 @@ function fillControls() {
   fill('f-group-arm', arms, true);
   fill('f-gap-a', arms, true);
   fill('f-gap-b', arms, true);
-  if (!$('f-gap-b').dataset.touched && arms.includes(DATA.control)) $('f-gap-b').value = DATA.control;
   if (!$('f-gap-a').dataset.touched) $('f-gap-a').value = arms.find(a => a !== DATA.control) || arms[0];
+  if (!$('f-gap-b').dataset.touched) {
+    const placebo = DATA.placebos[$('f-gap-a').value];
+    const baseline = arms.includes(placebo) ? placebo : arms.includes(DATA.control) ? DATA.control : null;
+    if (baseline) $('f-gap-b').value = baseline;
+  }
   if (!$('f-group-arm').dataset.touched) $('f-group-arm').value = $('f-gap-a').value;
   const groupArm = selected().find(e => e.arm === $('f-group-arm').value);
   fill('f-group', ['all', ...uniq(groupArm ? groupArm.groups : [])], true);
@@ -471,7 +495,7 @@ def synthetic_study_data(samples: int, arms: tuple[str, ...] | None = None, seed
                "points": [[step, round(8 * 0.99 ** step + 0.1 * s, 4)] for step in range(1, 400, 10)]}
               for arm in arms for s in range(seeds)]
     return {"samples": data_samples, "evaluations": evaluations, "curves": curves, "probes": [],
-            "control": settings_table.CONTROL.name}
+            **baseline_arms()}
 
 
 def write_synthetic_report(out: Path, **sizes: Any) -> Path:

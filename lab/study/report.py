@@ -706,6 +706,10 @@ def run_report(study: Path, convention: str | None = None, metric: str = "bleu",
     study = Path(study)
     cells = study_stats(study, convention, include_control=True, alpha=alpha)
     plotted_cells(cells, metric)  # an unknown --metric fails before anything is written
+    if html:  # so does a defect in what the HTML page reads (predictions, probes)
+        from lab.study.html import study_page_data, write_html_report
+
+        page = study_page_data(study)
     written = []
     path = _write_stats(study, cells)
     rendered = tables(cells)
@@ -728,7 +732,5 @@ def run_report(study: Path, convention: str | None = None, metric: str = "bleu",
               "markdown": rendered["md"] + ("\n## Dose-response\n\n" + dose_markdown
                                             if dose_markdown else "")}
     if html:
-        from lab.study.html import write_html_report
-
-        result["html"] = write_html_report(study, result)
+        result["html"] = write_html_report(study, result, page)
     return result

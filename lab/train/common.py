@@ -157,6 +157,12 @@ def report_targets(report_to: str) -> list[str]:
     if unknown:
         raise LabError(f"--report-to {report_to}: unknown target {unknown[0]!r} (use "
                        + ", ".join(REPORT_TARGETS) + " or none)")
+    import importlib.util
+
+    missing = [t for t in targets if importlib.util.find_spec(t) is None]
+    if missing:  # the Trainer would fail only after the data and model are built
+        raise LabError(f"--report-to {report_to}: the {missing[0]} package is not installed "
+                       f"(pip install {missing[0]})")
     return targets
 
 
