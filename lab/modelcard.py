@@ -200,8 +200,9 @@ def write_model_card(folder: Path, manifest: dict[str, Any],
 
 @contextmanager
 def _card_lock(folder: Path) -> Iterator[None]:
-    # Two evaluations of one model (a study's splits or decodings) may finish at once.
-    with open(Path(folder) / (CARD + ".lock"), "w") as handle:
+    # Two evaluations of one model (a study's splits or decodings) may finish at once. The lock
+    # is on the model's manifest (always there, never rewritten): no lock file is left behind.
+    with open(Path(folder) / "manifest.json", "rb") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -212,8 +213,9 @@ def _card_lock(folder: Path) -> Iterator[None]:
 def evaluation_result(evaluation: dict[str, Any]) -> dict[str, Any]:
     """A lab evaluation (metrics.json) as one model-index result; its source names the
     decoding, so that each decoding of a split keeps its own result."""
-    decoding = evaluation.get("decoding") or {}
-    label = ", ".join(f"{k}={v}" for k, v in sorted(decoding.items()) if v is not None)
+    from lab.eval.generate import Decoding
+
+    decoding = Decoding(**evaluation["decoding"]).description()
     return {
         "task": {"type": "translation" if evaluation["task"] == "translation"
                  else "text-generation", "name": evaluation["task"]},
@@ -223,7 +225,7 @@ def evaluation_result(evaluation: dict[str, Any]) -> dict[str, Any]:
                      "name": METRIC_NAMES.get(metric, metric)}
                     for metric, value in sorted(evaluation["metrics"].items())
                     if isinstance(value, (int, float))],
-        "source": {"name": f"lab evaluate ({label})" if label else "lab evaluate"},
+        "source": {"name": f"lab evaluate, {decoding}"},
     }
 
 

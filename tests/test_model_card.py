@@ -133,6 +133,9 @@ def test_evaluation_adds_its_metrics_to_the_card_and_replaces_them_when_rerun(mo
     values = {m["type"]: m["value"] for m in entry["metrics"]}
     assert values == pytest.approx({k: result["metrics"][k] for k in ("bleu", "em")}, abs=1e-4)
     assert "| translation | codetrans | test | BLEU" in _card(models / "ft-gpt2")[1]
+    assert entry["source"] == {"name": "lab evaluate, greedy"}
+    assert sorted(p.name for p in (models / "ft-gpt2").iterdir()) == [
+        CARD, "manifest.json", "model", "tensorboard"]  # no lock file left behind
     # Another decoding of the same split is a result of its own.
     run_evaluate(models / "ft-gpt2", "translation", ids=ids, max_new_tokens=8, metrics=("bleu",),
                  decoding="beam:2", out=tmp_path / "beam")

@@ -89,6 +89,13 @@ class Decoding:
     def label(self) -> str:
         return {"greedy": "greedy", "beam": f"beam{self.beams}", "sample": "sample"}[self.mode]
 
+    def description(self) -> str:
+        """The decoding with the settings it uses (sampling's only where it samples)."""
+        if self.mode == "sample":
+            return (f"sample, temperature {self.temperature}, top-p {self.top_p}, "
+                    f"top-k {self.top_k}")
+        return "greedy" if self.mode == "greedy" else f"beam:{self.beams}"
+
 
 def generator_manifest(model_dir: Path) -> tuple[dict[str, Any], str]:
     """(manifest, architecture) of a lab model that can generate, checked without loading it."""
