@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lab.common import LabError, option_name
-from lab.contamination.audit import run_audit
+from lab.contamination.audit import AuditConfig, run_audit
 from lab.contamination.inject import InjectConfig  # the configs declare their commands' options
 from lab.eval.generate import EvaluateConfig
 from lab.eval.probe import ProbeConfig
@@ -59,7 +59,9 @@ def options_of(config: Any) -> Callable[[Callable[[Any], None]], Callable[..., N
     dataclass: names, types, defaults and help all come from the fields' declarations
     (lab.common.param), so each is written once. Tuple fields are comma-separated options."""
     hints = typing.get_type_hints(config)
-    shown = [f for f in dataclasses.fields(config) if f.metadata.get("cli", True)]
+    # A shared section (keyword-only, e.g. the executor's) comes after the command's own.
+    shown = sorted((f for f in dataclasses.fields(config) if f.metadata.get("cli", True)),
+                   key=lambda f: bool(f.kw_only))
 
     def decorate(command: Callable[[Any], None]) -> Callable[..., None]:
         parameters, annotations, listed = [], {}, set()
@@ -181,30 +183,20 @@ def inject(cfg: InjectConfig) -> None:
 
 
 @app.command()
-def audit(
-    benchmark: str = typer.Option(..., help="codetrans or concode (or their -paper subsets)."),
-    split: Optional[List[str]] = typer.Option(None, help="Split(s) to audit (default: all)."),
-    against: str = typer.Option(
-        _default(run_audit, "against"),
-        help="csn-java[:split], BENCHMARK:SPLIT, or a lab corpus directory."),
-    out: Optional[Path] = typer.Option(None, help="Write report.jsonl and summary.json here."),
-    force: bool = typer.Option(_default(run_audit, "force"),
-                               help="Replace an existing output directory."),
-    near: bool = typer.Option(_default(run_audit, "near"),
-                              help="Also look for near-duplicates (not only exact)."),
-    corpora: Optional[Path] = CorporaOption,
-) -> None:
+@options_of(AuditConfig)
+def audit(cfg: AuditConfig) -> None:
     """Pre-existing overlap between a corpus and a benchmark: exact and near-duplicates."""
-    summary = run_audit(benchmark, split or None, against, corpora, out, force, near)
+    summary = run_audit(cfg.benchmark, list(cfg.split) if cfg.split else None, cfg.against,
+                        cfg.corpora_dir, cfg.out, cfg.force, cfg.near, executor=cfg)
     rows = [{"split": name, **block} for name, block in summary["counts"].items()]
     columns = ["split", "samples", "leaked", "leaked_pct", "exact", "near_only",
                "input_exact", "input_leaked", "output_exact", "output_leaked"]
-    console.print(_table(f"{benchmark} vs {summary['against']} "
+    console.print(_table(f"{cfg.benchmark} vs {summary['against']} "
                          f"({summary['corpus_documents']} documents)", rows, columns))
     if summary["splits_missing"]:
         console.print(f"not audited (not available): {', '.join(summary['splits_missing'])}")
-    if out is not None:
-        console.print(f"report: {out}/report.jsonl  summary: {out}/summary.json")
+    if cfg.out is not None:
+        console.print(f"report: {cfg.out}/report.jsonl  summary: {cfg.out}/summary.json")
 
 
 @app.command()

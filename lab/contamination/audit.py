@@ -10,18 +10,21 @@ no all-pairs comparison is made.
 from __future__ import annotations
 
 import math
+import tempfile
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from lab.codetokens import fingerprint_tokens, normalized_hash
 from lab.common import (DataNotFound, LabError, atomic_output_dir, check_output, corpora_inputs,
-                        environment_record, write_json_atomic, write_jsonl)
+                        corpora_param, environment_record, param, write_json_atomic, write_jsonl)
 from lab.contamination import segments
-from lab.contamination.corpus_files import read_corpus, read_manifest
-from lab.corpora import DATASETS, Sample, get_spec, load_documents, load_samples
+from lab.contamination.streaming import (benchmark_unit, corpus_dir_units, count_unit,
+                                         dataset_units, iter_unit, with_offsets)
+from lab.executor import ExecutorConfig, check_executor, run_step
+from lab.corpora import DATASETS, Sample, get_spec, load_samples
 
 SET_THRESHOLD = 0.8
 MULTISET_THRESHOLD = 0.7
@@ -54,7 +57,8 @@ class OverlapIndex:
 
     def __init__(self, documents: Iterable[tuple[str, str]], near: bool = True,
                  set_threshold: float = SET_THRESHOLD, multiset_threshold: float = MULTISET_THRESHOLD,
-                 min_tokens: int = MIN_TOKENS):
+                 min_tokens: int = MIN_TOKENS, whole: bool = False):
+        """`whole`: index each text as it is (a benchmark side), not split at `<SEP>`."""
         self.set_threshold = set_threshold
         self.multiset_threshold = multiset_threshold
         self.min_tokens = min_tokens
@@ -66,7 +70,7 @@ class OverlapIndex:
         self.documents = 0
         for doc_id, text in documents:
             self.documents += 1
-            for part in segments(text):
+            for part in ([text] if whole else segments(text)):
                 self.exact[normalized_hash(part)].append(doc_id)
                 if near:
                     self._add_fingerprint(doc_id, part)
@@ -113,7 +117,14 @@ class OverlapIndex:
                 result.near = self._near(self._ids(tokens, grow=False))
         return result
 
-    def _near(self, query: Counter) -> list[tuple[str, float, float]]:
+    def near_pairs(self, text: str) -> Iterator[tuple[str, float, float]]:
+        """(indexed id, set Jaccard, multiset Jaccard) of every indexed segment that is a
+        near-duplicate of `text`, unrounded, in index order."""
+        tokens = fingerprint_tokens(text)
+        if self.near and len(tokens) >= self.min_tokens:
+            yield from self._near_pairs(self._ids(tokens, grow=False))
+
+    def _near_pairs(self, query: Counter) -> Iterator[tuple[str, float, float]]:
         size = len(query)
         ordered = sorted(query, key=self._order_key)
         candidates: set[int] = set()
@@ -121,8 +132,7 @@ class OverlapIndex:
             candidates.update(self.postings.get(token_id, ()))
         low, high = self.set_threshold * size - 1e-9, size / self.set_threshold + 1e-9
         query_total = sum(query.values())
-        found: dict[str, tuple[float, float]] = {}
-        for seg in candidates:
+        for seg in sorted(candidates):
             counts = self.segment_counts[seg]
             if not low <= len(counts) <= high:
                 continue
@@ -134,60 +144,182 @@ class OverlapIndex:
             multiset_jaccard = overlap / (query_total + sum(counts.values()) - overlap)
             if multiset_jaccard < self.multiset_threshold - 1e-12:
                 continue
-            doc_id = self.segment_doc[seg]
-            best = found.get(doc_id)
-            if best is None or set_jaccard > best[0]:
-                found[doc_id] = (round(set_jaccard, 4), round(multiset_jaccard, 4))
-        return sorted(((d, s, m) for d, (s, m) in found.items()), key=lambda x: (-x[1], x[0]))
+            yield self.segment_doc[seg], set_jaccard, multiset_jaccard
+
+    def _near(self, query: Counter) -> list[tuple[str, float, float]]:
+        found: dict[str, tuple[float, float]] = {}
+        for doc_id, set_jaccard, multiset_jaccard in self._near_pairs(query):
+            keep_best(found, doc_id, set_jaccard, multiset_jaccard)
+        return ranked(found)
+
+
+def keep_best(found: dict[str, tuple[float, float]], doc_id: str, set_jaccard: float,
+              multiset_jaccard: float) -> None:
+    """A document's near-duplicate scores: those of its most similar segment (the first of
+    equals), rounded."""
+    best = found.get(doc_id)
+    if best is None or set_jaccard > best[0]:
+        found[doc_id] = (round(set_jaccard, 4), round(multiset_jaccard, 4))
+
+
+def ranked(found: dict[str, tuple[float, float]]) -> list[tuple[str, float, float]]:
+    return sorted(((d, s, m) for d, (s, m) in found.items()), key=lambda x: (-x[1], x[0]))
 
 
 def audit_samples(samples: list[Sample], index: OverlapIndex, input_language: str,
                   output_language: str) -> list[dict[str, Any]]:
-    """One report row per sample: leaked?, and per side the matching documents."""
-    rows = []
-    for sample in samples:
-        sides = {}
-        for side, text, language in (("input", sample.input, input_language),
-                                     ("output", sample.output, output_language)):
-            if not text.strip():
-                continue
-            sides[side] = index.match(text, near=language in CODE_LANGUAGES)
-        rows.append({
-            "id": sample.id,
-            "split": sample.split,
-            "leaked": any(m.leaked for m in sides.values()),
-            "exact": any(m.exact for m in sides.values()),
-            "sides": {
-                side: {
-                    "leaked": m.leaked,
-                    "exact": m.exact[:MAX_LISTED], "exact_count": len(m.exact),
-                    "near": [list(n) for n in m.near[:MAX_LISTED]], "near_count": len(m.near),
-                }
-                for side, m in sides.items()
-            },
-            "_matched": set().union(*(m.matched_ids() for m in sides.values())) if sides else set(),
-        })
-    return rows
+    """One report row per sample: leaked?, and per side the matching documents of `index`."""
+    return [sample_row(sample, {side: index.match(text, near=language in CODE_LANGUAGES)
+                                for side, text, language in _sides(sample, input_language,
+                                                                   output_language)})
+            for sample in samples]
 
 
-def _against_documents(against: str, corpora_dir: Path | None) -> tuple[str, Iterable[tuple[str, str]]]:
-    """Resolve --against: a lab corpus directory, a corpus dataset[:split], or benchmark:split."""
+def _sides(sample: Sample, input_language: str, output_language: str
+           ) -> list[tuple[str, str, str]]:
+    return [(side, text, language) for side, text, language in
+            (("input", sample.input, input_language), ("output", sample.output, output_language))
+            if text.strip()]
+
+
+def sample_row(sample: Sample, sides: dict[str, SideMatch]) -> dict[str, Any]:
+    return {
+        "id": sample.id,
+        "split": sample.split,
+        "leaked": any(m.leaked for m in sides.values()),
+        "exact": any(m.exact for m in sides.values()),
+        "sides": {
+            side: {
+                "leaked": m.leaked,
+                "exact": m.exact[:MAX_LISTED], "exact_count": len(m.exact),
+                "near": [list(n) for n in m.near[:MAX_LISTED]], "near_count": len(m.near),
+            }
+            for side, m in sides.items()
+        },
+        "_matched": set().union(*(m.matched_ids() for m in sides.values())) if sides else set(),
+    }
+
+
+class SampleSideIndex:
+    """The small side of an audit at scale: every side of the audited samples, indexed whole,
+    and looked up with each corpus document's segments as they stream by. Both criteria are
+    symmetric (equal normalised hashes; Jaccard thresholds with the prefix filter exact in
+    either direction), so scanning the corpus against the samples finds the pairs that looking
+    each sample up in an index of the corpus finds, without holding the corpus."""
+
+    def __init__(self, samples: list[Sample], input_language: str, output_language: str,
+                 near: bool = True):
+        code, other = [], []
+        for sample in samples:
+            for side, text, language in _sides(sample, input_language, output_language):
+                (code if near and language in CODE_LANGUAGES else other).append(
+                    (f"{sample.id}/{side}", text))
+        self.code = OverlapIndex(code, near=True, whole=True)
+        self.other = OverlapIndex(other, near=False, whole=True)
+
+    def scan(self, text: str) -> tuple[list[str], list[tuple[str, float, float]]]:
+        """(sides equal to a segment of the document, in segment order; (side, set Jaccard,
+        multiset Jaccard) of the sides a segment near-duplicates, unrounded, in segment
+        order). A side key is "SAMPLE_ID/input" or "SAMPLE_ID/output"."""
+        exact: list[str] = []
+        near: list[tuple[str, float, float]] = []
+        for part in segments(text):
+            key = normalized_hash(part)
+            exact += self.code.exact.get(key, ())
+            exact += self.other.exact.get(key, ())
+            near += self.code.near_pairs(part)
+        return exact, near
+
+
+class AuditMatches:
+    """Per sample side, the corpus documents that match it, collected in corpus order."""
+
+    def __init__(self) -> None:
+        self.exact: dict[str, list[str]] = defaultdict(list)
+        self.near: dict[str, dict[str, tuple[float, float]]] = defaultdict(dict)
+
+    def add(self, doc_id: str, exact: list[str], near: list[tuple[str, float, float]]) -> None:
+        for side_key in exact:
+            self.exact[side_key].append(doc_id)
+        for side_key, set_jaccard, multiset_jaccard in near:
+            keep_best(self.near[side_key], doc_id, set_jaccard, multiset_jaccard)
+
+    def side(self, side_key: str) -> SideMatch:
+        return SideMatch(exact=list(dict.fromkeys(self.exact.get(side_key, ()))),
+                         near=ranked(self.near.get(side_key, {})))
+
+    def rows(self, samples: list[Sample], input_language: str, output_language: str
+             ) -> list[dict[str, Any]]:
+        return [sample_row(sample, {side: self.side(f"{sample.id}/{side}") for side, _t, _l in
+                                    _sides(sample, input_language, output_language)})
+                for sample in samples]
+
+
+_INDEXES: dict[str, SampleSideIndex] = {}  # one per audited sample set, per worker process
+
+
+def _side_index(spec: dict[str, Any]) -> SampleSideIndex:
+    key = repr(sorted(spec.items()))
+    if key not in _INDEXES:
+        benchmark = get_spec(spec["benchmark"])
+        corpora = Path(spec["corpora"]) if spec.get("corpora") else None
+        samples = [s for split in spec["splits"]
+                   for s in load_samples(spec["benchmark"], split, corpora).records]
+        if spec.get("samples") is not None:
+            samples = samples[: spec["samples"]]
+        _INDEXES[key] = SampleSideIndex(samples, benchmark.input_language,
+                                        benchmark.output_language, near=spec["near"])
+    return _INDEXES[key]
+
+
+def index_spec(benchmark: str, splits: list[str], corpora_dir: Path | None, near: bool,
+               samples: int | None = None) -> dict[str, Any]:
+    """What a worker needs to rebuild the sample-side index: the samples are read again there
+    (they are small) rather than shipped with every unit."""
+    return {"benchmark": benchmark, "splits": list(splits), "near": near, "samples": samples,
+            "corpora": str(corpora_dir) if corpora_dir else None}
+
+
+def scan_unit(unit: dict[str, Any]) -> dict[str, Any]:
+    """One step of a streaming audit: the matches of one unit's documents, as
+    [position in the unit, document id, exact side keys, near (side key, s, m) triples]."""
+    index = _side_index(unit["index"])
+    matches, documents = [], 0
+    for position, (doc_id, text) in enumerate(iter_unit(unit)):
+        documents += 1
+        exact, near = index.scan(text)
+        if exact or near:
+            matches.append([position, doc_id, exact, [list(n) for n in near]])
+    return {"documents": documents, "matches": matches}
+
+
+def merge_scans(results: list[dict[str, Any]]) -> AuditMatches:
+    """The matches of every unit, in corpus order (units in order, documents within)."""
+    merged = AuditMatches()
+    for result in results:
+        for _position, doc_id, exact, near in result["matches"]:
+            merged.add(doc_id, exact, [tuple(n) for n in near])
+    return merged
+
+
+def _against_units(against: str, corpora_dir: Path | None, cfg: ExecutorConfig,
+                   workdir: Path) -> tuple[str, list[dict[str, Any]]]:
+    """Resolve --against into units: a lab corpus directory (its shards), a corpus
+    dataset[:split] (its files), or benchmark:split (one unit)."""
     path = Path(against)
     if path.is_dir() or path.name == "manifest.json" or "/" in against:
-        read_manifest(path)
-        return f"corpus directory {path}", ((r["id"], r["text"]) for r in read_corpus(path))
+        folder = path.parent if path.name == "manifest.json" else path
+        return f"corpus directory {path}", corpus_dir_units(folder)
     name, _, split = against.partition(":")
     spec = get_spec(name)
     if spec.kind == "corpus":
-        splits = [split] if split else list(spec.splits)
-        loaded = load_documents(name, splits, corpora_dir)
-        return against, ((d.id, d.text) for part in loaded for d in part.records)
+        units = dataset_units(name, [split] if split else list(spec.splits), corpora_dir)
+        counts = run_step(cfg, "count", count_unit, units, workdir)
+        return against, with_offsets(units, counts)
     if not split:
         raise LabError(f"--against {against}: a benchmark needs a split, e.g. {name}:train")
-    samples = load_samples(name, split, corpora_dir).records
-    docs = [(f"{s.id}/input", s.input) for s in samples]
-    docs += [(f"{s.id}/output", s.output) for s in samples if s.output.strip()]
-    return against, docs
+    load_samples(name, split, corpora_dir)  # a missing split fails here, in one line
+    return against, [benchmark_unit(name, split, corpora_dir)]
 
 
 def summarize(rows: list[dict[str, Any]], splits: list[str]) -> dict[str, Any]:
@@ -212,11 +344,27 @@ def summarize(rows: list[dict[str, Any]], splits: list[str]) -> dict[str, Any]:
     return summary
 
 
+@dataclass
+class AuditConfig(ExecutorConfig):
+    """The options of `lab audit`, declared once (the executor's in lab.executor)."""
+    benchmark: str = param(help="codetrans or concode (or their -paper subsets).")
+    split: tuple[str, ...] | None = param(None, "Split(s) to audit (default: all).")
+    against: str = param("csn-java", "csn-java[:split], BENCHMARK:SPLIT, or a lab corpus "
+                                     "directory.")
+    out: Path | None = param(None, "Write report.jsonl and summary.json here.")
+    force: bool = param(False, "Replace an existing output directory.")
+    near: bool = param(True, "Also look for near-duplicates (not only exact).")
+    corpora_dir: Path | None = corpora_param()
+
+
 def run_audit(benchmark: str, splits: list[str] | None = None, against: str = "csn-java",
               corpora_dir: Path | None = None, out: Path | None = None, force: bool = False,
-              near: bool = True) -> dict[str, Any]:
-    """Entry point of `lab audit`: overlap of the benchmark's splits with a corpus."""
+              near: bool = True, executor: ExecutorConfig | None = None) -> dict[str, Any]:
+    """Entry point of `lab audit`: overlap of the benchmark's splits with a corpus. The corpus
+    streams by, unit by unit (on `executor`'s tasks); only the samples are held whole."""
     started = time.perf_counter()
+    executor = executor or ExecutorConfig()
+    check_executor(executor)
     spec = get_spec(benchmark)
     if spec.kind != "benchmark":
         raise LabError(f"--benchmark {benchmark}: not a benchmark (choose from "
@@ -237,25 +385,31 @@ def run_audit(benchmark: str, splits: list[str] | None = None, against: str = "c
             if splits:
                 raise
             skipped.append(split)
-    against_label, documents = _against_documents(against, corpora_dir)
-    index = OverlapIndex(documents, near=near)
+    with tempfile.TemporaryDirectory(prefix="lab-audit-",
+                                     dir=Path(out).parent if out is not None else None) as work:
+        against_label, units = _against_units(against, corpora_dir, executor, Path(work))
+        indexed = index_spec(benchmark, [p.split for p in loaded], corpora_dir, near)
+        results = run_step(executor, "scan", scan_unit,
+                           [{**unit, "index": indexed} for unit in units], Path(work))
+    matches = merge_scans(results)
     rows = []
     for part in loaded:
-        rows += audit_samples(part.records, index, spec.input_language, spec.output_language)
+        rows += matches.rows(part.records, spec.input_language, spec.output_language)
     matched_documents = sorted(set().union(*(r.pop("_matched") for r in rows))) if rows else []
     summary = {
         "kind": "lab-audit", "benchmark": benchmark, "against": against_label,
-        "corpus_documents": index.documents,
+        "corpus_documents": sum(r["documents"] for r in results),
         "splits_audited": [p.split for p in loaded], "splits_missing": skipped,
         "method": {
             "exact": "equal after whitespace and comment normalisation",
-            "near": near, "set_jaccard": index.set_threshold,
-            "multiset_jaccard": index.multiset_threshold, "min_tokens": index.min_tokens,
+            "near": near, "set_jaccard": SET_THRESHOLD,
+            "multiset_jaccard": MULTISET_THRESHOLD, "min_tokens": MIN_TOKENS,
             "candidates": "SourcererCC prefix filter",
         },
         "matched_corpus_documents": len(matched_documents),
         "counts": summarize(rows, [p.split for p in loaded]),
         "wall_seconds": round(time.perf_counter() - started, 2),
+        "executor": {"executor": executor.executor, "tasks": executor.tasks},
         "environment": environment_record(),
     }
     if out is not None:

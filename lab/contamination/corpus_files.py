@@ -27,7 +27,17 @@ MANIFEST = "manifest.json"
 BASE_FIELDS = {"sample": "", "side": "base", "copy": 0}  # a base document's injection fields
 
 
-def _write_shard(path: Path, payload: bytes) -> str:
+def corpus_line(record: dict[str, Any]) -> bytes:
+    """One document as its corpus line: every field, keys sorted (equal records, equal bytes)."""
+    return orjson.dumps({**BASE_FIELDS, **record}, option=orjson.OPT_SORT_KEYS) + b"\n"
+
+
+def shard_name(number: int) -> str:
+    return f"part-{number:05d}.jsonl.gz"
+
+
+def write_shard(path: Path, payload: bytes) -> str:
+    """Write one shard's lines gzipped (no timestamp, no name); return the file's sha256."""
     with open(path, "wb") as raw:
         with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6) as gz:
             gz.write(payload)
@@ -39,13 +49,12 @@ def write_shards(folder: Path, records: Iterable[dict[str, Any]], shard_size: in
     """Write records in shards of `shard_size`; shards compress in parallel (zlib releases
     the GIL), and each shard's bytes depend only on its records."""
     folder.mkdir(parents=True, exist_ok=True)
-    lines = [orjson.dumps({**BASE_FIELDS, **record}, option=orjson.OPT_SORT_KEYS) + b"\n"
-             for record in records]
+    lines = [corpus_line(record) for record in records]
     starts = list(range(0, len(lines), shard_size)) or [0]
-    names = [f"part-{i:05d}.jsonl.gz" for i in range(len(starts))]
+    names = [shard_name(i) for i in range(len(starts))]
     payloads = [b"".join(lines[start:start + shard_size]) for start in starts]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        digests = list(pool.map(_write_shard, [folder / n for n in names], payloads))
+        digests = list(pool.map(write_shard, [folder / n for n in names], payloads))
     return [
         {"file": f"{CORPUS_SUBDIR}/{name}", "documents": len(lines[start:start + shard_size]),
          "sha256": digest}
@@ -133,22 +142,25 @@ def read_corpus(folder: Path) -> Iterator[dict[str, Any]]:
     """Every document of a lab corpus directory, in stored order."""
     folder = Path(folder)
     for shard in read_manifest(folder)["shards"]:
-        path = folder / shard["file"]
-        if not path.is_file():
-            raise LabError(f"{path}: shard listed in {MANIFEST} is missing")
-        lineno = 0
-        try:
-            with gzip.open(path, "rb") as handle:
-                for lineno, line in enumerate(handle, start=1):
-                    try:
-                        record = orjson.loads(line)
-                    except orjson.JSONDecodeError as exc:
-                        raise LabError(f"{path}:{lineno}: corrupt JSON line ({exc})") from None
-                    if not isinstance(record, dict) or "text" not in record or "id" not in record:
-                        raise LabError(f"{path}:{lineno}: record needs fields 'id' and 'text'")
-                    yield record
-        except (OSError, EOFError, zlib.error) as exc:  # truncated or not gzip
-            raise LabError(f"{path}: unreadable after line {lineno} ({exc})") from None
-        listed = shard.get("documents")
-        if isinstance(listed, int) and listed != lineno:
-            raise LabError(f"{path}: {lineno} documents, {MANIFEST} lists {listed}")
+        yield from read_shard(folder / shard["file"], shard.get("documents"))
+
+
+def read_shard(path: Path, listed: int | None = None) -> Iterator[dict[str, Any]]:
+    """Every document of one corpus shard; `listed` is the count its manifest gives."""
+    if not path.is_file():
+        raise LabError(f"{path}: shard listed in {MANIFEST} is missing")
+    lineno = 0
+    try:
+        with gzip.open(path, "rb") as handle:
+            for lineno, line in enumerate(handle, start=1):
+                try:
+                    record = orjson.loads(line)
+                except orjson.JSONDecodeError as exc:
+                    raise LabError(f"{path}:{lineno}: corrupt JSON line ({exc})") from None
+                if not isinstance(record, dict) or "text" not in record or "id" not in record:
+                    raise LabError(f"{path}:{lineno}: record needs fields 'id' and 'text'")
+                yield record
+    except (OSError, EOFError, zlib.error) as exc:  # truncated or not gzip
+        raise LabError(f"{path}: unreadable after line {lineno} ({exc})") from None
+    if isinstance(listed, int) and listed != lineno:
+        raise LabError(f"{path}: {lineno} documents, {MANIFEST} lists {listed}")

@@ -12,7 +12,6 @@ near-duplicated in the test split: same form, same repeat, same removals.
 """
 from __future__ import annotations
 
-import hashlib
 import random
 import time
 from collections import Counter
@@ -24,20 +23,21 @@ from lab.codetokens import whitespace_hash
 from lab.common import (DataNotFound, LabError, atomic_output_dir, check_numbers, check_output,
                         corpora_inputs, corpora_param, environment_record, param,
                         read_text_file, write_json_atomic)
-from lab.contamination import SEP_MARKER, segments
 from lab.contamination import settings as settings_table
-from lab.contamination.audit import CODE_LANGUAGES, OverlapIndex, audit_samples
-from lab.contamination.corpus_files import CORPUS_SUBDIR, MANIFEST, write_shards
+from lab.contamination.audit import CODE_LANGUAGES, OverlapIndex, SampleSideIndex, audit_samples
+from lab.contamination.corpus_files import CORPUS_SUBDIR, MANIFEST, shards_digest, write_shards
+from lab.contamination.streaming import ArmTally
 from lab.contamination.settings import Setting
 from lab.corpora import (Document, Loaded, Sample, check_references, get_spec, load_documents,
                          load_samples)
 from lab.corpora.base import DatasetSpec
+from lab.executor import ExecutorConfig, check_executor
 
 
 @dataclass
-class InjectConfig:
+class InjectConfig(ExecutorConfig):
     """One arm's corpus. Every option of `lab inject` and the fields of a recipe's `corpus` and
-    `injection` sections are declared here, once."""
+    `injection` sections are declared here, once (the executor's in lab.executor)."""
     benchmark: str = param(help="codetrans or concode (or their -paper subsets).")
     setting: str = param(help=", ".join(settings_table.names()) + " (a placebo injects as many "
                          "train/valid samples disjoint from the test split, in its base "
@@ -62,8 +62,26 @@ class InjectConfig:
     decontaminate: bool = param(False, "First drop base near-duplicates of the test set.")
     force: bool = param(False, "Replace an existing output directory.")
     corpora_dir: Path | None = corpora_param()
-    shard_size: int = param(50_000, "Documents per corpus shard.", cli=False)
+    corpus_format: int = param(
+        1, "1: the arm is built in memory (the study's corpora); 2: streamed shard by shard in "
+           "bounded memory, on --executor's --tasks (the --limit subset, the removed documents "
+           "and the order follow a seeded hash of each document id: FORMATS).",
+        option="--format")
+    shard_size: int = param(50_000, "Documents per corpus shard (format 2: on average).",
+                            cli=False)
 
+
+# How each corpus format makes its seeded choices; a manifest names its format, and every
+# reader takes both (they differ in which documents are removed and in the order, not in form).
+FORMATS = {
+    1: "in memory: Python's random.Random(seed/limit).sample over document positions, "
+       "random.Random(seed/remove).shuffle of the arm's positions (the first k removed), "
+       "random.Random(seed/order).shuffle of the arm",
+    2: "streaming: each document's key is blake2b(seed/stream/id) (8 bytes); --limit keeps the "
+       "N smallest 'limit' keys, the k clean documents with the smallest 'remove' keys are "
+       "removed (nested across arms, like format 1), and the arm is ordered by 'order' key, "
+       "written in ceil(documents / shard_size) hash buckets",
+}
 
 def injected_sides(setting: str, sample: Sample) -> list[tuple[str, str]]:
     """(side, text) documents one sample contributes under a setting (the settings table's)."""
@@ -94,6 +112,13 @@ def validate(cfg: InjectConfig) -> None:
     if cfg.test_ids is not None and not Path(cfg.test_ids).is_file():
         raise LabError(f"--test-ids {cfg.test_ids}: no such file")
     check_numbers(seed=cfg.seed)
+    if cfg.corpus_format not in FORMATS:
+        raise LabError(f"--format {cfg.corpus_format}: unknown corpus format (choose from "
+                       f"{', '.join(map(str, FORMATS))})")
+    check_executor(cfg)
+    if cfg.corpus_format == 1 and (cfg.tasks > 1 or cfg.executor != "local"):
+        raise LabError(f"--executor {cfg.executor} --tasks {cfg.tasks}: format 1 builds the arm "
+                       "in one process; use --format 2")
     check_output(Path(cfg.out), cfg.force, "lab-corpus", _inputs(cfg))
 
 
@@ -291,18 +316,40 @@ def choose_placebo(pool: PlaceboPool, count: int, seed: int, cfg: InjectConfig) 
     return [pool.samples[i] for i in sorted(picked)]
 
 
-def _digest_of_shards(shards: list[dict[str, Any]]) -> str:
-    digest = hashlib.sha256()
-    for shard in shards:
-        digest.update(shard["sha256"].encode())
-    return digest.hexdigest()
+@dataclass
+class Plan:
+    """What an arm injects, decided from the benchmark alone (before any base document is
+    read): the same for both corpus formats."""
+
+    bench: Loaded
+    samples: list[Sample]           # the samples taking part (--samples)
+    setting: Setting
+    levels: list[list[int]] | None  # a dose ladder's levels (sample indices)
+    selected: list[int]             # samples the setting selects (a placebo matches their count)
+    chosen: list[int]               # test samples injected
+    pool: PlaceboPool | None
+    sources: list[Sample]           # samples whose documents are injected
+    copies: list[int]               # copies of each source
+    injected: list[dict[str, Any]]  # the injected documents
 
 
-def run_inject(cfg: InjectConfig) -> dict[str, Any]:
-    """Entry point of `lab inject`: write one arm's corpus and its manifest to cfg.out."""
-    started = time.perf_counter()
-    validate(cfg)
-    spec = get_spec(cfg.benchmark)
+@dataclass
+class Built:
+    """The base side of an arm, as a builder wrote it."""
+
+    provenance: list[dict[str, Any]]
+    base_total: int
+    after_limit: int
+    decontaminated: list[str]
+    arm_documents: int
+    removed: list[str]
+    shards: list[dict[str, Any]]
+    final_documents: int
+    total_chars: int
+    tally: ArmTally
+
+
+def plan_injection(cfg: InjectConfig) -> Plan:
     bench = load_samples(cfg.benchmark, cfg.split, cfg.corpora_dir)
     samples: list[Sample] = bench.records
     if not samples:
@@ -329,26 +376,6 @@ def run_inject(cfg: InjectConfig) -> dict[str, Any]:
     # Copies of each source: its level's dose (a placebo sample stands for the test sample of
     # the same rank), else --repeat.
     copies = [dose_of[i] for i in selected] if levels is not None else [cfg.repeat] * len(sources)
-    base_parts = load_documents(cfg.base, cfg.base_splits, cfg.corpora_dir)
-    base: list[Document] = [doc for part in base_parts for doc in part.records]
-    base_total = len(base)
-
-    if cfg.limit is not None:
-        if cfg.limit > base_total:
-            raise LabError(f"--limit {cfg.limit}: the base corpus holds only {base_total} documents")
-        keep = sorted(random.Random(f"{cfg.seed}/limit").sample(range(base_total), cfg.limit))
-        base = [base[i] for i in keep]
-    after_limit = len(base)
-
-    decontaminated: list[str] = []
-    if cfg.decontaminate:
-        index = OverlapIndex((d.id, d.text) for d in base)
-        rows = audit_samples(samples, index, spec.input_language, spec.output_language)
-        dirty = set().union(*(row["_matched"] for row in rows))
-        decontaminated = sorted(dirty)
-        base = [d for d in base if d.id not in dirty]
-
-    chosen_set = set(chosen)
     injected = []
     for sample, times in zip(sources, copies):
         for side, text in setting.documents(sample):
@@ -357,30 +384,92 @@ def run_inject(cfg: InjectConfig) -> dict[str, Any]:
                     "id": f"inject:{sample.id}:{side}:{copy}", "text": text,
                     "sample": sample.id, "side": side, "copy": copy,
                 })
-    if len(injected) > len(base):
-        raise LabError(
-            f"--setting {cfg.setting} {_dosing(cfg)}: {len(injected)} documents to remove, "
-            f"but the base corpus holds only {len(base)} (raise --limit or lower the dose)"
-        )
+    return Plan(bench, samples, setting, levels, selected, chosen, pool, sources, copies, injected)
+
+
+def too_few_documents(cfg: InjectConfig, injected: int, available: int) -> LabError:
+    return LabError(f"--setting {cfg.setting} {_dosing(cfg)}: {injected} documents to remove, "
+                    f"but the base corpus holds only {available} (raise --limit or lower the dose)")
+
+
+def build_in_memory(cfg: InjectConfig, plan: Plan, tmp: Path) -> Built:
+    """Format 1: the whole base corpus in memory, choices by Python's seeded random."""
+    base_parts = load_documents(cfg.base, cfg.base_splits, cfg.corpora_dir)
+    base: list[Document] = [doc for part in base_parts for doc in part.records]
+    base_total = len(base)
+    if cfg.limit is not None:
+        if cfg.limit > base_total:
+            raise LabError(f"--limit {cfg.limit}: the base corpus holds only {base_total} documents")
+        keep = sorted(random.Random(f"{cfg.seed}/limit").sample(range(base_total), cfg.limit))
+        base = [base[i] for i in keep]
+    after_limit = len(base)
+    decontaminated: list[str] = []
+    if cfg.decontaminate:
+        spec = get_spec(cfg.benchmark)
+        index = SampleSideIndex(plan.samples, spec.input_language, spec.output_language)
+        dirty = {d.id for d in base if any(index.scan(d.text))}
+        decontaminated = sorted(dirty)
+        base = [d for d in base if d.id not in dirty]
+    if len(plan.injected) > len(base):
+        raise too_few_documents(cfg, len(plan.injected), len(base))
     order = list(range(len(base)))
     random.Random(f"{cfg.seed}/remove").shuffle(order)
-    removed = set(order[: len(injected)])
+    removed = set(order[: len(plan.injected)])
     final: list[dict[str, Any]] = [
         {"id": d.id, "text": d.text} for i, d in enumerate(base) if i not in removed
-    ] + injected
+    ] + plan.injected
     random.Random(f"{cfg.seed}/order").shuffle(final)
+    tally = ArmTally.for_plan(plan.samples, plan.injected)
+    for i, d in enumerate(base):
+        tally.add_base(d.text, kept=i not in removed)
+    for record in final:
+        tally.add_final(record["text"], injected="sample" in record)
+    shards = write_shards(tmp / CORPUS_SUBDIR, final, cfg.shard_size)
+    return Built([part.provenance() for part in base_parts], base_total, after_limit,
+                 decontaminated, len(base), sorted(base[i].id for i in removed), shards,
+                 len(final), sum(len(r["text"]) for r in final), tally)
 
-    guards, pre_existing = check_guards(cfg, samples, chosen_set, base, removed, injected, final)
-    guards.update(check_counts(cfg, setting, selected, sources, copies, injected, removed))
-    if pool is not None:
-        guards.update(check_placebo(cfg, setting, pool, sources, injected))
+
+def run_inject(cfg: InjectConfig) -> dict[str, Any]:
+    """Entry point of `lab inject`: write one arm's corpus and its manifest to cfg.out."""
+    started = time.perf_counter()
+    validate(cfg)
+    plan = plan_injection(cfg)
+    setting, samples, pool = plan.setting, plan.samples, plan.pool
+    with atomic_output_dir(Path(cfg.out), force=cfg.force, kind="lab-corpus",
+                           inputs=_inputs(cfg)) as tmp:
+        if cfg.corpus_format == 2:
+            from lab.contamination.streaming import build_streaming
+
+            built = build_streaming(cfg, plan, tmp)
+        else:
+            built = build_in_memory(cfg, plan, tmp)
+        chosen_set = set(plan.chosen)
+        guards, pre_existing = check_guards(cfg, samples, chosen_set, built, plan.injected)
+        guards.update(check_counts(cfg, setting, plan.selected, plan.sources, plan.copies,
+                                   plan.injected, len(built.removed)))
+        if pool is not None:
+            guards.update(check_placebo(cfg, setting, pool, plan.sources, plan.injected))
+        manifest = _manifest(cfg, plan, built, guards, pre_existing)
+        manifest["shards"] = built.shards
+        manifest["corpus_sha256"] = shards_digest(built.shards)
+        manifest["wall_seconds"] = round(time.perf_counter() - started, 2)
+        write_json_atomic(tmp / MANIFEST, manifest)
+    return manifest
+
+
+def _manifest(cfg: InjectConfig, plan: Plan, built: Built, guards: dict[str, Any],
+              pre_existing: list[str]) -> dict[str, Any]:
+    samples, chosen, pool, injected = plan.samples, plan.chosen, plan.pool, plan.injected
+    chosen_set = set(chosen)
     injected_chars = sum(len(r["text"]) for r in injected)
-    total_chars = sum(len(r["text"]) for r in final)
     manifest: dict[str, Any] = {
         "kind": "lab-corpus",
+        "corpus_format": cfg.corpus_format,
+        "selection": FORMATS[cfg.corpus_format],
         "setting": cfg.setting,
         "benchmark": cfg.benchmark,
-        "benchmark_split": bench.split,
+        "benchmark_split": plan.bench.split,
         "seed": cfg.seed,
         "options": {
             "base": cfg.base, "base_splits": list(cfg.base_splits), "limit": cfg.limit,
@@ -389,53 +478,51 @@ def run_inject(cfg: InjectConfig) -> dict[str, Any]:
             "test_ids": str(cfg.test_ids) if cfg.test_ids else None,
             "decontaminate": cfg.decontaminate, "shard_size": cfg.shard_size,
         },
+        **({"executor": {"executor": cfg.executor, "tasks": cfg.tasks}}
+           if cfg.corpus_format == 2 else {}),
         "counts": {
-            "base_documents": base_total,
-            "after_limit": after_limit,
-            "decontaminated_removed": len(decontaminated),
-            "arm_documents": len(base),
+            "base_documents": built.base_total,
+            "after_limit": built.after_limit,
+            "decontaminated_removed": len(built.decontaminated),
+            "arm_documents": built.arm_documents,
             "injected_samples": len(chosen),
             "held_out_samples": len(samples) - len(chosen),
             "injected_documents": len(injected),
-            "removed_documents": len(removed),
-            "final_documents": len(final),
-            "injected_document_fraction": round(len(injected) / len(final), 6) if final else 0.0,
-            "injected_char_fraction": round(injected_chars / total_chars, 6) if total_chars else 0.0,
-            **({"placebo_samples": len(sources)} if pool is not None else {}),
+            "removed_documents": len(built.removed),
+            "final_documents": built.final_documents,
+            "injected_document_fraction": (round(len(injected) / built.final_documents, 6)
+                                           if built.final_documents else 0.0),
+            "injected_char_fraction": (round(injected_chars / built.total_chars, 6)
+                                       if built.total_chars else 0.0),
+            **({"placebo_samples": len(plan.sources)} if pool is not None else {}),
         },
         "injected_ids": [samples[i].id for i in chosen],
         "held_out_ids": [s.id for i, s in enumerate(samples) if i not in chosen_set],
-        "removed_base_ids": sorted(base[i].id for i in removed),
-        "decontaminated_ids": decontaminated,
-        **({"dose_levels": dose_record(cfg, setting, samples, levels, sources, copies, injected)}
-           if levels is not None else {}),
+        "removed_base_ids": built.removed,
+        "decontaminated_ids": built.decontaminated,
+        **({"dose_levels": dose_record(cfg, plan.setting, samples, plan.levels, plan.sources,
+                                       plan.copies, injected)}
+           if plan.levels is not None else {}),
         "pre_existing_verbatim": pre_existing,
         "guards": guards,
         "inputs": {
-            "base": [part.provenance() for part in base_parts],
-            "benchmark": bench.provenance(),
+            "base": built.provenance,
+            "benchmark": plan.bench.provenance(),
             **({"placebo_pool": [part.provenance() for part in pool.parts]} if pool else {}),
         },
         "environment": environment_record(),
     }
     if pool is not None:
-        manifest["placebo_ids"] = [s.id for s in sources]
+        manifest["placebo_ids"] = [s.id for s in plan.sources]
         manifest["placebo"] = {
-            "base_setting": setting.base,
-            "samples": [{"id": s.id, "split": s.split} for s in sources],
-            "by_split": dict(Counter(s.split for s in sources)),
+            "base_setting": plan.setting.base,
+            "samples": [{"id": s.id, "split": s.split} for s in plan.sources],
+            "by_split": dict(Counter(s.split for s in plan.sources)),
             # The test samples the base arm injects with this seed: the placebo injects as many
             # samples, and its models are probed on these (like the control's).
-            "matched_test_ids": [samples[i].id for i in selected],
+            "matched_test_ids": [samples[i].id for i in plan.selected],
             "pool": pool.record,
         }
-    with atomic_output_dir(Path(cfg.out), force=cfg.force, kind="lab-corpus",
-                           inputs=_inputs(cfg)) as tmp:
-        shards = write_shards(tmp / CORPUS_SUBDIR, final, cfg.shard_size)
-        manifest["shards"] = shards
-        manifest["corpus_sha256"] = _digest_of_shards(shards)
-        manifest["wall_seconds"] = round(time.perf_counter() - started, 2)
-        write_json_atomic(tmp / MANIFEST, manifest)
     return manifest
 
 
@@ -462,32 +549,22 @@ def dose_record(cfg: InjectConfig, setting: Setting, samples: list[Sample], leve
     return records
 
 
-def check_guards(cfg: InjectConfig, samples: list[Sample], chosen: set[int], base: list[Document],
-                 removed: set[int], injected: list[dict], final: list[dict]
-                 ) -> tuple[dict[str, Any], list[str]]:
-    """Fail loudly if the written arm is not what its setting promises."""
-    if len(final) != len(base):
-        raise LabError(f"internal guard: arm has {len(final)} documents, expected {len(base)}")
-
-    base_hash_list = [whitespace_hash(d.text) for d in base]
-    base_hash = dict(zip((d.id for d in base), base_hash_list))
-    base_hashes = set(base_hash_list)
-    base_hashes.update(whitespace_hash(part) for d in base if SEP_MARKER in d.text
-                       for part in segments(d.text))
-    kept_counts = Counter(h for i, h in enumerate(base_hash_list) if i not in removed)
-    final_counts = Counter(
-        base_hash[r["id"]] if "sample" not in r else whitespace_hash(r["text"]) for r in final
-    )
+def check_guards(cfg: InjectConfig, samples: list[Sample], chosen: set[int], built: Built,
+                 injected: list[dict]) -> tuple[dict[str, Any], list[str]]:
+    """Fail loudly if the written arm is not what its setting promises: as many documents as
+    the arm's base; every injected text as often as injected plus kept verbatim in the base;
+    no test side verbatim in the arm unless injected or already in the base (pre-existing)."""
+    if built.final_documents != built.arm_documents:
+        raise LabError(f"internal guard: arm has {built.final_documents} documents, expected "
+                       f"{built.arm_documents}")
+    tally = built.tally
     expected = Counter(whitespace_hash(r["text"]) for r in injected)
     for key, times in expected.items():
-        if final_counts[key] != times + kept_counts[key]:
+        if tally.final[key] != times + tally.kept[key]:
             raise LabError(
-                f"internal guard: an injected document occurs {final_counts[key]} times, "
-                f"expected {times + kept_counts[key]}"
+                f"internal guard: an injected document occurs {tally.final[key]} times, "
+                f"expected {times + tally.kept[key]}"
             )
-
-    final_segments = set(final_counts)
-    final_segments.update(whitespace_hash(part) for r in injected for part in segments(r["text"]))
     setting = settings_table.get(cfg.setting)
     exposed_sides = setting.sides if setting.injects_test else ()
     pre_existing = []
@@ -496,10 +573,10 @@ def check_guards(cfg: InjectConfig, samples: list[Sample], chosen: set[int], bas
             if not text.strip():
                 continue
             key = whitespace_hash(text)
-            if key in base_hashes:
+            if key in tally.base_hits:
                 pre_existing.append(f"{sample.id}/{side}")
                 continue
-            if not (i in chosen and side in exposed_sides) and key in final_segments:
+            if not (i in chosen and side in exposed_sides) and key in tally.final_hits:
                 raise LabError(
                     f"guard: {side} of sample {sample.id} occurs verbatim in the {cfg.setting} "
                     "arm although it was not injected and was not pre-existing"
@@ -512,9 +589,8 @@ def check_guards(cfg: InjectConfig, samples: list[Sample], chosen: set[int], bas
     return guards, pre_existing
 
 
-
 def check_counts(cfg: InjectConfig, setting: Setting, selected: list[int], sources: list[Sample],
-                 copies: list[int], injected: list[dict], removed: set[int]) -> dict[str, Any]:
+                 copies: list[int], injected: list[dict], removed: int) -> dict[str, Any]:
     """Documents added = samples x the setting's documents per sample x their dose (--repeat,
     or their level's) = documents removed, sample by sample; a placebo injects exactly as many
     samples per level as its base arm injects test samples."""
@@ -526,8 +602,8 @@ def check_counts(cfg: InjectConfig, setting: Setting, selected: list[int], sourc
             raise LabError(f"internal guard: sample {sample.id} has {per_sample[sample.id]} "
                            f"documents, expected {times * setting.documents_per_sample}")
     expected = setting.documents_per_sample * sum(copies)
-    if len(injected) != expected or len(removed) != expected:
-        raise LabError(f"internal guard: {len(injected)} documents injected and {len(removed)} "
+    if len(injected) != expected or removed != expected:
+        raise LabError(f"internal guard: {len(injected)} documents injected and {removed} "
                        f"removed, expected {expected} of each")
     counts = {"documents_per_sample": setting.documents_per_sample}
     if cfg.doses:
