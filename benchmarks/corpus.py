@@ -27,20 +27,26 @@ try:
 except SystemExit as exc:
     if exc.code not in (0, None):
         raise
+# Peak of this process, and of its largest worker (datatrove's tasks are child processes).
 print(json.dumps({"wall": time.perf_counter() - start,
-                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}),
+                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "worker_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}),
       file=sys.stderr)
 """
 
 
-def measure(args: list[str]) -> dict[str, float]:
+def measure(args: list[str], env: dict[str, str] | None = None) -> dict[str, float]:
+    """Wall time (with start-up), in-process time, and peak memory of `lab ARGS` in a fresh
+    process: its own peak, and the largest peak of any worker process it started."""
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", RUNNER, *args], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", RUNNER, *args], capture_output=True, text=True,
+                          env=env)
     wall = time.perf_counter() - started
     if proc.returncode != 0:
         sys.exit(f"benchmark command failed: lab {' '.join(args)}\n{proc.stderr}")
     inner = json.loads(proc.stderr.strip().splitlines()[-1])
-    return {"wall": wall, "in_process": inner["wall"], "peak_mb": inner["peak_mb"]}
+    return {"wall": wall, "in_process": inner["wall"], "peak_mb": inner["peak_mb"],
+            "worker_peak_mb": inner["worker_peak_mb"]}
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import orjson
 
@@ -91,6 +91,13 @@ def run_unit(function: Callable[[dict], dict], units: list[dict], index: int,
 def run_step(cfg: ExecutorConfig, name: str, function: Callable[[dict], dict],
              units: list[dict], workdir: Path) -> list[dict]:
     """Results of `function` over `units`, in unit order, however the units were run."""
+    return list(iter_step(cfg, name, function, units, workdir))
+
+
+def iter_step(cfg: ExecutorConfig, name: str, function: Callable[[dict], dict],
+              units: list[dict], workdir: Path) -> Iterator[dict]:
+    """`run_step` whose results are read one at a time, so that a caller folding them (k
+    smallest keys of every unit) holds one unit's result at once, however many units."""
     folder = Path(workdir) / name
     results = folder / "results"
     shutil.rmtree(folder, ignore_errors=True)
@@ -103,9 +110,12 @@ def run_step(cfg: ExecutorConfig, name: str, function: Callable[[dict], dict],
         _datatrove_local(step, tasks, folder / "logs")
     else:
         _datatrove_slurm(cfg, step, tasks, folder, len(units))
-    outcomes = []
-    for index in range(len(units)):
-        path = results / f"unit-{index:05d}.json"
+    return _read_results(name, folder, len(units))
+
+
+def _read_results(name: str, folder: Path, units: int) -> Iterator[dict]:
+    for index in range(units):
+        path = folder / "results" / f"unit-{index:05d}.json"
         if not path.is_file():
             raise LabError(f"{name}: unit {index} produced no result (see {folder / 'logs'})")
         outcome = orjson.loads(path.read_bytes())
@@ -113,8 +123,7 @@ def run_step(cfg: ExecutorConfig, name: str, function: Callable[[dict], dict],
             if "traceback" in outcome:
                 (folder / f"unit-{index:05d}.traceback").write_text(outcome["traceback"])
             raise LabError(f"{name}: {outcome['error']}")
-        outcomes.append(outcome["result"])
-    return outcomes
+        yield outcome["result"]
 
 
 def _datatrove_local(step: UnitStep, tasks: int, logs: Path) -> None:

@@ -23,7 +23,7 @@ from lab.common import (DataNotFound, LabError, atomic_output_dir, check_output,
 from lab.contamination import segments
 from lab.contamination.streaming import (benchmark_unit, corpus_dir_units, count_unit,
                                          dataset_units, iter_unit, with_offsets)
-from lab.executor import ExecutorConfig, check_executor, run_step
+from lab.executor import ExecutorConfig, check_executor, iter_step, run_step
 from lab.corpora import DATASETS, Sample, get_spec, load_samples
 
 SET_THRESHOLD = 0.8
@@ -237,6 +237,7 @@ class AuditMatches:
     def __init__(self) -> None:
         self.exact: dict[str, list[str]] = defaultdict(list)
         self.near: dict[str, dict[str, tuple[float, float]]] = defaultdict(dict)
+        self.documents = 0  # corpus documents scanned
 
     def add(self, doc_id: str, exact: list[str], near: list[tuple[str, float, float]]) -> None:
         for side_key in exact:
@@ -293,10 +294,11 @@ def scan_unit(unit: dict[str, Any]) -> dict[str, Any]:
     return {"documents": documents, "matches": matches}
 
 
-def merge_scans(results: list[dict[str, Any]]) -> AuditMatches:
+def merge_scans(results: Iterable[dict[str, Any]]) -> AuditMatches:
     """The matches of every unit, in corpus order (units in order, documents within)."""
     merged = AuditMatches()
     for result in results:
+        merged.documents += result["documents"]
         for _position, doc_id, exact, near in result["matches"]:
             merged.add(doc_id, exact, [tuple(n) for n in near])
     return merged
@@ -389,16 +391,16 @@ def run_audit(benchmark: str, splits: list[str] | None = None, against: str = "c
                                      dir=Path(out).parent if out is not None else None) as work:
         against_label, units = _against_units(against, corpora_dir, executor, Path(work))
         indexed = index_spec(benchmark, [p.split for p in loaded], corpora_dir, near)
-        results = run_step(executor, "scan", scan_unit,
-                           [{**unit, "index": indexed} for unit in units], Path(work))
-    matches = merge_scans(results)
+        matches = merge_scans(iter_step(executor, "scan", scan_unit,
+                                        [{**unit, "index": indexed} for unit in units],
+                                        Path(work)))
     rows = []
     for part in loaded:
         rows += matches.rows(part.records, spec.input_language, spec.output_language)
     matched_documents = sorted(set().union(*(r.pop("_matched") for r in rows))) if rows else []
     summary = {
         "kind": "lab-audit", "benchmark": benchmark, "against": against_label,
-        "corpus_documents": sum(r["documents"] for r in results),
+        "corpus_documents": matches.documents,
         "splits_audited": [p.split for p in loaded], "splits_missing": skipped,
         "method": {
             "exact": "equal after whitespace and comment normalisation",

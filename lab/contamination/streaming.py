@@ -311,8 +311,10 @@ def gather_bucket(unit: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _smallest(parts: list[list[list[Any]]], k: int) -> list[tuple[int, str]]:
-    return heapq.nsmallest(k, (tuple(x) for part in parts for x in part))
+def _smallest(best: list[tuple[int, str]], part: list[list[Any]], k: int
+              ) -> list[tuple[int, str]]:
+    """The k smallest (key, id) pairs of the best so far and one unit's."""
+    return heapq.nsmallest(k, [*best, *(tuple(x) for x in part)])
 
 
 def build_streaming(cfg: Any, plan: Any, tmp: Path) -> Any:
@@ -322,7 +324,7 @@ def build_streaming(cfg: Any, plan: Any, tmp: Path) -> Any:
     the ids to drop and to remove (the removal plan), and one bucket per task."""
     from lab.contamination.audit import index_spec
     from lab.contamination.inject import Built, too_few_documents
-    from lab.executor import run_step
+    from lab.executor import iter_step, run_step
 
     work = tmp / ".work"
     work.mkdir()
@@ -334,27 +336,33 @@ def build_streaming(cfg: Any, plan: Any, tmp: Path) -> Any:
     k = len(plan.injected)
     index = (index_spec(cfg.benchmark, [plan.bench.split], cfg.corpora_dir, True, cfg.samples)
              if cfg.decontaminate else None)
-    scans = run_step(cfg, "scan", scan_base_unit, [
+    scans = iter_step(cfg, "scan", scan_base_unit, [
         {**u, "seed": cfg.seed, "k": k, "limit": cfg.limit, "index": index} for u in units], work)
-    dirty = sorted(d for s in scans for d in s["dirty"])
+    dirty, histogram, smallest = [], [0] * (1 << HISTOGRAM_BITS), []
+    for scan in scans:  # folded unit by unit: memory does not grow with the number of units
+        dirty += scan["dirty"]
+        if cfg.limit is not None:
+            histogram = [a + b for a, b in zip(histogram, scan["histogram"])]
+        smallest = _smallest(smallest, scan["smallest"], k)
+    dirty.sort()
     arm_plan: dict[str, Any] = {"seed": cfg.seed, "dirty": dirty, "limit_threshold": None,
                                 "work": str(work), "out": str(tmp / CORPUS_SUBDIR)}
     plan_path = work / "plan.json"
     if cfg.limit is not None:
-        arm_plan["limit_threshold"] = list(_limit_threshold(cfg, units, scans, work))
+        arm_plan["limit_threshold"] = list(_limit_threshold(cfg, units, histogram, work))
         dirty = [d for d in dirty if _within_limit(arm_plan, d)]
         arm_plan["dirty"] = dirty
         limit_plan = work / "plan-limit.json"  # a plan file is never rewritten: workers cache it
         limit_plan.write_bytes(orjson.dumps(arm_plan))
-        removals = run_step(cfg, "remove", removal_unit,
-                            [{**u, "plan": str(limit_plan), "k": k} for u in units], work)
-    else:
-        removals = scans
+        smallest = []
+        for removal in iter_step(cfg, "remove", removal_unit,
+                                 [{**u, "plan": str(limit_plan), "k": k} for u in units], work):
+            smallest = _smallest(smallest, removal["smallest"], k)
     after_limit = cfg.limit if cfg.limit is not None else base_total
     arm_documents = after_limit - len(dirty)
     if k > arm_documents:
         raise too_few_documents(cfg, k, arm_documents)
-    removed = sorted(doc_id for _key, doc_id in _smallest([r["smallest"] for r in removals], k))
+    removed = sorted(doc_id for _key, doc_id in smallest)
     tally = ArmTally.for_plan(plan.samples, plan.injected)
     arm_plan.update({
         "removed": removed, "buckets": max(1, math.ceil(arm_documents / cfg.shard_size)),
@@ -362,8 +370,9 @@ def build_streaming(cfg: Any, plan: Any, tmp: Path) -> Any:
         "injected_keys": sorted(key.hex() for key in tally.injected_keys)})
     plan_path.write_bytes(orjson.dumps(arm_plan))
     (tmp / CORPUS_SUBDIR).mkdir()
-    scattered = run_step(cfg, "scatter", scatter_unit,
-                         [{**u, "plan": str(plan_path)} for u in units], work)
+    for scattered in iter_step(cfg, "scatter", scatter_unit,
+                               [{**u, "plan": str(plan_path)} for u in units], work):
+        tally.merge(scattered["tally"])
     handles: dict[int, Any] = {}
     try:
         for record in plan.injected:
@@ -374,7 +383,7 @@ def build_streaming(cfg: Any, plan: Any, tmp: Path) -> Any:
             handle.close()
     gathered = run_step(cfg, "gather", gather_bucket, [
         {"bucket": b, "plan": str(plan_path)} for b in range(arm_plan["buckets"])], work)
-    for part in scattered + gathered:
+    for part in gathered:
         tally.merge(part["tally"])
     shards = [{"file": g["file"], "documents": g["documents"], "sha256": g["sha256"]}
               for g in gathered if g["documents"]]
@@ -388,13 +397,12 @@ def build_streaming(cfg: Any, plan: Any, tmp: Path) -> Any:
                  sum(g["documents"] for g in gathered), sum(g["chars"] for g in gathered), tally)
 
 
-def _limit_threshold(cfg: Any, units: list[dict[str, Any]], scans: list[dict[str, Any]],
+def _limit_threshold(cfg: Any, units: list[dict[str, Any]], totals: list[int],
                      work: Path) -> tuple[int, str]:
     """The (key, id) of the cfg.limit-th smallest 'limit' key: the key range holding it from
     the merged histograms, then that range's keys, sorted."""
     from lab.executor import run_step
 
-    totals = [sum(column) for column in zip(*(s["histogram"] for s in scans))]
     below = 0
     for bucket, count in enumerate(totals):
         if below + count >= cfg.limit:
