@@ -624,6 +624,7 @@ def test_audit_force_refuses_an_unrelated_folder(workdir, tiny_corpora):
     ("--seed", "4294967296", "--seed 4294967296: must be in 0..4294967295"),
     ("--warmup-steps", "-3", "--warmup-steps -3: must be >= 0"),
     ("--lr-scheduler", "bogus", "--lr-scheduler bogus: choose from linear, cosine"),
+    ("--tokenize-tasks", "0", "--tokenize-tasks 0: must be >= 1"),
 ])
 def test_pretrain_refuses_impossible_numbers_before_any_work(workdir, option, value, fragment):
     out = workdir / "pt"

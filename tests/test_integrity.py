@@ -156,11 +156,12 @@ def test_token_cache_overwritten_with_same_size_garbage_is_rebuilt(world, capsys
     tok = load_tokenizer(world / "tok")
     first = tokenize_corpus(world / "paired", tok, tokenizer_hash(world / "tok"), world / "cache")
     expected = np.array(first.tokens)
-    tokens = world / "cache" / first.key / "tokens.npy"
+    tokens = first.entries[0] / "tokens.npy"  # the first shard's entry
+    part_size = first.parts[0].size
     del first
     raw = bytearray(tokens.read_bytes())
-    header = len(raw) - expected.nbytes
-    raw[header:] = np.random.default_rng(0).integers(0, 1000, expected.size,
+    header = len(raw) - 4 * part_size
+    raw[header:] = np.random.default_rng(0).integers(0, 1000, part_size,
                                                       dtype=np.uint32).tobytes()
     tokens.write_bytes(bytes(raw))
     getattr(packing_module, "_CHECKED", set()).clear()  # as a new process would

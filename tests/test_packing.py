@@ -39,7 +39,7 @@ def make_corpus(documents: list[list[int]], injected: list[str | None] | None = 
     offsets = np.zeros(len(documents) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     tokens = np.asarray([t for d in documents for t in d], dtype=np.uint32)
-    return TokenizedCorpus(tokens=tokens, offsets=offsets,
+    return TokenizedCorpus(parts=[tokens], offsets=offsets,
                            doc_ids=[f"doc{i}" for i in range(len(documents))],
                            injected=injected or [None] * len(documents), key="test")
 

@@ -181,7 +181,7 @@ def test_collator_masks_like_roberta_and_ignores_padding_for_gpt2(world):
 def test_token_cache_is_reused(world):
     tok = load_tokenizer(world / "tok")
     first = tokenize_corpus(world / "paired", tok, tokenizer_hash(world / "tok"), world / "cache")
-    marker = world / "cache" / first.key / "tokens.npy"
+    marker = first.entries[0] / "tokens.npy"
     stamp = marker.stat().st_mtime_ns
     second = tokenize_corpus(world / "paired", tok, tokenizer_hash(world / "tok"), world / "cache")
     assert second.key == first.key and marker.stat().st_mtime_ns == stamp

@@ -186,3 +186,55 @@ def test_impossible_streaming_options(corpora, tmp_path, options, message):
     with pytest.raises(LabError, match=re.escape(message)):
         inject(corpora, tmp_path / "arm", **options)
     assert not (tmp_path / "arm").exists() and not list(tmp_path.glob("arm.tmp-*"))
+
+
+# --- the token cache, shard by shard ---------------------------------------------------------------
+
+def test_token_cache_is_built_per_shard_and_concatenates_to_the_whole_corpus(corpora, tmp_path):
+    """One cache entry per corpus shard, filled by 1 or 2 tasks (datatrove), gives the tokens a
+    single pass of the tokenizer over the whole corpus gives, document by document."""
+    import numpy as np
+
+    from lab.tokenizer import load_tokenizer, tokenizer_hash, train_tokenizer
+    from lab.train.packing import (PackedDataset, TokenizedCorpus, pack_documents,
+                                    tokenize_corpus)
+
+    arm = tmp_path / "arm"
+    run_inject(InjectConfig(benchmark="codetrans", setting="unpaired", seed=1, fraction=0.02,
+                            shard_size=900, corpora_dir=corpora, out=arm))
+    shards = verify_corpus(arm)["shards"]
+    assert len(shards) >= 4
+    run_inject(InjectConfig(benchmark="codetrans", setting="control", seed=1,
+                            corpora_dir=corpora, out=tmp_path / "control"))
+    train_tokenizer(tmp_path / "control", tmp_path / "tok", ["codetrans"], vocab_size=800,
+                    corpora_dir=corpora)
+    tok = load_tokenizer(tmp_path / "tok")
+    records = list(read_corpus(arm))
+    expected = tok([r["text"] for r in records], add_special_tokens=False)["input_ids"]
+
+    built = {tasks: tokenize_corpus(arm, tok, tokenizer_hash(tmp_path / "tok"),
+                                    tmp_path / f"cache-{tasks}", tasks=tasks) for tasks in (1, 2)}
+    for corpus in built.values():
+        assert len(corpus.entries) == len(shards) == len(corpus.parts)
+        assert corpus.doc_ids == [r["id"] for r in records]
+        assert corpus.injected == [r["sample"] or None for r in records]
+        assert corpus.lengths().tolist() == [len(ids) for ids in expected]
+        for i in range(0, len(records), 97):
+            assert corpus.document(i).tolist() == expected[i]
+        assert corpus.document(len(records) - 1).tolist() == expected[-1]
+    one, two = built[1], built[2]
+    assert np.array_equal(one.tokens, two.tokens) and np.array_equal(one.offsets, two.offsets)
+    for a, b in zip(one.entries, two.entries):
+        assert a.name == b.name
+        assert (a / "tokens.npy").read_bytes() == (b / "tokens.npy").read_bytes()
+    # Packed sequences read across shard boundaries as from one flat array.
+    flat = TokenizedCorpus(parts=[np.asarray(one.tokens)], offsets=one.offsets,
+                           doc_ids=one.doc_ids, injected=one.injected, key="flat")
+    packing = pack_documents(one.lengths(), 128, samples=one.injected)
+    special = (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id)
+    sharded_set, flat_set = PackedDataset(one, packing, *special), PackedDataset(flat, packing, *special)
+    for index in range(len(sharded_set)):
+        assert np.array_equal(sharded_set.sequence(index), flat_set.sequence(index))
+    # The same arm reuses its entries.
+    again = tokenize_corpus(arm, tok, tokenizer_hash(tmp_path / "tok"), tmp_path / "cache-1")
+    assert again.entries == one.entries

@@ -29,12 +29,12 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
 from lab.common import LabError, lab_cache_dir, sha256_file
-from lab.contamination.corpus_files import read_corpus, verify_corpus
+from lab.contamination.corpus_files import read_shard, verify_corpus
 
 TOKENIZE_BATCH = 2000
 
@@ -45,13 +45,20 @@ def default_cache_dir() -> Path:
 
 @dataclass
 class TokenizedCorpus:
-    """Token ids of every document, flat, with offsets; memory-mapped from the cache."""
+    """Token ids of every document, with offsets into their concatenation; the tokens of each
+    corpus shard memory-mapped from that shard's cache entry (`parts`, in corpus order)."""
 
-    tokens: np.ndarray
+    parts: list[np.ndarray]
     offsets: np.ndarray
     doc_ids: list[str]
     injected: list[str | None]  # the injected sample id of each document, else None
     key: str
+    entries: list[Path] = field(default_factory=list)  # cache folder of each part
+    part_documents: np.ndarray | None = None  # index of each part's first document
+
+    def __post_init__(self) -> None:
+        if self.part_documents is None:
+            self.part_documents = np.zeros(1, dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.doc_ids)
@@ -60,36 +67,72 @@ class TokenizedCorpus:
         return np.diff(self.offsets)
 
     def document(self, i: int) -> np.ndarray:
-        return self.tokens[self.offsets[i]:self.offsets[i + 1]]
+        part = int(np.searchsorted(self.part_documents, i, side="right")) - 1
+        base = self.offsets[self.part_documents[part]]
+        return self.parts[part][self.offsets[i] - base:self.offsets[i + 1] - base]
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """Every token, concatenated in memory (small corpora, tests and benchmarks)."""
+        return np.concatenate(self.parts) if self.parts else np.zeros(0, dtype=np.uint32)
 
 
 def tokenize_corpus(corpus: Path, tokenizer: Any, tokenizer_sha256: str,
-                    cache_dir: Path | None = None) -> TokenizedCorpus:
-    """Token ids of a lab corpus, cached under a key of corpus and tokenizer hashes so every
-    run on the same arm and tokenizer (other seeds, presets, models) reuses them.
+                    cache_dir: Path | None = None, tasks: int = 1) -> TokenizedCorpus:
+    """Token ids of a lab corpus, built shard by shard: one cache entry per corpus shard, keyed
+    by the shard's and the tokenizer's sha256 (every run on the same shard and tokenizer
+    reuses it), the missing ones filled by `tasks` parallel tasks (datatrove's local
+    executor), and the arm's index the concatenation of its shards' in corpus order.
 
-    The corpus is verified against its manifest's hashes first (the key trusts corpus_sha256),
-    and a cache entry against the sizes and sha256 recorded when it was written (see
-    `_check_cache`); a damaged entry, or one written before entries carried that record, is
-    rebuilt from the corpus (it is derived data), with a warning."""
+    The corpus is verified against its manifest's hashes first (the keys trust the shards'
+    sha256), and a cache entry against the sizes and sha256 recorded when it was written (see
+    `_check_cache`); a damaged entry is rebuilt from its shard (it is derived data), with a
+    warning."""
+    from lab.executor import ExecutorConfig, run_step
+
+    corpus = Path(corpus)
     manifest = verify_corpus(corpus)
+    root = Path(cache_dir or default_cache_dir())
     key = hashlib.sha256(f"{manifest['corpus_sha256']}:{tokenizer_sha256}".encode()).hexdigest()[:24]
-    folder = (cache_dir or default_cache_dir()) / key
-    problem = _check_cache(folder) if (folder / "complete").is_file() else "absent"
-    if problem != "absent" and problem is not None:
-        print(f"lab: warning: token cache {folder}: {problem}; rebuilding it", file=sys.stderr)
-        _discard(folder)
-    if problem is not None:
-        _build_cache(corpus, tokenizer, folder)
-        problem = _check_cache(folder)
-        if problem is not None:
-            raise LabError(f"token cache {folder}: {problem} right after it was written")
-    meta = json.loads((folder / "documents.json").read_text(encoding="utf-8"))
-    return TokenizedCorpus(
-        tokens=np.load(folder / "tokens.npy", mmap_mode="r"),
-        offsets=np.load(folder / "offsets.npy"),
-        doc_ids=meta["ids"], injected=meta["injected"], key=key,
-    )
+    shards = manifest["shards"]
+    entries = [root / "shards" / hashlib.sha256(
+        f"{shard['sha256']}:{tokenizer_sha256}".encode()).hexdigest()[:24] for shard in shards]
+    todo = []
+    for shard, folder in zip(shards, entries):
+        problem = _check_cache(folder) if (folder / "complete").is_file() else "absent"
+        if problem != "absent" and problem is not None:
+            print(f"lab: warning: token cache {folder}: {problem}; rebuilding it", file=sys.stderr)
+            _discard(folder)
+        if problem is not None and str(folder) not in {u["folder"] for u in todo}:
+            todo.append({"shard": str(corpus / shard["file"]), "documents": shard["documents"],
+                         "folder": str(folder), "tokenizer": tokenizer})
+    if todo:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="tokenize-", dir=root) as work:
+            run_step(ExecutorConfig(tasks=tasks), "tokenize", tokenize_shard_unit, todo,
+                     Path(work))
+        for unit in todo:
+            problem = _check_cache(Path(unit["folder"]))
+            if problem is not None:
+                raise LabError(f"token cache {unit['folder']}: {problem} right after it was written")
+    parts, offsets, doc_ids, injected, part_documents = [], [np.zeros(1, dtype=np.int64)], [], [], []
+    for folder in entries:
+        meta = json.loads((folder / "documents.json").read_text(encoding="utf-8"))
+        part_documents.append(len(doc_ids))
+        doc_ids += meta["ids"]
+        injected += meta["injected"]
+        offsets.append(np.load(folder / "offsets.npy")[1:] + offsets[-1][-1])
+        parts.append(np.load(folder / "tokens.npy", mmap_mode="r"))
+    return TokenizedCorpus(parts=parts, offsets=np.concatenate(offsets), doc_ids=doc_ids,
+                           injected=injected, key=key, entries=entries,
+                           part_documents=np.asarray(part_documents, dtype=np.int64))
+
+
+def tokenize_shard_unit(unit: dict[str, Any]) -> dict[str, Any]:
+    """One step unit: the cache entry of one corpus shard."""
+    _build_cache(read_shard(Path(unit["shard"]), unit["documents"]), unit["tokenizer"],
+                 Path(unit["folder"]))
+    return {"folder": unit["folder"]}
 
 
 CACHE_FILES = ("tokens.npy", "offsets.npy", "documents.json")
@@ -134,7 +177,7 @@ def _discard(folder: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
-def _build_cache(corpus: Path, tokenizer: Any, folder: Path) -> None:
+def _build_cache(records: Iterator[dict[str, Any]], tokenizer: Any, folder: Path) -> None:
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".tmp-", dir=folder.parent))
     try:
@@ -151,7 +194,7 @@ def _build_cache(corpus: Path, tokenizer: Any, folder: Path) -> None:
                 lengths.append(len(row))
             batch.clear()
 
-        for record in read_corpus(corpus):
+        for record in records:
             ids.append(record["id"])
             injected.append(record.get("sample") or None)  # "" (or absent): a base document
             batch.append(record["text"])

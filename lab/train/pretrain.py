@@ -73,6 +73,8 @@ class PretrainConfig:
     force: bool = param(False, "Restart and replace existing outputs.")
     dry_run: bool = param(False, "Print parameter counts and tokens per step only.")
     cache_dir: Path | None = param(None, "Token cache (default $LAB_CACHE/tokens).")
+    tokenize_tasks: int = param(1, "Parallel tasks tokenising the corpus shards into the cache "
+                                   "(datatrove's local executor; the tokens do not depend on it).")
 
 
 def _validate(cfg: PretrainConfig) -> None:
@@ -85,7 +87,8 @@ def _validate(cfg: PretrainConfig) -> None:
         check_output(Path(cfg.out), cfg.force, "lab-pretrained",
                      [cfg.corpus, cfg.tokenizer, cfg.deepspeed, cfg.cache_dir])
     for name, value, low in (("--batch-size", cfg.batch_size, 1), ("--grad-accum", cfg.grad_accum, 1),
-                             ("--save-steps", cfg.save_steps, 1), ("--log-steps", cfg.log_steps, 1)):
+                             ("--save-steps", cfg.save_steps, 1), ("--log-steps", cfg.log_steps, 1),
+                             ("--tokenize-tasks", cfg.tokenize_tasks, 1)):
         if value < low:
             raise LabError(f"{name} {value}: must be >= {low}")
     if cfg.epochs <= 0 and cfg.max_steps <= 0:
@@ -232,7 +235,7 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
     # it, so nodes sharing a cache on a common filesystem never build it concurrently.
     with args.main_process_first(local=False, desc="tokenise corpus"):
         tokenized = tokenize_corpus(cfg.corpus, tokenizer, run_config["tokenizer_sha256"],
-                                    cfg.cache_dir)
+                                    cfg.cache_dir, tasks=cfg.tokenize_tasks)
     # No sequence holds two documents of one injected sample (copies, or an unpaired sample's
     # two sides): the model could copy one from the other instead of memorising it.
     packing = pack_documents(tokenized.lengths(), cfg.block_size, samples=tokenized.injected,
