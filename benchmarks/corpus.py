@@ -37,16 +37,30 @@ print(json.dumps({"wall": time.perf_counter() - start,
 
 def measure(args: list[str], env: dict[str, str] | None = None) -> dict[str, float]:
     """Wall time (with start-up), in-process time, and peak memory of `lab ARGS` in a fresh
-    process: its own peak, and the largest peak of any worker process it started."""
+    process: its own peak, the largest of any worker process it started (datatrove's tasks),
+    and the largest sum over the whole process tree (RSS sampled every 50 ms)."""
+    import psutil
+
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", RUNNER, *args], capture_output=True, text=True,
-                          env=env)
+    proc = subprocess.Popen([sys.executable, "-c", RUNNER, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    root = psutil.Process(proc.pid)
+    largest = tree = 0
+    while proc.poll() is None:
+        try:
+            sizes = [p.memory_info().rss for p in [root, *root.children(recursive=True)]]
+        except psutil.Error:  # a process ended between listing and reading it
+            sizes = []
+        largest, tree = max(largest, *sizes, 0), max(tree, sum(sizes))
+        time.sleep(0.05)
+    stdout, stderr = proc.communicate()
     wall = time.perf_counter() - started
     if proc.returncode != 0:
-        sys.exit(f"benchmark command failed: lab {' '.join(args)}\n{proc.stderr}")
-    inner = json.loads(proc.stderr.strip().splitlines()[-1])
+        sys.exit(f"benchmark command failed: lab {' '.join(args)}\n{stderr}")
+    inner = json.loads(stderr.strip().splitlines()[-1])
     return {"wall": wall, "in_process": inner["wall"], "peak_mb": inner["peak_mb"],
-            "worker_peak_mb": inner["worker_peak_mb"]}
+            "worker_peak_mb": max(inner["worker_peak_mb"], largest / 2**20),
+            "tree_peak_mb": tree / 2**20}
 
 
 def main() -> None:

@@ -160,7 +160,7 @@ def _documents(arm: Path) -> int | None:
     if not manifest.is_file():
         return None
     data = json.loads(manifest.read_text())
-    return data.get("base_documents")
+    return data.get("counts", {}).get("base_documents")
 
 
 def report(work: Path) -> None:
@@ -173,20 +173,26 @@ def report(work: Path) -> None:
     for (step, tasks, size), runs in sorted(groups.items()):
         table.append({"step": step, "tasks": tasks, "size": size, "runs": len(runs),
                       "wall": statistics.median(r["wall"] for r in runs),
-                      "peak_mb": max(max(r["peak_mb"], r["worker_peak_mb"]) for r in runs)})
+                      "peak_mb": max(max(r["peak_mb"], r["worker_peak_mb"]) for r in runs),
+                      "tree_mb": max(r["tree_peak_mb"] for r in runs),
+                      "documents": runs[-1].get("documents")})
+
     def cell(step: str, tasks: int, size: int) -> dict | None:
         return next((t for t in table if (t["step"], t["tasks"], t["size"]) == (step, tasks,
                                                                                size)), None)
 
-    lines = ["| step | tasks | size | runs | wall s (median) | s per 1x | peak MB | "
-             "peak / 1x | speed-up vs 1 task |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| step | tasks | size | documents | runs | wall s (median) | s per 1x | "
+             "peak MB, largest process | peak / 1x | peak MB, all processes | "
+             "speed-up vs 1 task |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for t in table:
         base = cell(t["step"], t["tasks"], 1)
         single = cell(t["step"], 1, t["size"])
+        documents = f"{t['documents']:,}" if t["documents"] else "-"
         lines.append(
-            f"| {t['step']} | {t['tasks']} | {t['size']}x | {t['runs']} | {t['wall']:.1f} | "
-            f"{t['wall'] / t['size']:.1f} | {t['peak_mb']:.0f} | "
-            + (f"{t['peak_mb'] / base['peak_mb']:.2f}" if base else "-") + " | "
+            f"| {t['step']} | {t['tasks']} | {t['size']}x | {documents} | {t['runs']} | "
+            f"{t['wall']:.1f} | {t['wall'] / t['size']:.1f} | {t['peak_mb']:.0f} | "
+            + (f"{t['peak_mb'] / base['peak_mb']:.2f}" if base else "-")
+            + f" | {t['tree_mb']:.0f} | "
             + (f"{single['wall'] / t['wall']:.2f}" if single and t["tasks"] > 1 else "-")
             + " |")
     text = "\n".join(lines)
@@ -210,6 +216,9 @@ def _figure(table: list[dict], path: Path) -> None:
         style = "o--" if tasks > 1 else "o-"
         left.plot(sizes, [t["wall"] / 60 for t in mine], style, label=label)
         right.plot(sizes, [t["peak_mb"] for t in mine], style, label=label)
+        if tasks > 1:
+            right.plot(sizes, [t["tree_mb"] for t in mine], ":", color=right.lines[-1].get_color(),
+                       label=f"{label}, all processes")
     left.set(xlabel="corpus size (x CSN-format corpus, 120k functions)",
              ylabel="wall time (min, median)", title="Time")
     right.set(xlabel="corpus size (x CSN-format corpus)", ylabel="peak memory per process (MB)",
@@ -217,6 +226,7 @@ def _figure(table: list[dict], path: Path) -> None:
     for axis in (left, right):
         axis.grid(alpha=0.3)
     left.legend(fontsize=8)
+    right.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

@@ -56,9 +56,11 @@ def check_executor(cfg: ExecutorConfig) -> None:
 
 
 class UnitStep:
-    """A datatrove pipeline step that runs `function` on the units its rank owns (every
-    world_size-th unit from its rank) and writes each result to results/unit-NNNNN.json; an
-    error is written in place of the result, so the caller can report it in one line."""
+    """A datatrove pipeline step: every task takes the next unit no task has claimed yet
+    (largest input file first, so that no task is left with a big file at the end) until none
+    is left, and writes each unit's result to results/unit-NNNNN.json; an error is written in
+    place of the result, so the caller can report it in one line. A claim is a file created
+    exclusively, so tasks on many nodes sharing the folder never run a unit twice."""
 
     name = "lab unit step"
     type = "lab"
@@ -69,8 +71,22 @@ class UnitStep:
         self.results = str(results)
 
     def __call__(self, data: Any, rank: int = 0, world_size: int = 1) -> None:
-        for index in range(rank, len(self.units), world_size):
-            run_unit(self.function, self.units, index, Path(self.results))
+        results = Path(self.results)
+        for index in sorted(range(len(self.units)), key=lambda i: -_unit_bytes(self.units[i])):
+            try:
+                os.close(os.open(results / f"unit-{index:05d}.claim",
+                                 os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                continue
+            run_unit(self.function, self.units, index, results)
+
+
+def _unit_bytes(unit: dict) -> int:
+    path = unit.get("path")
+    try:
+        return os.path.getsize(path) if path else 0
+    except OSError:
+        return 0  # the unit's own step reports a missing file
 
 
 def run_unit(function: Callable[[dict], dict], units: list[dict], index: int,
