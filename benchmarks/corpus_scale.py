@@ -221,12 +221,13 @@ def _figure(table: list[dict], path: Path) -> None:
                        label=f"{label}, all processes")
     left.set(xlabel="corpus size (x CSN-format corpus, 120k functions)",
              ylabel="wall time (min, median)", title="Time")
-    right.set(xlabel="corpus size (x CSN-format corpus)", ylabel="peak memory per process (MB)",
-              title="Memory", ylim=(0, None))
+    right.set(xlabel="corpus size (x CSN-format corpus)", ylabel="peak memory (MB)",
+              title="Memory (solid, dashed: largest process)",
+              ylim=(0, 1.45 * max(t["tree_mb"] for t in table)))
     for axis in (left, right):
         axis.grid(alpha=0.3)
     left.legend(fontsize=8)
-    right.legend(fontsize=8)
+    right.legend(fontsize=7, ncol=2, loc="upper center")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
