@@ -17,6 +17,7 @@ from rich.table import Table
 from lab.common import LabError, option_name
 from lab.contamination.audit import AuditConfig, run_audit
 from lab.contamination.inject import InjectConfig  # the configs declare their commands' options
+from lab.eval.baselines import BaselineConfig
 from lab.eval.generate import EvaluateConfig
 from lab.eval.probe import ProbeConfig
 from lab.llm.llm_eval import LlmEvalConfig
@@ -587,6 +588,24 @@ def score_command(
     console.print(_table(f"{result['samples']} samples", rows, ["metric", "score"]))
     if out is not None:
         console.print(f"scores: {out}")
+
+
+@app.command()
+@options_of(BaselineConfig)
+def baseline(cfg: BaselineConfig) -> None:
+    """Trivial baselines of a task (naive copy, BM25 retrieval), scored like a model."""
+    from lab.eval.baselines import run_baseline
+
+    result = run_baseline(cfg)
+    metrics = list(next(iter(result["baselines"].values())))
+    rows = [{"baseline": name, **{m: f"{v:.2f}" for m, v in scores.items()}}
+            for name, scores in result["baselines"].items()]
+    console.print(_table(f"{result['benchmark']} {result['split']}: {result['samples']} samples "
+                         f"(retrieval from {result['retrieval_pool']['train_used']} "
+                         f"{result['retrieval_pool']['train_split']} samples)",
+                         rows, ["baseline", *metrics]))
+    if cfg.out is not None:
+        console.print(f"scores: {cfg.out}")
 
 
 @app.command("llm-eval")

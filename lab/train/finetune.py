@@ -208,30 +208,43 @@ def build_seq2seq(encoder_dir: Path, tokenizer: Any, decoder_layers: int):
     return model
 
 
-def _training_samples(task: Task, cfg: FinetuneConfig) -> tuple[list[Sample], list[Sample], dict]:
-    """Train and validation samples; offline CONCODE has no train split, so it trains on dev."""
+def fine_tuning_split(task: Task, corpora_dir: Path | None) -> tuple[Any, dict[str, Any]]:
+    """The split a task fine-tunes on (loaded) and a note saying which; offline CONCODE has no
+    train split, so it trains on dev (and has no validation split)."""
     note: dict[str, Any] = {"train_split": task.train_split, "valid_split": task.valid_split}
     try:
-        train = load_samples(task.benchmark, task.train_split, cfg.corpora_dir, True)
+        return load_samples(task.benchmark, task.train_split, corpora_dir, True), note
     except DataNotFound:
         if task.benchmark != "concode":
             raise
-        train = load_samples(task.benchmark, task.valid_split, cfg.corpora_dir, True)
-        note = {"train_split": task.valid_split, "valid_split": None,
-                "note": "CONCODE's train split is not available here: trained on dev.json, "
-                        "no validation split (--select best is unavailable)"}
+    note = {"train_split": task.valid_split, "valid_split": None,
+            "note": "CONCODE's train split is not available here: trained on dev.json, "
+                    "no validation split (--select best is unavailable)"}
+    return load_samples(task.benchmark, task.valid_split, corpora_dir, True), note
+
+
+def fine_tuning_records(task: Task, corpora_dir: Path | None, train_size: int | None,
+                        seed: int) -> tuple[list[Sample], dict[str, Any]]:
+    """The samples a fine-tuning run of `train_size` (None: all) and `seed` trains on."""
+    train, note = fine_tuning_split(task, corpora_dir)
+    records = train.records
+    note["train_available"] = len(records)
+    if train_size is not None:
+        if not 1 <= train_size <= len(records):
+            raise LabError(f"--train-size {train_size}: must be in 1..{len(records)} "
+                           f"({task.benchmark} {note['train_split']})")
+        records = train_subset(records, train_size, seed)
+    note["train_used"] = len(records)
+    note["train_files"] = train.provenance()
+    return records, note
+
+
+def _training_samples(task: Task, cfg: FinetuneConfig) -> tuple[list[Sample], list[Sample], dict]:
+    """Train and validation samples, and the note on where they come from."""
+    records, note = fine_tuning_records(task, cfg.corpora_dir, cfg.train_size, cfg.seed)
     valid_records: list[Sample] = []
     if note["valid_split"]:
         valid_records = load_samples(task.benchmark, task.valid_split, cfg.corpora_dir, True).records
-    records = train.records
-    note["train_available"] = len(records)
-    if cfg.train_size is not None:
-        if not 1 <= cfg.train_size <= len(records):
-            raise LabError(f"--train-size {cfg.train_size}: must be in 1..{len(records)} "
-                           f"({task.benchmark} {note['train_split']})")
-        records = train_subset(records, cfg.train_size, cfg.seed)
-    note["train_used"] = len(records)
-    note["train_files"] = train.provenance()
     return records, valid_records, note
 
 

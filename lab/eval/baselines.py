@@ -1,0 +1,156 @@
+"""Trivial baselines: what a program with no model scores on the same samples, so that every
+table can say where the floor is.
+
+- `copy` (translation only): the prediction is the input, unchanged (CodeXGLUE's "naive copy").
+- `retrieval`: the reference of the fine-tuning sample whose input is most similar to the test
+  input, by Okapi BM25 (k1 1.2, b 0.75, Lucene's non-negative idf; each distinct query word
+  once) over lower-cased words (identifiers and numbers; camelCase not split). Ties, including
+  no shared word at all, go to the earliest fine-tuning sample, so it is deterministic. The
+  fine-tuning samples are those `lab finetune` trains on: the task's train split (offline
+  CONCODE: dev), or the seeded `--train-size` subset of it.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from lab.common import LabError, corpora_param, param
+from lab.corpora import Sample, load_samples
+
+BASELINES = {
+    "copy": "the input unchanged (translation only)",
+    "retrieval": "the reference of the most similar fine-tuning input (BM25 over words)",
+}
+WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+")
+BM25_K1, BM25_B = 1.2, 0.75
+
+
+def words(text: str) -> list[str]:
+    return [w.lower() for w in WORD.findall(text)]
+
+
+class BM25Index:
+    """Okapi BM25 weights of a document collection, as one sparse matrix."""
+
+    def __init__(self, documents: Sequence[str]):
+        from scipy.sparse import csr_matrix
+
+        self.vocabulary: dict[str, int] = {}
+        rows, columns, counts, lengths = [], [], [], []
+        for row, document in enumerate(documents):
+            bag = Counter(words(document))
+            lengths.append(sum(bag.values()))
+            for word, count in bag.items():
+                rows.append(row)
+                columns.append(self.vocabulary.setdefault(word, len(self.vocabulary)))
+                counts.append(count)
+        n, size = len(documents), max(1, len(self.vocabulary))
+        tf = csr_matrix((np.asarray(counts, dtype=np.float64), (rows, columns)), shape=(n, size))
+        df = np.bincount(np.asarray(columns, dtype=np.int64), minlength=size)
+        idf = np.log1p((n - df + 0.5) / (df + 0.5))
+        length = np.asarray(lengths, dtype=np.float64)
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * length / max(length.mean() if n else 1.0, 1e-9))
+        row_of = np.repeat(np.arange(n), np.diff(tf.indptr))
+        weights = idf[tf.indices] * tf.data * (BM25_K1 + 1) / (tf.data + norm[row_of])
+        self.weights = csr_matrix((weights, tf.indices.copy(), tf.indptr.copy()), shape=(n, size))
+
+    def best(self, queries: Sequence[str], chunk: int = 256) -> list[int]:
+        """Index of the best-scoring document for each query (ties: the earliest)."""
+        from scipy.sparse import csr_matrix
+
+        found: list[int] = []
+        transposed = self.weights.T.tocsr()
+        for start in range(0, len(queries), chunk):
+            rows, columns = [], []
+            for row, query in enumerate(queries[start:start + chunk]):
+                for word in dict.fromkeys(words(query)):
+                    if word in self.vocabulary:
+                        rows.append(row)
+                        columns.append(self.vocabulary[word])
+            block = csr_matrix((np.ones(len(rows)), (rows, columns)),
+                               shape=(len(queries[start:start + chunk]), transposed.shape[0]))
+            scores = (block @ transposed).toarray()
+            found += np.argmax(scores, axis=1).tolist()
+        return found
+
+
+def baseline_predictions(name: str, task: str, samples: Sequence[Sample],
+                         pool: Sequence[Sample] | None = None) -> list[str]:
+    """The predictions of baseline `name` for `samples` (`pool`: the fine-tuning samples)."""
+    if name == "copy":
+        if task != "translation":
+            raise LabError(f"baseline copy: translation only (task {task})")
+        return [s.input for s in samples]
+    if name == "retrieval":
+        if not pool:
+            raise LabError("baseline retrieval: no fine-tuning samples to retrieve from")
+        index = BM25Index([s.input for s in pool])
+        return [pool[i].output for i in index.best([s.input for s in samples])]
+    raise LabError(f"unknown baseline '{name}' (choose from {', '.join(BASELINES)})")
+
+
+def applicable(task: str) -> tuple[str, ...]:
+    return tuple(b for b in BASELINES if b != "copy" or task == "translation")
+
+
+def score_baselines(task: str, samples: Sequence[Sample], pool: Sequence[Sample],
+                    metrics: Sequence[str], language: str | None = None,
+                    names: Sequence[str] | None = None) -> dict[str, Any]:
+    """Corpus and per-sample scores of each baseline on `samples`: {name: (corpus, per_sample)}."""
+    from lab.eval.metrics import score
+
+    references = [s.output for s in samples]
+    return {name: score(references, baseline_predictions(name, task, samples, pool), metrics,
+                        language, task)
+            for name in (names or applicable(task))}
+
+
+@dataclass
+class BaselineConfig:
+    """`lab baseline`: the trivial baselines of a task, scored like a model."""
+    task: str = param(help="translation or generation.")
+    split: str = param("test", "Benchmark split to score.")
+    baselines: tuple[str, ...] = param(None, "Of " + ", ".join(BASELINES) + " (default: every "
+                                             "one that applies to the task).")
+    metrics: tuple[str, ...] = param(("bleu", "meteor", "em"), "Metrics (as lab score).")
+    train_size: int | None = param(None, "Retrieve from the seeded subset of this size that "
+                                         "lab finetune --train-size trains on.")
+    seed: int = param(0, "Seed of that subset (lab finetune --seed).")
+    out: Path | None = param(None, "Also write the scores and predictions here (JSON).")
+    corpora_dir: Path | None = corpora_param()
+
+
+def run_baseline(cfg: BaselineConfig) -> dict[str, Any]:
+    """Entry point of `lab baseline`."""
+    from lab.common import environment_record, write_json_atomic
+    from lab.eval.metrics import ensure_wordnet, parse_metrics
+    from lab.train.finetune import fine_tuning_records, get_task
+
+    task = get_task(cfg.task)
+    names = tuple(cfg.baselines or applicable(cfg.task))
+    for name in names:
+        if name not in BASELINES:
+            raise LabError(f"--baselines: unknown baseline '{name}' (choose from "
+                           f"{', '.join(BASELINES)})")
+        if name not in applicable(cfg.task):
+            raise LabError(f"--baselines {name}: does not apply to task {cfg.task}")
+    metrics = parse_metrics(",".join(cfg.metrics), None)
+    if "meteor" in metrics:
+        ensure_wordnet()
+    samples = load_samples(task.benchmark, cfg.split, cfg.corpora_dir, True).records
+    pool, note = fine_tuning_records(task, cfg.corpora_dir, cfg.train_size, cfg.seed)
+    scored = score_baselines(cfg.task, samples, pool, metrics, None, names)
+    result = {"kind": "lab-baselines", "task": cfg.task, "benchmark": task.benchmark,
+              "split": cfg.split, "samples": len(samples),
+              "retrieval_pool": {k: v for k, v in note.items() if k != "train_files"},
+              "definitions": {n: BASELINES[n] for n in names},
+              "baselines": {n: corpus for n, (corpus, _) in scored.items()},
+              "environment": environment_record()}
+    if cfg.out is not None:
+        write_json_atomic(Path(cfg.out), result)
+    return result
