@@ -82,6 +82,28 @@ def test_micro_finetune_and_evaluate(pretrained, tmp_path, model, task):
                                               "held_out_truncated"}
         assert sum(v["samples"] for g, v in saved["by_group"].items() if g != "clean") == len(IDS[task])
         assert saved["by_group"]["clean"]["samples"] == len(IDS[task])  # nothing seen elsewhere
+    # The trivial baselines on the very samples evaluated, retrieving from the 16 fine-tuning
+    # samples this model saw.
+    from lab.corpora import Sample
+    from lab.eval.baselines import baseline_predictions
+    from lab.eval.generate import finetuning_samples
+    from lab.eval.metrics import bleu
+
+    baselines = saved["baselines"]
+    assert set(baselines) == ({"copy", "retrieval"} if task == "translation" else {"retrieval"}) | {
+        "retrieval_pool"}
+    assert baselines["retrieval_pool"]["samples"] == 16
+    seen, _ = finetuning_samples(json.loads((out / "manifest.json").read_text()), out)
+    evaluated = {r["id"]: r for r in rows}
+    tests = [Sample(id=r["id"], split="test", index=0, input=r["source"], output=r["reference"])
+             for r in rows]
+    retrieved = baseline_predictions("retrieval", task, tests, seen)
+    assert baselines["retrieval"]["metrics"]["bleu"] == pytest.approx(
+        bleu([evaluated[s.id]["reference"] for s in tests], retrieved))
+    if task == "translation":
+        assert baselines["copy"]["metrics"]["bleu"] == pytest.approx(
+            bleu([r["reference"] for r in rows], [r["source"] for r in rows]))
+        assert baselines["copy"]["by_group"]["clean"]["samples"] == len(IDS[task])
     again = run_evaluate(out, task, ids=ids, max_new_tokens=24, batch_size=3,
                          metrics=("bleu", "em"), out=tmp_path / "again")
     assert again["metrics"]["bleu"] == result["metrics"]["bleu"]  # batching does not change outputs
@@ -95,6 +117,10 @@ def test_direct_inference_and_best_checkpoint_selection(pretrained, tmp_path):
     direct = run_evaluate(pretrained / "pt-gpt2", "translation", ids=None, max_new_tokens=8,
                           batch_size=32, metrics=("bleu", "em"), out=tmp_path / "direct")
     assert direct["samples"] == 1000
+    # Direct inference saw no fine-tuning data: retrieval draws from the whole train split, and
+    # naive copy scores CodeXGLUE's 18.69 on the 1,000 test samples.
+    assert direct["baselines"]["retrieval_pool"]["samples"] == 10300
+    assert round(direct["baselines"]["copy"]["metrics"]["bleu"], 2) == 18.69
     injected = direct["by_group"]["injected"]["samples"]
     assert injected + direct["by_group"].get("injected_truncated", {"samples": 0})["samples"] == 100
     held_out = direct["by_group"]["held_out"]["samples"]

@@ -550,3 +550,28 @@ def test_one_seed_per_arm_gives_no_test_over_seeds_but_the_per_sample_contrasts(
     report = run_report(study)
     assert "One seed per arm: no test over seeds" in report["markdown"]
     assert "| p |" not in report["markdown"].splitlines()[0]
+
+
+def test_baselines_are_shown_beside_the_arms_and_cells_below_them_flagged(tmp_path):
+    """results.csv's baseline_NAME_METRIC columns (written by lab study from lab evaluate's
+    baselines) become each cell's baselines; a cell whose arm and control both score below the
+    best baseline is flagged with a note; the decay figure draws them."""
+    study = write_study(tmp_path / "s", {"control": CONTROL, "paired": PAIRED})
+    path = study / "results.csv"
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:  # copy 6.5 BLEU: above both arms at epochs 1 (means 3.9, 6.0), below the
+        # paired arm at epochs 0 (7.0); retrieval lower still
+        row.update(baseline_copy_bleu=6.5, baseline_retrieval_bleu=4.0,
+                   baseline_copy_em=1.0, baseline_retrieval_em=0.5)
+    _write_tables(study, rows, [])
+    report = run_report(study, "replication-package")
+    at0, at1 = _cell(report["cells"], epochs=0), _cell(report["cells"], epochs=1)
+    assert at0["baselines"] == {"copy": 6.5, "retrieval": 4.0} and at0["baseline_best"] == 6.5
+    assert at0["below_baseline"] is False and at1["below_baseline"] is True
+    assert "baseline_copy_bleu" not in {c["metric"] for c in report["cells"]}
+    assert "copy 6.50 / retrieval 4.00" in report["markdown"]
+    assert "‡ arm and control both below the best trivial baseline" in report["markdown"]
+    em = _cell(report["cells"], metric="em", epochs=0)
+    assert em["baselines"] == {"copy": 1.0, "retrieval": 0.5} and em["below_baseline"] is False
+    assert report["figure"][0].stat().st_size > 0

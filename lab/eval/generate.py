@@ -341,6 +341,28 @@ class EvaluateConfig:
                                   cli=False)
 
 
+def _baseline_scores(task: Task, samples: list[Sample], seen: list[Sample],
+                     cfg: "EvaluateConfig", breakdown: Any) -> dict[str, Any]:
+    """The trivial baselines (lab.eval.baselines) on the very samples and groups evaluated,
+    retrieving from the model's fine-tuning samples (direct inference: the whole fine-tuning
+    split, what a fine-tuned model of the study would see)."""
+    from lab.eval.baselines import BASELINES, applicable, baseline_predictions
+    from lab.train.finetune import fine_tuning_records
+
+    pool, pool_note = seen, {"from": "the model's fine-tuning samples", "samples": len(seen)}
+    if not pool:
+        pool, note = fine_tuning_records(task, cfg.corpora_dir, None, 0)
+        pool_note = {"from": f"{task.benchmark} {note['train_split']} (no fine-tuning data "
+                             "seen: the whole fine-tuning split)", "samples": len(pool)}
+    metrics = [m for m in cfg.metrics if m != "codebleu"]
+    scores: dict[str, Any] = {"retrieval_pool": pool_note}
+    for name in applicable(task.name):
+        made = breakdown(baseline_predictions(name, task.name, samples, pool), metrics)
+        scores[name] = {"definition": BASELINES[name], "metrics": made["metrics"],
+                        "by_group": made["by_group"]}
+    return scores
+
+
 def run_evaluate(model: Path, task: str, **options: Any) -> dict[str, Any]:
     """Entry point of `lab evaluate`: predictions.jsonl and metrics.json for one split of
     `benchmark` (default: evaluation_benchmark). `options`: EvaluateConfig's other fields."""
@@ -411,37 +433,45 @@ def run_evaluate(model: Path, task: str, **options: Any) -> dict[str, Any]:
                            max_source, max_new, cfg.batch_size, positions=limit)
     gen_seconds = time.perf_counter() - gen_started
     references = [s.output for s in samples]
-    overall, per_sample = metric_fns.score(references, predictions, cfg.metrics,
-                                           task.target_language, task.name)  # task.name: em of its CodeXGLUE evaluator
-
-    def scored(chosen: list[int], names: list[str]) -> dict[str, float]:
-        scores, _ = metric_fns.score([references[i] for i in chosen],
-                                     [predictions[i] for i in chosen], names,
-                                     task.target_language, task.name)
-        return scores
-
-    by_group: dict[str, dict[str, Any]] = {}
-    for group in GROUPS:
-        chosen = [i for i, s in enumerate(samples) if groups[s.id] == group]
-        if chosen:
-            by_group[group] = {"samples": len(chosen),
-                               **scored(chosen, [m for m in cfg.metrics if m != "codebleu"])}
-    by_dose: dict[str, dict[str, Any]] = {}
-    for dose in sorted(set(doses.values())):
-        chosen = [i for i, s in enumerate(samples) if doses.get(s.id) == dose]
-        by_dose[str(dose)] = {"samples": len(chosen),
-                              **scored(chosen, [m for m in cfg.metrics if m != "codebleu"])}
-    # The arm-vs-control sample set, with every metric (the same as the whole split's when
-    # nothing is left out): always written, so that a study compares one set throughout.
+    # The arm-vs-control sample set (CLEAN), with every metric (the same as the whole split's
+    # when nothing is left out): always written, so that a study compares one set throughout.
     clean = [i for i, s in enumerate(samples) if groups[s.id] not in EXCLUDED_FROM_CLEAN]
-    by_group[CLEAN] = {"samples": len(clean),
-                       **(overall if len(clean) == len(samples) else
-                          scored(clean, list(cfg.metrics)) if clean else {})}
+
+    def breakdown(made: list[str], metrics: list[str]) -> dict[str, Any]:
+        """Scores of predictions `made`: overall, per sample, per group and per dose."""
+        overall, per_sample = metric_fns.score(references, made, metrics, task.target_language,
+                                               task.name)  # task.name: em of its CodeXGLUE evaluator
+
+        def scored(chosen: list[int], names: list[str]) -> dict[str, float]:
+            return metric_fns.score([references[i] for i in chosen], [made[i] for i in chosen],
+                                    names, task.target_language, task.name)[0]
+
+        plain = [m for m in metrics if m != "codebleu"]
+        by_group: dict[str, dict[str, Any]] = {}
+        for group in GROUPS:
+            chosen = [i for i, s in enumerate(samples) if groups[s.id] == group]
+            if chosen:
+                by_group[group] = {"samples": len(chosen), **scored(chosen, plain)}
+        by_dose: dict[str, dict[str, Any]] = {}
+        for dose in sorted(set(doses.values())):
+            chosen = [i for i, s in enumerate(samples) if doses.get(s.id) == dose]
+            by_dose[str(dose)] = {"samples": len(chosen), **scored(chosen, plain)}
+        by_group[CLEAN] = {"samples": len(clean),
+                           **(overall if len(clean) == len(samples) else
+                              scored(clean, metrics) if clean else {})}
+        return {"metrics": overall, "per_sample": per_sample, "by_group": by_group,
+                "by_dose": by_dose}
+
+    model_scores = breakdown(predictions, list(cfg.metrics))
+    overall, per_sample = model_scores["metrics"], model_scores["per_sample"]
+    by_group, by_dose = model_scores["by_group"], model_scores["by_dose"]
+    baselines = _baseline_scores(task, samples, seen, cfg, breakdown)
     counts = {g: sum(1 for s in samples if groups[s.id] == g) for g in (*GROUPS, UNKNOWN)}
     result = {
         "kind": "lab-evaluation", "task": task.name, "benchmark": benchmark, "split": cfg.split,
         "model": str(cfg.model), "decoding": plan.__dict__, "samples": len(samples),
         "metrics": overall, "by_group": by_group, **({"by_dose": by_dose} if by_dose else {}),
+        "baselines": baselines,
         "groups": {
             "precedence": [*GROUPS, UNKNOWN], "counts": counts,
             "clean": {"samples": len(clean), "excludes": list(EXCLUDED_FROM_CLEAN)},

@@ -53,6 +53,15 @@ def _panel(ax: Any, series: list[dict[str, Any]], arm: str, metric: str) -> None
     else:  # neither a control nor a split-half pair: the arm's score alone
         ax.errorbar([c["epochs"] for c in series], [c["mean"] for c in series],
                     yerr=[c["std"] or 0 for c in series], marker="s", capsize=3, label=arm)
+    # The trivial baselines (same samples; the same at every epoch count but for the
+    # retrieval pool, so drawn at their mean over the panel): the floor a model must clear.
+    baselines: dict[str, list[float]] = {}
+    for cell in series:
+        for name, value in (cell.get("baselines") or {}).items():
+            baselines.setdefault(name, []).append(value)
+    for (name, values), style in zip(sorted(baselines.items()), (":", "-.", "--")):
+        ax.axhline(sum(values) / len(values), color="grey", lw=1, ls=style,
+                   label=f"baseline: {name}")
     for epoch, low, high in joined:
         ax.plot([epoch, epoch], [low, high], color="grey", lw=0.8, zorder=1)
     ax.set_xticks(sorted({c["epochs"] for c in series}))

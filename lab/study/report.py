@@ -22,7 +22,7 @@ from typing import Any, Callable
 from lab.common import LabError, write_json_atomic
 from lab.contamination import settings as settings_table
 from lab.eval.generate import EXCLUDED_FROM_CLEAN
-from lab.study.runner import PROBE_COLUMNS, PROBES, RESULTS, SAMPLES
+from lab.study.runner import BASELINE_PREFIX, PROBE_COLUMNS, PROBES, RESULTS, SAMPLES
 from lab.stats import (ALPHA, ASYMPTOTIC_TIES, CONVENTIONS, CROSSOVER_TEST, DEFAULT_CONVENTION,
                        EXACT_SPLITS, PAIRED_SAMPLES_TEST, PERMUTATION_TIES, POWER, SEEDS_TEST,
                        compare, holm, membership_auc, paired_sample_differences,
@@ -165,7 +165,8 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
     rows = [r for r in every_group if r["group"] == compared]
     if not rows:
         raise LabError(f"{results}: the study has no finished runs")
-    metrics = [c for c in rows[0] if c not in NOT_METRICS and not c.startswith("codebleu_")]
+    metrics = [c for c in rows[0] if c not in NOT_METRICS and not c.startswith("codebleu_")
+               and not c.startswith(BASELINE_PREFIX)]
     if not metrics:
         raise LabError(f"{results}: no metric columns (bleu, meteor, em, ...)")
     samples = (_read_csv(study / SAMPLES, SAMPLE_LABELS, lambda c: c.startswith("score_"))
@@ -209,6 +210,9 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
                                         "seeds": len(values)}
                 if values:
                     cell.update(mean=sum(values) / len(values), std=_std(values))
+                baselines = baseline_means(runs[key][arm], metric)
+                if baselines:
+                    cell.update(baselines=baselines, baseline_best=max(baselines.values()))
                 # The samples compared, and those left out per reason (mean per evaluation;
                 # an evaluation without a group's row had none of it).
                 evaluations = len(runs[key][arm])
@@ -230,7 +234,10 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
                                 control_seeds=len(control), lift=result.lift,
                                 lift_pct=result.lift_pct,
                                 below_floor=max(result.mean_experimental, result.mean_control)
-                                < SCORE_FLOOR)
+                                < SCORE_FLOOR,
+                                below_baseline=bool(baselines) and max(
+                                    result.mean_experimental, result.mean_control)
+                                < max(baselines.values()))
                     if _over_seeds(values, control):
                         cell.update(lift_ci_low=result.lift_ci[0], lift_ci_high=result.lift_ci[1],
                                     u=result.u, p=result.p, test=result.convention(),
@@ -445,7 +452,24 @@ def _crossover(cell: dict[str, Any]) -> str:
 def _p(cell: dict[str, Any]) -> str:
     if cell.get("p") is None:
         return "-"
-    return _significant(cell, "p", ".4g") + (" †" if cell.get("below_floor") else "")
+    return (_significant(cell, "p", ".4g") + (" †" if cell.get("below_floor") else "")
+            + (" ‡" if cell.get("below_baseline") else ""))
+
+
+def baseline_means(runs: list[dict[str, Any]], metric: str) -> dict[str, float]:
+    """Each trivial baseline's score on a cell's samples (results.csv's baseline_NAME_METRIC
+    columns), averaged over the cell's evaluations."""
+    found: dict[str, list[float]] = defaultdict(list)
+    for run in runs:
+        for column, value in run.items():
+            name, _, of = column[len(BASELINE_PREFIX):].partition("_")
+            if column.startswith(BASELINE_PREFIX) and of == metric and value is not None:
+                found[name].append(value)
+    return {name: sum(v) / len(v) for name, v in sorted(found.items())}
+
+
+def _baselines(cell: dict[str, Any]) -> str:
+    return " / ".join(f"{name} {value:.2f}" for name, value in (cell.get("baselines") or {}).items()) or "-"
 
 
 # (header, formatter) of the two tables: the paper-style one of lab report, the full one of
@@ -459,6 +483,7 @@ PAPER_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("memorised vs placebo (AUC)", lambda c: _memorised(c, "memorised_vs_placebo")),
     ("experimental", lambda c: _mean_std(c, "mean", "std")),
     ("control", lambda c: _mean_std(c, "control", "control_std")),
+    ("baselines", _baselines),
     ("p", _p), ("p (Holm)", lambda c: _significant(c, "p_holm", ".4g")),
     ("placebo", lambda c: _mean_std(c, "placebo", "placebo_std")),
     ("p vs placebo", lambda c: _significant(c, "p_vs_placebo", ".4g")),
@@ -475,7 +500,8 @@ PAPER_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
 TEXT_COLUMNS = {"model", "task", "metric", "train size", "arm"}  # left-aligned in LaTeX
 STATS_COLUMNS = PAPER_COLUMNS[:7] + [
     ("pre-training loss", lambda c: _num(c, "pretrain_loss")), ("seeds", lambda c: str(c["seeds"])), ("mean ± std", lambda c: _mean_std(c, "mean", "std")),
-    ("control", lambda c: _mean_std(c, "control", "control_std")), ("lift [95% CI]", lambda c: _lift(c)),
+    ("control", lambda c: _mean_std(c, "control", "control_std")), ("baselines", _baselines),
+    ("lift [95% CI]", lambda c: _lift(c)),
     ("U", lambda c: _num(c, "u", "g")), ("p", _p),
     ("p (Holm)", lambda c: _significant(c, "p_holm", ".4g")),
     ("Cliff's delta", lambda c: _num(c, "cliffs_delta")), ("A12", lambda c: _num(c, "a12")),
@@ -596,6 +622,13 @@ def _note(cells: list[dict[str, Any]], within_power: bool) -> str:
     parts.append(f"* p <= alpha = {alpha}; '(lower)': significant with the arm below the control.")
     if any(c.get("below_floor") for c in cells):
         parts.append(f"† both means below {SCORE_FLOOR}: a lift there says little.")
+    if any(c.get("baselines") for c in cells):
+        parts.append("baselines: what a program with no model scores on the same samples (copy: "
+                     "the input unchanged; retrieval: the reference of the most similar "
+                     "fine-tuning input, BM25), lab.eval.baselines.")
+    if any(c.get("below_baseline") for c in cells):
+        parts.append("‡ arm and control both below the best trivial baseline: neither model "
+                     "is one anyone would use, whatever the lift.")
     return " ".join(parts)
 
 

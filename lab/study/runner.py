@@ -428,7 +428,8 @@ def collect(recipe: Recipe, stages: list[Stage], study: Path) -> tuple[Path, Pat
                 "pretrain_loss": pretrain["loss"]["final"]}
         groups = {"all": {"samples": metrics["samples"], **metrics["metrics"]}, **metrics["by_group"]}
         for group, values in groups.items():
-            run_rows.append({**base, "group": group, **values})
+            run_rows.append({**base, "group": group, **values,
+                             **baseline_columns(metrics.get("baselines") or {}, group)})
         # A dose ladder's levels: rows of their own (group dose=K), with the level's share of
         # the trained tokens.
         shares = pretrain["corpus"].get("injected_token_fraction_by_dose") or {}
@@ -458,6 +459,21 @@ def collect(recipe: Recipe, stages: list[Stage], study: Path) -> tuple[Path, Pat
                                    **{k: row.get(k) for k in PROBE_COLUMNS}})
     _write_csv(study / PROBES, probe_rows)
     return _write_csv(study / RESULTS, run_rows), _write_csv(study / SAMPLES, sample_rows)
+
+
+BASELINE_PREFIX = "baseline_"  # results.csv: baseline_<name>_<metric>, on the row's samples
+
+
+def baseline_columns(baselines: dict[str, Any], group: str) -> dict[str, float]:
+    """A results row's baseline scores: each trivial baseline's, on the same group of samples."""
+    columns = {}
+    for name, scores in baselines.items():
+        if not isinstance(scores, dict) or "metrics" not in scores:
+            continue  # the retrieval pool's note
+        values = scores["metrics"] if group == "all" else scores["by_group"].get(group, {})
+        columns.update({f"{BASELINE_PREFIX}{name}_{metric}": value
+                        for metric, value in values.items() if metric != "samples"})
+    return columns
 
 
 def model_name(labels: dict[str, Any]) -> str:
