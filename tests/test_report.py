@@ -554,8 +554,8 @@ def test_one_seed_per_arm_gives_no_test_over_seeds_but_the_per_sample_contrasts(
 
 def test_baselines_are_shown_beside_the_arms_and_cells_below_them_flagged(tmp_path):
     """results.csv's baseline_NAME_METRIC columns (written by lab study from lab evaluate's
-    baselines) become each cell's baselines; a cell whose arm and control both score below the
-    best baseline is flagged with a note; the decay figure draws them."""
+    baselines) become each cell's baselines; a cell whose arm and control (if any) both score
+    below the best baseline is flagged with a note; the decay figure draws them."""
     study = write_study(tmp_path / "s", {"control": CONTROL, "paired": PAIRED})
     path = study / "results.csv"
     with open(path, newline="", encoding="utf-8") as handle:
@@ -570,8 +570,19 @@ def test_baselines_are_shown_beside_the_arms_and_cells_below_them_flagged(tmp_pa
     assert at0["baselines"] == {"copy": 6.5, "retrieval": 4.0} and at0["baseline_best"] == 6.5
     assert at0["below_baseline"] is False and at1["below_baseline"] is True
     assert "baseline_copy_bleu" not in {c["metric"] for c in report["cells"]}
-    assert "copy 6.50 / retrieval 4.00" in report["markdown"]
-    assert "‡ arm and control both below the best trivial baseline" in report["markdown"]
+    assert "copy 6.50 / retrieval 4.00 |" in report["markdown"]  # epochs 0: not flagged
+    assert "copy 6.50 / retrieval 4.00 ‡" in report["markdown"]
+    assert "‡ the arm (and the control, if any) below the best trivial baseline" in report["markdown"]
+    # Without a control arm the arm alone decides.
+    alone = write_study(tmp_path / "alone", {"paired": PAIRED})
+    with open(alone / "results.csv", newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:
+        row.update(baseline_copy_bleu=6.5, baseline_copy_em=1.0)
+    _write_tables(alone, rows, [])
+    cells = run_stats(alone)["cells"]
+    assert _cell(cells, epochs=0)["below_baseline"] is False
+    assert _cell(cells, epochs=1)["below_baseline"] is True
     em = _cell(report["cells"], metric="em", epochs=0)
     assert em["baselines"] == {"copy": 1.0, "retrieval": 0.5} and em["below_baseline"] is False
     assert report["figure"][0].stat().st_size > 0

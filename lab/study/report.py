@@ -211,8 +211,10 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
                 if values:
                     cell.update(mean=sum(values) / len(values), std=_std(values))
                 baselines = baseline_means(runs[key][arm], metric)
-                if baselines:
-                    cell.update(baselines=baselines, baseline_best=max(baselines.values()))
+                if baselines and values:  # flagged when every model of the cell is below
+                    means = [cell["mean"]] + ([sum(control) / len(control)] if control else [])
+                    cell.update(baselines=baselines, baseline_best=max(baselines.values()),
+                                below_baseline=max(means) < max(baselines.values()))
                 # The samples compared, and those left out per reason (mean per evaluation;
                 # an evaluation without a group's row had none of it).
                 evaluations = len(runs[key][arm])
@@ -234,10 +236,7 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
                                 control_seeds=len(control), lift=result.lift,
                                 lift_pct=result.lift_pct,
                                 below_floor=max(result.mean_experimental, result.mean_control)
-                                < SCORE_FLOOR,
-                                below_baseline=bool(baselines) and max(
-                                    result.mean_experimental, result.mean_control)
-                                < max(baselines.values()))
+                                < SCORE_FLOOR)
                     if _over_seeds(values, control):
                         cell.update(lift_ci_low=result.lift_ci[0], lift_ci_high=result.lift_ci[1],
                                     u=result.u, p=result.p, test=result.convention(),
@@ -452,8 +451,7 @@ def _crossover(cell: dict[str, Any]) -> str:
 def _p(cell: dict[str, Any]) -> str:
     if cell.get("p") is None:
         return "-"
-    return (_significant(cell, "p", ".4g") + (" †" if cell.get("below_floor") else "")
-            + (" ‡" if cell.get("below_baseline") else ""))
+    return _significant(cell, "p", ".4g") + (" †" if cell.get("below_floor") else "")
 
 
 def baseline_means(runs: list[dict[str, Any]], metric: str) -> dict[str, float]:
@@ -469,7 +467,8 @@ def baseline_means(runs: list[dict[str, Any]], metric: str) -> dict[str, float]:
 
 
 def _baselines(cell: dict[str, Any]) -> str:
-    return " / ".join(f"{name} {value:.2f}" for name, value in (cell.get("baselines") or {}).items()) or "-"
+    shown = " / ".join(f"{name} {value:.2f}" for name, value in (cell.get("baselines") or {}).items())
+    return (shown + (" ‡" if cell.get("below_baseline") else "")) if shown else "-"
 
 
 # (header, formatter) of the two tables: the paper-style one of lab report, the full one of
@@ -627,8 +626,8 @@ def _note(cells: list[dict[str, Any]], within_power: bool) -> str:
                      "the input unchanged; retrieval: the reference of the most similar "
                      "fine-tuning input, BM25), lab.eval.baselines.")
     if any(c.get("below_baseline") for c in cells):
-        parts.append("‡ arm and control both below the best trivial baseline: neither model "
-                     "is one anyone would use, whatever the lift.")
+        parts.append("‡ the arm (and the control, if any) below the best trivial baseline: no "
+                     "model of the cell is one anyone would use, whatever the lift.")
     return " ".join(parts)
 
 
