@@ -159,3 +159,42 @@ def test_bad_inputs(pretrained, tmp_path):
     assert "--decoding" in _error("evaluate", "--model", gpt, "--task", "translation",
                                   "--decoding", "beam:0")
     assert not (tmp_path / "x").exists()
+
+
+def test_roberta_decoder_warm_started_from_the_encoder(pretrained, tmp_path):
+    """--decoder-init encoder (BERT2BERT): the decoder's layers, embeddings and LM head are the
+    pre-trained model's, cross-attention is new; the default stays a random decoder."""
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import RobertaForMaskedLM
+
+    from lab.models import WEIGHTS_SUBDIR
+    from lab.train.finetune import build_seq2seq
+
+    source = pretrained / "pt-roberta"
+    tokenizer = SimpleNamespace(bos_token_id=0, pad_token_id=1, eos_token_id=2)  # all it reads
+    weights = source / WEIGHTS_SUBDIR
+    mlm = RobertaForMaskedLM.from_pretrained(str(weights))
+    layers = mlm.config.num_hidden_layers
+    warm = build_seq2seq(weights, tokenizer, layers, "encoder")
+    cold = build_seq2seq(weights, tokenizer, layers)
+    for i in range(layers):
+        original = mlm.roberta.encoder.layer[i].attention.self.query.weight
+        assert torch.equal(warm.decoder.roberta.encoder.layer[i].attention.self.query.weight, original)
+        assert not torch.equal(cold.decoder.roberta.encoder.layer[i].attention.self.query.weight,
+                               original)
+        assert hasattr(warm.decoder.roberta.encoder.layer[i], "crossattention")
+    assert torch.equal(warm.decoder.lm_head.dense.weight, mlm.lm_head.dense.weight)
+    assert torch.equal(warm.encoder.encoder.layer[0].output.dense.weight,
+                       mlm.roberta.encoder.layer[0].output.dense.weight)
+    with pytest.raises(LabError, match="--decoder-init encoder copies layers of the encoder"):
+        build_seq2seq(weights, tokenizer, layers + 1, "encoder")
+    manifest = run_finetune(FinetuneConfig(
+        pretrained=source, task="translation", epochs=2, out=tmp_path / "ft", train_size=16,
+        log_steps=1, batch_size=4, lr=3e-3, max_target_length=48, decoder_layers=layers, decoder_init="encoder"))
+    assert manifest["config"]["decoder_init"] == "encoder"
+    assert manifest["loss"]["final"] < manifest["loss"]["first"]
+    with pytest.raises(LabError, match="--decoder-init bert: choose random or encoder"):
+        run_finetune(FinetuneConfig(pretrained=source, task="translation", epochs=1,
+                                    out=tmp_path / "bad", decoder_init="bert"))

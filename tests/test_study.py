@@ -261,6 +261,12 @@ def test_stage_keys_ignore_resources_and_fields_at_their_old_defaults():
     assert "bf16" not in pretrain.config and "compile" not in pretrain.config
     finetune = next(s for s in expand(load_recipe(RECIPE)) if s.kind == "finetune")
     assert "bf16" not in finetune.config
+    assert "decoder_init" not in finetune.config and "decoder_layers" not in finetune.config
+    # A warm-started RoBERTa decoder is another fine-tuned model: new fine-tuning keys.
+    warm = expand(load_recipe(RECIPE, ["finetune.decoder_init=encoder", "finetune.decoder_layers=2"]))
+    assert {s.kind for s in warm if s.key not in base} == {"finetune", "evaluate"}
+    tuned = next(s for s in warm if s.kind == "finetune")
+    assert tuned.config["decoder_init"] == "encoder" and tuned.config["decoder_layers"] == 2
 
 
 def test_collected_results_refuse_collapsed_seeds(tmp_path):

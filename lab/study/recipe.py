@@ -135,9 +135,11 @@ PretrainSection = section("PretrainSection", PretrainConfig,
 
 # Fields added to a section after studies were made with it: left out of a stage's key while
 # they hold these values, so an existing study folder keeps its stage keys and resumes.
-KEY_NEUTRAL_DEFAULTS = {"pretrain": {"bf16": False, "compile": False}, "finetune": {"bf16": False}}
+KEY_NEUTRAL_DEFAULTS = {"pretrain": {"bf16": False, "compile": False},
+                        "finetune": {"bf16": False, "decoder_layers": 6, "decoder_init": "random"}}
 
-FinetuneSection = section("FinetuneSection", FinetuneConfig, ["lr", "batch_size", "select", "bf16"],
+FinetuneSection = section("FinetuneSection", FinetuneConfig,
+                          ["lr", "batch_size", "select", "bf16", "decoder_layers", "decoder_init"],
                           own=[
     ("epochs", list[int], field(default_factory=lambda: [0], metadata={
         "expect": "int >= 0", "help": "Fine-tuning epochs of the grid; 0 = direct inference "

@@ -98,6 +98,10 @@ class FinetuneConfig:
     max_source_length: int = param(256, "Source tokens kept.")
     max_target_length: int = param(256, "Target tokens kept (and generated).")
     decoder_layers: int = param(6, "RoBERTa: layers of the new decoder.")
+    decoder_init: str = param("random", "RoBERTa: the decoder's weights: random (the study's) "
+                                        "or encoder (BERT2BERT, Rothe et al. 2020: the first "
+                                        "decoder_layers layers, embeddings and LM head of the "
+                                        "pre-trained model; only cross-attention is new).")
     warmup_steps: int = param(0, "Linear warm-up steps.")
     weight_decay: float = param(0.0, "AdamW weight decay.")
     log_steps: int = param(10, "Log the loss every N steps.")
@@ -184,21 +188,35 @@ class PaddingCollator:
 
 # --- models -------------------------------------------------------------------------------------
 
-def build_seq2seq(encoder_dir: Path, tokenizer: Any, decoder_layers: int):
-    """RoBERTa encoder (pre-trained) + a randomly initialised RoBERTa decoder with cross-attention."""
+DECODER_INITS = ("random", "encoder")
+
+
+def build_seq2seq(encoder_dir: Path, tokenizer: Any, decoder_layers: int,
+                  decoder_init: str = "random"):
+    """RoBERTa encoder (pre-trained) + a RoBERTa decoder with cross-attention: randomly
+    initialised (the study's), or warm-started from the pre-trained model (BERT2BERT)."""
     import torch
     from transformers import EncoderDecoderModel, RobertaConfig, RobertaForCausalLM, RobertaModel
 
     with loading(encoder_dir):
         encoder = RobertaModel.from_pretrained(str(encoder_dir), add_pooling_layer=False)
+    if decoder_init == "encoder" and decoder_layers > encoder.config.num_hidden_layers:
+        raise LabError(f"--decoder-layers {decoder_layers}: --decoder-init encoder copies "
+                       f"layers of the encoder, which has {encoder.config.num_hidden_layers}")
     decoder_config = RobertaConfig(**{**encoder.config.to_dict(), "is_decoder": True,
                                       "add_cross_attention": True,
                                       "num_hidden_layers": decoder_layers})
-    decoder = RobertaForCausalLM(decoder_config)
-    # CodeXGLUE's decoder shares the encoder's embeddings; a copy gives the same start
-    # without weights tied across the two halves (which saving and reloading would untie).
-    with torch.no_grad():
-        decoder.roberta.embeddings.word_embeddings.weight.copy_(encoder.embeddings.word_embeddings.weight)
+    if decoder_init == "encoder":
+        # The masked LM's layers, embeddings and LM head; cross-attention starts random.
+        with loading(encoder_dir):
+            decoder = RobertaForCausalLM.from_pretrained(str(encoder_dir), config=decoder_config)
+    else:
+        decoder = RobertaForCausalLM(decoder_config)
+        # CodeXGLUE's decoder shares the encoder's embeddings; a copy gives the same start
+        # without weights tied across the two halves (which saving and reloading would untie).
+        with torch.no_grad():
+            decoder.roberta.embeddings.word_embeddings.weight.copy_(
+                encoder.embeddings.word_embeddings.weight)
     model = EncoderDecoderModel(encoder=encoder, decoder=decoder)
     model.config.decoder_start_token_id = tokenizer.bos_token_id
     model.config.bos_token_id = tokenizer.bos_token_id
@@ -311,6 +329,8 @@ def _validate(cfg: FinetuneConfig) -> None:
     """Every check that needs no model, before any work."""
     if cfg.select not in ("last", "best"):
         raise LabError(f"--select {cfg.select}: choose last or best")
+    if cfg.decoder_init not in DECODER_INITS:
+        raise LabError(f"--decoder-init {cfg.decoder_init}: choose {' or '.join(DECODER_INITS)}")
     report_targets(cfg.report_to)
     for name, value in (("--batch-size", cfg.batch_size), ("--max-source-length", cfg.max_source_length),
                         ("--max-target-length", cfg.max_target_length),
@@ -359,7 +379,7 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         with loading(model_dir, "--pretrained"):
             model = AutoModelForCausalLM.from_pretrained(str(model_dir))
     else:
-        model = build_seq2seq(model_dir, tokenizer, cfg.decoder_layers)
+        model = build_seq2seq(model_dir, tokenizer, cfg.decoder_layers, cfg.decoder_init)
     init_sha = state_sha256(model)
     history: list[dict[str, Any]] = []
     with atomic_output_dir(Path(cfg.out), force=cfg.force, kind="lab-finetuned",
