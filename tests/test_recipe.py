@@ -229,3 +229,25 @@ def test_values_that_would_fail_later_are_refused_at_load(recipe_file, override,
     with pytest.raises(LabError) as info:
         load_recipe(recipe_file, [override])
     assert message in str(info.value)
+
+
+def test_by_model_overrides_are_checked_as_that_model_runs_them(recipe_file):
+    both = ["models=[gpt2, roberta]"]
+    # GPT-2 keeps direct inference (E = 0) while RoBERTa, which cannot, fine-tunes instead.
+    recipe = load_recipe(recipe_file, [*both, "by_model.roberta.finetune.epochs=[1, 2]"])
+    from lab.study.recipe import for_model
+    assert for_model(recipe, "roberta").finetune.epochs == [1, 2]
+    assert for_model(recipe, "gpt2").finetune.epochs == [0, 1]
+    assert for_model(recipe, "roberta").pretrain == recipe.pretrain
+    for overrides, message in [
+        (both, "finetune.epochs[0]: 0 (direct inference) is defined for GPT-2 only"),
+        ([*both, "by_model.roberta.pretrain.lr=0", "by_model.roberta.finetune.epochs=[1]"],
+         "by_model.roberta.pretrain.lr: expected a number > 0"),
+        (["by_model.roberta.pretrain.lr=0.001"], "by_model.roberta: roberta is not in models"),
+        (["by_model.bert.pretrain.lr=0.001"], "by_model.bert: unknown key"),
+        (["by_model.gpt2.pretrain.rate=0.001"], "by_model.gpt2.pretrain.rate: unknown key"),
+        (["by_model.gpt2.finetune.epochs=[x]"], "by_model.gpt2.finetune.epochs[0]: expected int"),
+    ]:
+        with pytest.raises(LabError) as info:
+            load_recipe(recipe_file, overrides)
+        assert message in str(info.value), (overrides, str(info.value))

@@ -366,3 +366,20 @@ def _check_shareable_outputs(study: Path, summary: dict) -> None:
                 assert (text == "") if value is None else (
                     float(text) == pytest.approx(value) if isinstance(value, (int, float))
                     and not isinstance(value, bool) else text == str(value)), (name, key)
+
+
+def test_by_model_changes_only_that_models_stages():
+    both = ["models=[gpt2, roberta]", "finetune.epochs=[1]"]
+    base = expand(load_recipe(RECIPE, both))
+    tuned = expand(load_recipe(RECIPE, [*both, "by_model.roberta.pretrain.lr=0.0005",
+                                         "by_model.roberta.finetune.epochs=[2, 3]"]))
+    old = {s.key for s in base}
+    changed = [s for s in tuned if s.key not in old]
+    assert changed and {s.labels["model"] for s in changed} == {"roberta"}
+    # Every GPT-2 stage (and the shared inject and tokenizer stages) keeps its key.
+    assert {s.key for s in base if s.labels.get("model") != "roberta"} <= {s.key for s in tuned}
+    roberta = [s for s in tuned if s.labels.get("model") == "roberta"]
+    assert {s.config["lr"] for s in roberta if s.kind == "pretrain"} == {0.0005}
+    assert {s.config["epochs"] for s in roberta if s.kind == "finetune"} == {2, 3}
+    gpt2 = [s for s in tuned if s.labels.get("model") == "gpt2"]
+    assert {s.config["epochs"] for s in gpt2 if s.kind == "finetune"} == {1}

@@ -32,12 +32,15 @@ WITHIN_LEVEL_TEST = "Mann-Whitney U, greater, asymptotic: the level's samples vs
 GRID_POINTS = 40  # exposures at which the fitted curve and its band are drawn
 
 
-def pretrain_epochs(study: Path) -> float | None:
-    """The study's pre-training epochs (STUDY/recipe.json): exposures = dose x epochs."""
+def pretrain_epochs(study: Path, model: str | None = None) -> float | None:
+    """The study's pre-training epochs (STUDY/recipe.json), a model's own where the recipe's
+    by_model sets them: exposures = dose x epochs."""
     try:
         recipe = json.loads((Path(study) / "recipe.json").read_text(encoding="utf-8"))
-        return float(recipe["pretrain"]["epochs"])
-    except (OSError, ValueError, KeyError, TypeError):
+        own = (((recipe.get("by_model") or {}).get(model) or {}).get("pretrain") or {}) \
+            .get("epochs") if model else None
+        return float(own if own is not None else recipe["pretrain"]["epochs"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
@@ -97,7 +100,8 @@ def dose_stats(study: Path, metrics: list[str], alpha: float, read_csv: Any, ban
                 by_level = {d: {k: scored[key][k][column] for k, dose in members.items()
                                 if dose == d and scored[key][k].get(column) is not None}
                             for d in doses}
-                exposures = {d: d * epochs_pretrain if epochs_pretrain else float(d) for d in doses}
+                model_epochs = pretrain_epochs(study, model)
+                exposures = {d: d * model_epochs if model_epochs else float(d) for d in doses}
                 cell_levels = []
                 for d in doses:
                     rows = runs[key + (d,)]

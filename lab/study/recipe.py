@@ -149,6 +149,44 @@ FinetuneSection = section("FinetuneSection", FinetuneConfig,
                                               "train split)."})),
 ])
 
+def partial_section(name: str, full: Any) -> Any:
+    """`full` with every field optional and unset (null): the fields a model's override changes."""
+    hints = typing.get_type_hints(full)
+    def unset_means_the_section(meta: Any) -> dict[str, Any]:
+        meta = dict(meta)
+        if meta.get("expect"):
+            meta["expect"] = f"{meta['expect']} (list), or null"
+        meta["help"] = f"{meta.get('help', '')} (null: the section's)".strip()
+        return meta
+
+    specs = [(f.name, hints[f.name] | None,
+              field(default=None, metadata=unset_means_the_section(f.metadata)))
+             for f in dataclasses.fields(full)]
+    made = dataclasses.make_dataclass(name, specs)
+    made.__module__ = __name__
+    return made
+
+
+# The two architectures learn at different rates (a tiny masked LM at a causal LM's rate stays
+# at the unigram loss), so a recipe may set pre-training and fine-tuning per model; what it
+# leaves null is the section's value. Only the overridden model's stage keys change.
+PretrainOverride = partial_section("PretrainOverride", PretrainSection)
+FinetuneOverride = partial_section("FinetuneOverride", FinetuneSection)
+OVERRIDDEN_SECTIONS = ("pretrain", "finetune")
+
+
+@dataclass
+class ModelOverride:
+    pretrain: PretrainOverride = field(default_factory=PretrainOverride)
+    finetune: FinetuneOverride = field(default_factory=FinetuneOverride)
+
+
+@dataclass
+class ByModelSection:
+    gpt2: ModelOverride = field(default_factory=ModelOverride)
+    roberta: ModelOverride = field(default_factory=ModelOverride)
+
+
 EvaluationSection = section("EvaluationSection", EvaluateConfig,
                             ["split", "decoding", "metrics", "max_new_tokens"],
                             STUDY_DEFAULTS["evaluation"], after=[
@@ -226,10 +264,31 @@ class Recipe:
     tokenizer: TokenizerSection = field(default_factory=TokenizerSection)
     pretrain: PretrainSection = field(default_factory=PretrainSection)
     finetune: FinetuneSection = field(default_factory=FinetuneSection)
+    by_model: ByModelSection = field(default_factory=ByModelSection, metadata={
+        "help": "Per-model pretrain/finetune fields that replace the sections' own"})
     evaluation: EvaluationSection = field(default_factory=EvaluationSection)
     probe: ProbeSection = field(default_factory=ProbeSection)
     statistics: StatisticsSection = field(default_factory=StatisticsSection)
     resources: ResourcesSection = field(default_factory=ResourcesSection)
+
+
+def for_model(recipe: Recipe, model: str) -> Recipe:
+    """The recipe as one model runs it: its by_model fields replace the sections' values."""
+    override = getattr(recipe.by_model, model)
+    changed = {}
+    for name in OVERRIDDEN_SECTIONS:
+        values = {k: v for k, v in dataclasses.asdict(getattr(override, name)).items()
+                  if v is not None}
+        if values:
+            changed[name] = dataclasses.replace(getattr(recipe, name), **values)
+    return dataclasses.replace(recipe, models=[model], **changed)
+
+
+def overridden(recipe: Recipe, model: str) -> list[str]:
+    """`section.field` paths a model's override sets."""
+    override = getattr(recipe.by_model, model)
+    return [f"{name}.{k}" for name in OVERRIDDEN_SECTIONS
+            for k, v in dataclasses.asdict(getattr(override, name)).items() if v is not None]
 
 
 def _type_name(kind: Any) -> str:
@@ -300,7 +359,31 @@ def _build(cls: Any, data: dict[str, Any], prefix: str = "") -> Any:
 
 
 def _check(recipe: Recipe) -> None:
-    """Values that have the right type but cannot be run."""
+    """Values that have the right type but cannot be run, as each model runs them (its
+    by_model fields in place; an error in one of those names it by_model.MODEL.FIELD)."""
+    from lab.models import MODELS
+
+    if not recipe.models:
+        raise LabError("models: needs at least one model")
+    if len(set(recipe.models)) != len(recipe.models):
+        raise LabError("models: values repeat")
+    for i, model in enumerate(recipe.models):
+        if model not in MODELS:
+            raise LabError(f"models[{i}]: unknown model '{model}' (choose from {', '.join(MODELS)})")
+    for model in (f.name for f in dataclasses.fields(ByModelSection)):
+        if overridden(recipe, model) and model not in recipe.models:
+            raise LabError(f"by_model.{model}: {model} is not in models")
+    for model in recipe.models:
+        paths = overridden(recipe, model)
+        try:
+            _check_view(for_model(recipe, model))
+        except LabError as exc:
+            if any(str(exc).startswith((f"{p}:", f"{p}[")) for p in paths):
+                raise LabError(f"by_model.{model}.{exc}") from None
+            raise
+
+
+def _check_view(recipe: Recipe) -> None:
     from lab.corpora import DATASETS, dataset_manifest, get_spec
     from lab.eval.metrics import METRICS
     from lab.models import MODELS, PRESETS, check_block_size

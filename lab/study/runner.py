@@ -29,8 +29,8 @@ from typing import Any, Callable, Iterator
 from lab.common import (LabError, command_line, default_of, environment_record, sha256_file,
                         write_json_atomic)
 from lab.contamination import settings as settings_table
-from lab.study.recipe import (KEY_NEUTRAL_DEFAULTS, Recipe, deepspeed_config, recipe_dict,
-                              recipe_from_dict)
+from lab.study.recipe import (KEY_NEUTRAL_DEFAULTS, Recipe, deepspeed_config, for_model,
+                              recipe_dict, recipe_from_dict)
 from lab.tokenizer import TokenizerConfig
 from lab.train.finetune import FinetuneConfig, get_task, task_for_benchmark
 from lab.train.pretrain import PretrainConfig
@@ -140,7 +140,9 @@ def expand(recipe: Recipe) -> list[Stage]:
                       [control])
     stages.append(tokenizer)
     swept = len(recipe.preset) > 1  # a preset label only where sizes are swept
-    for model, preset in itertools.product(recipe.models, recipe.preset):
+    whole = recipe
+    for model, preset in itertools.product(whole.models, whole.preset):
+        recipe = for_model(whole, model)
         for arm in recipe.arms:
             for seed in recipe.seeds:
                 pre = Stage("pretrain", {"model": model, "preset": preset, "seed": seed,
