@@ -198,3 +198,31 @@ def test_roberta_decoder_warm_started_from_the_encoder(pretrained, tmp_path):
     with pytest.raises(LabError, match="--decoder-init bert: choose random or encoder"):
         run_finetune(FinetuneConfig(pretrained=source, task="translation", epochs=1,
                                     out=tmp_path / "bad", decoder_init="bert"))
+
+
+def test_group_by_length_batches_samples_of_similar_length(pretrained, tmp_path, monkeypatch):
+    """--group-by-length: the same samples, with less padding in each batch (the data order,
+    hence the weights, differ); the default keeps the random order."""
+    import lab.train.finetune as finetune
+
+    padded: dict[bool, list[int]] = {}  # pad tokens of each batch
+
+    class Counting(PaddingCollator):
+        def __call__(self, features):
+            lengths = [len(f["input_ids"]) for f in features]
+            padded[grouped].append(len(lengths) * max(lengths) - sum(lengths))
+            return super().__call__(features)
+
+    monkeypatch.setattr(finetune, "PaddingCollator", Counting)
+    weights = {}
+    for grouped in (False, True):
+        padded[grouped] = []
+        manifest = run_finetune(FinetuneConfig(
+            pretrained=pretrained / "pt-gpt2", task="translation", epochs=1, train_size=64,
+            batch_size=8, lr=3e-3, max_source_length=48, max_target_length=48,
+            group_by_length=grouped, out=tmp_path / f"ft-{grouped}"))
+        weights[grouped] = manifest["final_weights_sha256"]
+        assert manifest["config"]["group_by_length"] is grouped
+    assert len(padded[True]) == len(padded[False]) == 8
+    assert sum(padded[True]) < 0.5 * sum(padded[False])
+    assert weights[True] != weights[False]

@@ -239,11 +239,12 @@ def test_by_model_overrides_are_checked_as_that_model_runs_them(recipe_file):
     assert for_model(recipe, "roberta").finetune.epochs == [1, 2]
     assert for_model(recipe, "gpt2").finetune.epochs == [0, 1]
     assert for_model(recipe, "roberta").pretrain == recipe.pretrain
+    # A model the recipe does not train ignores its overrides (a shared base may set both).
+    assert load_recipe(recipe_file, ["by_model.roberta.pretrain.lr=0.001"]).models == ["gpt2"]
     for overrides, message in [
         (both, "finetune.epochs[0]: 0 (direct inference) is defined for GPT-2 only"),
         ([*both, "by_model.roberta.pretrain.lr=0", "by_model.roberta.finetune.epochs=[1]"],
          "by_model.roberta.pretrain.lr: expected a number > 0"),
-        (["by_model.roberta.pretrain.lr=0.001"], "by_model.roberta: roberta is not in models"),
         (["by_model.bert.pretrain.lr=0.001"], "by_model.bert: unknown key"),
         (["by_model.gpt2.pretrain.rate=0.001"], "by_model.gpt2.pretrain.rate: unknown key"),
         (["by_model.gpt2.finetune.epochs=[x]"], "by_model.gpt2.finetune.epochs[0]: expected int"),

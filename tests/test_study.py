@@ -262,6 +262,9 @@ def test_stage_keys_ignore_resources_and_fields_at_their_old_defaults():
     finetune = next(s for s in expand(load_recipe(RECIPE)) if s.kind == "finetune")
     assert "bf16" not in finetune.config
     assert "decoder_init" not in finetune.config and "decoder_layers" not in finetune.config
+    assert "group_by_length" not in finetune.config
+    grouped = expand(load_recipe(RECIPE, ["finetune.group_by_length=true"]))
+    assert {s.kind for s in grouped if s.key not in base} == {"finetune", "evaluate"}
     # A warm-started RoBERTa decoder is another fine-tuned model: new fine-tuning keys.
     warm = expand(load_recipe(RECIPE, ["finetune.decoder_init=encoder", "finetune.decoder_layers=2"]))
     assert {s.kind for s in warm if s.key not in base} == {"finetune", "evaluate"}

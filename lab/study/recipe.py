@@ -136,10 +136,12 @@ PretrainSection = section("PretrainSection", PretrainConfig,
 # Fields added to a section after studies were made with it: left out of a stage's key while
 # they hold these values, so an existing study folder keeps its stage keys and resumes.
 KEY_NEUTRAL_DEFAULTS = {"pretrain": {"bf16": False, "compile": False},
-                        "finetune": {"bf16": False, "decoder_layers": 6, "decoder_init": "random"}}
+                        "finetune": {"bf16": False, "decoder_layers": 6, "decoder_init": "random",
+                                     "group_by_length": False}}
 
 FinetuneSection = section("FinetuneSection", FinetuneConfig,
-                          ["lr", "batch_size", "select", "bf16", "decoder_layers", "decoder_init"],
+                          ["lr", "batch_size", "select", "bf16", "decoder_layers", "decoder_init",
+                           "group_by_length"],
                           own=[
     ("epochs", list[int], field(default_factory=lambda: [0], metadata={
         "expect": "int >= 0", "help": "Fine-tuning epochs of the grid; 0 = direct inference "
@@ -169,7 +171,8 @@ def partial_section(name: str, full: Any) -> Any:
 
 # The two architectures learn at different rates (a tiny masked LM at a causal LM's rate stays
 # at the unigram loss), so a recipe may set pre-training and fine-tuning per model; what it
-# leaves null is the section's value. Only the overridden model's stage keys change.
+# leaves null is the section's value. Only the overridden model's stage keys change; a model
+# the recipe does not train ignores its overrides (a base file may set both).
 PretrainOverride = partial_section("PretrainOverride", PretrainSection)
 FinetuneOverride = partial_section("FinetuneOverride", FinetuneSection)
 OVERRIDDEN_SECTIONS = ("pretrain", "finetune")
@@ -370,9 +373,6 @@ def _check(recipe: Recipe) -> None:
     for i, model in enumerate(recipe.models):
         if model not in MODELS:
             raise LabError(f"models[{i}]: unknown model '{model}' (choose from {', '.join(MODELS)})")
-    for model in (f.name for f in dataclasses.fields(ByModelSection)):
-        if overridden(recipe, model) and model not in recipe.models:
-            raise LabError(f"by_model.{model}: {model} is not in models")
     for model in recipe.models:
         paths = overridden(recipe, model)
         try:
