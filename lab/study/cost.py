@@ -23,7 +23,13 @@ from lab.study.runner import preset_of
 
 CHARS_PER_TOKEN = 3.4        # byte-level BPE on Java, measured on CSN with an 8k/4k vocabulary
 CSN_DOCUMENT_CHARS = 740     # mean CSN-format Java method
-TRAIN_FLOPS_PER_SECOND = 70e9     # tiny GPT-2: 2,150 useful tokens/s at ~5.3M parameters
+# float32 in the Trainer on 2 cores, tiny GPT-2 at a 4k vocabulary (4.3M parameters): packed
+# pre-training 3,354 useful tokens/s (README, bf16 section); fine-tuning, whose sequences are
+# short (a CodeTrans pair is ~96 tokens), 8,060 useful tokens/s in bf16 with length-grouped
+# batches (benchmarks/finetune_search.md), i.e. 5,480 in float32.
+TRAIN_FLOPS_PER_SECOND = {"pretrain": 87e9, "finetune": 142e9}
+BF16_SPEEDUP = 1.47           # bf16 autocast inside the Trainer (README: 3,354 -> 4,926 tokens/s)
+UNGROUPED_PADDING = 2.05      # fine-tuning samples/s grouped by length vs random batches (85.3 / 41.7)
 GENERATE_FLOPS_PER_SECOND = 15e9  # batched greedy decoding, KV cache, tiny preset
 INJECT_SECONDS_PER_BASE_DOCUMENT = 6e-5  # 7 s for the full 120k-document corpus
 # Named GPUs: peak dense bf16 FLOP/s from the vendors' datasheets (without sparsity).
@@ -123,12 +129,14 @@ def estimate(recipe: Recipe, stages: list[Any], study: Path) -> list[dict[str, A
         elif stage.kind == "pretrain":
             tokens = arm_tokens(recipe, stage.labels["arm"], bench, arm_documents) * cfg["epochs"]
             flops = 6 * parameters(recipe, cfg["model"], cfg["preset"]) * tokens
-            seconds += flops / TRAIN_FLOPS_PER_SECOND
+            seconds += flops / TRAIN_FLOPS_PER_SECOND["pretrain"] / (BF16_SPEEDUP if cfg.get("bf16") else 1)
         elif stage.kind == "finetune":
             examples = min(cfg["train_size"] or train_n, train_n)
             tokens = examples * (train_in + train_out) / CHARS_PER_TOKEN * cfg["epochs"]
             flops = 6 * parameters(recipe, stage.labels["model"], preset_of(stage)) * tokens
-            seconds += flops / TRAIN_FLOPS_PER_SECOND
+            seconds += (flops / TRAIN_FLOPS_PER_SECOND["finetune"]
+                        / (BF16_SPEEDUP if cfg.get("bf16") else 1)
+                        * (1 if cfg.get("group_by_length") else UNGROUPED_PADDING))
         elif stage.kind == "evaluate":
             samples = min(cfg.get("max_samples") or test_n, test_n)
             generated = cfg.get("max_new_tokens") or test_out / CHARS_PER_TOKEN
