@@ -561,6 +561,14 @@ def pretrain(cfg: PretrainConfig) -> None:
         console.print(f"{cfg.out}: {result['steps']} steps, loss {loss['first']:.3f} -> "
                       f"{loss['final']:.3f}, {result['useful_tokens_per_second']:,.0f} useful "
                       f"tokens/s, padding {result['packing']['padding_fraction']:.1%}")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        # A rank of a multi-process launch, its work written and its process group left: end
+        # here. Interpreter shutdown can still abort it on a loaded machine ("terminate called
+        # without an active exception" from a communication thread of DeepSpeed ZeRO-3), which
+        # fails the whole launch after the model was saved.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 @app.command("score")
