@@ -151,9 +151,11 @@ FinetuneSection = section("FinetuneSection", FinetuneConfig,
                                               "train split)."})),
 ])
 
+
 def partial_section(name: str, full: Any) -> Any:
     """`full` with every field optional and unset (null): the fields a model's override changes."""
     hints = typing.get_type_hints(full)
+
     def unset_means_the_section(meta: Any) -> dict[str, Any]:
         meta = dict(meta)
         if meta.get("expect"):
@@ -386,7 +388,7 @@ def _check(recipe: Recipe) -> None:
 def _check_view(recipe: Recipe) -> None:
     from lab.corpora import DATASETS, dataset_manifest, get_spec
     from lab.eval.metrics import METRICS
-    from lab.models import MODELS, PRESETS, check_block_size
+    from lab.models import PRESETS, check_block_size
     from transformers.trainer_utils import SchedulerType
 
     def fail(path: str, message: str) -> None:
@@ -403,8 +405,6 @@ def _check_view(recipe: Recipe) -> None:
                          ("corpus.base_splits", recipe.corpus.base_splits)):
         if len(set(values)) != len(values):
             fail(path, "values repeat")
-    if not recipe.models:
-        fail("models", "needs at least one model")
     base = DATASETS.get(recipe.corpus.base)
     if base is None or base.kind != "corpus":
         fail("corpus.base", f"{_show(recipe.corpus.base)} is not a pre-training corpus")
@@ -440,9 +440,6 @@ def _check_view(recipe: Recipe) -> None:
             # Its models are probed on the base arm's injected samples, and compared with it.
             fail(f"arms[{i}]", f"'{arm}' is the placebo of '{setting.base}': list '{setting.base}' "
                  "in arms too")
-    for i, model in enumerate(recipe.models):
-        if model not in MODELS:
-            fail(f"models[{i}]", f"unknown model '{model}' (choose from {', '.join(MODELS)})")
     if not recipe.preset:
         fail("preset", "needs at least one preset")
     if len(set(recipe.preset)) != len(recipe.preset):
