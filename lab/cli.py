@@ -1,14 +1,16 @@
 """The `lab` command line: parses options and calls one entry function per command."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
+import io
 import os
 import sys
 import types
 import typing
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Iterator, List, Optional
 
 import typer
 from rich.console import Console
@@ -384,8 +386,11 @@ def study(
         again += [part for value in values for part in (option, str(value))]
     _exit_with_a_resume_line_on_signals(again)
     summary = _run_with_progress(parsed, folder, corpora, executor, workers, slurm_parameters)
-    console.print(f"{parsed.name}: {summary['stages']} stages ({len(summary['ran'])} run now); "
-                  f"results {summary['results']}, per-sample {summary['samples']}")
+    took = summary["seconds"]
+    console.print(f"{parsed.name}: {summary['stages']} stages ({len(summary['ran'])} run now in "
+                  f"{_duration(took['this_run'])}; all {took['stages_timed']} timed stages "
+                  f"{_duration(took['all_stages'])}); results {summary['results']}, per-sample "
+                  f"{summary['samples']}")
     if report:
         from lab.study.report import run_report
 
@@ -441,26 +446,49 @@ def _parse_pairs(pairs: List[str], option: str) -> dict[str, Any]:
     return parsed
 
 
+@contextlib.contextmanager
+def _terminal() -> Iterator[Console]:
+    """A console on the terminal as it is now, for the progress display: while a stage runs in
+    this process, descriptors 1 and 2 and sys.stdout/stderr go to the stage's log."""
+    try:
+        handle = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1, encoding="utf-8")
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        yield Console(file=sys.stdout, width=200)  # a test's captured stream has no descriptor
+        return
+    try:
+        yield Console(file=handle, width=None if handle.isatty() else 200)
+    finally:
+        handle.close()
+
+
 def _run_with_progress(recipe: Any, folder: Path, corpora: Optional[Path], executor: str,
                        workers: Optional[int], slurm: dict[str, Any]) -> dict[str, Any]:
-    """lab study with a rich progress bar over stages and a line per finished stage."""
+    """lab study with a rich progress bar over stages, a line per finished stage with its wall
+    time, and each distinct warning of the stages' logs once."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from lab.study.runner import describe, expand, run_study
+    from lab.study.runner import describe, expand, run_study, stage_log
 
     stages = expand(recipe)
     done = sum(s.done(folder) for s in stages)
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console) as bar:
+    with _terminal() as terminal, Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), console=terminal, redirect_stdout=False,
+            redirect_stderr=False) as bar:
         task = bar.add_task(recipe.name, total=len(stages), completed=done)
         running: list[str] = []
 
-        def on_event(event: str, stage: Any, seconds: Optional[float] = None) -> None:
+        def on_event(event: str, stage: Any, detail: Any = None) -> None:
             if event == "start":
                 running.append(describe(stage))
+            elif event == "warning":
+                log = stage_log(stage, folder).relative_to(folder)
+                bar.console.print(f"warning (first in {log}): {detail}", markup=False,
+                                  highlight=False, soft_wrap=True)
+                return
             else:
                 running.remove(describe(stage))
-                bar.console.print(f"done {describe(stage)} in {_duration(seconds or 0)}")
+                bar.console.print(f"done {describe(stage)} in {_duration(detail or 0)}")
                 bar.advance(task)
             bar.update(task, description=f"{recipe.name}: {', '.join(running) or 'collecting'}")
 

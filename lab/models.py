@@ -4,9 +4,11 @@ One preset names one shape for both families, so an MLM-vs-CLM comparison is lik
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
+from unittest import mock
 
 from lab.common import LabError, loading, param
 
@@ -94,7 +96,17 @@ def build_model(model: str, config: Any):
     from transformers import GPT2LMHeadModel, RobertaForMaskedLM
 
     cls = RobertaForMaskedLM if model == "roberta" else GPT2LMHeadModel
-    return cls(config)
+    return with_named_loss(cls(config))
+
+
+def with_named_loss(model: Any) -> Any:
+    """The model, its loss named. transformers finds a model's loss by its class name, and
+    'GPT2LMHeadModel' contains none of the names it looks for ('ForCausalLM', ...): every
+    forward pass with labels then warns "loss_type=None ... unrecognized" and falls back to the
+    causal-LM loss. Naming that loss keeps the numbers and drops the warning."""
+    if getattr(model, "loss_type", "") is None and getattr(model.config, "model_type", "") == "gpt2":
+        model.loss_type = "ForCausalLM"
+    return model
 
 
 def positions_of(config: Any) -> int:
@@ -134,6 +146,23 @@ LOADERS = {"causal-lm": "AutoModelForCausalLM", "masked-lm": "AutoModelForMasked
            "encoder-decoder": "EncoderDecoderModel"}
 
 
+# Weights a lab checkpoint carries beyond, or lacks of, the class that loads it, by design: a
+# pre-trained masked LM's head is no part of the encoder that fine-tuning builds from it, and
+# that encoder has no pooler, which EncoderDecoderModel adds (randomly initialised, never used)
+# when it loads one. transformers would print a "LOAD REPORT" of them in every such stage.
+EXPECTED_AT_LOAD = {"RobertaModel": {"_keys_to_ignore_on_load_unexpected": [r"^lm_head\."]},
+                    "EncoderDecoderModel": {"_keys_to_ignore_on_load_missing": [r"^encoder\.pooler\."]}}
+
+
+@contextlib.contextmanager
+def expected_at_load(loader: Any) -> Iterator[None]:
+    """`loader.from_pretrained` within reports only what EXPECTED_AT_LOAD does not expect."""
+    with contextlib.ExitStack() as stack:
+        for attribute, patterns in EXPECTED_AT_LOAD.get(loader.__name__, {}).items():
+            stack.enter_context(mock.patch.object(loader, attribute, patterns))
+        yield
+
+
 def architecture_of(manifest: dict[str, Any]) -> str | None:
     """What a lab model directory holds, by its manifest: causal-lm (GPT-2, pre-trained or
     fine-tuned), masked-lm (a pre-trained RoBERTa), encoder-decoder (a fine-tuned RoBERTa); None
@@ -160,9 +189,9 @@ def load_lab_model(model_dir: Path, architecture: str, option: str = "--model") 
 
     weights = Path(model_dir) / WEIGHTS_SUBDIR
     loader = getattr(transformers, LOADERS[architecture])
-    with loading(weights, option):
+    with loading(weights, option), expected_at_load(loader):
         tokenizer = transformers.PreTrainedTokenizerFast.from_pretrained(str(weights))
-        model = loader.from_pretrained(str(weights))
+        model = with_named_loss(loader.from_pretrained(str(weights)))
     model.eval()
     return model, tokenizer
 

@@ -30,6 +30,32 @@ version volume wallet widget window worker
 TYPES = ["int", "long", "double"]
 
 
+@pytest.fixture(autouse=True)
+def padded_batches_carry_their_mask(request):
+    """Every test fails if a model scores a padded batch without its attention mask (padding
+    would then be attended to; transformers only warns, once per process). A test that does it
+    on purpose says so with @pytest.mark.unmasked_padding."""
+    from transformers.modeling_utils import PreTrainedModel
+
+    if request.node.get_closest_marker("unmasked_padding"):
+        yield
+        return
+    lenient = PreTrainedModel.warn_if_padding_and_no_attention_mask
+
+    def strict(self, input_ids, attention_mask):
+        pad = getattr(self.config, "pad_token_id", None)
+        if attention_mask is None and pad is not None and bool((input_ids == pad).any()):
+            raise AssertionError(f"{type(self).__name__}: a padded batch scored without its "
+                                 "attention mask")
+        return lenient(self, input_ids, attention_mask)
+
+    PreTrainedModel.warn_if_padding_and_no_attention_mask = strict
+    try:
+        yield
+    finally:
+        PreTrainedModel.warn_if_padding_and_no_attention_mask = lenient
+
+
 def _cap(word: str) -> str:
     return word[:1].upper() + word[1:]
 

@@ -227,3 +227,48 @@ def test_group_by_length_batches_samples_of_similar_length(pretrained, tmp_path,
     assert len(padded[True]) == len(padded[False]) == 32
     assert sum(padded[True]) < 0.5 * sum(padded[False])
     assert weights[True] != weights[False]
+
+
+# Library warnings that every training or inference stage used to print, none about the run.
+LIBRARY_NOISE = {
+    "DeepSpeed imported without a DeepSpeed config": "Setting accelerator to CPU",
+    "GPT2LMHeadModel's loss left unnamed": "loss_type=None",
+    "EncoderDecoderModel's warning on labels": "no need to pass them yourself",
+    "a padded batch scored without its mask": "strongly recommend passing in an `attention_mask`",
+    "weights the lab leaves out of a checkpoint by design": "LOAD REPORT",
+}
+
+
+def test_training_and_inference_print_no_library_warnings(micro_world, tmp_path):
+    """Pre-training, fine-tuning (both families), inference and a probe in a fresh interpreter,
+    as a stage runs in a worker: none of the known library warnings; DeepSpeed, installed or
+    not, is never imported without a DeepSpeed config."""
+    script = f"""
+import sys
+from pathlib import Path
+from lab.eval.generate import run_evaluate
+from lab.eval.probe import run_probe
+from lab.train.finetune import FinetuneConfig, run_finetune
+from lab.train.pretrain import PretrainConfig, run_pretrain
+world, root = Path({str(micro_world)!r}), Path({str(tmp_path)!r})
+ids = root / "ids.txt"
+ids.write_text("".join(f"codetrans:test:{{i}}\\n" for i in range(8)))
+for model in ("gpt2", "roberta"):
+    run_pretrain(PretrainConfig(model=model, corpus=world / "paired", tokenizer=world / "tok",
+                 out=root / model, preset="micro", max_steps=3, batch_size=8, block_size=128,
+                 cache_dir=root / "cache"))
+    run_finetune(FinetuneConfig(pretrained=root / model, task="translation", epochs=1,
+                 out=root / (model + "-ft"), train_size=8, batch_size=4, decoder_layers=1))
+    run_evaluate(root / (model + "-ft"), "translation", ids=ids, max_new_tokens=4,
+                 batch_size=4, metrics=("bleu",), out=root / (model + "-eval"))
+run_probe(root / "gpt2", max_samples=8, max_names=2)
+print("deepspeed imported:", "deepspeed" in sys.modules)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=dict(os.environ, HF_HUB_OFFLINE="1"), timeout=600)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-3000:]
+    assert "deepspeed imported: False" in output
+    printed = {what: line for what, fragment in LIBRARY_NOISE.items()
+               for line in output.splitlines() if fragment in line}
+    assert printed == {}

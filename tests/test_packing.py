@@ -173,6 +173,29 @@ def test_roberta_positions_and_mask_are_per_document():
     assert mask[0, 0].any(dim=-1).all()  # no fully masked row (padding attends to padding)
 
 
+@pytest.mark.unmasked_padding  # the reference: positions alone
+def test_gpt2_packed_batches_carry_their_mask_and_score_as_without_it():
+    """A padded GPT-2 batch carries its mask (a padded batch scored without one draws
+    transformers' "strongly recommend passing in an attention_mask" warning), and the mask is
+    exactly what transformers derives from the restarting positions alone: the same logits,
+    bit for bit, so pre-training numbers do not move."""
+    model = micro_model("gpt2")
+    _, _, dataset, collator = packed(random_documents(60, seed=4), "gpt2")
+    indices = [i for i in range(len(dataset)) if (dataset[i]["input_ids"] == PAD).any()][:3]
+    assert indices, "no padded sequence"
+    batch = collator([dataset[i] for i in indices])
+    mask = batch["attention_mask"]
+    assert mask.dtype == torch.bool and mask.shape == (len(indices), 1, BLOCK, BLOCK)
+    assert not mask[0, 0].triu(1).any()  # never a later token
+    for _, start, end in spans(dataset, indices[0]):
+        own = torch.ones(end - start, end - start, dtype=torch.bool).tril()
+        assert torch.equal(mask[0, 0, start:end, start:end], own)
+        assert not mask[0, 0, start:end, :start].any()
+    positions_only = {k: v for k, v in batch.items() if k != "attention_mask"}
+    with torch.no_grad():
+        assert torch.equal(model(**batch).logits, model(**positions_only).logits)
+
+
 # --- (d) the opt-out: cross-document attention, positions running on ------------------------
 
 @pytest.mark.parametrize("family", MODELS)

@@ -86,6 +86,18 @@ def test_study_killed_midway_resumes_to_the_same_results(tmp_path, busy_core):
     # In the lab process, one stage at a time.
     reference = run_study(recipe, tmp_path / "whole", workers=1)
     assert len(reference["ran"]) == len(expand(recipe)) == 29
+    # Each stage timed as it ran, in the lab's own process too (all 0 s before), and logged.
+    took = reference["seconds"]
+    assert all(t["seconds"] > 0 for t in reference["ran"])
+    assert min(t["seconds"] for t in reference["ran"] if t["kind"] == "pretrain") > 0.5
+    assert took["stages_timed"] == 29 == len(reference["stage_seconds"])
+    assert took["stages_this_run"] == pytest.approx(sum(t["seconds"] for t in reference["ran"]))
+    assert took["all_stages"] == pytest.approx(took["stages_this_run"])
+    assert took["stages_this_run"] <= took["this_run"]
+    in_process_logs = sorted((tmp_path / "whole" / "stages").glob("*.log"))
+    assert len(in_process_logs) == 29
+    assert "'train_runtime'" in "".join(p.read_text() for p in in_process_logs
+                                         if p.name.startswith("finetune-"))
     threads = reference["threads"]
     assert threads == len(os.sched_getaffinity(0))  # the default: every core, for every stage
     again = run_study(recipe, tmp_path / "whole", workers=2)
@@ -125,6 +137,8 @@ def test_study_killed_midway_resumes_to_the_same_results(tmp_path, busy_core):
     resumed = run_study(recipe, killed, workers=2)
     assert resumed["workers"] == 2 and resumed["threads"] == threads
     assert 0 < len(resumed["ran"]) < 29
+    # The stages the killed run finished keep the wall times their workers recorded.
+    assert len(resumed["ran"]) < resumed["seconds"]["stages_timed"] <= 29
     # Worker processes write each stage's output to its own log, not over the progress display.
     logs = "".join(p.read_text() for p in (killed / "stages").glob("finetune-*.log"))
     assert "'train_runtime'" in logs  # the Trainer's summary line of a fine-tuning stage

@@ -16,6 +16,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import signal
 import shutil
 import sys
@@ -241,36 +242,61 @@ def stage_log(stage: Stage, study: Path) -> Path:
     return stage.out(study).with_name(stage.key + ".log")
 
 
+def stage_timing(stage: Stage, study: Path) -> Path:
+    """STUDY/stages/KEY.timing.json: the stage's wall time as it ran, whoever ran it."""
+    return stage.out(study).with_name(stage.key + ".timing.json")
+
+
+def recorded_seconds(stage: Stage, study: Path) -> float | None:
+    try:
+        return float(json.loads(stage_timing(stage, study).read_text())["seconds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+@contextlib.contextmanager
+def _timed(stage: Stage, study: Path, threads: int) -> Iterator[None]:
+    """Times the stage's own work (not a queue or a lock before it) the same way for every
+    executor, and records it beside the stage's output once the stage is finished."""
+    started = time.perf_counter()
+    yield
+    write_json_atomic(stage_timing(stage, study), {
+        "seconds": round(time.perf_counter() - started, 3), "threads": threads,
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+
+
 @contextlib.contextmanager
 def _output_to(log_path: Path) -> Iterator[None]:
-    """Send this process's stdout and stderr (file descriptors, so library and C-level output
-    too) to a log file: stages in worker processes would otherwise interleave their training
-    logs and progress bars with the runner's progress display."""
+    """Send this process's output to a stage's log: file descriptors 1 and 2 (library and
+    C-level output, and the ranks a stage launches) and Python's sys.stdout / sys.stderr, which
+    need not be those descriptors (a test's captured streams). The runner's progress display
+    writes to a terminal handle of its own, so it stays on the console."""
     sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    with open(log_path, "a", encoding="utf-8") as log:
+    saved_fds = os.dup(1), os.dup(2)
+    saved_streams = sys.stdout, sys.stderr
+    with open(log_path, "a", encoding="utf-8", buffering=1) as log:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
+        sys.stdout = sys.stderr = log
         try:
             yield
         except BaseException:
             traceback.print_exc()
             raise
         finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
+            log.flush()
+            sys.stdout, sys.stderr = saved_streams
+            os.dup2(saved_fds[0], 1)
+            os.dup2(saved_fds[1], 2)
+            os.close(saved_fds[0])
+            os.close(saved_fds[1])
 
 
-def run_stage(stage: Stage, study: Path, corpora_dir: Path | None, threads: int,
-              capture: bool = False) -> None:
+def run_stage(stage: Stage, study: Path, corpora_dir: Path | None, threads: int) -> None:
     """Run one stage unless it is finished, on `threads` torch threads (the study's, fixed: a
-    float sum depends on how many threads share it); with capture, its output goes to
-    STUDY/stages/KEY.log."""
+    float sum depends on how many threads share it), its output in STUDY/stages/KEY.log and
+    its wall time in KEY.timing.json, whatever the executor."""
     import torch
 
     before = torch.get_num_threads()
@@ -280,10 +306,7 @@ def run_stage(stage: Stage, study: Path, corpora_dir: Path | None, threads: int,
             _remove_leftovers(stage, study)
             if stage.done(study):  # another runner may have finished it while we waited
                 return
-            if not capture:
-                _run_stage_unlocked(stage, study, corpora_dir, threads)
-                return
-            with _output_to(stage_log(stage, study)):
+            with _output_to(stage_log(stage, study)), _timed(stage, study, threads):
                 _run_stage_unlocked(stage, study, corpora_dir, threads)
     finally:
         # A stage run in the lab's own process leaves it as it found it (the next caller, a
@@ -551,13 +574,18 @@ def _worker_init() -> None:
 
 
 class _Finished:
-    """Handle of a stage that already ran in this process (one local worker: no pool)."""
+    """Handle of a stage that already ran in this process (one local worker: no pool); its
+    error, if any, is raised where a worker's would be."""
+
+    def __init__(self, error: Exception | None = None):
+        self.error = error
 
     def done(self) -> bool:
         return True
 
     def result(self) -> None:
-        return None
+        if self.error is not None:
+            raise self.error
 
 
 def _submitter(executor: str, workers: int, threads: int, study: Path, corpora_dir: Path | None,
@@ -565,7 +593,10 @@ def _submitter(executor: str, workers: int, threads: int, study: Path, corpora_d
     """(submit(stage) -> handle with done()/result(), shutdown())."""
     if executor == "local" and workers == 1:
         def run_here(stage: Stage) -> _Finished:
-            run_stage(stage, study, corpora_dir, threads)
+            try:
+                run_stage(stage, study, corpora_dir, threads)
+            except Exception as exc:  # noqa: BLE001 - reported by _schedule like a worker's
+                return _Finished(exc)
             return _Finished()
         return run_here, lambda: None
     if executor == "local":
@@ -574,7 +605,7 @@ def _submitter(executor: str, workers: int, threads: int, study: Path, corpora_d
 
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=_worker_init)
-        return (lambda stage: pool.submit(run_stage, stage, study, corpora_dir, threads, True),
+        return (lambda stage: pool.submit(run_stage, stage, study, corpora_dir, threads),
                 lambda: pool.shutdown(wait=True, cancel_futures=True))
     try:
         import submitit
@@ -643,7 +674,8 @@ def run_rank(stage: Stage, study: Path, threads: int, resume: bool) -> None:
         return
     with _stage_lock(stage, study):
         _remove_leftovers(stage, study)
-        _pretrain_here(stage, study, resume)
+        with _output_to(stage_log(stage, study)), _timed(stage, study, threads):
+            _pretrain_here(stage, study, resume)
 
 
 
@@ -671,6 +703,7 @@ def _schedule(stages: list[Stage], study: Path, submit: Callable[[Stage], Any], 
     waiting = [s for s in stages if not s.done(study)]
     running: dict[str, tuple[Stage, Any, float]] = {}
     timings = []
+    warned: set[str] = set()
     while waiting or running:
         ready = [s for s in waiting if all(i.done(study) for i in s.inputs)]
         launch = ready[: max(0, workers - len(running))]
@@ -691,15 +724,37 @@ def _schedule(stages: list[Stage], study: Path, submit: Callable[[Stage], Any], 
                 where = f" (traceback in {log})" if log.is_file() else ""
                 raise LabError(f"stage {key} ({describe(stage)}) failed: "
                                f"{type(exc).__name__}: {exc}{where}") from exc
-            seconds = round(time.perf_counter() - started, 2)
+            recorded = recorded_seconds(stage, study)  # the stage's own time, as it ran
+            seconds = round(time.perf_counter() - started if recorded is None else recorded, 3)
             timings.append({"stage": key, "kind": stage.kind, "seconds": seconds})
             on_event("end", stage, seconds)
+            for warning in log_warnings(stage_log(stage, study)):
+                if warning not in warned:  # each distinct warning once per run, not per stage
+                    warned.add(warning)
+                    on_event("warning", stage, warning)
         if not finished and running:
             time.sleep(0.2)
         elif not finished and not running and waiting:
             missing = waiting[0]
             raise LabError(f"stage {missing.key} waits for inputs that did not finish")
     return timings
+
+
+# A warning line in a stage log: Python's warnings ("...Warning: ..."), the `logging` records of
+# DeepSpeed and others ("[WARNING]", "WARNING:"), and transformers' logger, whose default format
+# prefixes "[transformers]" and shows warnings and errors only.
+WARNING_LINE = re.compile(r"Warning: |\[WARNING\]|\bWARNING\b|^\[transformers\] ")
+_LOG_TIMESTAMP = re.compile(r"^\[?\d{4}-\d\d-\d\d[ T][\d:,.]+\]?\s*")
+
+
+def log_warnings(log: Path) -> list[str]:
+    """The distinct warning lines of a stage log, in order, without their timestamps."""
+    try:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    found = [_LOG_TIMESTAMP.sub("", line).strip() for line in lines if WARNING_LINE.search(line)]
+    return list(dict.fromkeys(found))
 
 
 def _differences(old: Any, new: Any, path: str = "") -> list[str]:
@@ -843,12 +898,21 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
                                "executor": executor, "workers": workers, "data": data}
     write_json_atomic(study / SUMMARY, {**previous_summary, **summary})
     submit, shutdown = _submitter(executor, workers, threads, study, corpora_dir, slurm)
+    started = time.perf_counter()
     try:
         timings = _schedule(stages, study, submit, workers, on_event or (lambda *a, **k: None))
     finally:
         shutdown()
+    # Every finished stage's own wall time, those of earlier (killed, resumed) runs included.
+    recorded = {s.key: recorded_seconds(s, study) for s in stages}
+    stage_seconds = {key: seconds for key, seconds in recorded.items() if seconds is not None}
     results, samples = collect(recipe, stages, study)
-    summary.update(ran=timings, results=str(results), samples=str(samples),
+    summary.update(ran=timings, stage_seconds=stage_seconds,
+                   seconds={"this_run": round(time.perf_counter() - started, 3),
+                            "stages_this_run": round(sum(t["seconds"] for t in timings), 3),
+                            "all_stages": round(sum(stage_seconds.values()), 3),
+                            "stages_timed": len(stage_seconds)},
+                   results=str(results), samples=str(samples),
                    probes=str(study / PROBES), environment=environment_record())
     write_json_atomic(study / SUMMARY, summary)
     return summary

@@ -1,12 +1,14 @@
 """Training plumbing shared by pre-training and fine-tuning (both run on the HF Trainer)."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
+import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from lab.common import LabError, sha256_file
 
@@ -169,6 +171,31 @@ def report_targets(report_to: str) -> list[str]:
 def history_without_timing(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A Trainer log history without the throughput entries (timing is not reproducible)."""
     return [{k: v for k, v in entry.items() if k not in THROUGHPUT_KEYS} for entry in history]
+
+
+@contextlib.contextmanager
+def quiet_training(deepspeed_config: Any) -> Iterator[None]:
+    """Two library habits that print a warning in every training stage, neither about the run:
+    - accelerate, wherever DeepSpeed is installed, imports it to unwrap every model the Trainer
+      touches or transformers saves, configured or not; the import takes seconds and logs "Setting accelerator to
+      CPU". Without a DeepSpeed config, accelerate is told DeepSpeed is absent.
+    - EncoderDecoderModel warns on every forward pass given labels that "decoder_input_ids ...
+      no need to pass them yourself", even when labels are all it is given (the current way,
+      which the lab's collators use)."""
+    import accelerate.utils.other as accelerate_other
+
+    hide = deepspeed_config is None and hasattr(accelerate_other, "is_deepspeed_available")
+    saved = getattr(accelerate_other, "is_deepspeed_available", None)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning,
+                                message=r"Version v4\.12\.0 introduces a better way to train encoder-decoder")
+        if hide:
+            accelerate_other.is_deepspeed_available = lambda: False
+        try:
+            yield
+        finally:
+            if hide:
+                accelerate_other.is_deepspeed_available = saved
 
 
 def make_guarded_trainer_class():

@@ -21,10 +21,10 @@ from lab.common import (DataNotFound, LabError, atomic_output_dir, check_numbers
                         param, read_text_file, write_json_atomic)
 from lab.contamination import SEP_MARKER
 from lab.corpora import Sample, get_spec, load_samples
-from lab.models import positions_of
+from lab.models import expected_at_load, positions_of, with_named_loss
 from lab.train.common import (
-    TENSORBOARD_DIR, history_without_timing, make_guarded_trainer_class, report_targets,
-    report_to_param, state_sha256, training_arguments,
+    TENSORBOARD_DIR, history_without_timing, make_guarded_trainer_class, quiet_training,
+    report_targets, report_to_param, state_sha256, training_arguments,
 )
 
 MANIFEST = "manifest.json"
@@ -202,7 +202,7 @@ def build_seq2seq(encoder_dir: Path, tokenizer: Any, decoder_layers: int,
     import torch
     from transformers import EncoderDecoderModel, RobertaConfig, RobertaForCausalLM, RobertaModel
 
-    with loading(encoder_dir):
+    with loading(encoder_dir), expected_at_load(RobertaModel):
         encoder = RobertaModel.from_pretrained(str(encoder_dir), add_pooling_layer=False)
     if decoder_init == "encoder" and decoder_layers > encoder.config.num_hidden_layers:
         raise LabError(f"--decoder-layers {decoder_layers}: --decoder-init encoder copies "
@@ -353,6 +353,11 @@ def _inputs(cfg: FinetuneConfig) -> list[Path]:
 
 def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     """Entry point of `lab finetune`."""
+    with quiet_training(deepspeed_config=None):  # fine-tuning takes no DeepSpeed config
+        return _finetune(cfg)
+
+
+def _finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     started = time.perf_counter()
     task = get_task(cfg.task)
     _validate(cfg)
@@ -381,7 +386,7 @@ def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     set_seed(cfg.seed)
     if family == "gpt2":
         with loading(model_dir, "--pretrained"):
-            model = AutoModelForCausalLM.from_pretrained(str(model_dir))
+            model = with_named_loss(AutoModelForCausalLM.from_pretrained(str(model_dir)))
     else:
         model = build_seq2seq(model_dir, tokenizer, cfg.decoder_layers, cfg.decoder_init)
     init_sha = state_sha256(model)

@@ -383,10 +383,11 @@ class PackedCollator:
     keep documents apart (per-document layout):
 
     - causal LM (GPT-2): `position_ids` restarting at 0 on every document (and on the padding
-      run), no attention mask and `use_cache=False`, so transformers' `create_causal_mask` sees
-      the restarts and builds the block-diagonal causal mask (with a cache, which GPT-2 makes by
-      default even in training, or with any attention mask it would not look). Labels are -100
-      on padding and on every document's `<s>` (never predicted, as in a sequence of its own).
+      run), a 4D boolean mask, True where the key is in the query's document and not after it
+      (the block-diagonal causal mask transformers builds from the position restarts when given
+      no mask: the same bits under SDPA, and a padded batch is never scored without its mask),
+      and `use_cache=False`. Labels are -100 on padding and on every document's `<s>` (never
+      predicted, as in a sequence of its own).
     - masked LM (RoBERTa): `position_ids` from `position_offset` (RoBERTa: padding_idx + 1) on,
       per document, and a 4D boolean mask (batch, 1, length, length), True where query and key
       are in the same document (padding attends to padding only: no fully masked row).
@@ -437,13 +438,16 @@ class PackedCollator:
 
         segments = torch.stack([f["segments"] for f in features])
         positions = segment_positions(segments)
+        same_document = segments[:, :, None] == segments[:, None, :]
         if not self.mlm:
             labels[positions == 0] = -100  # every document's <s>: nothing precedes it
-            return {"input_ids": input_ids, "position_ids": positions + self.position_offset,
-                    "labels": labels, "use_cache": False}
+            length = segments.shape[1]
+            causal = torch.ones(length, length, dtype=torch.bool).tril()
+            return {"input_ids": input_ids, "attention_mask": (same_document & causal)[:, None],
+                    "position_ids": positions + self.position_offset, "labels": labels,
+                    "use_cache": False}
         position_ids = torch.where(segments > 0, positions + self.position_offset,
                                    torch.full_like(positions, self.pad))
-        same_document = segments[:, :, None] == segments[:, None, :]
         return {"input_ids": input_ids, "attention_mask": same_document[:, None],
                 "position_ids": position_ids, "labels": labels}
 

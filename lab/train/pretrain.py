@@ -23,8 +23,8 @@ from lab.common import (LabError, check_numbers, check_output, dumps_json, param
 from lab.contamination.corpus_files import read_manifest, verify_corpus
 from lab.train.common import (
     checkpoint_problem, checkpoints_newest_first, latest_checkpoint, make_guarded_trainer_class,
-    TENSORBOARD_DIR, history_without_timing, non_finite_error, report_targets, report_to_param,
-    state_sha256, trained_weights_sha256, training_arguments, weights_are_finite,
+    quiet_training, TENSORBOARD_DIR, history_without_timing, non_finite_error, report_targets,
+    report_to_param, state_sha256, trained_weights_sha256, training_arguments, weights_are_finite,
 )
 from lab.models import (
     build_config, build_model, check_block_size, count_parameters, position_offset,
@@ -202,7 +202,8 @@ def run_pretrain(cfg: PretrainConfig) -> dict[str, Any]:
     run_config["tokenizer_sha256"] = tokenizer_hash(cfg.tokenizer)
     _prepare_work_dir(cfg, out, work, run_config)
     try:
-        result = _train(cfg, tokenizer, corpus_manifest, run_config, out, work, started)
+        with quiet_training(cfg.deepspeed):
+            result = _train(cfg, tokenizer, corpus_manifest, run_config, out, work, started)
         _leave_process_group()
         return result
     except BaseException as exc:

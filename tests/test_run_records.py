@@ -1,0 +1,78 @@
+"""What a study run records of each stage, whatever the executor: its wall time, its log, and
+each distinct warning once."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lab.study import runner
+from lab.study.runner import Stage, log_warnings, recorded_seconds, stage_log
+
+WORK_SECONDS = 0.3
+
+
+def fake_work(stage: Stage, study: Path, corpora_dir, threads=None) -> None:
+    """A stage that prints (Python and file-descriptor level), warns like the libraries do, and
+    takes WORK_SECONDS."""
+    print(f"training {stage.config['name']}", flush=True)
+    runner.os.write(2, b"from C: progress 100%\n")
+    print("[2026-11-25 08:33:58,662] [WARNING] [accel.py:213] Setting accelerator to CPU",
+          file=sys.stderr)
+    if stage.config["name"] == "b":
+        print("[transformers] a warning only stage b has", file=sys.stderr)
+    time.sleep(WORK_SECONDS)
+    out = stage.out(study)
+    out.mkdir(parents=True)
+    (out / "manifest.json").write_text("{}")
+
+
+def test_stages_run_in_the_lab_process_are_timed_logged_and_warn_once(tmp_path, monkeypatch,
+                                                                      capfd):
+    """One worker: the stages run in the runner's own process (pool workers: test_study)."""
+    study = tmp_path / "study"
+    (study / "stages").mkdir(parents=True)
+    first = Stage("x", {"name": "a"})
+    stages = [first, Stage("x", {"name": "b"}, inputs=[first])]
+    monkeypatch.setattr(runner, "_run_stage_unlocked", fake_work)
+    submit, shutdown = runner._submitter("local", 1, 1, study, None, None)
+    events = []
+    try:
+        timings = runner._schedule(stages, study, submit, 1, lambda *event: events.append(event))
+    finally:
+        shutdown()
+    # Timed as the stage ran (it used to be 0 s in the runner's own process).
+    assert [t["stage"] for t in timings] == [s.key for s in stages]
+    for stage, timing in zip(stages, timings):
+        assert WORK_SECONDS <= timing["seconds"] == recorded_seconds(stage, study)
+        record = json.loads(runner.stage_timing(stage, study).read_text())
+        assert record["threads"] == 1
+        ends = [e for e in events if e[0] == "end" and e[1] is stage]
+        assert ends and ends[0][2] == timing["seconds"]
+        # Everything the stage printed is in its log, not on the console.
+        log = stage_log(stage, study).read_text()
+        assert f"training {stage.config['name']}" in log and "from C: progress 100%" in log
+    console = capfd.readouterr()
+    assert "training" not in console.out + console.err
+    shown = [e[2] for e in events if e[0] == "warning"]
+    assert sorted(shown) == sorted(set(shown))  # each once
+    assert "[WARNING] [accel.py:213] Setting accelerator to CPU" in shown
+    assert "[transformers] a warning only stage b has" in shown
+
+
+def test_log_warnings_are_distinct_and_without_timestamps(tmp_path):
+    log = tmp_path / "stage.log"
+    log.write_text("{'loss': 1.0}\n"
+                   "[2026-11-25 07:27:01,985] [WARNING] [real_accelerator.py:213:get_accelerator] CPU\n"
+                   "[2026-11-25 08:33:58,662] [WARNING] [real_accelerator.py:213:get_accelerator] CPU\n"
+                   "/x/y.py:3: FutureWarning: soon gone\n"
+                   "  warnings.warn(\n"
+                   "[transformers] `loss_type=None` was set\n"
+                   "warnings in a model name: not a warning line\n")
+    assert log_warnings(log) == ["[WARNING] [real_accelerator.py:213:get_accelerator] CPU",
+                                 "/x/y.py:3: FutureWarning: soon gone",
+                                 "[transformers] `loss_type=None` was set"]
+    assert log_warnings(tmp_path / "missing.log") == []
