@@ -262,12 +262,16 @@ def crossover_differences(scores: Iterable[tuple[str, str, float]]) -> dict[str,
             for sample, g in sorted(by_id.items()) if g["injected"] and g["held_out"]}
 
 
-def signed_rank_test(differences: Sequence[float], name: str = CROSSOVER_TEST
-                     ) -> tuple[float | None, str]:
-    """(p, test): Wilcoxon signed-rank over paired differences, one-sided 'greater'; zero
-    differences dropped (Wilcoxon's rule), ties as midranks; exact (the signed-rank sum over
-    all 2^n signs) up to SIGNED_RANK_EXACT nonzero differences, else asymptotic. p None without
-    a nonzero difference. `name` names the pairing in the returned test."""
+def signed_rank_test(differences: Sequence[float], name: str = CROSSOVER_TEST,
+                     alternative: str = "greater") -> tuple[float | None, str]:
+    """(p, test): Wilcoxon signed-rank over paired differences, one-sided 'greater' or
+    'two-sided'; zero differences dropped (Wilcoxon's rule), ties as midranks; exact (the
+    signed-rank sum over all 2^n signs) up to SIGNED_RANK_EXACT nonzero differences, else
+    asymptotic. p None without a nonzero difference. `name` names the pairing in the returned
+    test. With n pairs the exact p is at least 2^-n one-sided, 2^(1-n) two-sided (5 pairs:
+    0.031, 0.062)."""
+    if alternative not in ("greater", "two-sided"):
+        raise LabError(f"signed-rank alternative '{alternative}': choose greater or two-sided")
     nonzero = [d for d in differences if d != 0]
     n = len(nonzero)
     if n == 0:
@@ -275,7 +279,7 @@ def signed_rank_test(differences: Sequence[float], name: str = CROSSOVER_TEST
     if n > SIGNED_RANK_EXACT:
         from scipy.stats import wilcoxon
 
-        result = wilcoxon(nonzero, alternative="greater", method="asymptotic")
+        result = wilcoxon(nonzero, alternative=alternative, method="asymptotic")
         return float(result.pvalue), f"{name}, asymptotic ({n} nonzero differences)"
     import numpy as np
 
@@ -287,8 +291,9 @@ def signed_rank_test(differences: Sequence[float], name: str = CROSSOVER_TEST
         shifted = np.zeros_like(distribution)
         shifted[rank:] = distribution[:-rank]
         distribution = (distribution + shifted) / 2
-    p = min(1.0, float(distribution[observed:].sum()))
-    return p, f"{name}, exact ({n} nonzero differences, ties as midranks)"
+    upper = float(distribution[observed:].sum())
+    p = upper if alternative == "greater" else 2 * min(upper, float(distribution[:observed + 1].sum()))
+    return min(1.0, p), f"{name}, exact ({n} nonzero differences, ties as midranks)"
 
 
 def crossover_test(differences: Sequence[float]) -> tuple[float | None, str]:

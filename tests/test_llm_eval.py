@@ -18,6 +18,7 @@ from lab.llm.llm_eval import (
     MARKER, TASKS, _stop_criterion, build_prompt, cut_at_marker, encode_prompts, generate,
     infer_task, load_causal_lm, read_pairs, run_llm_eval,
 )
+from lab.stats import signed_rank_test
 
 LLAMA = "paper-llm/Llama"
 
@@ -335,12 +336,13 @@ def test_cli_prints_the_table(lab_gpt2, corpora, tmp_path):
                "--contaminated", str(corpora / LLAMA / "RQ1RQ2/java2csharp.json"),
                "--perturbed", str(corpora / LLAMA / "RQ1RQ2/java2csharp_perturbed.json"),
                "--limit", "2", "--repetitions", "3", "--max-new-tokens", "8",
-               "--out", str(tmp_path / "out")]
+               "--test", "mann-whitney", "--out", str(tmp_path / "out")]
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", COLUMNS="200")
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     for text in ("experimental", "control", "BLEU", "METEOR", "Java→C#", "Mann-Whitney U"):
         assert text in done.stdout, text
+    assert "p (samples)" not in done.stdout  # the study's unpaired test, as asked
     assert (tmp_path / "out" / "table.md").is_file()
 
 
@@ -379,13 +381,26 @@ def test_micro_gpt2_end_to_end_table_files_and_statistics(micro_run, corpora):
             assert per_rep == pytest.approx(saved["per_repetition"][group][metric])
         exp, ctrl = (saved["per_repetition"][g][metric] for g in ("contaminated", "perturbed"))
         expected_p = mannwhitneyu(exp, ctrl, alternative="two-sided", method="asymptotic").pvalue
-        assert saved["statistics"][metric]["p"] == pytest.approx(expected_p)
+        stats = saved["statistics"][metric]
+        assert stats["p_mann_whitney"] == pytest.approx(expected_p)
+        # The default, paired: repetition r of both sets shares seed r; line i is one sample.
+        assert stats["pairing"] == "paired"
+        assert stats["p"] == signed_rank_test([e - c for e, c in zip(exp, ctrl)], "t",
+                                              "two-sided")[0]
+        means = {g: [statistics.fmean(r[metric] for r in rows
+                                      if (r["group"], r["index"]) == (g, i)) for i in range(3)]
+                 for g in ("contaminated", "perturbed")}
+        gaps = [e - c for e, c in zip(means["contaminated"], means["perturbed"])]
+        assert stats["samples"] == 3 and stats["sample_gap"] == pytest.approx(statistics.fmean(gaps))
+        assert stats["p_samples"] == signed_rank_test(gaps, "t", "two-sided")[0]
         row = next(r for r in saved["rows"] if r["metric"] == metric.upper())
         assert row["experimental"] == f"{statistics.fmean(exp):.2f} ± {statistics.stdev(exp):.2f}"
         assert row["control"] == f"{statistics.fmean(ctrl):.2f} ± {statistics.stdev(ctrl):.2f}"
         assert f"| pt-gpt2 | Java→C# | {metric.upper()} | {row['experimental']} |" in table
-        assert 0 <= float(row["p"].rstrip("*").split()[0]) <= 1
-    assert "Mann-Whitney U, two-sided, asymptotic (convention study-tables)" in table
+        assert set(row) >= {"p", "p (samples)"}
+    assert "| p | p (samples) |" in table
+    assert ("p: Wilcoxon signed-rank over repetitions paired by seed (exact, two-sided; with 5 "
+            "repetitions p >= 0.0625)") in table
     for row in rows:
         assert row["prediction"] == cut_at_marker(row["raw_output"])
         if row["group"] == "contaminated":
@@ -423,7 +438,7 @@ def test_plain_hugging_face_folder_generation_task(hf_gpt2, corpora, tmp_path):
     assert not result["config"]["bos_prefix"]  # this tokenizer adds no <s> by itself
     assert {r["metric"] for r in result["rows"]} == {"BLEU", "METEOR"}
     assert result["statistics"]["bleu"]["alternative"] == "greater"
-    assert "convention replication-package" in result["markdown"]
+    assert "(exact, greater; with 2 repetitions p >= 0.25)" in result["markdown"]
     assert all(result["data"][g]["truncated_prompts"] == 0 for g in ("contaminated", "perturbed"))
     _, code = read_pairs(corpora / LLAMA / "RQ4/pair-genne.json", TASKS["generation"])
     assert [r["reference"] for r in result["generations"][:2]] == code[:2]

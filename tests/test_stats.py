@@ -10,7 +10,7 @@ from scipy.stats import mannwhitneyu, wilcoxon
 from lab.common import LabError
 from lab.stats import (compare, crossover_differences, crossover_test, holm, mann_whitney,
                              min_seeds, permutation_mann_whitney, samples_needed, seed_level_test,
-                             seeds_needed, within_model_seeds)
+                             seeds_needed, signed_rank_test, within_model_seeds)
 
 SEPARATED = ([5.0, 6.0, 7.0, 8.0, 9.0], [1.0, 2.0, 3.0, 4.0, 4.5])  # five runs a side, no overlap
 
@@ -137,6 +137,19 @@ def test_crossover_pairs_and_signed_rank_test():
     assert crossover_test([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])[0] == pytest.approx(wilcoxon(
         [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], alternative="greater", method="exact").pvalue)
     assert crossover_test([0.0, 0.0])[0] is None
+
+
+def test_signed_rank_two_sided():
+    """Both tails of the exact signed-rank distribution (lab llm-eval's paired test)."""
+    for diffs in ([1.0, 2.0, 3.0, 4.0, 5.0], [-1.5, 2.0, 3.0, -4.0, 5.0, 6.0],
+                  [-1.0, -2.0, -3.0, -4.0, -5.0, 0.5]):
+        p, _test = signed_rank_test(diffs, "t", "two-sided")
+        assert p == pytest.approx(wilcoxon(diffs, alternative="two-sided", method="exact").pvalue)
+    # Five pairs all one way: the smallest p there is (2 * 2^-5), whatever the sizes.
+    assert signed_rank_test([0.1, 0.2, 0.3, 0.4, 9.0], "t", "two-sided")[0] == pytest.approx(0.0625)
+    assert signed_rank_test([0.1, 0.2, 0.3, 0.4, 9.0], "t")[0] == pytest.approx(0.03125)
+    with pytest.raises(LabError, match="alternative 'less'"):
+        signed_rank_test([1.0], "t", "less")
 
 
 def test_within_model_seeds_gaps_per_seed():

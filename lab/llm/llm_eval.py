@@ -3,7 +3,10 @@
 The study (Sections II-E, II-F) prompts LLaMA and StarCoder with a one-shot example per task
 (prompts from its replication package's README), samples with temperature 0.8, top-p 0.95 and
 top-k 50, keeps the first answer (up to 'END OF CASE'), repeats five times and compares the five
-corpus scores of the contaminated set with those of its perturbed control by Mann-Whitney U.
+corpus scores of the contaminated set with those of its perturbed control by Mann-Whitney U
+(`--test mann-whitney`). The repetitions are paired (both sets of repetition r share its seed)
+and so are the samples (line i of both files), so the default is a paired test (`--test paired`).
+
 Any local causal LM directory works; a lab micro GPT-2 stands in for an LLM in tests.
 """
 from __future__ import annotations
@@ -24,7 +27,7 @@ from lab.eval import metrics as metric_fns
 from lab.eval.generate import Decoding, check_sampling, padded
 from lab.models import (architecture_of, check_placement, device_param, dtype_param,
                         load_lab_model, place_model)
-from lab.stats import ALPHA, CONVENTIONS, compare
+from lab.stats import ALPHA, CONVENTIONS, compare, signed_rank_test
 
 MARKER = "END OF CASE"
 METRICS = ("bleu", "meteor")
@@ -280,8 +283,19 @@ def _mean_std(values: list[float]) -> str:
     return f"{statistics.fmean(values):.2f}{spread}"
 
 
+# How lab llm-eval compares the contaminated set with its perturbed twin (--test).
+TESTS = {
+    "paired": "Wilcoxon signed-rank, paired: repetition r of both sets draws with seed SEED + r, "
+              "and line i of both files is one sample in two forms",
+    "mann-whitney": "Mann-Whitney U over the repetitions taken as independent (the study's)",
+}
+REPETITIONS_PAIRED = "Wilcoxon signed-rank over repetitions paired by seed"
+SAMPLES_PAIRED = "Wilcoxon signed-rank over samples paired by line (mean over repetitions)"
+
+
 def markdown_table(rows: list[dict[str, str]], note: str) -> str:
-    header = ["model", "task", "metric", "experimental", "control", "p"]
+    header = [h for h in ("model", "task", "metric", "experimental", "control", "p",
+                          "p (samples)") if h in rows[0]]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row[h] for h in header) + " |" for row in rows]
     return "\n".join(lines) + f"\n\n{note}\n"
@@ -289,13 +303,14 @@ def markdown_table(rows: list[dict[str, str]], note: str) -> str:
 
 def _check_options(task: str | None, repetitions: int, temperature: float, top_p: float,
                    top_k: int, max_new_tokens: int, batch_size: int, limit: int | None,
-                   convention: str) -> None:
+                   convention: str, test: str) -> None:
     checks = [(repetitions >= 1, f"--repetitions {repetitions}: must be >= 1"),
               (max_new_tokens >= 1, f"--max-new-tokens {max_new_tokens}: must be >= 1"),
               (batch_size >= 1, f"--batch-size {batch_size}: must be >= 1"),
               (limit is None or limit >= 1, f"--limit {limit}: must be >= 1"),
               (convention in CONVENTIONS,
                f"--convention {convention}: choose from {', '.join(CONVENTIONS)}"),
+              (test in TESTS, f"--test {test}: choose from {', '.join(TESTS)}"),
               (task is None or task in TASKS, f"--task {task}: choose from {', '.join(TASKS)}")]
     for ok, message in checks:
         if not ok:
@@ -303,24 +318,64 @@ def _check_options(task: str | None, repetitions: int, temperature: float, top_p
     check_sampling(temperature, top_p, top_k)
 
 
-def compare_sets(scores: dict[str, dict[str, list[float]]], convention: str, seed: int,
-                 model_name: str, task: LlmTask) -> tuple[dict[str, Any], list[dict[str, str]]]:
-    """Per metric: contaminated (experimental) vs perturbed (control) repetition scores, as
-    statistics and as table rows (p starred at alpha; '(lower)' when the control is ahead)."""
+def _p_text(p: float | None, lift: float) -> str:
+    if p is None:
+        return "n/a"
+    text = f"{p:.4g}" + ("*" if p <= ALPHA else "")
+    return text + (" (lower)" if p <= ALPHA and lift < 0 else "")
+
+
+def compare_sets(scores: dict[str, dict[str, list[float]]],
+                 sample_scores: dict[str, dict[str, list[float]]], convention: str, test: str,
+                 seed: int, model_name: str, task: LlmTask
+                 ) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    """Per metric: contaminated (experimental) vs perturbed (control), as statistics and as
+    table rows (p starred at alpha; '(lower)' when the control is ahead). `scores`: corpus
+    scores per repetition; `sample_scores`: per-sample scores, line by line, averaged over the
+    repetitions. test 'paired': Wilcoxon signed-rank over the repetitions and over the samples,
+    with the convention's alternative; 'mann-whitney': the study's unpaired test."""
+    alternative = CONVENTIONS[convention][0]
     stats: dict[str, Any] = {}
     rows: list[dict[str, str]] = []
     for metric in METRICS:
         exp, ctrl = scores["contaminated"][metric], scores["perturbed"][metric]
         result = compare(exp, ctrl, convention, seed=seed)
-        stats[metric] = {**result.__dict__, "lift_ci": list(result.lift_ci),
-                         "std_experimental": statistics.stdev(exp) if len(exp) > 1 else None,
-                         "std_control": statistics.stdev(ctrl) if len(ctrl) > 1 else None,
-                         "test": result.convention(), "convention": convention}
-        p = f"{result.p:.4g}" + ("*" if result.p <= ALPHA else "")
-        p += " (lower)" if result.p <= ALPHA and result.lift < 0 else ""
-        rows.append({"model": model_name, "task": task.label, "metric": metric.upper(),
-                     "experimental": _mean_std(exp), "control": _mean_std(ctrl), "p": p})
+        entry = {**result.__dict__, "lift_ci": list(result.lift_ci),
+                 "std_experimental": statistics.stdev(exp) if len(exp) > 1 else None,
+                 "std_control": statistics.stdev(ctrl) if len(ctrl) > 1 else None,
+                 "test": result.convention(), "convention": convention, "pairing": test}
+        row = {"model": model_name, "task": task.label, "metric": metric.upper(),
+               "experimental": _mean_std(exp), "control": _mean_std(ctrl)}
+        if test == "paired":
+            p_runs, runs_test = signed_rank_test(
+                [e - c for e, c in zip(exp, ctrl)], f"{REPETITIONS_PAIRED}, {alternative}",
+                alternative)
+            per_sample = [e - c for e, c in zip(sample_scores["contaminated"][metric],
+                                                sample_scores["perturbed"][metric])]
+            p_samples, samples_test = signed_rank_test(
+                per_sample, f"{SAMPLES_PAIRED}, {alternative}", alternative)
+            entry.update(p_mann_whitney=result.p, p=p_runs, test=runs_test,
+                         p_samples=p_samples, samples_test=samples_test,
+                         samples=len(per_sample),
+                         sample_gap=sum(per_sample) / len(per_sample) if per_sample else None)
+            row.update(p=_p_text(p_runs, result.lift),
+                       **{"p (samples)": _p_text(p_samples, entry["sample_gap"] or 0.0)})
+        else:
+            row["p"] = _p_text(result.p, result.lift)
+        stats[metric] = entry
+        rows.append(row)
     return stats, rows
+
+
+def sample_means(generations: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
+    """Per set and metric: each line's per-sample score averaged over the repetitions."""
+    totals: dict[str, dict[str, dict[int, list[float]]]] = {
+        g: {m: {} for m in METRICS} for g in GROUPS}
+    for row in generations:
+        for metric in METRICS:
+            totals[row["group"]][metric].setdefault(row["index"], []).append(row[metric])
+    return {g: {m: [statistics.fmean(v) for _i, v in sorted(by_index.items())]
+                for m, by_index in metrics.items()} for g, metrics in totals.items()}
 
 
 @dataclass
@@ -344,9 +399,11 @@ class LlmEvalConfig:
     limit: int | None = param(None, "Only the first N pairs.")
     device: str = device_param("auto")
     dtype: str = dtype_param()
-    convention: str = param("study-tables", "Mann-Whitney convention: study-tables (the study's "
-                                            "tables), " + ", ".join(c for c in CONVENTIONS
-                                                                    if c != "study-tables") + ".")
+    test: str = param("paired", "; ".join(f"{name}: {what}" for name, what in TESTS.items()) + ".")
+    convention: str = param("study-tables", "Sides and exactness: study-tables (the study's "
+                                            "tables: two-sided), " + ", ".join(
+                                                c for c in CONVENTIONS if c != "study-tables")
+                            + "; the paired test takes its alternative.")
     out: Path | None = param(None, "Write generations.jsonl, results.json and table.md here.")
     force: bool = param(False, "Replace an existing output directory.")
 
@@ -360,7 +417,7 @@ def run_llm_eval(model: Path, contaminated: Path, perturbed: Path, **options: An
 
     started = time.perf_counter()
     _check_options(cfg.task, cfg.repetitions, cfg.temperature, cfg.top_p, cfg.top_k,
-                   cfg.max_new_tokens, cfg.batch_size, cfg.limit, cfg.convention)
+                   cfg.max_new_tokens, cfg.batch_size, cfg.limit, cfg.convention, cfg.test)
     check_numbers(seed=cfg.seed)
     device = check_placement(cfg.device, cfg.dtype)
     if cfg.seed + cfg.repetitions - 1 > SEED_MAX:  # repetition r runs with seed + r
@@ -413,16 +470,26 @@ def run_llm_eval(model: Path, contaminated: Path, perturbed: Path, **options: An
                     **{m: per_sample[m][i] for m in METRICS}})
     gen_seconds = time.perf_counter() - gen_started
 
-    stats, rows = compare_sets(scores, cfg.convention, cfg.seed, Path(model).name, spec)
+    stats, rows = compare_sets(scores, sample_means(generations), cfg.convention, cfg.test,
+                               cfg.seed, Path(model).name, spec)
     truncated = {g: sum(encoded[g][1]) for g in GROUPS}
-    methods = "/".join(sorted({s["method"] for s in stats.values()}))
+    alternative = CONVENTIONS[cfg.convention][0]
+    if cfg.test == "paired":
+        floor = 2.0 ** -cfg.repetitions * (2 if alternative == "two-sided" else 1)
+        tests = (f"p: {REPETITIONS_PAIRED} (exact, {alternative}; with {cfg.repetitions} "
+                 f"repetitions p >= {floor:.3g}); p (samples): {SAMPLES_PAIRED}, per-sample BLEU "
+                 f"(smoothed sentence BLEU) and METEOR ({alternative}). Unpaired Mann-Whitney U "
+                 "(the study's) with --test mann-whitney")
+    else:
+        methods = "/".join(sorted({s["method"] for s in stats.values()}))
+        tests = (f"p: Mann-Whitney U over repetitions as unpaired (the study's), {alternative}, "
+                 f"{methods} (convention {cfg.convention}); the repetitions are paired by seed: "
+                 "--test paired tests them as such")
     note = (f"Experimental: the contaminated set ({contaminated.name}), control: its perturbed "
             f"twin ({perturbed.name}); {len(data['contaminated'][0])} samples each. Corpus "
             f"BLEU-4 (CodeXGLUE) and METEOR, mean ± std over {cfg.repetitions} repetitions (seeds "
             f"{seeds[0]}-{seeds[-1]}; sampling temperature {cfg.temperature}, top-p {cfg.top_p}, top-k "
-            f"{cfg.top_k}; one-shot prompt, answer cut at '{MARKER}'). p: Mann-Whitney U, "
-            f"{CONVENTIONS[cfg.convention][0]}, {methods} (convention {cfg.convention}); "
-            f"* p <= {ALPHA}.")
+            f"{cfg.top_k}; one-shot prompt, answer cut at '{MARKER}'). {tests}; * p <= {ALPHA}.")
     if any(truncated.values()):
         note += (f" Prompts cut from the left to fit the model's {positions} positions: "
                  f"{truncated['contaminated']} contaminated, {truncated['perturbed']} perturbed.")
@@ -432,6 +499,7 @@ def run_llm_eval(model: Path, contaminated: Path, perturbed: Path, **options: An
         "config": {"repetitions": cfg.repetitions, "seed": cfg.seed, "temperature": cfg.temperature,
                    "top_p": cfg.top_p, "top_k": cfg.top_k, "max_new_tokens": cfg.max_new_tokens,
                    "batch_size": cfg.batch_size, "limit": cfg.limit, "convention": cfg.convention,
+                   "test": cfg.test,
                    "bos_prefix": bos, "device": device},
         "seeds": seeds,
         "data": {g: {"path": str(p), "sha256": sha256_file(p), "records": sizes[g],
