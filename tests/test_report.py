@@ -586,3 +586,30 @@ def test_baselines_are_shown_beside_the_arms_and_cells_below_them_flagged(tmp_pa
     em = _cell(report["cells"], metric="em", epochs=0)
     assert em["baselines"] == {"copy": 1.0, "retrieval": 0.5} and em["below_baseline"] is False
     assert report["figure"][0].stat().st_size > 0
+
+
+def test_split_half_cells_below_the_floor_are_flagged_like_arm_vs_control(tmp_path):
+    """The input-only quickstart's shape: injected and held-out halves both far below any
+    useful score (2.15 vs 0.62 BLEU there, p = 2e-5): the within-model tests are flagged †."""
+    rng = random.Random(2)
+    low, high = [], []
+    for scale, rows in ((1.0, low), (10.0, high)):
+        for seed in range(3):
+            for i in range(20):
+                group = "injected" if i < 10 else "held_out"
+                rows.append((seed, 0, f"codetrans:test:{seed}-{i}", group,
+                             scale * ((2.2 if group == "injected" else 0.6) + rng.random() * 0.2)))
+    for rows, name, flagged in ((low, "low", True), (high, "high", False)):
+        result = run_stats(write_split_study(tmp_path / name, rows))
+        cell = _cell(result["cells"])
+        assert cell["p_within"] < 0.05 and cell["p_seeds"] is not None
+        assert cell["below_floor_within"] is flagged
+        row = dict(zip(result["header"], next(r for r in result["rows"]
+                                              if r[5] == "paired" and r[2] == "bleu")))
+        for column in ("p (within)", "p (within, Holm)", "p (seeds)"):
+            assert row[column].endswith(" †") is flagged, (column, row[column])
+        if flagged:
+            assert "† both means (arm and control, or injected and held-out) below 5.0" in \
+                result["note"]
+    report = run_report(tmp_path / "low")
+    assert " †" in report["markdown"].split("\n\n")[0]  # the paper-style table too

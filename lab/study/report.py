@@ -274,6 +274,9 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
                                   if r.get(metric) is not None] for g in ("injected", "held_out")}
                     cell.update(injected=_mean(corpus["injected"], mean_i),
                                 held_out=_mean(corpus["held_out"], mean_h),
+                                below_floor_within=max(_mean(corpus["injected"], mean_i),
+                                                       _mean(corpus["held_out"], mean_h))
+                                < SCORE_FLOOR,
                                 injected_sample_mean=mean_i, held_out_sample_mean=mean_h,
                                 injected_samples=len(injected), held_out_samples=len(held),
                                 p_within=p_within, samples_for_power=samples_needed(
@@ -445,13 +448,22 @@ def _gap(cell: dict[str, Any]) -> str:
 def _crossover(cell: dict[str, Any]) -> str:
     if cell.get("p_crossover") is None:
         return "-"
-    return _significant(cell, "p_crossover", ".2g") + f" (n = {cell['crossover_samples']})"
+    return (_significant(cell, "p_crossover", ".2g") + f" (n = {cell['crossover_samples']})"
+            + (" †" if cell.get("below_floor_within") else ""))
 
 
 def _p(cell: dict[str, Any]) -> str:
     if cell.get("p") is None:
         return "-"
     return _significant(cell, "p", ".4g") + (" †" if cell.get("below_floor") else "")
+
+
+def _p_within(cell: dict[str, Any], key: str) -> str:
+    """A within-model p (injected vs held-out halves), flagged like _p when both halves score
+    below the floor."""
+    if cell.get(key) is None:
+        return "-"
+    return _significant(cell, key, ".2g") + (" †" if cell.get("below_floor_within") else "")
 
 
 def baseline_means(runs: list[dict[str, Any]], metric: str) -> dict[str, float]:
@@ -491,9 +503,9 @@ PAPER_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("per sample vs placebo", lambda c: _paired(c, "_vs_placebo")),
     ("seeds for 80% power", lambda c: _num(c, "seeds_for_power", "d")),
     ("injected", lambda c: _num(c, "injected")), ("held-out", lambda c: _num(c, "held_out")),
-    ("p (within)", lambda c: _significant(c, "p_within", ".2g")),
-    ("p (within, Holm)", lambda c: _significant(c, "p_within_holm", ".2g")),
-    ("gap/seed", _gap), ("p (seeds)", lambda c: _significant(c, "p_seeds", ".2g")),
+    ("p (within)", lambda c: _p_within(c, "p_within")),
+    ("p (within, Holm)", lambda c: _p_within(c, "p_within_holm")),
+    ("gap/seed", _gap), ("p (seeds)", lambda c: _p_within(c, "p_seeds")),
     ("p (crossover)", _crossover),
 ]
 TEXT_COLUMNS = {"model", "task", "metric", "train size", "arm"}  # left-aligned in LaTeX
@@ -512,10 +524,10 @@ STATS_COLUMNS = PAPER_COLUMNS[:7] + [
     ("per sample vs control", lambda c: _paired(c, "")),
     ("per sample vs placebo", lambda c: _paired(c, "_vs_placebo")),
     ("injected", lambda c: _num(c, "injected")), ("held-out", lambda c: _num(c, "held_out")),
-    ("p (within)", lambda c: _significant(c, "p_within", ".2g")),
-    ("p (within, Holm)", lambda c: _significant(c, "p_within_holm", ".2g")),
+    ("p (within)", lambda c: _p_within(c, "p_within")),
+    ("p (within, Holm)", lambda c: _p_within(c, "p_within_holm")),
     ("samples for 80% power", lambda c: _num(c, "samples_for_power", "d")),
-    ("gap/seed", _gap), ("p (seeds)", lambda c: _significant(c, "p_seeds", ".2g")),
+    ("gap/seed", _gap), ("p (seeds)", lambda c: _p_within(c, "p_seeds")),
     ("p (crossover)", _crossover),
 ]
 
@@ -619,8 +631,9 @@ def _note(cells: list[dict[str, Any]], within_power: bool) -> str:
             f"out, {CROSSOVER_TEST}, {_methods(cells, 'p_crossover', 'crossover_test')}, over "
             "the n samples (zero differences dropped, ties as midranks).")
     parts.append(f"* p <= alpha = {alpha}; '(lower)': significant with the arm below the control.")
-    if any(c.get("below_floor") for c in cells):
-        parts.append(f"† both means below {SCORE_FLOOR}: a lift there says little.")
+    if any(c.get("below_floor") or c.get("below_floor_within") for c in cells):
+        parts.append(f"† both means (arm and control, or injected and held-out) below "
+                     f"{SCORE_FLOOR}: a difference there says little.")
     if any(c.get("baselines") for c in cells):
         parts.append("baselines: what a program with no model scores on the same samples (copy: "
                      "the input unchanged; retrieval: the reference of the most similar "
