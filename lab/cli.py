@@ -415,7 +415,9 @@ def _exit_with_a_resume_line_on_signals(command: List[str]) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         for worker in multiprocessing.active_children():
             worker.kill()  # a stage cut short is redone (or resumed) by the next run
-        os.write(2, f"lab: interrupted; resume with: {again}\n".encode())
+        from lab.study.runner import console_stderr
+
+        os.write(console_stderr(), f"lab: interrupted; resume with: {again}\n".encode())
         raise SystemExit(128 + signum)  # unwinds: temporary outputs of this process are removed
 
     signal.signal(signal.SIGINT, stop)

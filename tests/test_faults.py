@@ -189,7 +189,7 @@ def test_a_resumed_stage_removes_what_a_killed_one_left(tmp_path):
     run_stage(stage, tmp_path, None, threads=1)
     assert stage.done(tmp_path)
     assert sorted(p.name for p in out.parent.iterdir() if p.name.startswith(out.name)) == \
-        sorted([out.name, out.name + ".lock"])
+        sorted([out.name, out.name + ".lock", out.name + ".log", out.name + ".timing.json"])
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])

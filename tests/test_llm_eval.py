@@ -384,7 +384,7 @@ def test_micro_gpt2_end_to_end_table_files_and_statistics(micro_run, corpora):
         stats = saved["statistics"][metric]
         assert stats["p_mann_whitney"] == pytest.approx(expected_p)
         # The default, paired: repetition r of both sets shares seed r; line i is one sample.
-        assert stats["pairing"] == "paired"
+        assert stats["pairing"] == "wilcoxon"
         assert stats["p"] == signed_rank_test([e - c for e, c in zip(exp, ctrl)], "t",
                                               "two-sided")[0]
         means = {g: [statistics.fmean(r[metric] for r in rows

@@ -191,6 +191,10 @@ def test_submitit_local_executor_reproduces_a_slice_of_the_study(tmp_path):
     summary = run_study(part, tmp_path / "slice", executor="submitit-local", workers=2)
     assert len(summary["ran"]) == len(expand(part)) == 7
     assert list((tmp_path / "slice" / "submitit").iterdir())  # the jobs' folders and logs
+    # Each job's stage logged and timed where the lab's own runs do it.
+    stages = tmp_path / "slice" / "stages"
+    assert len(list(stages.glob("*.log"))) == len(list(stages.glob("*.timing.json"))) == 7
+    assert summary["seconds"]["stages_timed"] == 7 and all(t["seconds"] > 0 for t in summary["ran"])
     inline = run_study(part, tmp_path / "inline")
     assert Path(summary["results"]).read_text() == Path(inline["results"]).read_text()
 

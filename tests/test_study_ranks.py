@@ -130,6 +130,8 @@ def test_submitit_runs_the_ranks_as_tasks_of_one_job(root, plain, backend):
     else:
         assert manifest["config"]["deepspeed"].endswith("zero2.json")
     assert list((root / name / "submitit").glob("*_1_log.out")), "no job ran a second task"
+    [log] = (root / name / "stages").glob("pretrain-*.log")  # rank 0's output, as any stage's
+    assert "'train_runtime'" in log.read_text()
 
 
 def test_job_parameters_of_a_paper_study_on_slurm_match_the_golden_file():

@@ -5,7 +5,7 @@ The study (Sections II-E, II-F) prompts LLaMA and StarCoder with a one-shot exam
 top-k 50, keeps the first answer (up to 'END OF CASE'), repeats five times and compares the five
 corpus scores of the contaminated set with those of its perturbed control by Mann-Whitney U
 (`--test mann-whitney`). The repetitions are paired (both sets of repetition r share its seed)
-and so are the samples (line i of both files), so the default is a paired test (`--test paired`).
+and so are the samples (line i of both files), so the default is a paired test (`--test wilcoxon`).
 
 Any local causal LM directory works; a lab micro GPT-2 stands in for an LLM in tests.
 """
@@ -285,7 +285,7 @@ def _mean_std(values: list[float]) -> str:
 
 # How lab llm-eval compares the contaminated set with its perturbed twin (--test).
 TESTS = {
-    "paired": "Wilcoxon signed-rank, paired: repetition r of both sets draws with seed SEED + r, "
+    "wilcoxon": "Wilcoxon signed-rank, paired: repetition r of both sets draws with seed SEED + r, "
               "and line i of both files is one sample in two forms",
     "mann-whitney": "Mann-Whitney U over the repetitions taken as independent (the study's)",
 }
@@ -332,7 +332,7 @@ def compare_sets(scores: dict[str, dict[str, list[float]]],
     """Per metric: contaminated (experimental) vs perturbed (control), as statistics and as
     table rows (p starred at alpha; '(lower)' when the control is ahead). `scores`: corpus
     scores per repetition; `sample_scores`: per-sample scores, line by line, averaged over the
-    repetitions. test 'paired': Wilcoxon signed-rank over the repetitions and over the samples,
+    repetitions. test 'wilcoxon': Wilcoxon signed-rank over the repetitions and over the samples,
     with the convention's alternative; 'mann-whitney': the study's unpaired test."""
     alternative = CONVENTIONS[convention][0]
     stats: dict[str, Any] = {}
@@ -346,7 +346,7 @@ def compare_sets(scores: dict[str, dict[str, list[float]]],
                  "test": result.convention(), "convention": convention, "pairing": test}
         row = {"model": model_name, "task": task.label, "metric": metric.upper(),
                "experimental": _mean_std(exp), "control": _mean_std(ctrl)}
-        if test == "paired":
+        if test == "wilcoxon":
             p_runs, runs_test = signed_rank_test(
                 [e - c for e, c in zip(exp, ctrl)], f"{REPETITIONS_PAIRED}, {alternative}",
                 alternative)
@@ -399,7 +399,7 @@ class LlmEvalConfig:
     limit: int | None = param(None, "Only the first N pairs.")
     device: str = device_param("auto")
     dtype: str = dtype_param()
-    test: str = param("paired", "; ".join(f"{name}: {what}" for name, what in TESTS.items()) + ".")
+    test: str = param("wilcoxon", "; ".join(f"{name}: {what}" for name, what in TESTS.items()) + ".")
     convention: str = param("study-tables", "Sides and exactness: study-tables (the study's "
                                             "tables: two-sided), " + ", ".join(
                                                 c for c in CONVENTIONS if c != "study-tables")
@@ -474,7 +474,7 @@ def run_llm_eval(model: Path, contaminated: Path, perturbed: Path, **options: An
                                cfg.seed, Path(model).name, spec)
     truncated = {g: sum(encoded[g][1]) for g in GROUPS}
     alternative = CONVENTIONS[cfg.convention][0]
-    if cfg.test == "paired":
+    if cfg.test == "wilcoxon":
         floor = 2.0 ** -cfg.repetitions * (2 if alternative == "two-sided" else 1)
         tests = (f"p: {REPETITIONS_PAIRED} (exact, {alternative}; with {cfg.repetitions} "
                  f"repetitions p >= {floor:.3g}); p (samples): {SAMPLES_PAIRED}, per-sample BLEU "
@@ -484,7 +484,7 @@ def run_llm_eval(model: Path, contaminated: Path, perturbed: Path, **options: An
         methods = "/".join(sorted({s["method"] for s in stats.values()}))
         tests = (f"p: Mann-Whitney U over repetitions as unpaired (the study's), {alternative}, "
                  f"{methods} (convention {cfg.convention}); the repetitions are paired by seed: "
-                 "--test paired tests them as such")
+                 "--test wilcoxon tests them as such")
     note = (f"Experimental: the contaminated set ({contaminated.name}), control: its perturbed "
             f"twin ({perturbed.name}); {len(data['contaminated'][0])} samples each. Corpus "
             f"BLEU-4 (CodeXGLUE) and METEOR, mean ± std over {cfg.repetitions} repetitions (seeds "

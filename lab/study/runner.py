@@ -265,6 +265,15 @@ def _timed(stage: Stage, study: Path, threads: int) -> Iterator[None]:
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
 
 
+_CONSOLE_FDS: list[tuple[int, int]] = []  # the console's stdout/stderr while a stage's log has 1/2
+
+
+def console_stderr() -> int:
+    """A descriptor of the console's stderr, also while a stage running in this process sends
+    descriptors 1 and 2 to its log (a signal handler's last line belongs on the console)."""
+    return _CONSOLE_FDS[0][1] if _CONSOLE_FDS else 2
+
+
 @contextlib.contextmanager
 def _output_to(log_path: Path) -> Iterator[None]:
     """Send this process's output to a stage's log: file descriptors 1 and 2 (library and
@@ -279,12 +288,14 @@ def _output_to(log_path: Path) -> Iterator[None]:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
         sys.stdout = sys.stderr = log
+        _CONSOLE_FDS.append(saved_fds)
         try:
             yield
         except BaseException:
             traceback.print_exc()
             raise
         finally:
+            _CONSOLE_FDS.pop()
             log.flush()
             sys.stdout, sys.stderr = saved_streams
             os.dup2(saved_fds[0], 1)
