@@ -399,7 +399,8 @@ class LlmEvalConfig:
     limit: int | None = param(None, "Only the first N pairs.")
     device: str = device_param("auto")
     dtype: str = dtype_param()
-    test: str = param("wilcoxon", "; ".join(f"{name}: {what}" for name, what in TESTS.items()) + ".")
+    test: str = param("wilcoxon",
+                      "; ".join(f"{name}: {what}" for name, what in TESTS.items()) + ".")
     convention: str = param("study-tables", "Sides and exactness: study-tables (the study's "
                                             "tables: two-sided), " + ", ".join(
                                                 c for c in CONVENTIONS if c != "study-tables")

@@ -105,6 +105,14 @@ def arm_tokens(recipe: Recipe, setting: str, bench: dict[str, Any], arm_document
     return (arm_documents - documents) * base_tokens + copies * sum(lengths)
 
 
+def _training_seconds(flops: float, kind: str, cfg: dict[str, Any]) -> float:
+    """CPU seconds of a pre-training or fine-tuning stage: its FLOPs at the measured
+    throughput, faster in bf16; random fine-tuning batches pay for their padding."""
+    seconds = flops / TRAIN_FLOPS_PER_SECOND[kind] / (BF16_SPEEDUP if cfg.get("bf16") else 1)
+    ungrouped = kind == "finetune" and not cfg.get("group_by_length")
+    return seconds * (UNGROUPED_PADDING if ungrouped else 1)
+
+
 def estimate(recipe: Recipe, stages: list[Any], study: Path) -> list[dict[str, Any]]:
     """One row per stage kind: stages, already done, tokens, FLOPs, estimated CPU seconds and
     GPU-hours on each named GPU (gpu_hours)."""
@@ -129,14 +137,12 @@ def estimate(recipe: Recipe, stages: list[Any], study: Path) -> list[dict[str, A
         elif stage.kind == "pretrain":
             tokens = arm_tokens(recipe, stage.labels["arm"], bench, arm_documents) * cfg["epochs"]
             flops = 6 * parameters(recipe, cfg["model"], cfg["preset"]) * tokens
-            seconds += flops / TRAIN_FLOPS_PER_SECOND["pretrain"] / (BF16_SPEEDUP if cfg.get("bf16") else 1)
+            seconds += _training_seconds(flops, "pretrain", cfg)
         elif stage.kind == "finetune":
             examples = min(cfg["train_size"] or train_n, train_n)
             tokens = examples * (train_in + train_out) / CHARS_PER_TOKEN * cfg["epochs"]
             flops = 6 * parameters(recipe, stage.labels["model"], preset_of(stage)) * tokens
-            seconds += (flops / TRAIN_FLOPS_PER_SECOND["finetune"]
-                        / (BF16_SPEEDUP if cfg.get("bf16") else 1)
-                        * (1 if cfg.get("group_by_length") else UNGROUPED_PADDING))
+            seconds += _training_seconds(flops, "finetune", cfg)
         elif stage.kind == "evaluate":
             samples = min(cfg.get("max_samples") or test_n, test_n)
             generated = cfg.get("max_new_tokens") or test_out / CHARS_PER_TOKEN

@@ -177,8 +177,9 @@ def history_without_timing(history: list[dict[str, Any]]) -> list[dict[str, Any]
 def quiet_training(deepspeed_config: Any) -> Iterator[None]:
     """Two library habits that print a warning in every training stage, neither about the run:
     - accelerate, wherever DeepSpeed is installed, imports it to unwrap every model the Trainer
-      touches or transformers saves, configured or not; the import takes seconds and logs "Setting accelerator to
-      CPU". Without a DeepSpeed config, accelerate is told DeepSpeed is absent.
+      touches or transformers saves, configured or not; the import takes seconds and logs
+      "Setting accelerator to CPU". Without a DeepSpeed config, accelerate is told DeepSpeed is
+      absent.
     - EncoderDecoderModel warns on every forward pass given labels that "decoder_input_ids ...
       no need to pass them yourself", even when labels are all it is given (the current way,
       which the lab's collators use)."""
@@ -187,8 +188,9 @@ def quiet_training(deepspeed_config: Any) -> Iterator[None]:
     hide = deepspeed_config is None and hasattr(accelerate_other, "is_deepspeed_available")
     saved = getattr(accelerate_other, "is_deepspeed_available", None)
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=FutureWarning,
-                                message=r"Version v4\.12\.0 introduces a better way to train encoder-decoder")
+        warnings.filterwarnings(
+            "ignore", category=FutureWarning,
+            message=r"Version v4\.12\.0 introduces a better way to train encoder-decoder")
         if hide:
             accelerate_other.is_deepspeed_available = lambda: False
         try:
