@@ -149,9 +149,15 @@ LOADERS = {"causal-lm": "AutoModelForCausalLM", "masked-lm": "AutoModelForMasked
 # Weights a lab checkpoint carries beyond, or lacks of, the class that loads it, by design: a
 # pre-trained masked LM's head is no part of the encoder that fine-tuning builds from it, and
 # that encoder has no pooler, which EncoderDecoderModel adds (randomly initialised, never used)
-# when it loads one. transformers would print a "LOAD REPORT" of them in every such stage.
-EXPECTED_AT_LOAD = {"RobertaModel": {"_keys_to_ignore_on_load_unexpected": [r"^lm_head\."]},
-                    "EncoderDecoderModel": {"_keys_to_ignore_on_load_missing": [r"^encoder\.pooler\."]}}
+# when it loads one; a decoder warm-started from it (--decoder-init encoder) starts its
+# cross-attention new and keeps only its first --decoder-layers layers. transformers would print
+# a "LOAD REPORT" of them in every such stage.
+EXPECTED_AT_LOAD = {
+    "RobertaModel": {"_keys_to_ignore_on_load_unexpected": [r"^lm_head\."]},
+    "EncoderDecoderModel": {"_keys_to_ignore_on_load_missing": [r"^encoder\.pooler\."]},
+    "RobertaForCausalLM": {"_keys_to_ignore_on_load_missing": [r"\.crossattention\."],
+                           "_keys_to_ignore_on_load_unexpected": [r"^roberta\.encoder\.layer\.\d+\."]},
+}
 
 
 @contextlib.contextmanager
@@ -161,6 +167,14 @@ def expected_at_load(loader: Any) -> Iterator[None]:
         for attribute, patterns in EXPECTED_AT_LOAD.get(loader.__name__, {}).items():
             stack.enter_context(mock.patch.object(loader, attribute, patterns))
         yield
+
+
+def load_weights(loader: Any, folder: Path, option: str = "", **kwargs: Any) -> Any:
+    """`loader.from_pretrained(folder)` the one way the lab loads weights: damaged files are one
+    LabError naming the folder (and `option`), weights left out by design are not reported
+    (EXPECTED_AT_LOAD), and GPT-2's loss is named (with_named_loss)."""
+    with loading(folder, option), expected_at_load(loader):
+        return with_named_loss(loader.from_pretrained(str(folder), **kwargs))
 
 
 def architecture_of(manifest: dict[str, Any]) -> str | None:
@@ -189,9 +203,9 @@ def load_lab_model(model_dir: Path, architecture: str, option: str = "--model") 
 
     weights = Path(model_dir) / WEIGHTS_SUBDIR
     loader = getattr(transformers, LOADERS[architecture])
-    with loading(weights, option), expected_at_load(loader):
+    with loading(weights, option):
         tokenizer = transformers.PreTrainedTokenizerFast.from_pretrained(str(weights))
-        model = with_named_loss(loader.from_pretrained(str(weights)))
+    model = load_weights(loader, weights, option)
     model.eval()
     return model, tokenizer
 

@@ -332,6 +332,17 @@ def within_model_seeds(scores: Iterable[tuple[Any, str, str, float]]) -> dict[st
 
 
 ALPHA = 0.05  # every convention's significance level; the power notes use it
+
+
+def starred_p(p: float | None, lift: float | None, alpha: float = ALPHA, spec: str = ".4g") -> str:
+    """A p-value as the lab's tables show it: '-' when untested, starred at or below alpha, and
+    a significant difference in the wrong direction (lift < 0) says '(lower)', since a
+    two-sided test fires either way."""
+    if p is None:
+        return "-"
+    if p > alpha:
+        return format(p, spec)
+    return format(p, spec) + "*" + (" (lower)" if (lift or 0) < 0 else "")
 POWER = 0.8
 EFFICIENCY = 0.955  # Mann-Whitney's asymptotic efficiency relative to the t-test (3/pi)
 

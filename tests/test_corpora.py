@@ -170,7 +170,7 @@ def _concode_root(root: Path, n: int, splits=("dev",)) -> Path:
 def test_search_order_corpora_then_env_then_cwd(tmp_path, monkeypatch, offline_and_isolated):
     flag = _concode_root(tmp_path / "flag", 1)
     env = _concode_root(tmp_path / "env", 2, splits=("dev", "test"))
-    local = _concode_root(offline_and_isolated / "corpora", 3, splits=("dev", "test"))
+    _concode_root(offline_and_isolated / "corpora", 3, splits=("dev", "test"))
     monkeypatch.setenv("LAB_CORPORA", str(env))
 
     loaded = load_samples("concode", "dev", flag)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -163,7 +164,8 @@ def test_bad_inputs(pretrained, tmp_path):
 
 def test_roberta_decoder_warm_started_from_the_encoder(pretrained, tmp_path):
     """--decoder-init encoder (BERT2BERT): the decoder's layers, embeddings and LM head are the
-    pre-trained model's, cross-attention is new; the default stays a random decoder."""
+    pre-trained model's, cross-attention is new (quietly: no report of the weights that are new
+    or left out by design); the default stays a random decoder."""
     from types import SimpleNamespace
 
     import torch
@@ -190,6 +192,16 @@ def test_roberta_decoder_warm_started_from_the_encoder(pretrained, tmp_path):
                        mlm.roberta.encoder.layer[0].output.dense.weight)
     with pytest.raises(LabError, match="--decoder-init encoder copies layers of the encoder"):
         build_seq2seq(weights, tokenizer, layers + 1, "encoder")
+    reports: list[logging.LogRecord] = []
+    listener = logging.Handler()
+    listener.emit = reports.append
+    logging.getLogger("transformers").addHandler(listener)  # it does not propagate to caplog
+    try:
+        shallow = build_seq2seq(weights, tokenizer, layers - 1 or layers, "encoder")
+    finally:
+        logging.getLogger("transformers").removeHandler(listener)
+    assert not [r for r in reports if "LOAD REPORT" in r.getMessage()]
+    assert len(shallow.decoder.roberta.encoder.layer) == (layers - 1 or layers)
     manifest = run_finetune(FinetuneConfig(
         pretrained=source, task="translation", epochs=2, out=tmp_path / "ft", train_size=16,
         log_steps=1, batch_size=4, lr=3e-3, max_target_length=48, decoder_layers=layers, decoder_init="encoder"))

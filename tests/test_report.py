@@ -147,7 +147,7 @@ def test_convention_and_alpha_come_from_the_recipe_and_mark_significance(tmp_pat
     (study / "recipe.json").write_text(json.dumps(
         {"statistics": {"convention": "replication-package", "alpha": 0.001}}))
     result = run_stats(study)
-    paired, lower = _cell(result["cells"]), _cell(result["cells"], "input-only")
+    paired = _cell(result["cells"])
     assert paired["convention"] == "replication-package" and paired["alpha"] == 0.001
     assert paired["p"] == pytest.approx(0.003968, rel=1e-3)
     row = next(r for r in result["rows"] if r[5] == "paired" and r[2] == "bleu" and r[3] == "0")

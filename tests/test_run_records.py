@@ -7,8 +7,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from lab.study import runner
 from lab.study.runner import Stage, log_warnings, recorded_seconds, stage_log
 

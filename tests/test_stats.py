@@ -10,7 +10,7 @@ from scipy.stats import mannwhitneyu, wilcoxon
 from lab.common import LabError
 from lab.stats import (compare, crossover_differences, crossover_test, holm, mann_whitney,
                              min_seeds, permutation_mann_whitney, samples_needed, seed_level_test,
-                             seeds_needed, signed_rank_test, within_model_seeds)
+                             seeds_needed, signed_rank_test, starred_p, within_model_seeds)
 
 SEPARATED = ([5.0, 6.0, 7.0, 8.0, 9.0], [1.0, 2.0, 3.0, 4.0, 4.5])  # five runs a side, no overlap
 
@@ -137,6 +137,17 @@ def test_crossover_pairs_and_signed_rank_test():
     assert crossover_test([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])[0] == pytest.approx(wilcoxon(
         [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], alternative="greater", method="exact").pvalue)
     assert crossover_test([0.0, 0.0])[0] is None
+
+
+def test_starred_p_marks_significance_and_its_direction():
+    """The one p-value format of every table (lab report, lab llm-eval): a star at alpha, and
+    '(lower)' when a two-sided test fires because the arm is behind."""
+    assert starred_p(None, 3.0) == "-"
+    assert starred_p(0.2, 3.0) == "0.2"
+    assert starred_p(0.05, 3.0) == "0.05*"
+    assert starred_p(0.01, -3.0, spec=".2g") == "0.01* (lower)"
+    assert starred_p(0.2, -3.0) == "0.2"
+    assert starred_p(0.04, 1.0, alpha=0.01) == "0.04"
 
 
 def test_signed_rank_two_sided():

@@ -27,7 +27,7 @@ from lab.eval import metrics as metric_fns
 from lab.eval.generate import Decoding, check_sampling, padded
 from lab.models import (architecture_of, check_placement, device_param, dtype_param,
                         load_lab_model, place_model)
-from lab.stats import ALPHA, CONVENTIONS, compare, signed_rank_test
+from lab.stats import ALPHA, CONVENTIONS, compare, signed_rank_test, starred_p
 
 MARKER = "END OF CASE"
 METRICS = ("bleu", "meteor")
@@ -318,13 +318,6 @@ def _check_options(task: str | None, repetitions: int, temperature: float, top_p
     check_sampling(temperature, top_p, top_k)
 
 
-def _p_text(p: float | None, lift: float) -> str:
-    if p is None:
-        return "n/a"
-    text = f"{p:.4g}" + ("*" if p <= ALPHA else "")
-    return text + (" (lower)" if p <= ALPHA and lift < 0 else "")
-
-
 def compare_sets(scores: dict[str, dict[str, list[float]]],
                  sample_scores: dict[str, dict[str, list[float]]], convention: str, test: str,
                  seed: int, model_name: str, task: LlmTask
@@ -358,10 +351,10 @@ def compare_sets(scores: dict[str, dict[str, list[float]]],
                          p_samples=p_samples, samples_test=samples_test,
                          samples=len(per_sample),
                          sample_gap=sum(per_sample) / len(per_sample) if per_sample else None)
-            row.update(p=_p_text(p_runs, result.lift),
-                       **{"p (samples)": _p_text(p_samples, entry["sample_gap"] or 0.0)})
+            row.update(p=starred_p(p_runs, result.lift),
+                       **{"p (samples)": starred_p(p_samples, entry["sample_gap"])})
         else:
-            row["p"] = _p_text(result.p, result.lift)
+            row["p"] = starred_p(result.p, result.lift)
         stats[metric] = entry
         rows.append(row)
     return stats, rows

@@ -25,7 +25,7 @@ from lab.eval.generate import EXCLUDED_FROM_CLEAN
 from lab.study.runner import BASELINE_PREFIX, PROBE_COLUMNS, PROBES, RESULTS, SAMPLES
 from lab.stats import (ALPHA, ASYMPTOTIC_TIES, CONVENTIONS, CROSSOVER_TEST, DEFAULT_CONVENTION,
                        EXACT_SPLITS, PAIRED_SAMPLES_TEST, PERMUTATION_TIES, POWER, SEEDS_TEST,
-                       compare, holm, membership_auc, paired_sample_differences,
+                       compare, holm, membership_auc, paired_sample_differences, starred_p,
                        paired_within_model,
                        samples_needed, seeds_needed, signed_rank_test, within_model_seeds)
 from lab.study.dose import dose_stats, dose_table
@@ -413,14 +413,7 @@ def _lift(cell: dict[str, Any], suffix: str = "") -> str:
 
 
 def _significant(cell: dict[str, Any], key: str, spec: str) -> str:
-    """A p-value, starred at or below the study's alpha; a significant difference in the wrong
-    direction (the arm below the control) says so, since a two-sided test fires either way."""
-    text = _num(cell, key, spec)
-    if cell.get(key) is not None and cell[key] <= cell["alpha"]:
-        text += "*"
-        if cell.get(LIFT_OF.get(key, ""), 0) < 0:
-            text += " (lower)"
-    return text
+    return starred_p(cell.get(key), cell.get(LIFT_OF.get(key, "")), cell["alpha"], spec)
 
 
 # The lift whose sign a two-sided p-value's star is read with.

@@ -21,7 +21,7 @@ from lab.common import (DataNotFound, LabError, atomic_output_dir, check_numbers
                         param, read_text_file, write_json_atomic)
 from lab.contamination import SEP_MARKER
 from lab.corpora import Sample, get_spec, load_samples
-from lab.models import expected_at_load, positions_of, with_named_loss
+from lab.models import load_weights, positions_of
 from lab.train.common import (
     TENSORBOARD_DIR, history_without_timing, make_guarded_trainer_class, quiet_training,
     report_targets, report_to_param, state_sha256, training_arguments,
@@ -202,8 +202,7 @@ def build_seq2seq(encoder_dir: Path, tokenizer: Any, decoder_layers: int,
     import torch
     from transformers import EncoderDecoderModel, RobertaConfig, RobertaForCausalLM, RobertaModel
 
-    with loading(encoder_dir), expected_at_load(RobertaModel):
-        encoder = RobertaModel.from_pretrained(str(encoder_dir), add_pooling_layer=False)
+    encoder = load_weights(RobertaModel, encoder_dir, add_pooling_layer=False)
     if decoder_init == "encoder" and decoder_layers > encoder.config.num_hidden_layers:
         raise LabError(f"--decoder-layers {decoder_layers}: --decoder-init encoder copies "
                        f"layers of the encoder, which has {encoder.config.num_hidden_layers}")
@@ -212,8 +211,7 @@ def build_seq2seq(encoder_dir: Path, tokenizer: Any, decoder_layers: int,
                                       "num_hidden_layers": decoder_layers})
     if decoder_init == "encoder":
         # The masked LM's layers, embeddings and LM head; cross-attention starts random.
-        with loading(encoder_dir):
-            decoder = RobertaForCausalLM.from_pretrained(str(encoder_dir), config=decoder_config)
+        decoder = load_weights(RobertaForCausalLM, encoder_dir, config=decoder_config)
     else:
         decoder = RobertaForCausalLM(decoder_config)
         # CodeXGLUE's decoder shares the encoder's embeddings; a copy gives the same start
@@ -385,8 +383,7 @@ def _finetune(cfg: FinetuneConfig) -> dict[str, Any]:
 
     set_seed(cfg.seed)
     if family == "gpt2":
-        with loading(model_dir, "--pretrained"):
-            model = with_named_loss(AutoModelForCausalLM.from_pretrained(str(model_dir)))
+        model = load_weights(AutoModelForCausalLM, model_dir, "--pretrained")
     else:
         model = build_seq2seq(model_dir, tokenizer, cfg.decoder_layers, cfg.decoder_init)
     init_sha = state_sha256(model)
