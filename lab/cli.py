@@ -373,10 +373,14 @@ def study(
         for problem in plan["problems"]:
             console.print(f"cannot start here: {problem}", markup=False, highlight=False,
                           soft_wrap=True)
+        for warning in plan["warnings"]:
+            console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
         return
-    from lab.study.preflight import check_ready
+    from lab.study.preflight import check_ready, slow_settings
 
     check_ready(parsed, folder, corpora, executor)  # before the progress display opens
+    for warning in slow_settings(parsed, folder, executor):
+        console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
     again = ["lab", "study", str(recipe), "--out", str(folder)]
     again += ["--executor", executor] if executor != "local" else []
     for option, values in (("--set", set_ or []), ("--slurm", slurm or []),

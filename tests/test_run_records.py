@@ -69,8 +69,10 @@ def test_log_warnings_are_distinct_and_without_timestamps(tmp_path):
                    "/x/y.py:3: FutureWarning: soon gone\n"
                    "  warnings.warn(\n"
                    "[transformers] `loss_type=None` was set\n"
+                   "lab: warning: bf16: emulated\n"
                    "warnings in a model name: not a warning line\n")
     assert log_warnings(log) == ["[WARNING] [real_accelerator.py:213:get_accelerator] CPU",
                                  "/x/y.py:3: FutureWarning: soon gone",
-                                 "[transformers] `loss_type=None` was set"]
+                                 "[transformers] `loss_type=None` was set",
+                                 "lab: warning: bf16: emulated"]
     assert log_warnings(tmp_path / "missing.log") == []

@@ -404,3 +404,58 @@ def test_by_model_changes_only_that_models_stages():
     assert {s.config["epochs"] for s in roberta if s.kind == "finetune"} == {2, 3}
     gpt2 = [s for s in tuned if s.labels.get("model") == "gpt2"]
     assert {s.config["epochs"] for s in gpt2 if s.kind == "finetune"} == {1}
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bf16_without_bfloat16_instructions_is_a_warning_and_costs_more(monkeypatch, tmp_path,
+                                                                         native):
+    """bf16 autocast on a CPU without bfloat16 instructions is emulated, 26x slower than float32:
+    the study says so before its first stage, and the estimate counts it."""
+    import lab.train.common as training
+
+    monkeypatch.setattr(training, "bf16_is_native", lambda: native)
+    recipes = {bf16: load_recipe(RECIPE, [f"pretrain.bf16={str(bf16).lower()}",
+                                          f"finetune.bf16={str(bf16).lower()}"])
+               for bf16 in (True, False)}
+    plans = {bf16: run_study(recipe, tmp_path / "s", dry_run=True)
+             for bf16, recipe in recipes.items()}
+    from lab.study.cost import STAGE_OVERHEAD_SECONDS
+
+    seconds = {bf16: {row["kind"]: row["seconds"] - row["stages"] * STAGE_OVERHEAD_SECONDS[row["kind"]]
+                      for row in plan["estimate"]}
+               for bf16, plan in plans.items()}
+    ratio = seconds[True]["pretrain"] / seconds[False]["pretrain"]
+    assert plans[False]["warnings"] == []
+    if native:
+        assert plans[True]["warnings"] == [] and ratio == pytest.approx(1 / 1.47)
+    else:
+        assert len(plans[True]["warnings"]) == 1
+        assert plans[True]["warnings"][0].startswith("finetune.bf16 and pretrain.bf16: this CPU")
+        assert ratio == pytest.approx(26)
+        slurm = run_study(recipes[True], tmp_path / "s", dry_run=True, executor="slurm")
+        assert slurm["warnings"] == []  # its stages run on the cluster's hardware
+    assert not (tmp_path / "s").exists()
+
+
+def test_training_warns_when_bf16_is_emulated(monkeypatch, tmp_path, capsys):
+    import lab.train.common as training
+
+    for native, expected in ((True, ""), (False, "lab: warning: bf16: this CPU")):
+        monkeypatch.setattr(training, "bf16_is_native", lambda: native)
+        args = training.training_arguments(tmp_path, bf16=True)
+        assert args.bf16 and capsys.readouterr().err.startswith(expected)
+    training.training_arguments(tmp_path, bf16=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_bf16_is_native_reads_the_cpu(monkeypatch):
+    import torch
+
+    import lab.train.common as training
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(training.platform, "machine", lambda: "x86_64")
+    for avx512_bf16, amx, native in ((False, False, False), (True, False, True), (False, True, True)):
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+        assert training.bf16_is_native() is native

@@ -28,7 +28,8 @@ CSN_DOCUMENT_CHARS = 740     # mean CSN-format Java method
 # short (a CodeTrans pair is ~96 tokens), 8,060 useful tokens/s in bf16 with length-grouped
 # batches (benchmarks/finetune_search.md), i.e. 5,480 in float32.
 TRAIN_FLOPS_PER_SECOND = {"pretrain": 87e9, "finetune": 142e9}
-BF16_SPEEDUP = 1.47           # bf16 autocast inside the Trainer (README: 3,354 -> 4,926 tokens/s)
+BF16_SPEEDUP = 1.47           # bf16 autocast inside the Trainer on a CPU with AVX-512 BF16
+                              # (README: 3,354 -> 4,926 tokens/s)
 UNGROUPED_PADDING = 2.05      # fine-tuning samples/s grouped by length vs random batches (85.3 / 41.7)
 GENERATE_FLOPS_PER_SECOND = 15e9  # batched greedy decoding, KV cache, tiny preset
 INJECT_SECONDS_PER_BASE_DOCUMENT = 6e-5  # 7 s for the full 120k-document corpus
@@ -106,9 +107,14 @@ def arm_tokens(recipe: Recipe, setting: str, bench: dict[str, Any], arm_document
 
 
 def _training_seconds(flops: float, kind: str, cfg: dict[str, Any]) -> float:
-    """CPU seconds of a pre-training or fine-tuning stage: its FLOPs at the measured
-    throughput, faster in bf16; random fine-tuning batches pay for their padding."""
-    seconds = flops / TRAIN_FLOPS_PER_SECOND[kind] / (BF16_SPEEDUP if cfg.get("bf16") else 1)
+    """CPU seconds of a pre-training or fine-tuning stage on this machine: its FLOPs at the
+    measured throughput, faster in bf16 where the CPU has bfloat16 instructions and far slower
+    where it has not; random fine-tuning batches pay for their padding."""
+    from lab.train.common import BF16_EMULATED_SLOWDOWN, bf16_is_native
+
+    seconds = flops / TRAIN_FLOPS_PER_SECOND[kind]
+    if cfg.get("bf16"):
+        seconds = seconds / BF16_SPEEDUP if bf16_is_native() else seconds * BF16_EMULATED_SLOWDOWN
     ungrouped = kind == "finetune" and not cfg.get("group_by_length")
     return seconds * (UNGROUPED_PADDING if ungrouped else 1)
 

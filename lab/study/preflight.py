@@ -67,6 +67,21 @@ def preflight(recipe: Recipe, study: Path, corpora_dir: Path | None = None,
     return list(dict.fromkeys(" ".join(p.split()) for p in problems))
 
 
+def slow_settings(recipe: Recipe, study: Path, executor: str = "local") -> list[str]:
+    """Settings that run here, but far slower than their author meant them to: bf16 autocast on a
+    CPU without bfloat16 instructions. Warnings, not problems: a run that must match bf16 numbers
+    may accept the cost. Stages that run elsewhere (SLURM) are not judged by this machine."""
+    from lab.study.runner import expand
+    from lab.train.common import bf16_is_native, slow_bf16
+
+    if executor == "slurm":
+        return []
+    fields = sorted({f"{stage.kind}.bf16" for stage in expand(recipe)
+                     if stage.kind in ("pretrain", "finetune") and stage.config.get("bf16")
+                     and not stage.done(Path(study))})
+    return [slow_bf16(" and ".join(fields))] if fields and not bf16_is_native() else []
+
+
 def check_study_folder(study: Path) -> list[str]:
     """The study folder is a writable folder, or can be made (its nearest existing ancestor is
     a writable folder)."""

@@ -753,8 +753,8 @@ def _schedule(stages: list[Stage], study: Path, submit: Callable[[Stage], Any], 
 
 # A warning line in a stage log: Python's warnings ("...Warning: ..."), the `logging` records of
 # DeepSpeed and others ("[WARNING]", "WARNING:"), and transformers' logger, whose default format
-# prefixes "[transformers]" and shows warnings and errors only.
-WARNING_LINE = re.compile(r"Warning: |\[WARNING\]|\bWARNING\b|^\[transformers\] ")
+# prefixes "[transformers]" and shows warnings and errors only, and the lab's own ("lab: warning:").
+WARNING_LINE = re.compile(r"Warning: |\[WARNING\]|\bWARNING\b|^\[transformers\] |^lab: warning: ")
 _LOG_TIMESTAMP = re.compile(r"^\[?\d{4}-\d\d-\d\d[ T][\d:,.]+\]?\s*")
 
 
@@ -860,7 +860,7 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
     study = Path(study)
     stages = expand(recipe)
     check_executor(executor, workers)
-    from lab.study.preflight import check_ready, preflight
+    from lab.study.preflight import check_ready, preflight, slow_settings
 
     data = study_data(recipe, corpora_dir)
     changed_data = data_change(read_summary(study).get("data"), data)
@@ -874,7 +874,8 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
         return {"stages": len(stages), "done": sum(s.done(study) for s in stages),
                 "estimate": estimate(recipe, stages, study),
                 "problems": [*preflight(recipe, study, corpora_dir, executor),
-                             *([changed_data] if changed_data else [])]}
+                             *([changed_data] if changed_data else [])],
+                "warnings": slow_settings(recipe, study, executor)}
     if changed_data:
         raise LabError(changed_data)
     if not ready_checked:
