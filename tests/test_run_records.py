@@ -76,3 +76,37 @@ def test_log_warnings_are_distinct_and_without_timestamps(tmp_path):
                                  "[transformers] `loss_type=None` was set",
                                  "lab: warning: bf16: emulated"]
     assert log_warnings(tmp_path / "missing.log") == []
+
+
+def test_stages_run_seed_by_seed_so_a_stopped_study_holds_whole_comparisons(tmp_path):
+    """Expanded arm by arm, run seed by seed: after any prefix of the run, every arm of the first
+    seeds is finished (inputs still come first)."""
+    study = tmp_path / "study"
+    (study / "stages").mkdir(parents=True)
+    stages = []
+    for arm in ("control", "paired"):
+        for seed in (0, 1):
+            trained = Stage("pretrain", {"arm": arm, "seed": seed}, labels={"arm": arm, "seed": seed})
+            scored = Stage("evaluate", {"of": trained.key}, inputs=[trained],
+                           labels={"arm": arm, "seed": seed})
+            stages += [trained, scored]
+    order = []
+
+    class Finished:
+        def done(self):
+            return True
+
+        def result(self):
+            return None
+
+    def submit(stage):
+        order.append((stage.kind, stage.labels["arm"], stage.labels["seed"]))
+        stage.out(study).mkdir(parents=True)
+        (stage.out(study) / "manifest.json").write_text("{}")
+        return Finished()
+
+    runner._schedule(stages, study, submit, 1, lambda *event: None)
+    assert order == [("pretrain", "control", 0), ("evaluate", "control", 0),
+                     ("pretrain", "paired", 0), ("evaluate", "paired", 0),
+                     ("pretrain", "control", 1), ("evaluate", "control", 1),
+                     ("pretrain", "paired", 1), ("evaluate", "paired", 1)]

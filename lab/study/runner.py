@@ -710,8 +710,16 @@ class _SubmititHandle:
 
 def _schedule(stages: list[Stage], study: Path, submit: Callable[[Stage], Any], workers: int,
               on_event: Callable[..., None]) -> list[dict[str, Any]]:
-    """Run every unfinished stage once its inputs are finished, at most `workers` at a time."""
-    waiting = [s for s in stages if not s.done(study)]
+    """Run every unfinished stage once its inputs are finished, at most `workers` at a time,
+    seed by seed: a study stopped part-way (hours of CPU, a session's end) then holds every arm
+    of the seeds it finished, i.e. complete comparisons, not every seed of its first arms. The
+    order changes no result: each stage's inputs and seed are fixed by its key."""
+    seed_rank: dict[Any, int] = {}
+    for stage in stages:
+        seed_rank.setdefault(stage.labels.get("seed"), len(seed_rank))
+    position = {id(stage): index for index, stage in enumerate(stages)}
+    waiting = sorted((s for s in stages if not s.done(study)),
+                     key=lambda s: (seed_rank[s.labels.get("seed")], position[id(s)]))
     running: dict[str, tuple[Stage, Any, float]] = {}
     timings = []
     warned: set[str] = set()
