@@ -613,3 +613,27 @@ def test_split_half_cells_below_the_floor_are_flagged_like_arm_vs_control(tmp_pa
                 result["note"]
     report = run_report(tmp_path / "low")
     assert " †" in report["markdown"].split("\n\n")[0]  # the paper-style table too
+
+
+def test_the_figure_draws_each_baseline_at_its_measured_values():
+    """A baseline that differs between cells (retrieval from another pool) is drawn through its
+    values, not at their mean, which no program scored."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lab.study.figure import _panel
+
+    series = [{"epochs": e, "mean": 10.0 + e, "std": 0, "baselines": {"copy": 18.78, "retrieval": r}}
+              for e, r in ((0, 24.6), (1, 12.75), (5, 12.75))]
+    fig, ax = plt.subplots()
+    try:
+        _panel(ax, series, "paired", "bleu")
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        assert set(lines["baseline: copy"].get_ydata()) == {18.78}
+        retrieval = lines["baseline: retrieval"]
+        assert list(retrieval.get_xdata()) == [0, 1, 5]
+        assert list(retrieval.get_ydata()) == [24.6, 12.75, 12.75]
+    finally:
+        plt.close(fig)

@@ -53,15 +53,20 @@ def _panel(ax: Any, series: list[dict[str, Any]], arm: str, metric: str) -> None
     else:  # neither a control nor a split-half pair: the arm's score alone
         ax.errorbar([c["epochs"] for c in series], [c["mean"] for c in series],
                     yerr=[c["std"] or 0 for c in series], marker="s", capsize=3, label=arm)
-    # The trivial baselines (same samples; the same at every epoch count but for the
-    # retrieval pool, so drawn at their mean over the panel): the floor a model must clear.
-    baselines: dict[str, list[float]] = {}
+    # The trivial baselines on the same samples: the floor a model must clear. A baseline the
+    # same in every cell is a horizontal line; one that is not (retrieval pools the fine-tuning
+    # data, none at E = 0) is drawn through its value at each epoch count, never averaged.
+    baselines: dict[str, dict[int, float]] = {}
     for cell in series:
         for name, value in (cell.get("baselines") or {}).items():
-            baselines.setdefault(name, []).append(value)
-    for (name, values), style in zip(sorted(baselines.items()), (":", "-.", "--")):
-        ax.axhline(sum(values) / len(values), color="grey", lw=1, ls=style,
-                   label=f"baseline: {name}")
+            baselines.setdefault(name, {})[cell["epochs"]] = value
+    for (name, by_epoch), style in zip(sorted(baselines.items()), (":", "-.", "--")):
+        if len(set(by_epoch.values())) == 1:
+            ax.axhline(next(iter(by_epoch.values())), color="grey", lw=1, ls=style,
+                       label=f"baseline: {name}")
+        else:
+            ax.plot(sorted(by_epoch), [by_epoch[e] for e in sorted(by_epoch)], color="grey",
+                    lw=1, ls=style, drawstyle="steps-mid", label=f"baseline: {name}")
     for epoch, low, high in joined:
         ax.plot([epoch, epoch], [low, high], color="grey", lw=0.8, zorder=1)
     ax.set_xticks(sorted({c["epochs"] for c in series}))
