@@ -332,6 +332,8 @@ def within_model_seeds(scores: Iterable[tuple[Any, str, str, float]]) -> dict[st
 
 
 ALPHA = 0.05  # every convention's significance level; the power notes use it
+POWER = 0.8
+EFFICIENCY = 0.955  # Mann-Whitney's asymptotic efficiency relative to the t-test (3/pi)
 
 
 def starred_p(p: float | None, lift: float | None, alpha: float = ALPHA, spec: str = ".4g") -> str:
@@ -343,8 +345,6 @@ def starred_p(p: float | None, lift: float | None, alpha: float = ALPHA, spec: s
     if p > alpha:
         return format(p, spec)
     return format(p, spec) + "*" + (" (lower)" if (lift or 0) < 0 else "")
-POWER = 0.8
-EFFICIENCY = 0.955  # Mann-Whitney's asymptotic efficiency relative to the t-test (3/pi)
 
 
 def _normal_n(effect: float, variance_sum: float, alpha: float, power: float, sides: int) -> float:

@@ -55,7 +55,8 @@ def _panel(ax: Any, series: list[dict[str, Any]], arm: str, metric: str) -> None
                     yerr=[c["std"] or 0 for c in series], marker="s", capsize=3, label=arm)
     # The trivial baselines on the same samples: the floor a model must clear. A baseline the
     # same in every cell is a horizontal line; one that is not (retrieval searches the cell's
-    # fine-tuning pairs, or the whole train split at E = 0) is drawn through its value at each epoch count, never averaged.
+    # fine-tuning pairs, or the whole train split at E = 0) is drawn through its value at each
+    # epoch count, never averaged.
     baselines: dict[str, dict[int, float]] = {}
     for cell in series:
         for name, value in (cell.get("baselines") or {}).items():
