@@ -310,6 +310,32 @@ def paired_sample_differences(experimental: dict[Any, float], reference: dict[An
             if key in reference]
 
 
+def within_model_net_of(scores: Iterable[tuple[Any, str, str, float]],
+                        reference: dict[tuple[Any, str], float]) -> dict[str, Any]:
+    """The split-half gap net of a reference model that saw neither half. The two halves hold
+    different samples, so the raw gap (injected minus held out) mixes what the model memorised
+    with how hard each half happens to be; a reference model of the same seed (the control, the
+    placebo) scores the same halves, and the difference of differences keeps the former.
+    scores: (seed, sample id, group, per-sample score) of one split-half cell; reference: the
+    reference arm's per-sample scores keyed by (seed, sample id). Per seed: the arm's mean lift
+    over the reference on its injected samples minus its mean lift on its held-out samples.
+    Keys: net_gap (the mean over seeds), net_seed_gaps, net_samples (differences used), p_net
+    (injected vs held-out differences pooled over seeds, paired_within_model: a description),
+    p_net_seeds (seed_level_test over the per-seed net gaps; None with one seed)."""
+    differences = [(seed, group, score - reference[(seed, sample)])
+                   for seed, sample, group, score in scores
+                   if group in ("injected", "held_out") and (seed, sample) in reference]
+    gaps = seed_gaps(differences)
+    differences = [d for d in differences if str(d[0]) in gaps]
+    if not gaps:
+        return {}
+    _u, p_net = paired_within_model([d for _s, g, d in differences if g == "injected"],
+                                    [d for _s, g, d in differences if g == "held_out"])
+    return {"net_gap": sum(gaps.values()) / len(gaps), "net_seed_gaps": gaps,
+            "net_samples": len(differences), "p_net": p_net,
+            "p_net_seeds": seed_level_test(list(gaps.values()))[0]}
+
+
 def within_model_seeds(scores: Iterable[tuple[Any, str, str, float]]) -> dict[str, Any]:
     """(seed, sample id, group, per-sample score) of one split-half cell -> the per-seed gaps
     with their seed-level test and, where seeds drew different splits, the crossover

@@ -552,6 +552,82 @@ def test_one_seed_per_arm_gives_no_test_over_seeds_but_the_per_sample_contrasts(
     assert "| p |" not in report["markdown"].splitlines()[0]
 
 
+def write_halves_study(root: Path, seeds: int, control_seeds: int) -> Path:
+    """control, paired-placebo and a split-half 'paired' arm, per-sample scores on ten samples:
+    each seed draws its own half, four of the five hard samples (even-numbered; the others are
+    15 easier for every model) and one easy one; the placebo scores 2 above the control
+    everywhere and paired 6 above the placebo on the samples it injected only. The control has
+    only its first control_seeds seeds."""
+    rng = random.Random(11)
+    root.mkdir(parents=True)
+    ids = [f"codetrans:test:{i}" for i in range(10)]
+    results, rows = [], []
+    for seed in range(seeds):
+        injected = set(rng.sample(ids[::2], 4) + rng.sample(ids[1::2], 1))
+        for arm, shift in (("control", 0.0), ("paired-placebo", 2.0), ("paired", 2.0)):
+            if arm == "control" and seed >= control_seeds:
+                continue
+            base = dict(zip(LABELS, ["s", "codetrans", "translation", "gpt2", arm, seed, 1, "",
+                                     f"evaluate-{arm}-{seed}"]))
+            scored = []
+            for i, sample in enumerate(ids):
+                group = "injected" if arm == "paired" and sample in injected else "held_out"
+                score = (20.0 + 15.0 * (i % 2) + shift + (6.0 if group == "injected" else 0.0)
+                         + rng.uniform(-1.0, 1.0))
+                rows.append({**base, "id": sample, "group": group, "score_bleu": score})
+                scored.append((group, score))
+            for group in ("all", "clean", "injected", "held_out"):
+                chosen = [v for g, v in scored if group in ("all", "clean", g)]
+                if chosen:
+                    results.append({**base, "group": group, "samples": len(chosen),
+                                    "bleu": sum(chosen) / len(chosen)})
+    return _write_tables(root, results, rows)
+
+
+def test_the_split_half_gap_net_of_the_control_and_of_the_placebo(tmp_path):
+    """The halves differ in difficulty: the raw within-model gap mixes that in, the gap net of
+    a model that saw neither half recovers the injected samples' lift."""
+    study = write_halves_study(tmp_path / "s", seeds=5, control_seeds=4)
+    cells = run_stats(study)["cells"]
+    arm = _cell(cells, "paired", epochs=1)
+    scores = {(r["arm"], r["seed"], r["id"]): (r["group"], float(r["score_bleu"]))
+              for r in csv.DictReader(open(study / "samples.csv"))}
+    for reference, suffix, seeds in (("control", "", 4), ("paired-placebo", "_vs_placebo", 5)):
+        gaps, lifts = {}, {"injected": [], "held_out": []}
+        for seed in map(str, range(seeds)):
+            mine = {"injected": [], "held_out": []}
+            for (a, s, sample), (group, score) in scores.items():
+                if (a, s) == ("paired", seed):
+                    lift = score - scores[(reference, s, sample)][1]
+                    mine[group].append(lift)
+                    lifts[group].append(lift)
+            gaps[seed] = sum(mine["injected"]) / 5 - sum(mine["held_out"]) / 5
+        assert arm[f"net_seed_gaps{suffix}"] == pytest.approx(gaps)
+        assert arm[f"net_gap{suffix}"] == pytest.approx(sum(gaps.values()) / seeds)
+        assert 5.0 < arm[f"net_gap{suffix}"] < 7.0  # the injected lift; the raw gap is not
+        assert arm[f"net_samples{suffix}"] == 10 * seeds
+        assert arm[f"p_net{suffix}"] == pytest.approx(mannwhitneyu(
+            lifts["injected"], lifts["held_out"], alternative="greater",
+            method="asymptotic").pvalue)
+        assert arm[f"p_net_seeds{suffix}"] == pytest.approx(_sign_flip_p(list(gaps.values())))
+    assert arm["gap_per_seed"] < 0 and arm["p_within"] > 0.5  # the harder half hides the lift
+    assert "net_gap" not in _cell(cells, "paired-placebo", epochs=1)
+    markdown = run_report(study)["markdown"]
+    row = next(line for line in markdown.splitlines() if "| paired |" in line)
+    assert f"{arm['net_gap']:+.2f}, p " in row and f"{arm['net_gap_vs_placebo']:+.2f}, p " in row
+    assert "Gap net of control / of placebo" in markdown
+
+
+def test_one_seed_gives_the_net_gap_without_a_test_over_seeds(tmp_path):
+    study = write_halves_study(tmp_path / "s", seeds=1, control_seeds=1)
+    arm = _cell(run_stats(study)["cells"], "paired", epochs=1)
+    assert 5.0 < arm["net_gap"] < 7.0 and arm["p_net"] < 0.05
+    assert arm["p_net_seeds"] is None
+    row = next(line for line in run_report(study)["markdown"].splitlines()
+               if "| paired |" in line)
+    assert f"{arm['net_gap']:+.2f}, p " in row and "seeds" not in row.split("|")[-3]
+
+
 def test_baselines_are_shown_beside_the_arms_and_cells_below_them_flagged(tmp_path):
     """results.csv's baseline_NAME_METRIC columns (written by lab study from lab evaluate's
     baselines) become each cell's baselines; a cell whose arm and control (if any) both score

@@ -27,7 +27,8 @@ from lab.stats import (ALPHA, ASYMPTOTIC_TIES, CONVENTIONS, CROSSOVER_TEST, DEFA
                        EXACT_SPLITS, PAIRED_SAMPLES_TEST, PERMUTATION_TIES, POWER, SEEDS_TEST,
                        compare, holm, membership_auc, paired_sample_differences, starred_p,
                        paired_within_model,
-                       samples_needed, seeds_needed, signed_rank_test, within_model_seeds)
+                       samples_needed, seeds_needed, signed_rank_test, within_model_net_of,
+                       within_model_seeds)
 from lab.study.dose import dose_stats, dose_table
 from lab.study.figure import decay_figure, dose_figure, plotted_cells, train_size_order
 from lab.study.recipe import StatisticsSection
@@ -288,8 +289,13 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
                               for s in per_sample[key + (arm, group)]]
                     if all(seed not in (None, "") and sample not in (None, "")
                            for seed, sample, _g, _s in scored):
-                        cell.update(within_model_seeds(
-                            row for row in scored if row[3] is not None))
+                        scored = [row for row in scored if row[3] is not None]
+                        cell.update(within_model_seeds(scored))
+                        for reference, suffix in (("control", ""), (placebo, "_vs_placebo")):
+                            if reference:
+                                net = within_model_net_of(
+                                    scored, _keyed(clean_scores[key], reference, metric))
+                                cell.update({k + suffix: v for k, v in net.items()})
                 cells.append(cell)
     memorised = memorisation(study, alpha)
     for cell in cells:
@@ -313,16 +319,19 @@ def _over_seeds(experimental: list[float], reference: list[float]) -> bool:
     return min(len(experimental), len(reference)) >= 2
 
 
+def _keyed(scores: dict[str, list], arm: str, metric: str) -> dict[tuple, float]:
+    """One arm's clean per-sample scores keyed by (seed, sample id)."""
+    return {(s["seed"], s["id"]): s[f"score_{metric}"] for s in scores.get(arm, [])
+            if s.get(f"score_{metric}") is not None}
+
+
 def _paired_samples(scores: dict[str, list], arm: str, reference: str, metric: str, suffix: str
                     ) -> dict[str, Any]:
     """Arm against a reference arm on the same clean test samples (same seed): the mean
     per-sample difference and its signed-rank test, keys `sample_gap{suffix}`,
     `paired_samples{suffix}`, `p_samples{suffix}`."""
-    def keyed(name: str) -> dict[tuple, float]:
-        return {(s["seed"], s["id"]): s[f"score_{metric}"] for s in scores.get(name, [])
-                if s.get(f"score_{metric}") is not None}
-
-    differences = paired_sample_differences(keyed(arm), keyed(reference))
+    differences = paired_sample_differences(_keyed(scores, arm, metric),
+                                            _keyed(scores, reference, metric))
     if not differences:
         return {}
     p, _test = signed_rank_test(differences, PAIRED_SAMPLES_TEST)
@@ -429,6 +438,17 @@ def _paired(cell: dict[str, Any], suffix: str) -> str:
             + _significant(cell, f"p_samples{suffix}", ".2g"))
 
 
+def _net(cell: dict[str, Any], suffix: str) -> str:
+    """The split-half gap net of the control (suffix '') or the placebo ('_vs_placebo') on the
+    same halves, its pooled per-sample p and, from two seeds, its p over seeds."""
+    if cell.get(f"net_gap{suffix}") is None:
+        return "-"
+    text = f"{cell[f'net_gap{suffix}']:+.2f}, p " + _significant(cell, f"p_net{suffix}", ".2g")
+    if cell.get(f"p_net_seeds{suffix}") is not None:
+        text += "; seeds " + _significant(cell, f"p_net_seeds{suffix}", ".2g")
+    return text + (" †" if cell.get("below_floor_within") else "")
+
+
 def _gap(cell: dict[str, Any]) -> str:
     """The mean per-seed gap (injected minus held-out) and how many seeds had it above zero;
     '-' with a single seed, whose gap is the injected and held-out columns' difference."""
@@ -498,6 +518,8 @@ PAPER_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("injected", lambda c: _num(c, "injected")), ("held-out", lambda c: _num(c, "held_out")),
     ("p (within)", lambda c: _p_within(c, "p_within")),
     ("p (within, Holm)", lambda c: _p_within(c, "p_within_holm")),
+    ("gap net of control", lambda c: _net(c, "")),
+    ("gap net of placebo", lambda c: _net(c, "_vs_placebo")),
     ("gap/seed", _gap), ("p (seeds)", lambda c: _p_within(c, "p_seeds")),
     ("p (crossover)", _crossover),
 ]
@@ -519,6 +541,8 @@ STATS_COLUMNS = PAPER_COLUMNS[:7] + [
     ("injected", lambda c: _num(c, "injected")), ("held-out", lambda c: _num(c, "held_out")),
     ("p (within)", lambda c: _p_within(c, "p_within")),
     ("p (within, Holm)", lambda c: _p_within(c, "p_within_holm")),
+    ("gap net of control", lambda c: _net(c, "")),
+    ("gap net of placebo", lambda c: _net(c, "_vs_placebo")),
     ("samples for 80% power", lambda c: _num(c, "samples_for_power", "d")),
     ("gap/seed", _gap), ("p (seeds)", lambda c: _p_within(c, "p_seeds")),
     ("p (crossover)", _crossover),
@@ -608,6 +632,15 @@ def _note(cells: list[dict[str, Any]], within_power: bool) -> str:
         if within_power:
             parts.append("Samples for 80% power: the same for the within-model test, per group, "
                          "from the per-sample spread.")
+    if any(c.get("net_gap") is not None or c.get("net_gap_vs_placebo") is not None
+           for c in cells):
+        parts.append(
+            "Gap net of control / of placebo: the halves hold different samples, so injected vs "
+            "held-out also compares how hard each half is; the control's (placebo's) model of "
+            "the same seed saw neither half and scores both. Per seed, the arm's mean per-sample "
+            "lift over that model on the injected half minus its lift on the held-out half; the "
+            f"mean over seeds. p: the two halves' lifts pooled over seeds ({WITHIN_TEST}, a "
+            f"description); seeds: the per-seed net gaps above zero ({SEEDS_TEST}).")
     if any(c.get("p_seeds") is not None for c in cells):
         parts.append(
             "Gap/seed: per seed, the injected minus the held-out per-sample mean of its model; "
