@@ -376,10 +376,10 @@ def study(
         for warning in plan["warnings"]:
             console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
         return
-    from lab.study.preflight import check_ready, slow_settings
+    from lab.study.preflight import check_ready
 
-    check_ready(parsed, folder, corpora, executor)  # before the progress display opens
-    for warning in slow_settings(parsed, folder, executor):
+    # Before the progress display opens.
+    for warning in check_ready(parsed, folder, corpora, executor):
         console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
     again = ["lab", "study", str(recipe), "--out", str(folder)]
     again += ["--executor", executor] if executor != "local" else []

@@ -36,26 +36,36 @@ CORPUS_BYTES_PER_CHAR = 1.2  # an arm's corpus as JSON lines (before gzip: an up
 DISK_SAFETY_FACTOR = 1.5  # the parts are bounds already, but for the mean document length
 
 
+def pending_stages(recipe: Recipe, study: Path) -> list[Any]:
+    """The recipe's stages not finished in the study folder."""
+    from lab.study.runner import expand
+
+    return [stage for stage in expand(recipe) if not stage.done(Path(study))]
+
+
 def check_ready(recipe: Recipe, study: Path, corpora_dir: Path | None = None,
-                executor: str = "local", deepspeed: Any = None) -> None:
-    """Raise one LabError naming every problem `preflight` finds (nothing when all is there)."""
-    problems = preflight(recipe, study, corpora_dir, executor, deepspeed)
+                executor: str = "local", deepspeed: Any = None) -> list[str]:
+    """Raise one LabError naming every problem `preflight` finds; when all is there, the
+    warnings (`slow_settings`) of the same unfinished stages."""
+    pending = pending_stages(recipe, study)
+    problems = preflight(recipe, study, corpora_dir, executor, deepspeed, pending)
     if problems:
         count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
         raise LabError(f"study '{recipe.name}' cannot start ({count}): " + "; ".join(problems))
+    return slow_settings(pending, executor)
 
 
 def preflight(recipe: Recipe, study: Path, corpora_dir: Path | None = None,
-              executor: str = "local", deepspeed: Any = None) -> list[str]:
-    """Every missing piece the study's unfinished stages would stop on, one line each.
+              executor: str = "local", deepspeed: Any = None,
+              pending: list[Any] | None = None) -> list[str]:
+    """Every missing piece the study's unfinished stages (`pending`, by default found here)
+    would stop on, one line each.
 
     `deepspeed` is the DeepSpeed config a study asks for (a JSON file or a dict), or None; a
     recipe that carries one in `resources.deepspeed` is checked without being passed it.
     """
-    from lab.study.runner import expand
-
     study = Path(study)
-    pending = [stage for stage in expand(recipe) if not stage.done(study)]
+    pending = pending_stages(recipe, study) if pending is None else pending
     if deepspeed is None:
         deepspeed = getattr(getattr(recipe, "resources", None), "deepspeed", None)
     folder = check_study_folder(study)
@@ -67,18 +77,17 @@ def preflight(recipe: Recipe, study: Path, corpora_dir: Path | None = None,
     return list(dict.fromkeys(" ".join(p.split()) for p in problems))
 
 
-def slow_settings(recipe: Recipe, study: Path, executor: str = "local") -> list[str]:
-    """Settings that run here, but far slower than their author meant them to: bf16 autocast on a
-    CPU without bfloat16 instructions. Warnings, not problems: a run that must match bf16 numbers
-    may accept the cost. Stages that run elsewhere (SLURM) are not judged by this machine."""
-    from lab.study.runner import expand
+def slow_settings(pending: list[Any], executor: str = "local") -> list[str]:
+    """Settings of the unfinished stages that run here, but far slower than their author meant
+    them to: bf16 autocast on a CPU without bfloat16 instructions. Warnings, not problems: a run
+    that must match bf16 numbers may accept the cost. Stages that run elsewhere (SLURM) are not
+    judged by this machine."""
     from lab.train.common import bf16_is_native, slow_bf16
 
     if executor == "slurm":
         return []
-    fields = sorted({f"{stage.kind}.bf16" for stage in expand(recipe)
-                     if stage.kind in ("pretrain", "finetune") and stage.config.get("bf16")
-                     and not stage.done(Path(study))})
+    fields = sorted({f"{stage.kind}.bf16" for stage in pending
+                     if stage.kind in ("pretrain", "finetune") and stage.config.get("bf16")})
     return [slow_bf16(" and ".join(fields))] if fields and not bf16_is_native() else []
 
 

@@ -879,11 +879,12 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
         from lab.study.cost import estimate
 
         # A plan for another machine (a cluster) is worth printing where the study cannot run.
-        return {"stages": len(stages), "done": sum(s.done(study) for s in stages),
+        pending = [s for s in stages if not s.done(study)]
+        return {"stages": len(stages), "done": len(stages) - len(pending),
                 "estimate": estimate(recipe, stages, study),
-                "problems": [*preflight(recipe, study, corpora_dir, executor),
+                "problems": [*preflight(recipe, study, corpora_dir, executor, pending=pending),
                              *([changed_data] if changed_data else [])],
-                "warnings": slow_settings(recipe, study, executor)}
+                "warnings": slow_settings(pending, executor)}
     if changed_data:
         raise LabError(changed_data)
     if not ready_checked:
