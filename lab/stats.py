@@ -326,9 +326,9 @@ def within_model_net_of(scores: Iterable[tuple[Any, str, str, float]],
                    for seed, sample, group, score in scores
                    if group in ("injected", "held_out") and (seed, sample) in reference]
     gaps = seed_gaps(differences)
-    differences = [d for d in differences if str(d[0]) in gaps]
     if not gaps:
         return {}
+    differences = [d for d in differences if str(d[0]) in gaps]
     _u, p_net = paired_within_model([d for _s, g, d in differences if g == "injected"],
                                     [d for _s, g, d in differences if g == "held_out"])
     return {"net_gap": sum(gaps.values()) / len(gaps), "net_seed_gaps": gaps,

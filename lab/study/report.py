@@ -260,10 +260,14 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
                         cell.update(lift_vs_placebo_ci_low=vs.lift_ci[0],
                                     lift_vs_placebo_ci_high=vs.lift_ci[1], u_vs_placebo=vs.u,
                                     p_vs_placebo=vs.p, cliffs_delta_vs_placebo=vs.cliffs_delta)
-                for reference, suffix in (("control", ""), (placebo, "_vs_placebo")):
-                    if reference:
-                        cell.update(_paired_samples(clean_scores[key], arm, reference, metric,
-                                                    suffix))
+                # The per-sample references of this cell, by key suffix: each arm's clean
+                # scores keyed by (seed, sample id), built once for both contrasts below.
+                references = {suffix: _keyed(clean_scores[key], reference, metric)
+                              for reference, suffix in (("control", ""), (placebo, "_vs_placebo"))
+                              if reference}
+                own = _keyed(clean_scores[key], arm, metric)
+                for suffix, reference_scores in references.items():
+                    cell.update(_paired_samples(own, reference_scores, suffix))
                 injected = _scores(per_sample[key + (arm, "injected")], metric)
                 held = _scores(per_sample[key + (arm, "held_out")], metric)
                 if injected and held:
@@ -291,11 +295,9 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
                            for seed, sample, _g, _s in scored):
                         scored = [row for row in scored if row[3] is not None]
                         cell.update(within_model_seeds(scored))
-                        for reference, suffix in (("control", ""), (placebo, "_vs_placebo")):
-                            if reference:
-                                net = within_model_net_of(
-                                    scored, _keyed(clean_scores[key], reference, metric))
-                                cell.update({k + suffix: v for k, v in net.items()})
+                        for suffix, reference_scores in references.items():
+                            net = within_model_net_of(scored, reference_scores)
+                            cell.update({k + suffix: v for k, v in net.items()})
                 cells.append(cell)
     memorised = memorisation(study, alpha)
     for cell in cells:
@@ -325,13 +327,12 @@ def _keyed(scores: dict[str, list], arm: str, metric: str) -> dict[tuple, float]
             if s.get(f"score_{metric}") is not None}
 
 
-def _paired_samples(scores: dict[str, list], arm: str, reference: str, metric: str, suffix: str
+def _paired_samples(own: dict[tuple, float], reference: dict[tuple, float], suffix: str
                     ) -> dict[str, Any]:
-    """Arm against a reference arm on the same clean test samples (same seed): the mean
-    per-sample difference and its signed-rank test, keys `sample_gap{suffix}`,
-    `paired_samples{suffix}`, `p_samples{suffix}`."""
-    differences = paired_sample_differences(_keyed(scores, arm, metric),
-                                            _keyed(scores, reference, metric))
+    """Arm against a reference arm on the same clean test samples (same seed; both keyed as
+    _keyed makes them): the mean per-sample difference and its signed-rank test, keys
+    `sample_gap{suffix}`, `paired_samples{suffix}`, `p_samples{suffix}`."""
+    differences = paired_sample_differences(own, reference)
     if not differences:
         return {}
     p, _test = signed_rank_test(differences, PAIRED_SAMPLES_TEST)
