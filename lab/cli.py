@@ -337,6 +337,10 @@ def study(
                                                      "the cores, recorded at the study's start)."),
     slurm: Optional[List[str]] = typer.Option(None, help="submitit parameter for --executor slurm, "
                                                          "key=value (slurm_partition=gpu, gpus_per_node=1)."),
+    seeds: Optional[str] = typer.Option(None, help="Run only these of the recipe's seeds "
+                                                   "(2,3): a shard, whose stages keep the whole "
+                                                   "study's keys; `lab merge` joins shards run "
+                                                   "apart into one study."),
     report: bool = typer.Option(True, help="Print the report's table and figure path at the end."),
     corpora: Optional[Path] = CorporaOption,
 ) -> None:
@@ -349,10 +353,12 @@ def study(
     folder = out or Path("runs") / parsed.name
     check_executor(executor, workers)
     slurm_parameters = _parse_pairs(slurm or [], "--slurm")
+    shard = _parse_seeds(seeds)
     if folder.exists() and not folder.is_dir():
         raise LabError(f"{folder}: exists and is not a study directory")
     if dry_run:
-        plan = run_study(parsed, folder, corpora, dry_run=True, executor=executor, workers=workers)
+        plan = run_study(parsed, folder, corpora, dry_run=True, executor=executor, workers=workers,
+                         seeds=shard)
         from lab.study.cost import gpu_assumptions
 
         rows = [{"stage": r["kind"], "count": r["stages"], "done": r["done"],
@@ -379,17 +385,19 @@ def study(
     from lab.study.preflight import check_ready
 
     # Before the progress display opens.
-    for warning in check_ready(parsed, folder, corpora, executor):
+    for warning in check_ready(parsed, folder, corpora, executor, seeds=shard):
         console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
     again = ["lab", "study", str(recipe), "--out", str(folder)]
     again += ["--executor", executor] if executor != "local" else []
     for option, values in (("--set", set_ or []), ("--slurm", slurm or []),
                            ("--workers", [workers] if workers else []),
                            ("--threads", [threads] if threads else []),
+                           ("--seeds", [seeds] if seeds else []),
                            ("--corpora", [corpora] if corpora else [])):
         again += [part for value in values for part in (option, str(value))]
     _exit_with_a_resume_line_on_signals(again)
-    summary = _run_with_progress(parsed, folder, corpora, executor, workers, slurm_parameters)
+    summary = _run_with_progress(parsed, folder, corpora, executor, workers, slurm_parameters,
+                                 shard)
     took = summary["seconds"]
     console.print(f"{parsed.name}: {summary['stages']} stages ({len(summary['ran'])} run now in "
                   f"{_duration(took['this_run'])}; all {took['stages_timed']} timed stages "
@@ -436,6 +444,17 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def _parse_seeds(text: Optional[str]) -> Optional[List[int]]:
+    """--seeds 2,3 as [2, 3]; None when not given."""
+    if text is None:
+        return None
+    try:
+        seeds = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise LabError(f"--seeds {text}: expected seeds separated by commas, e.g. 2,3") from None
+    return sorted(set(seeds))
+
+
 def _parse_pairs(pairs: List[str], option: str) -> dict[str, Any]:
     import yaml
 
@@ -468,14 +487,15 @@ def _terminal() -> Iterator[Console]:
 
 
 def _run_with_progress(recipe: Any, folder: Path, corpora: Optional[Path], executor: str,
-                       workers: Optional[int], slurm: dict[str, Any]) -> dict[str, Any]:
+                       workers: Optional[int], slurm: dict[str, Any],
+                       seeds: Optional[List[int]] = None) -> dict[str, Any]:
     """lab study with a rich progress bar over stages, a line per finished stage with its wall
     time, and each distinct warning of the stages' logs once."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from lab.study.runner import describe, expand, run_study, stage_log
 
-    stages = expand(recipe)
+    stages = expand(recipe, seeds)
     done = sum(s.done(folder) for s in stages)
     with _terminal() as terminal, Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -499,7 +519,7 @@ def _run_with_progress(recipe: Any, folder: Path, corpora: Optional[Path], execu
             bar.update(task, description=f"{recipe.name}: {', '.join(running) or 'collecting'}")
 
         return run_study(recipe, folder, corpora, executor=executor, workers=workers, slurm=slurm,
-                         on_event=on_event, ready_checked=True)
+                         on_event=on_event, ready_checked=True, seeds=seeds)
 
 
 from lab.stats import CONVENTIONS as _CONVENTIONS  # noqa: E402 (the one table)
@@ -560,6 +580,27 @@ def report(
             continue
         console.print(f"{label}: {', '.join(str(p) for p in paths)}", markup=False,
                       highlight=False, soft_wrap=True)
+
+
+@app.command()
+def merge(
+    sources: List[Path] = typer.Argument(..., help="Study folders of one recipe: shards run "
+                                                   "apart (lab study --seeds), killed or "
+                                                   "running studies, or earlier merges."),
+    out: Path = typer.Option(..., help="The merged study folder (new, or an earlier merge)."),
+) -> None:
+    """One study from shards of it: the union of their finished cells, which `lab stats` and
+    `lab report` read; a stage found twice must give the same numbers."""
+    from lab.study.merge import merge_studies
+
+    record = merge_studies(sources, out)
+    for given in record["sources"]:
+        console.print(f"{given['source']} ({given['from']}): seeds {given['seeds']}, "
+                      f"{given['evaluations']} evaluations", markup=False, highlight=False,
+                      soft_wrap=True)
+    console.print(f"{record['recipe']}: seeds {record['seeds']}, {record['evaluations']} "
+                  f"evaluations -> {record['out']} (lab report {record['out']})",
+                  markup=False, highlight=False, soft_wrap=True)
 
 
 tokenizer_app = typer.Typer(help="The study's shared BPE tokenizer.", no_args_is_help=True)

@@ -36,18 +36,19 @@ CORPUS_BYTES_PER_CHAR = 1.2  # an arm's corpus as JSON lines (before gzip: an up
 DISK_SAFETY_FACTOR = 1.5  # the parts are bounds already, but for the mean document length
 
 
-def pending_stages(recipe: Recipe, study: Path) -> list[Any]:
-    """The recipe's stages not finished in the study folder."""
+def pending_stages(recipe: Recipe, study: Path, seeds: list[int] | None = None) -> list[Any]:
+    """The recipe's stages (those of the `seeds` shard) not finished in the study folder."""
     from lab.study.runner import expand
 
-    return [stage for stage in expand(recipe) if not stage.done(Path(study))]
+    return [stage for stage in expand(recipe, seeds) if not stage.done(Path(study))]
 
 
 def check_ready(recipe: Recipe, study: Path, corpora_dir: Path | None = None,
-                executor: str = "local", deepspeed: Any = None) -> list[str]:
+                executor: str = "local", deepspeed: Any = None,
+                seeds: list[int] | None = None) -> list[str]:
     """Raise one LabError naming every problem `preflight` finds; when all is there, the
     warnings (`slow_settings`) of the same unfinished stages."""
-    pending = pending_stages(recipe, study)
+    pending = pending_stages(recipe, study, seeds)
     problems = preflight(recipe, study, corpora_dir, executor, deepspeed, pending)
     if problems:
         count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"

@@ -111,8 +111,33 @@ def _added_fields(recipe: Recipe, section: str) -> dict[str, Any]:
     return {k: v for k, v in _keyed(recipe, section).items() if k in KEY_NEUTRAL_DEFAULTS[section]}
 
 
-def expand(recipe: Recipe) -> list[Stage]:
-    """All stages of a recipe in an order that respects their inputs."""
+def expand(recipe: Recipe, seeds: list[int] | None = None) -> list[Stage]:
+    """All stages of a recipe in an order that respects their inputs; with `seeds`, the shard
+    of those seeds: their stages and what those read (the study's one tokenizer and its control
+    corpus), with the keys the whole study gives them, so shards run apart (another session,
+    machine or cluster) make one study again (`lab merge`)."""
+    stages = _grid(recipe)
+    if seeds is None:
+        return stages
+    unknown = sorted(set(seeds) - set(recipe.seeds))
+    if unknown:
+        raise LabError(f"--seeds {','.join(map(str, unknown))}: not among the recipe's seeds "
+                       f"{recipe.seeds}")
+    needed: set[str] = set()
+
+    def need(stage: Stage) -> None:
+        if stage.key not in needed:
+            needed.add(stage.key)
+            for source in stage.inputs:
+                need(source)
+
+    for stage in stages:
+        if stage.labels.get("seed") in seeds:
+            need(stage)
+    return [stage for stage in stages if stage.key in needed]
+
+
+def _grid(recipe: Recipe) -> list[Stage]:
     stages: list[Stage] = []
     arm_stage: dict[tuple[str, int], Stage] = {}
     for arm in recipe.arms:
@@ -446,7 +471,17 @@ def die_with_parent() -> None:
 
 
 def collect(recipe: Recipe, stages: list[Stage], study: Path) -> tuple[Path, Path]:
-    """results.csv (one row per evaluation and group) and samples.csv (one row per sample)."""
+    """results.csv (one row per evaluation and group), samples.csv (one row per sample) and
+    probes.csv, from the finished stages."""
+    run_rows, sample_rows, probe_rows = collected_rows(recipe, stages, study)
+    _write_csv(study / PROBES, probe_rows)
+    return _write_csv(study / RESULTS, run_rows), _write_csv(study / SAMPLES, sample_rows)
+
+
+def collected_rows(recipe: Recipe, stages: list[Stage], study: Path
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The rows of results.csv, samples.csv and probes.csv from the finished stages (a killed
+    or running study's included), written nowhere."""
     _check_seeds(stages, study)
     run_rows, sample_rows = [], []
     for stage in stages:
@@ -493,8 +528,7 @@ def collect(recipe: Recipe, stages: list[Stage], study: Path) -> tuple[Path, Pat
                 probe_rows.append({**base, "id": row["id"], "group": row["group"],
                                    **({"dose": row["dose"]} if "dose" in row else {}),
                                    **{k: row.get(k) for k in PROBE_COLUMNS}})
-    _write_csv(study / PROBES, probe_rows)
-    return _write_csv(study / RESULTS, run_rows), _write_csv(study / SAMPLES, sample_rows)
+    return run_rows, sample_rows, probe_rows
 
 
 BASELINE_PREFIX = "baseline_"  # results.csv: baseline_<name>_<metric>, on the row's samples
@@ -861,14 +895,15 @@ def data_change(recorded: dict[str, Any] | None, now: dict[str, dict[str, str]])
 def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_run: bool = False,
               executor: str = "local", workers: int | None = None,
               slurm: dict[str, Any] | None = None,
-              on_event: Callable[..., None] | None = None, ready_checked: bool = False
-              ) -> dict[str, Any]:
+              on_event: Callable[..., None] | None = None, ready_checked: bool = False,
+              seeds: list[int] | None = None) -> dict[str, Any]:
     """Entry point of `lab study`: run the stages that are not finished, then collect results.
-    `ready_checked`: the caller has run preflight.check_ready for this recipe and folder."""
+    `ready_checked`: the caller has run preflight.check_ready for this recipe and folder;
+    `seeds`: run only the shard of those seeds (`expand`)."""
     study = Path(study)
-    stages = expand(recipe)
+    stages = expand(recipe, seeds)
     check_executor(executor, workers)
-    from lab.study.preflight import check_ready, preflight, slow_settings
+    from lab.study.preflight import check_ready, pending_stages, preflight, slow_settings
 
     data = study_data(recipe, corpora_dir)
     changed_data = data_change(read_summary(study).get("data"), data)
@@ -879,7 +914,7 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
         from lab.study.cost import estimate
 
         # A plan for another machine (a cluster) is worth printing where the study cannot run.
-        pending = [s for s in stages if not s.done(study)]
+        pending = pending_stages(recipe, study, seeds)
         return {"stages": len(stages), "done": len(stages) - len(pending),
                 "estimate": estimate(recipe, stages, study),
                 "problems": [*preflight(recipe, study, corpora_dir, executor, pending=pending),
@@ -888,7 +923,7 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
     if changed_data:
         raise LabError(changed_data)
     if not ready_checked:
-        check_ready(recipe, study, corpora_dir, executor)  # every missing piece at once, before any stage
+        check_ready(recipe, study, corpora_dir, executor, seeds=seeds)  # every missing piece at once
     if study.exists() and not study.is_dir():
         raise LabError(f"{study}: exists and is not a study directory")
     study.mkdir(parents=True, exist_ok=True)
@@ -916,7 +951,8 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
     write_json_atomic(recorded, recipe_dict(recipe))
     # Recorded before any stage runs: a kill at any point leaves the count for the resume.
     summary: dict[str, Any] = {"study": recipe.name, "stages": len(stages), "threads": threads,
-                               "executor": executor, "workers": workers, "data": data}
+                               "executor": executor, "workers": workers, "data": data,
+                               **({"shard_seeds": sorted(seeds)} if seeds is not None else {})}
     write_json_atomic(study / SUMMARY, {**previous_summary, **summary})
     submit, shutdown = _submitter(executor, workers, threads, study, corpora_dir, slurm)
     started = time.perf_counter()

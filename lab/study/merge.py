@@ -1,0 +1,191 @@
+"""Shards of one study run apart (`lab study --seeds`, in other sessions, on other machines or
+clusters) joined into one study folder that `lab stats` and `lab report` read.
+
+A source is a study folder: with its `stages/` (finished or not: the finished evaluations and
+probes count) or without them (its results.csv, samples.csv and probes.csv, as a shard's
+results travel). All sources must hold the same recipe (resources aside: where a stage runs
+does not change what it is). A stage found in two sources must carry the same numbers in both:
+the same recipe and seed give the same metrics, so a difference is a reproducibility failure
+and is refused, naming the stage and both sources.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from lab.common import LabError, write_json_atomic
+from lab.study.recipe import recipe_dict, recipe_from_dict
+from lab.study.runner import (PROBES, RESULTS, SAMPLES, _differences, _write_csv, collected_rows,
+                              expand)
+
+MERGED = "merged.json"  # written last in a merged folder: its sources and what each gave
+# Each table and the columns that identify one of its rows.
+TABLES = ((RESULTS, ("stage", "group")), (SAMPLES, ("stage", "id", "group")),
+          (PROBES, ("stage", "id", "group")))
+
+
+def merge_studies(sources: list[Path], out: Path) -> dict[str, Any]:
+    """Entry point of `lab merge`: OUT gets the sources' recipe, the union of their results,
+    samples and probes, and merged.json; returns that record."""
+    if not sources:
+        raise LabError("lab merge: no study folders given")
+    sources = [Path(source) for source in sources]
+    out = Path(out)
+    if out.exists() and not (out / MERGED).is_file():
+        raise LabError(f"{out}: exists and is not a merged study (no {MERGED}); "
+                       "choose a new folder")
+    if any(out.resolve() == source.resolve() for source in sources):
+        raise LabError(f"{out}: is also a source; choose a new folder")
+    recipes = [_source_recipe(source) for source in sources]
+    for source, recipe in zip(sources[1:], recipes[1:]):
+        changed = [d for d in _differences(recipe_dict(recipes[0]), recipe_dict(recipe))
+                   if not d.startswith("resources.")]
+        if changed:
+            raise LabError(f"{source / 'recipe.json'}: another recipe than "
+                           f"{sources[0] / 'recipe.json'} (differs in {', '.join(changed[:3])})")
+    tables: dict[str, dict[tuple[str, ...], dict[str, Any]]] = {name: {} for name, _ in TABLES}
+    found_in: dict[tuple[str, tuple[str, ...]], Path] = {}
+    given = []
+    for source, recipe in zip(sources, recipes):
+        rows = _source_rows(source, recipe)
+        for name, identity in TABLES:
+            for row in rows[name]:
+                key = tuple(str(row.get(column, "")) for column in identity)
+                held = tables[name].get(key)
+                if held is None:
+                    tables[name][key] = row
+                    found_in[(name, key)] = source
+                elif _filled(held) != _filled(row):
+                    raise LabError(f"{source}: {name} row {'/'.join(key)} differs from the one "
+                                   f"in {found_in[(name, key)]}: the same stage gave other "
+                                   "numbers (not reproducible across these runs)")
+        given.append({"source": str(source),
+                      "from": "stages" if (source / "stages").is_dir() else "tables",
+                      "seeds": _seeds(rows[RESULTS]),
+                      "evaluations": len({row["stage"] for row in rows[RESULTS]}),
+                      "git_commits": _commits(source)})
+    # In the whole study's stage order: shards merged give the whole study's tables.
+    order = {stage.key: index for index, stage in enumerate(expand(recipes[0]))}
+    for name, _identity in TABLES:
+        tables[name] = dict(sorted(tables[name].items(),
+                                   key=lambda item: order.get(item[1]["stage"], len(order))))
+    results = list(tables[RESULTS].values())
+    record = {"recipe": recipes[0].name, "seeds": _seeds(results),
+              "evaluations": len({row["stage"] for row in results}), "sources": given}
+    merged = recipe_dict(recipes[0])
+    work = out.with_name(f".{out.name}.merging-{os.getpid()}")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        write_json_atomic(work / "recipe.json", merged)
+        for name, _identity in TABLES:
+            _write_csv(work / name, list(tables[name].values()))
+        write_json_atomic(work / MERGED, record)
+        if out.exists():
+            shutil.rmtree(out)
+        work.rename(out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {**record, "out": str(out)}
+
+
+def _source_recipe(source: Path) -> Any:
+    path = source / "recipe.json"
+    if not path.is_file():
+        raise LabError(f"{source}: not a study folder (no recipe.json)")
+    try:
+        return recipe_from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:
+        raise LabError(f"{path}: unreadable ({exc})") from None
+    except LabError as exc:
+        raise LabError(f"{path}: a recipe this lab cannot read ({exc})") from None
+
+
+def _source_rows(source: Path, recipe: Any) -> dict[str, list[dict[str, Any]]]:
+    """A source's rows as the CSV files hold them (text, then typed the same way for every
+    source, so rows collected from stages compare equal to rows read back from a table)."""
+    if (source / "stages").is_dir():
+        collected = collected_rows(recipe, expand(recipe), source)
+        return {name: [_as_written(row) for row in rows]
+                for (name, _identity), rows in zip(TABLES, (collected[0], collected[1],
+                                                              collected[2]))}
+    if not (source / RESULTS).is_file():
+        raise LabError(f"{source}: neither stages/ nor {RESULTS}: nothing to merge")
+    return {name: _read_table(source / name, identity, required=name == RESULTS)
+            for name, identity in TABLES}
+
+
+def _read_table(path: Path, identity: tuple[str, ...], required: bool) -> list[dict[str, Any]]:
+    if not path.is_file():
+        if required:
+            raise LabError(f"{path}: no such file")
+        return []
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            missing = [c for c in identity if c not in (reader.fieldnames or [])]
+            if missing and reader.fieldnames:
+                raise LabError(f"{path}: no column {missing[0]}")
+            rows = []
+            for row in reader:
+                if None in row:  # DictReader's place for cells beyond the header
+                    raise LabError(f"{path}: line {reader.line_num} has more cells than the header")
+                rows.append(_typed(row))
+            return rows
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise LabError(f"{path}: unreadable ({exc})") from None
+
+
+def _as_written(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as results.csv writes it (floats rounded to 6 places, None empty), then typed."""
+    return _typed({key: "" if value is None
+                   else str(round(value, 6) if isinstance(value, float) else value)
+                   for key, value in row.items()})
+
+
+def _typed(row: dict[str, str]) -> dict[str, Any]:
+    """A CSV row's cells as numbers where they are numbers (an id like 007 stays text), empty
+    cells as None."""
+    typed: dict[str, Any] = {}
+    for key, text in row.items():
+        typed[key] = None if text == "" else text
+        if not text:
+            continue
+        for kind in (int, float):  # only where the number writes back as the same text
+            try:
+                if str(kind(text)) == text:
+                    typed[key] = kind(text)
+                    break
+            except ValueError:
+                continue
+    return typed
+
+
+def _filled(row: dict[str, Any]) -> dict[str, Any]:
+    """What a row holds: a table with more columns than another gives its rows empty cells."""
+    return {key: value for key, value in row.items() if value is not None}
+
+
+def _seeds(rows: list[dict[str, Any]]) -> list[int]:
+    return sorted({int(row["seed"]) for row in rows if "seed" in row})
+
+
+def _commits(source: Path) -> list[str]:
+    """The git commits the source's stages ran at (from their manifests), or its study.json's."""
+    commits = set()
+    for manifest in sorted((source / "stages").glob("*/manifest.json")):
+        try:
+            environment = json.loads(manifest.read_text(encoding="utf-8")).get("environment") or {}
+        except (OSError, ValueError):
+            continue
+        if environment.get("git_commit"):
+            commits.add(environment["git_commit"])
+    if not commits and (source / MERGED).is_file():
+        record = json.loads((source / MERGED).read_text(encoding="utf-8"))
+        commits = {c for given in record.get("sources", []) for c in given.get("git_commits", [])}
+    return sorted(commits)

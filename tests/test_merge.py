@@ -1,0 +1,148 @@
+"""Shards of one study (`lab study --seeds`) run apart and joined by `lab merge`: the same stage
+keys as the whole study, the whole study's tables again, and refusals of what cannot be one
+study."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.common import LabError
+from lab.study.merge import merge_studies
+from lab.study.recipe import load_recipe
+from lab.study.runner import expand, run_study
+
+RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "mini" / "micro.yaml"
+
+
+def test_a_seed_shard_keeps_the_whole_studys_keys():
+    recipe = load_recipe(RECIPE)
+    whole = {stage.key: stage for stage in expand(recipe)}
+    shards = [expand(recipe, [seed]) for seed in recipe.seeds]
+    for shard in shards:
+        assert {stage.key for stage in shard} < set(whole)
+    assert set().union(*({stage.key for stage in shard} for shard in shards)) == set(whole)
+    # Seed 1's shard reads the study's one tokenizer, trained on seed 0's control corpus, and
+    # runs nothing else of seed 0.
+    second = expand(recipe, [1])
+    assert [s.kind for s in second].count("tokenizer") == 1
+    assert [(s.kind, s.labels["arm"]) for s in second if s.labels.get("seed") == 0] == [
+        ("inject", "control")]
+    assert {s.labels["seed"] for s in second if s.kind == "evaluate"} == {1}
+    # Inputs come before the stages that read them, as in the whole study.
+    seen: set[str] = set()
+    for stage in second:
+        assert all(source.key in seen for source in stage.inputs)
+        seen.add(stage.key)
+    with pytest.raises(LabError, match=r"--seeds 7: not among the recipe's seeds \[0, 1\]"):
+        expand(recipe, [1, 7])
+
+
+def _rows(path: Path) -> list[dict]:
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.mark.skipif(not os.environ.get("LAB_CORPORA"), reason="needs LAB_CORPORA")
+def test_shards_run_apart_merge_into_the_whole_study(tmp_path):
+    recipe = load_recipe(RECIPE)
+    whole = run_study(recipe, tmp_path / "whole", workers=1)
+    # Each seed in a folder of its own, as on two machines; the second through the CLI.
+    first = run_study(recipe, tmp_path / "seed0", workers=1, seeds=[0])
+    assert first["shard_seeds"] == [0] and first["stages"] == len(expand(recipe, [0]))
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    done = subprocess.run([sys.executable, "-m", "lab.cli", "study", str(RECIPE), "--out",
+                           str(tmp_path / "seed1"), "--seeds", "1", "--no-report"],
+                          env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert {r["seed"] for r in _rows(tmp_path / "seed1" / "results.csv")} == {"1"}
+
+    record = merge_studies([tmp_path / "seed1", tmp_path / "seed0"], tmp_path / "merged")
+    assert record["seeds"] == [0, 1] and [s["seeds"] for s in record["sources"]] == [[1], [0]]
+    assert record["evaluations"] == len([s for s in expand(recipe) if s.kind == "evaluate"])
+    assert all(s["from"] == "stages" and s["git_commits"] for s in record["sources"])
+    merged = tmp_path / "merged"
+    # The whole study's tables, byte for byte, whichever order the shards are given in.
+    for name in ("results.csv", "samples.csv", "probes.csv"):
+        assert (merged / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+    assert json.loads((merged / "recipe.json").read_text()) == json.loads(
+        (tmp_path / "whole" / "recipe.json").read_text())
+
+    from lab.study.report import run_report
+
+    ours = run_report(merged, html=False)
+    theirs = run_report(tmp_path / "whole", html=False)
+    assert ours["markdown"] == theirs["markdown"]
+
+    # A merge is a source too (shards travel as tables, without their stages), and a stage
+    # found in two sources with the same numbers counts once.
+    tables_only = tmp_path / "tables-only"
+    shutil.copytree(merged, tables_only)
+    again = merge_studies([tables_only, tmp_path / "seed0"], tmp_path / "merged")
+    assert again["sources"][0]["from"] == "tables" and again["evaluations"] == record["evaluations"]
+    assert (merged / "results.csv").read_bytes() == (tmp_path / "whole" / "results.csv").read_bytes()
+
+    # The same stage with other numbers is a reproducibility failure, named.
+    rows = _rows(tables_only / "results.csv")
+    rows[0]["bleu"] = str(float(rows[0]["bleu"]) + 1.0)
+    with open(tables_only / "results.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    with pytest.raises(LabError, match=rf"results.csv row {rows[0]['stage']}/all differs"):
+        merge_studies([tmp_path / "seed0", tables_only], tmp_path / "merged2")
+    assert not (tmp_path / "merged2").exists()
+    assert whole["results"]
+
+
+def _table_study(folder: Path, recipe_data: dict, rows: list[dict]) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "recipe.json").write_text(json.dumps(recipe_data))
+    with open(folder / "results.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return folder
+
+
+def test_merge_refuses_what_cannot_be_one_study(tmp_path):
+    from lab.study.recipe import recipe_dict
+
+    data = recipe_dict(load_recipe(RECIPE))
+    row = {"stage": "evaluate-1", "group": "all", "model": "gpt2", "task": "codetrans",
+           "arm": "control", "seed": 0, "epochs": 0, "train_size": 16, "bleu": 1.5}
+    a = _table_study(tmp_path / "a", data, [row])
+    other = _table_study(tmp_path / "b", {**data, "arms": ["control", "input-only"]}, [row])
+    with pytest.raises(LabError, match=r"b/recipe.json: another recipe than .*a/recipe.json "
+                                       r"\(differs in arms\)"):
+        merge_studies([a, other], tmp_path / "out")
+    # Where a stage runs is not what it is: resources may differ.
+    elsewhere = _table_study(tmp_path / "c", {**data, "resources": {**data["resources"],
+                                                                    "threads": 8}},
+                             [{**row, "stage": "evaluate-2", "seed": 1}])
+    assert merge_studies([a, elsewhere], tmp_path / "out")["seeds"] == [0, 1]
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(LabError, match="plain: not a study folder"):
+        merge_studies([a, tmp_path / "plain"], tmp_path / "out")
+    with pytest.raises(LabError, match="exists and is not a merged study"):
+        merge_studies([a], tmp_path / "plain")
+    broken = _table_study(tmp_path / "d", data, [row])
+    with open(broken / "results.csv", "a", encoding="utf-8") as handle:
+        handle.write("evaluate-3,all,gpt2,codetrans,control,0,0,16,1.0,extra\n")
+    with pytest.raises(LabError, match="d/results.csv: line 3 has more cells than the header"):
+        merge_studies([a, broken], tmp_path / "out")
+    # The CLI: one line, exit 2, the merged folder as it was.
+    before = (tmp_path / "out" / "results.csv").read_bytes()
+    done = subprocess.run([sys.executable, "-m", "lab.cli", "merge", str(a), str(broken),
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                          env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "more cells" in done.stderr
+    assert (tmp_path / "out" / "results.csv").read_bytes() == before
+    assert not list(tmp_path.glob(".out.merging-*"))
