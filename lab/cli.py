@@ -588,12 +588,14 @@ def merge(
                                                    "apart (lab study --seeds), killed or "
                                                    "running studies, or earlier merges."),
     out: Path = typer.Option(..., help="The merged study folder (new, or an earlier merge)."),
+    seeds: Optional[str] = typer.Option(None, help="Only these seeds (0,1): e.g. a running "
+                                                   "study's finished ones."),
 ) -> None:
     """One study from shards of it: the union of their finished cells, which `lab stats` and
     `lab report` read; a stage found twice must give the same numbers."""
     from lab.study.merge import merge_studies
 
-    record = merge_studies(sources, out)
+    record = merge_studies(sources, out, _parse_seeds(seeds))
     for given in record["sources"]:
         console.print(f"{given['source']} ({given['from']}): seeds {given['seeds']}, "
                       f"{given['evaluations']} evaluations", markup=False, highlight=False,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gzip
 import hashlib
 import json
@@ -119,6 +120,20 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+@functools.lru_cache(maxsize=1)
+def cpu_model() -> str | None:
+    """The CPU's model name (Linux): the same recipe and seed give the same numbers on the same
+    kind of CPU; across vendors and instruction sets the last bits of a float sum may differ."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
 def git_commit() -> str | None:
     """Commit of the lab's own checkout (None when installed from a wheel or outside git)."""
     here = Path(__file__).resolve().parent
@@ -145,6 +160,7 @@ def environment_record() -> dict[str, Any]:
         "git_commit": git_commit(),
         "python": platform.python_version(),
         "platform": platform.platform(),
+        "cpu": cpu_model(),
     }
     for module in ("numpy", "torch", "transformers", "tokenizers", "datasets"):
         mod = sys.modules.get(module)
@@ -153,6 +169,8 @@ def environment_record() -> dict[str, Any]:
     torch = sys.modules.get("torch")
     if torch is not None:  # float sums, and so the numbers, depend on how many threads share them
         record["torch_threads"] = torch.get_num_threads()
+        # ... and on the vector instructions the kernels use (AVX2 and AVX-512 sum differently)
+        record["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     return record
 
 

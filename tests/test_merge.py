@@ -66,7 +66,8 @@ def test_shards_run_apart_merge_into_the_whole_study(tmp_path):
     record = merge_studies([tmp_path / "seed1", tmp_path / "seed0"], tmp_path / "merged")
     assert record["seeds"] == [0, 1] and [s["seeds"] for s in record["sources"]] == [[1], [0]]
     assert record["evaluations"] == len([s for s in expand(recipe) if s.kind == "evaluate"])
-    assert all(s["from"] == "stages" and s["git_commits"] for s in record["sources"])
+    assert all(s["from"] == "stages" and s["git_commits"] and s["cpus"] and s["cpu_capabilities"]
+               for s in record["sources"])
     merged = tmp_path / "merged"
     # The whole study's tables, byte for byte, whichever order the shards are given in.
     for name in ("results.csv", "samples.csv", "probes.csv"):
@@ -76,9 +77,16 @@ def test_shards_run_apart_merge_into_the_whole_study(tmp_path):
 
     from lab.study.report import run_report
 
-    ours = run_report(merged, html=False)
+    ours = run_report(merged)  # its HTML page too, without the stages' predictions
     theirs = run_report(tmp_path / "whole", html=False)
-    assert ours["markdown"] == theirs["markdown"]
+    assert ours["markdown"] == theirs["markdown"] and Path(ours["html"]).is_file()
+
+    # One seed of the whole study (e.g. a running study's finished seeds): that seed's shard.
+    merge_studies([tmp_path / "whole"], tmp_path / "first", seeds=[0])
+    for name in ("results.csv", "samples.csv", "probes.csv"):
+        assert (tmp_path / "first" / name).read_bytes() == (tmp_path / "seed0" / name).read_bytes()
+    with pytest.raises(LabError, match=r"no finished evaluation in .*whole of seeds \[5\]"):
+        merge_studies([tmp_path / "whole"], tmp_path / "none", seeds=[5])
 
     # A merge is a source too (shards travel as tables, without their stages), and a stage
     # found in two sources with the same numbers counts once.
@@ -86,6 +94,7 @@ def test_shards_run_apart_merge_into_the_whole_study(tmp_path):
     shutil.copytree(merged, tables_only)
     again = merge_studies([tables_only, tmp_path / "seed0"], tmp_path / "merged")
     assert again["sources"][0]["from"] == "tables" and again["evaluations"] == record["evaluations"]
+    assert again["sources"][0]["git_commits"] == record["sources"][0]["git_commits"]
     assert (merged / "results.csv").read_bytes() == (tmp_path / "whole" / "results.csv").read_bytes()
 
     # The same stage with other numbers is a reproducibility failure, named.

@@ -24,14 +24,20 @@ from lab.study.runner import (PROBES, RESULTS, SAMPLES, _differences, _write_csv
                               expand)
 
 MERGED = "merged.json"  # written last in a merged folder: its sources and what each gave
+# merged.json per source: what its stages ran with (manifest environment fields). The same
+# recipe and seed give the same numbers on the same kind of CPU, not always across kinds.
+ENVIRONMENT = (("git_commits", "git_commit"), ("cpus", "cpu"),
+               ("cpu_capabilities", "cpu_capability"))
 # Each table and the columns that identify one of its rows.
 TABLES = ((RESULTS, ("stage", "group")), (SAMPLES, ("stage", "id", "group")),
           (PROBES, ("stage", "id", "group")))
 
 
-def merge_studies(sources: list[Path], out: Path) -> dict[str, Any]:
+def merge_studies(sources: list[Path], out: Path, seeds: list[int] | None = None
+                  ) -> dict[str, Any]:
     """Entry point of `lab merge`: OUT gets the sources' recipe, the union of their results,
-    samples and probes, and merged.json; returns that record."""
+    samples and probes (of `seeds` only, if given: a shard's finished seeds, without the one
+    under way), and merged.json; returns that record."""
     if not sources:
         raise LabError("lab merge: no study folders given")
     sources = [Path(source) for source in sources]
@@ -53,6 +59,9 @@ def merge_studies(sources: list[Path], out: Path) -> dict[str, Any]:
     given = []
     for source, recipe in zip(sources, recipes):
         rows = _source_rows(source, recipe)
+        if seeds is not None:
+            rows = {name: [row for row in table if row.get("seed") in seeds]
+                    for name, table in rows.items()}
         for name, identity in TABLES:
             for row in rows[name]:
                 key = tuple(str(row.get(column, "")) for column in identity)
@@ -68,13 +77,16 @@ def merge_studies(sources: list[Path], out: Path) -> dict[str, Any]:
                       "from": "stages" if (source / "stages").is_dir() else "tables",
                       "seeds": _seeds(rows[RESULTS]),
                       "evaluations": len({row["stage"] for row in rows[RESULTS]}),
-                      "git_commits": _commits(source)})
+                      **_environments(source)})
     # In the whole study's stage order: shards merged give the whole study's tables.
     order = {stage.key: index for index, stage in enumerate(expand(recipes[0]))}
     for name, _identity in TABLES:
         tables[name] = dict(sorted(tables[name].items(),
                                    key=lambda item: order.get(item[1]["stage"], len(order))))
     results = list(tables[RESULTS].values())
+    if not results:
+        raise LabError(f"lab merge: no finished evaluation in {', '.join(map(str, sources))}"
+                       + (f" of seeds {seeds}" if seeds is not None else ""))
     record = {"recipe": recipes[0].name, "seeds": _seeds(results),
               "evaluations": len({row["stage"] for row in results}), "sources": given}
     merged = recipe_dict(recipes[0])
@@ -175,17 +187,24 @@ def _seeds(rows: list[dict[str, Any]]) -> list[int]:
     return sorted({int(row["seed"]) for row in rows if "seed" in row})
 
 
-def _commits(source: Path) -> list[str]:
-    """The git commits the source's stages ran at (from their manifests), or its study.json's."""
-    commits = set()
+def _environments(source: Path) -> dict[str, list[str]]:
+    """The git commits, CPUs and instruction sets the source's stages ran with (their
+    manifests' environment), or, for an earlier merge, what its sources ran with."""
+    found: dict[str, set[str]] = {field: set() for field, _recorded in ENVIRONMENT}
     for manifest in sorted((source / "stages").glob("*/manifest.json")):
         try:
             environment = json.loads(manifest.read_text(encoding="utf-8")).get("environment") or {}
         except (OSError, ValueError):
             continue
-        if environment.get("git_commit"):
-            commits.add(environment["git_commit"])
-    if not commits and (source / MERGED).is_file():
-        record = json.loads((source / MERGED).read_text(encoding="utf-8"))
-        commits = {c for given in record.get("sources", []) for c in given.get("git_commits", [])}
-    return sorted(commits)
+        for field, recorded in ENVIRONMENT:
+            if environment.get(recorded):
+                found[field].add(environment[recorded])
+    if not (source / "stages").is_dir() and (source / MERGED).is_file():
+        try:
+            record = json.loads((source / MERGED).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise LabError(f"{source / MERGED}: unreadable ({exc})") from None
+        for field in found:
+            found[field] |= {value for given in record.get("sources", [])
+                             for value in given.get(field, [])}
+    return {field: sorted(values) for field, values in found.items()}
