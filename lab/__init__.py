@@ -1,2 +1,28 @@
 """lab: does seeing benchmark test data during pre-training inflate a code model's scores?"""
+import os as _os
+import platform as _platform
+
 __version__ = "0.1.0"
+
+# The instruction set of torch's CPU kernels on every x86-64 CPU that has it. AVX-512 kernels
+# sum in another order than AVX2 ones, so the same recipe and seed computed other numbers on an
+# AVX-512 CPU than on an AVX2-only one (README, "Same numbers on every machine"); pinned, both
+# compute the same, at no measured cost (benchmarks/cpu_isa.py). torch reads the variable at
+# its first computation, so it is set when lab is imported, and every stage, worker and rank
+# inherits it; an ATEN_CPU_CAPABILITY set by the user (avx512, default) is kept.
+PINNED_CPU_CAPABILITY = "avx2"
+
+
+def _pin_cpu_capability() -> None:
+    if "ATEN_CPU_CAPABILITY" in _os.environ or _platform.machine().lower() not in ("x86_64", "amd64"):
+        return
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            flags = next((line.split() for line in handle if line.startswith("flags")), [])
+    except OSError:
+        return
+    if PINNED_CPU_CAPABILITY in flags:
+        _os.environ["ATEN_CPU_CAPABILITY"] = PINNED_CPU_CAPABILITY
+
+
+_pin_cpu_capability()
