@@ -16,7 +16,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 RUNNER = r"""
 import json, resource, sys, time

@@ -68,6 +68,7 @@ def _variant(name: str, state: dict, config, lr: float):
         optimizer.zero_grad(set_to_none=True)
         return float(loss)
 
+    step.model = model  # what it trains (benchmarks/cpu_isa.py compares the weights)
     return step
 
 

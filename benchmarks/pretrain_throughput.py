@@ -495,7 +495,7 @@ def main() -> None:
               f"{layout} getitem {g:.1f} ms + collate {c:.1f} ms"
               for layout, (g, c) in profiles[family].items()) for family in families))
     print("FLOP/token = 6*non-embedding params + 6*vocab*hidden (tied output head) + "
-          f"12*layers*hidden*block: " + ", ".join(
+          "12*layers*hidden*block: " + ", ".join(
               f"{family} {flops_per_token[family] / 1e6:.1f} MFLOP" for family in families)
           + "; GFLOP/s counts all processed tokens (padding included)")
     print(f"matmul peak (float32 2048x2048, {threads} threads, median of 7; before training and "

@@ -110,3 +110,31 @@ def test_stages_run_seed_by_seed_so_a_stopped_study_holds_whole_comparisons(tmp_
                      ("pretrain", "paired", 0), ("evaluate", "paired", 0),
                      ("pretrain", "control", 1), ("evaluate", "control", 1),
                      ("pretrain", "paired", 1), ("evaluate", "paired", 1)]
+
+
+def _capability(env: dict) -> dict:
+    import os
+    import subprocess
+
+    code = ("import lab, torch, json; from lab.common import environment_record; "
+            "torch.ones(2).sum(); print(json.dumps(environment_record()))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={k: v for k, v in {**os.environ, **env}.items() if v is not None})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_torch_cpu_kernels_are_pinned_to_one_instruction_set_and_recorded():
+    """Importing lab pins torch's CPU kernels to AVX2 on every x86-64 CPU that has it (AVX-512
+    ones included: their kernels compute other numbers), unless the user chose; manifests
+    record what ran."""
+    import platform
+
+    import pytest
+
+    flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
+    if platform.machine().lower() not in ("x86_64", "amd64") or "avx2" not in flags:
+        pytest.skip("not an x86-64 CPU with AVX2")
+    pinned = _capability({"ATEN_CPU_CAPABILITY": None})
+    assert pinned["cpu_capability"] == "AVX2" and pinned["cpu"]
+    assert _capability({"ATEN_CPU_CAPABILITY": "default"})["cpu_capability"] == "DEFAULT"
