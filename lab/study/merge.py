@@ -20,8 +20,8 @@ from typing import Any
 
 from lab.common import LabError, write_json_atomic
 from lab.study.recipe import recipe_dict, recipe_from_dict
-from lab.study.runner import (PROBES, RESULTS, SAMPLES, _differences, _write_csv, collected_rows,
-                              expand)
+from lab.study.runner import (PROBES, RESULTS, SAMPLES, collected_rows, expand,
+                              recipe_differences, write_table)
 
 MERGED = "merged.json"  # written last in a merged folder: its sources and what each gave
 # merged.json per source: what its stages ran with (manifest environment fields). The same
@@ -49,7 +49,7 @@ def merge_studies(sources: list[Path], out: Path, seeds: list[int] | None = None
         raise LabError(f"{out}: is also a source; choose a new folder")
     recipes = [_source_recipe(source) for source in sources]
     for source, recipe in zip(sources[1:], recipes[1:]):
-        changed = [d for d in _differences(recipe_dict(recipes[0]), recipe_dict(recipe))
+        changed = [d for d in recipe_differences(recipe_dict(recipes[0]), recipe_dict(recipe))
                    if not d.startswith("resources.")]
         if changed:
             raise LabError(f"{source / 'recipe.json'}: another recipe than "
@@ -96,7 +96,7 @@ def merge_studies(sources: list[Path], out: Path, seeds: list[int] | None = None
     try:
         write_json_atomic(work / "recipe.json", merged)
         for name, _identity in TABLES:
-            _write_csv(work / name, list(tables[name].values()))
+            write_table(work / name, list(tables[name].values()))
         write_json_atomic(work / MERGED, record)
         if out.exists():
             shutil.rmtree(out)

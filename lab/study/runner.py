@@ -474,8 +474,8 @@ def collect(recipe: Recipe, stages: list[Stage], study: Path) -> tuple[Path, Pat
     """results.csv (one row per evaluation and group), samples.csv (one row per sample) and
     probes.csv, from the finished stages."""
     run_rows, sample_rows, probe_rows = collected_rows(recipe, stages, study)
-    _write_csv(study / PROBES, probe_rows)
-    return _write_csv(study / RESULTS, run_rows), _write_csv(study / SAMPLES, sample_rows)
+    write_table(study / PROBES, probe_rows)
+    return write_table(study / RESULTS, run_rows), write_table(study / SAMPLES, sample_rows)
 
 
 def collected_rows(recipe: Recipe, stages: list[Stage], study: Path
@@ -572,7 +572,7 @@ def _check_seeds(stages: list[Stage], study: Path) -> None:
             raise LabError(f"{study}: {named} {arm}: {exc}") from None
 
 
-def _write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
+def write_table(path: Path, rows: list[dict[str, Any]]) -> Path:
     """The CSV table (what lab stats and lab report read) and the same rows as Parquet beside it
     (NAME.parquet, typed columns for pandas and polars)."""
     columns: list[str] = []
@@ -810,11 +810,12 @@ def log_warnings(log: Path) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def _differences(old: Any, new: Any, path: str = "") -> list[str]:
+def recipe_differences(old: Any, new: Any, path: str = "") -> list[str]:
     """Paths of the fields whose values differ between two recipe dicts."""
     if isinstance(old, dict) and isinstance(new, dict):
         return [d for key in sorted(set(old) | set(new))
-                for d in _differences(old.get(key), new.get(key), f"{path}.{key}" if path else key)]
+                for d in recipe_differences(old.get(key), new.get(key),
+                                            f"{path}.{key}" if path else key)]
     return [] if old == new else [path]
 
 
@@ -940,7 +941,7 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
         # The thread count is checked against what the study recorded (study_threads).
         # Resources may differ (a study begun on a laptop goes on on a cluster): the thread
         # count is checked below, and a launch that changes results changes the stage keys.
-        changed = [d for d in _differences(recipe_dict(previous), recipe_dict(recipe))
+        changed = [d for d in recipe_differences(recipe_dict(previous), recipe_dict(recipe))
                    if not d.startswith("resources.")]
         if changed:
             raise LabError(f"{recorded}: the study directory holds another recipe (differs in "
