@@ -1,4 +1,6 @@
 """lab: does seeing benchmark test data during pre-training inflate a code model's scores?"""
+from __future__ import annotations
+
 import os as _os
 import platform as _platform
 
@@ -13,15 +15,23 @@ __version__ = "0.1.0"
 PINNED_CPU_CAPABILITY = "avx2"
 
 
+def cpu_info(field: str) -> str | None:
+    """A field of the first CPU in /proc/cpuinfo (Linux): "flags", "model name"; else None."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                name, _, value = line.partition(":")
+                if name.strip() == field:
+                    return value.strip()
+    except OSError:
+        pass
+    return None
+
+
 def _pin_cpu_capability() -> None:
     if "ATEN_CPU_CAPABILITY" in _os.environ or _platform.machine().lower() not in ("x86_64", "amd64"):
         return
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            flags = next((line.split() for line in handle if line.startswith("flags")), [])
-    except OSError:
-        return
-    if PINNED_CPU_CAPABILITY in flags:
+    if PINNED_CPU_CAPABILITY in (cpu_info("flags") or "").split():
         _os.environ["ATEN_CPU_CAPABILITY"] = PINNED_CPU_CAPABILITY
 
 

@@ -124,14 +124,9 @@ def sha256_text(text: str) -> str:
 def cpu_model() -> str | None:
     """The CPU's model name (Linux): the same recipe and seed give the same numbers on the same
     kind of CPU; across vendors and instruction sets the last bits of a float sum may differ."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or None
+    from lab import cpu_info
+
+    return cpu_info("model name") or platform.processor() or None
 
 
 def git_commit() -> str | None:

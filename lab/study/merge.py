@@ -20,8 +20,8 @@ from typing import Any
 
 from lab.common import LabError, write_json_atomic
 from lab.study.recipe import recipe_dict, recipe_from_dict
-from lab.study.runner import (PROBES, RESULTS, SAMPLES, collected_rows, expand,
-                              recipe_differences, write_table)
+from lab.study.runner import (PROBES, RESULTS, SAMPLES, collected_rows, expand, study_differences,
+                              table_cell, write_table)
 
 MERGED = "merged.json"  # written last in a merged folder: its sources and what each gave
 # merged.json per source: what its stages ran with (manifest environment fields). The same
@@ -49,8 +49,7 @@ def merge_studies(sources: list[Path], out: Path, seeds: list[int] | None = None
         raise LabError(f"{out}: is also a source; choose a new folder")
     recipes = [_source_recipe(source) for source in sources]
     for source, recipe in zip(sources[1:], recipes[1:]):
-        changed = [d for d in recipe_differences(recipe_dict(recipes[0]), recipe_dict(recipe))
-                   if not d.startswith("resources.")]
+        changed = study_differences(recipes[0], recipe)
         if changed:
             raise LabError(f"{source / 'recipe.json'}: another recipe than "
                            f"{sources[0] / 'recipe.json'} (differs in {', '.join(changed[:3])})")
@@ -124,8 +123,7 @@ def _source_rows(source: Path, recipe: Any) -> dict[str, list[dict[str, Any]]]:
     if (source / "stages").is_dir():
         collected = collected_rows(recipe, expand(recipe), source)
         return {name: [_as_written(row) for row in rows]
-                for (name, _identity), rows in zip(TABLES, (collected[0], collected[1],
-                                                              collected[2]))}
+                for (name, _identity), rows in zip(TABLES, collected)}
     if not (source / RESULTS).is_file():
         raise LabError(f"{source}: neither stages/ nor {RESULTS}: nothing to merge")
     return {name: _read_table(source / name, identity, required=name == RESULTS)
@@ -155,8 +153,7 @@ def _read_table(path: Path, identity: tuple[str, ...], required: bool) -> list[d
 
 def _as_written(row: dict[str, Any]) -> dict[str, Any]:
     """A row as results.csv writes it (floats rounded to 6 places, None empty), then typed."""
-    return _typed({key: "" if value is None
-                   else str(round(value, 6) if isinstance(value, float) else value)
+    return _typed({key: "" if value is None else str(table_cell(value))
                    for key, value in row.items()})
 
 

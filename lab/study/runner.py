@@ -572,14 +572,18 @@ def _check_seeds(stages: list[Stage], study: Path) -> None:
             raise LabError(f"{study}: {named} {arm}: {exc}") from None
 
 
+def table_cell(value: Any) -> Any:
+    """A value as the study's tables hold it: floats to 6 places."""
+    return round(value, 6) if isinstance(value, float) else value
+
+
 def write_table(path: Path, rows: list[dict[str, Any]]) -> Path:
     """The CSV table (what lab stats and lab report read) and the same rows as Parquet beside it
     (NAME.parquet, typed columns for pandas and polars)."""
     columns: list[str] = []
     for row in rows:
         columns += [c for c in row if c not in columns]
-    rounded = [{c: (round(row[c], 6) if isinstance(row.get(c), float) else row.get(c))
-                for c in columns} for row in rows]
+    rounded = [{c: table_cell(row.get(c)) for c in columns} for row in rows]
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns)
@@ -819,6 +823,13 @@ def recipe_differences(old: Any, new: Any, path: str = "") -> list[str]:
     return [] if old == new else [path]
 
 
+def study_differences(old: Recipe, new: Recipe) -> list[str]:
+    """Fields in which two recipes make other studies: all but `resources` (where a stage runs;
+    a launch that changes results changes the stage keys)."""
+    return [d for d in recipe_differences(recipe_dict(old), recipe_dict(new))
+            if not d.startswith("resources.")]
+
+
 def check_executor(executor: str, workers: int | None) -> None:
     if executor not in EXECUTORS:
         raise LabError(f"--executor {executor}: choose from {', '.join(EXECUTORS)}")
@@ -941,8 +952,7 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
         # The thread count is checked against what the study recorded (study_threads).
         # Resources may differ (a study begun on a laptop goes on on a cluster): the thread
         # count is checked below, and a launch that changes results changes the stage keys.
-        changed = [d for d in recipe_differences(recipe_dict(previous), recipe_dict(recipe))
-                   if not d.startswith("resources.")]
+        changed = study_differences(previous, recipe)
         if changed:
             raise LabError(f"{recorded}: the study directory holds another recipe (differs in "
                            f"{', '.join(changed[:3])}; use a new --out)")
