@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import lab
+from lab import cpu_info
 
 
 class LabError(Exception):
@@ -124,8 +125,6 @@ def sha256_text(text: str) -> str:
 def cpu_model() -> str | None:
     """The CPU's model name (Linux): the same recipe and seed give the same numbers on the same
     kind of CPU; across vendors and instruction sets the last bits of a float sum may differ."""
-    from lab import cpu_info
-
     return cpu_info("model name") or platform.processor() or None
 
 

@@ -814,11 +814,11 @@ def log_warnings(log: Path) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def recipe_differences(old: Any, new: Any, path: str = "") -> list[str]:
+def _recipe_differences(old: Any, new: Any, path: str = "") -> list[str]:
     """Paths of the fields whose values differ between two recipe dicts."""
     if isinstance(old, dict) and isinstance(new, dict):
         return [d for key in sorted(set(old) | set(new))
-                for d in recipe_differences(old.get(key), new.get(key),
+                for d in _recipe_differences(old.get(key), new.get(key),
                                             f"{path}.{key}" if path else key)]
     return [] if old == new else [path]
 
@@ -826,7 +826,7 @@ def recipe_differences(old: Any, new: Any, path: str = "") -> list[str]:
 def study_differences(old: Recipe, new: Recipe) -> list[str]:
     """Fields in which two recipes make other studies: all but `resources` (where a stage runs;
     a launch that changes results changes the stage keys)."""
-    return [d for d in recipe_differences(recipe_dict(old), recipe_dict(new))
+    return [d for d in _recipe_differences(recipe_dict(old), recipe_dict(new))
             if not d.startswith("resources.")]
 
 
