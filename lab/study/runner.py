@@ -819,7 +819,7 @@ def _recipe_differences(old: Any, new: Any, path: str = "") -> list[str]:
     if isinstance(old, dict) and isinstance(new, dict):
         return [d for key in sorted(set(old) | set(new))
                 for d in _recipe_differences(old.get(key), new.get(key),
-                                            f"{path}.{key}" if path else key)]
+                                             f"{path}.{key}" if path else key)]
     return [] if old == new else [path]
 
 
