@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -231,6 +232,25 @@ def test_checkpoints_without_a_record_are_accepted_when_whole(world, reference):
     resumed = pretrain(world, "ck-legacy", resume=True)
     assert resumed["resumed_from"] == "checkpoint-6"
     assert resumed["final_weights_sha256"] == reference["final_weights_sha256"]
+
+
+def test_a_resumed_mlm_run_ends_with_the_same_weights_and_reports_no_missing_key(world, caplog):
+    # RoBERTa's MLM decoder is tied to the word embeddings: a checkpoint stores it once.
+    mlm = dict(model="roberta", max_steps=4)
+    reference_mlm = pretrain(world, "mlm-ref", **mlm)
+    partial = world / "mlm-cut.partial"
+    shutil.copytree(world / "mlm-ref", partial)
+    shutil.rmtree(partial / "checkpoints" / "checkpoint-4")
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        # The trainer's warnings reach caplog (else the last assertion could not fail).
+        logging.getLogger("transformers.trainer").warning("captured")
+        resumed = pretrain(world, "mlm-cut", resume=True, **mlm)
+    assert resumed["resumed_from"] == "checkpoint-2"
+    assert resumed["final_weights_sha256"] == reference_mlm["final_weights_sha256"]
+    logged = [record.getMessage() for record in caplog.records]
+    assert "captured" in logged
+    assert not any("missing keys" in message for message in logged)
 
 
 def test_resume_with_nothing_to_resume_is_refused(world):
