@@ -273,7 +273,7 @@ def make_guarded_trainer_class():
             storage, as missing from every checkpoint it resumes, though loading the embeddings
             restores it (tests/test_integrity.py resumes to the same weights): only missing keys
             that share no storage with a loaded weight are reported."""
-            missing = set(getattr(load_result, "missing_keys", None) or ())
+            missing = set(load_result.missing_keys)
             if missing:
                 state = self.model.state_dict()
                 loaded = {tensor.data_ptr() for key, tensor in state.items() if key not in missing}
