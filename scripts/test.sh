@@ -2,6 +2,11 @@
 # Install the lab with its test tools and run the test suite.
 # Data: LAB_CORPORA names the corpora folder (tests that need it are skipped without it).
 set -euo pipefail
+# Tests run the CLI from temporary folders: a relative LAB_CORPORA must not change meaning there.
+if [ -n "${LAB_CORPORA:-}" ] && [ -d "$LAB_CORPORA" ]; then
+  LAB_CORPORA="$(cd "$LAB_CORPORA" && pwd)"
+  export LAB_CORPORA
+fi
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --dev
 export HF_HUB_OFFLINE=1  # a hub look-up otherwise hangs for most of a minute without network

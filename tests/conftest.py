@@ -30,6 +30,14 @@ version volume wallet widget window worker
 TYPES = ["int", "long", "double"]
 
 
+def pytest_configure(config):
+    """Tests run the CLI from temporary folders, so a relative $LAB_CORPORA (as in the README's
+    `LAB_CORPORA=../shared/corpora ...`) is resolved once, against the folder pytest started in."""
+    value = os.environ.get("LAB_CORPORA")
+    if value:
+        os.environ["LAB_CORPORA"] = str(Path(value).resolve())
+
+
 @pytest.fixture(autouse=True)
 def padded_batches_carry_their_mask(request):
     """Every test fails if a model scores a padded batch without its attention mask (padding

@@ -4,6 +4,7 @@ from __future__ import annotations
 import gzip
 import importlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -317,3 +318,10 @@ def test_hub_rows_map_to_records_when_online_and_nothing_local(monkeypatch):
         ("google/code_x_glue_tc_text_to_code", None, "train"),
         ("google/code_x_glue_ct_code_to_text", "java", "validation"),
     ]
+
+
+def test_a_relative_lab_corpora_is_resolved_before_tests_change_folder(corpora_root):
+    """Many tests run the CLI with a temporary folder as cwd; the README passes
+    LAB_CORPORA=../shared/corpora, which only means the right folder from the checkout."""
+    assert Path(os.environ["LAB_CORPORA"]).is_absolute(), os.environ["LAB_CORPORA"]
+    assert (Path(os.environ["LAB_CORPORA"]) / "codetrans").is_dir()
