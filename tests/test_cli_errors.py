@@ -517,6 +517,14 @@ def test_placebo_pool_too_small(workdir, tiny_corpora):
     assert_nothing_written(out)
 
 
+def test_a_placebo_from_a_barred_split_is_a_one_line_error(workdir, tiny_corpora):
+    out = workdir / "arm"
+    assert_one_line_error(run_lab(inject_args(out, "codetrans", "paired-placebo", "--placebo-from",
+                                              "valid,test"), workdir, tiny_corpora),
+                          "--placebo-from test: a placebo never draws from the test split")
+    assert_nothing_written(out)
+
+
 def test_unknown_setting_lists_the_placebos(workdir, tiny_corpora):
     out = workdir / "arm"
     assert_one_line_error(run_lab(inject_args(out, "codetrans", "paired-placbo"), workdir, tiny_corpora),

@@ -294,6 +294,35 @@ def test_placebo_guard_refuses_a_near_duplicate_of_a_test_sample(tmp_path, monke
     assert not (tmp_path / "placebo").exists()
 
 
+def test_a_placebo_can_draw_outside_the_fine_tuning_data(tmp_path):
+    """By default a CodeTrans placebo draws from train + valid, so mostly from the pairs a study
+    fine-tunes on; --placebo-from valid keeps it out of them, standing for the same test
+    samples and removing the same base documents."""
+    default, _ = make(tmp_path, "default", setting="paired-placebo", samples=200)
+    valid, out = make(tmp_path, "valid", setting="paired-placebo", samples=200,
+                      placebo_from=("valid",))
+    assert default["placebo"]["by_split"]["train"] > 150
+    assert valid["placebo"]["by_split"] == {"valid": 200}
+    assert valid["placebo"]["pool"]["splits"] == ["valid"]
+    assert valid["options"]["placebo_from"] == ["valid"] and "placebo_from" not in default["options"]
+    assert valid["placebo"]["matched_test_ids"] == default["placebo"]["matched_test_ids"]
+    assert valid["removed_base_ids"] == default["removed_base_ids"]
+    train_ids = {s.id for s in load_samples("codetrans", "train").records}
+    assert train_ids.isdisjoint(valid["placebo_ids"])
+    assert valid["guards"]["placebo_disjoint_from_test"] is True
+    # The alias names the same split; a barred or unknown split is refused before writing.
+    alias, _ = make(tmp_path, "alias", setting="paired-placebo", samples=200,
+                    placebo_from=("dev",))
+    assert alias["placebo_ids"] == valid["placebo_ids"]
+    for splits, message in ((("test",), "never draws from the test split"),
+                            (("train", "gold"), "codetrans has no such split")):
+        with pytest.raises(LabError, match=message):
+            make(tmp_path, "refused", setting="paired-placebo", placebo_from=splits)
+        assert not (tmp_path / "refused").exists()
+    with pytest.raises(LabError, match="only a placebo setting draws from other splits"):
+        make(tmp_path, "refused", setting="paired", placebo_from=("valid",))
+
+
 def test_placebo_is_deterministic_and_seeded(tmp_path):
     first, second, third, _out = _twice_and_other_seed(tmp_path, "unpaired-placebo", 0.2)
     assert first["placebo_ids"] == second["placebo_ids"]

@@ -61,10 +61,15 @@ def test_valid_recipe_and_defaults(recipe_file):
     ("pretrain.lr=fast", "pretrain.lr: expected float"),
     ("injection.fraction=1.5", "injection.fraction: expected a number in (0, 1]"),
     ("models=[roberta]", "finetune.epochs[0]: 0 (direct inference) is defined for GPT-2 only"),
+    ("injection.placebo_from=[valid]", "injection.placebo_from: no arm is a placebo"),
+    ("arms=[control, paired, paired-placebo]\ninjection.placebo_from=[test]",
+     "injection.placebo_from: test: a placebo never draws from the test split"),
+    ("arms=[control, paired, paired-placebo]\ninjection.placebo_from=[train, held]",
+     "injection.placebo_from: held: codetrans has no such split (choose from train, valid)"),
 ])
 def test_invalid_values_name_the_key(recipe_file, override, message):
     with pytest.raises(LabError) as info:
-        load_recipe(recipe_file, [override])
+        load_recipe(recipe_file, override.split("\n"))
     assert str(info.value).startswith(str(recipe_file)) and message in str(info.value)
 
 

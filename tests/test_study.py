@@ -37,6 +37,21 @@ def test_grid_of_the_micro_recipe():
     assert len({s.key for s in stages}) == len(stages)
 
 
+def test_a_placebo_drawn_from_named_splits_changes_only_the_placebo_stages():
+    """injection.placebo_from enters the placebo's inject stage (and so every stage after it);
+    the control and the contaminated arm keep their keys, and a recipe without it keeps all."""
+    arms = "arms=[control, paired, paired-placebo]"
+    default = expand(load_recipe(RECIPE, [arms]))
+    chosen = expand(load_recipe(RECIPE, [arms, "injection.placebo_from=[valid]"]))
+    def keys(stages, placebo):
+        return {s.key for s in stages if (s.labels.get("arm") == "paired-placebo") == placebo}
+    assert keys(chosen, False) == keys(default, False)
+    assert keys(chosen, True).isdisjoint(keys(default, True))
+    injects = [s for s in chosen if s.kind == "inject" and s.labels["arm"] == "paired-placebo"]
+    assert injects and all(s.config["placebo_from"] == ["valid"] for s in injects)
+    assert all("placebo_from" not in s.config for s in default if s.kind == "inject")
+
+
 def test_grid_with_placebo_arms():
     """A placebo arm is expanded like any arm; the other arms keep their stage keys; its models
     are probed, like the control's, on the samples its base arm injected with the same seed."""

@@ -60,6 +60,10 @@ class InjectConfig(ExecutorConfig):
                                       "subset).")
     test_ids: Path | None = param(None, "File of sample ids to inject.")
     decontaminate: bool = param(False, "First drop base near-duplicates of the test set.")
+    placebo_from: tuple[str, ...] | None = param(
+        None, "Splits a placebo draws from (default: every split but test and the injected one). "
+              "A study that fine-tunes on train should name the others (codetrans: valid), or its "
+              "placebo models pre-train on some of their fine-tuning pairs.")
     force: bool = param(False, "Replace an existing output directory.")
     corpora_dir: Path | None = corpora_param()
     corpus_format: int = param(
@@ -111,6 +115,11 @@ def validate(cfg: InjectConfig) -> None:
         raise LabError("--samples and --test-ids: give one of them, not both")
     if cfg.test_ids is not None and not Path(cfg.test_ids).is_file():
         raise LabError(f"--test-ids {cfg.test_ids}: no such file")
+    if cfg.placebo_from is not None:
+        if not settings_table.get(cfg.setting).placebo:
+            raise LabError(f"--placebo-from: only a placebo setting draws from other splits, "
+                           f"not {cfg.setting}")
+        placebo_splits(cfg.benchmark, cfg.split, cfg.placebo_from)
     check_numbers(seed=cfg.seed)
     if cfg.corpus_format not in FORMATS:
         raise LabError(f"--format {cfg.corpus_format}: unknown corpus format (choose from "
@@ -228,10 +237,28 @@ def select_samples(samples: list[Sample], cfg: InjectConfig) -> list[int]:
     return sorted(chosen)
 
 
-def placebo_splits(benchmark: str, split: str) -> tuple[str, ...]:
-    """The splits a placebo draws from: the benchmark's others, never a test split."""
+def placebo_splits(benchmark: str, split: str, chosen: tuple[str, ...] | None = None
+                   ) -> tuple[str, ...]:
+    """The splits a placebo draws from: `chosen`, else the benchmark's others; never a test
+    split nor the injected one."""
     spec = get_spec(benchmark)
-    return tuple(s for s in spec.splits if s not in (spec.canonical_split(split), "test"))
+    barred = (spec.canonical_split(split), "test")
+    if chosen is None:
+        return tuple(s for s in spec.splits if s not in barred)
+    if not chosen:
+        raise LabError("--placebo-from: name at least one split")
+    picked: list[str] = []
+    for name in chosen:
+        if name not in spec.splits and name not in dict(spec.split_aliases):
+            raise LabError(f"--placebo-from {name}: {benchmark} has no such split (choose from "
+                           f"{', '.join(s for s in spec.splits if s not in barred)})")
+        canonical = spec.canonical_split(name)
+        if canonical in barred:
+            raise LabError(f"--placebo-from {name}: a placebo never draws from the test split or "
+                           f"the injected one ({spec.canonical_split(split)})")
+        if canonical not in picked:
+            picked.append(canonical)
+    return tuple(picked)
 
 
 @dataclass
@@ -284,7 +311,7 @@ def placebo_pool(cfg: InjectConfig, setting: Setting, tests: list[Sample]) -> Pl
     samples sharing a side verbatim (`disjoint_from`). Splits missing here (CONCODE's train
     offline) are named."""
     spec = get_spec(cfg.benchmark)
-    wanted = placebo_splits(cfg.benchmark, cfg.split)
+    wanted = placebo_splits(cfg.benchmark, cfg.split, cfg.placebo_from)
     parts: list[Loaded] = []
     missing: list[str] = []
     for split in wanted:
@@ -477,6 +504,7 @@ def _manifest(cfg: InjectConfig, plan: Plan, built: Built, guards: dict[str, Any
             **({"doses": list(cfg.doses)} if cfg.doses else {}),
             "test_ids": str(cfg.test_ids) if cfg.test_ids else None,
             "decontaminate": cfg.decontaminate, "shard_size": cfg.shard_size,
+            **({"placebo_from": list(cfg.placebo_from)} if cfg.placebo_from else {}),
         },
         **({"executor": {"executor": cfg.executor, "tasks": cfg.tasks}}
            if cfg.corpus_format == 2 else {}),

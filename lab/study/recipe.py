@@ -26,7 +26,7 @@ import yaml
 
 from lab.common import SEED_MAX, LabError, default_of, param
 from lab.contamination import settings as settings_table
-from lab.contamination.inject import InjectConfig, check_doses
+from lab.contamination.inject import InjectConfig, check_doses, placebo_splits
 from lab.eval.generate import EvaluateConfig
 from lab.eval.probe import ProbeConfig
 from lab.stats import ALPHA, CONVENTIONS, DEFAULT_CONVENTION
@@ -119,7 +119,8 @@ STUDY_DEFAULTS = {
 
 CorpusSection = section("CorpusSection", InjectConfig, ["base", "base_splits", "limit"])
 InjectionSection = section("InjectionSection", InjectConfig,
-                           ["repeat", "fraction", "doses", "samples", "decontaminate"])
+                           ["repeat", "fraction", "doses", "samples", "decontaminate",
+                            "placebo_from"])
 
 
 TokenizerSection = section("TokenizerSection", TokenizerConfig, ["vocab_size"],
@@ -471,6 +472,14 @@ def _check_view(recipe: Recipe) -> None:
                                      out=Path("."), doses=tuple(doses)))
         except LabError as exc:
             fail("injection.doses", str(exc).split(": ", 1)[-1])
+    placebo_from = recipe.injection.placebo_from
+    if placebo_from is not None:
+        if not any(settings_table.get(arm).placebo for arm in recipe.arms):
+            fail("injection.placebo_from", "no arm is a placebo (list one in arms, or leave it out)")
+        try:
+            placebo_splits(recipe.benchmark, "test", tuple(placebo_from))
+        except LabError as exc:
+            fail("injection.placebo_from", str(exc).removeprefix("--placebo-from").lstrip(": "))
     if recipe.injection.samples is not None and recipe.injection.samples < 1:
         fail("injection.samples", f"expected int >= 1 or null, got {recipe.injection.samples}")
     test_samples = ((dataset_manifest(recipe.benchmark) or {}).get("expected_records") or {}) \

@@ -151,6 +151,8 @@ def _grid(recipe: Recipe) -> list[Stage]:
                    if recipe.injection.doses and settings_table.get(arm).injects else {}),
                 **({"samples": recipe.injection.samples} if recipe.injection.samples else {}),
                 "decontaminate": recipe.injection.decontaminate,
+                **({"placebo_from": recipe.injection.placebo_from}
+                   if recipe.injection.placebo_from and settings_table.get(arm).placebo else {}),
             }, labels={"arm": arm, "seed": seed})
             arm_stage[(arm, seed)] = stage
             stages.append(stage)
@@ -357,8 +359,8 @@ def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None,
     if stage.kind == "inject":
         from lab.contamination.inject import InjectConfig, run_inject
 
-        run_inject(InjectConfig(**{**cfg, "base_splits": tuple(cfg["base_splits"])}, out=out,
-                                corpora_dir=corpora_dir))
+        tuples = {name: tuple(cfg[name]) for name in ("base_splits", "placebo_from") if name in cfg}
+        run_inject(InjectConfig(**{**cfg, **tuples}, out=out, corpora_dir=corpora_dir))
     elif stage.kind == "tokenizer":
         from lab.tokenizer import train_tokenizer
 
