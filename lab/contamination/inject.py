@@ -247,17 +247,17 @@ def placebo_splits(benchmark: str, split: str, chosen: tuple[str, ...] | None = 
         return tuple(s for s in spec.splits if s not in barred)
     if not chosen:
         raise LabError("--placebo-from: name at least one split")
-    picked: list[str] = []
+    picked: dict[str, None] = {}  # canonical names, first mention first
     for name in chosen:
-        if name not in spec.splits and name not in dict(spec.split_aliases):
+        try:
+            canonical = spec.canonical_split(name)
+        except LabError:
             raise LabError(f"--placebo-from {name}: {benchmark} has no such split (choose from "
-                           f"{', '.join(s for s in spec.splits if s not in barred)})")
-        canonical = spec.canonical_split(name)
+                           f"{', '.join(s for s in spec.splits if s not in barred)})") from None
         if canonical in barred:
             raise LabError(f"--placebo-from {name}: a placebo never draws from the test split or "
-                           f"the injected one ({spec.canonical_split(split)})")
-        if canonical not in picked:
-            picked.append(canonical)
+                           f"the injected one ({barred[0]})")
+        picked[canonical] = None
     return tuple(picked)
 
 
