@@ -2,20 +2,25 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
+import re
+import statistics
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from lab.codetokens import whitespace_hash
+from lab.codetokens import code_tokens, whitespace_hash
 from lab.common import LabError
 from lab.contamination import paired_document, segments
 from lab.contamination.audit import run_audit
 from lab.contamination.corpus_files import read_corpus
-from lab.contamination.inject import InjectConfig, run_inject
-from lab.corpora import load_samples
+from lab.contamination import settings as settings_table
+from lab.contamination.inject import InjectConfig, placebo_pool, run_inject
+from lab.corpora import dataset_manifest, load_samples
 
 pytestmark = pytest.mark.skipif(not os.environ.get("LAB_CORPORA"), reason="needs LAB_CORPORA")
 
@@ -327,9 +332,11 @@ def test_placebo_is_deterministic_and_seeded(tmp_path):
     first, second, third, _out = _twice_and_other_seed(tmp_path, "unpaired-placebo", 0.2)
     assert first["placebo_ids"] == second["placebo_ids"]
     assert third["placebo_ids"] != first["placebo_ids"]
-    # Placebos of one seed draw the same samples, whatever their form.
-    paired, _ = make(tmp_path, "d", setting="paired-placebo", fraction=0.2)
-    assert paired["placebo_ids"] == first["placebo_ids"]
+    # Drawn at random, placebos of one seed draw the same samples, whatever their form; matched
+    # on length, each matches the lengths of its own form.
+    drawn = [make(tmp_path, setting, setting=setting, fraction=0.2, placebo_match="random")[0]
+             for setting in ("unpaired-placebo", "paired-placebo")]
+    assert drawn[0]["placebo_ids"] == drawn[1]["placebo_ids"] != first["placebo_ids"]
 
 
 def test_placebo_mirrors_listed_test_ids_and_needs_a_large_enough_pool(tmp_path):
@@ -348,6 +355,159 @@ def test_placebo_mirrors_listed_test_ids_and_needs_a_large_enough_pool(tmp_path)
         with pytest.raises(LabError, match="2000 placebo samples needed, but concode dev holds only"):
             make(tmp_path, "too-many", benchmark="concode", setting="input-only-placebo")
         assert not (tmp_path / "too-many").exists()
+
+
+# --- length-matched placebos (issue 43, item 5) -------------------------------------------------
+
+# The mini recipes' arm (recipes/mini/base.yaml): the first 200 CodeTrans test samples, paired,
+# in 700 CSN-format valid documents; seeds 0-3.
+MINI_ARM = dict(setting="paired-placebo", samples=200, limit=700)
+MINI_SEEDS = (0, 1, 2, 3)
+POOLS = (None, ("valid",))
+
+
+def paired_tokens(sample) -> int:
+    return len(code_tokens(paired_document(sample.input, sample.output)))
+
+
+@pytest.fixture(scope="module")
+def mini_placebos(tmp_path_factory):
+    """(placebo_match, placebo_from, seed) -> (manifest, folder) of the mini arm's placebo, and
+    the wall time of each (about 2 s from train + valid, 0.5 s from valid here)."""
+    root = tmp_path_factory.mktemp("mini-placebos")
+    made, seconds = {}, {}
+    for match, pool, seed in itertools.product(("length", "random"), POOLS, MINI_SEEDS):
+        key = (match, pool, seed)
+        started = time.perf_counter()
+        made[key] = make(root, "-".join(map(str, key)), seed=seed, placebo_match=match,
+                         placebo_from=pool, **MINI_ARM)
+        seconds[key] = time.perf_counter() - started
+    return made, seconds
+
+
+@pytest.fixture(scope="module")
+def codetrans_samples():
+    return {s.id: s for split in ("train", "valid", "test")
+            for s in load_samples("codetrans", split).records}
+
+
+def test_a_length_matched_placebo_is_as_long_as_its_arm(mini_placebos, codetrans_samples):
+    """Mean code tokens of the placebo's documents within 5% of its arm's for every seed, from
+    train + valid and from valid alone; the uniform draw (the placebos before length matching:
+    valid samples average 446 characters, test 397) misses by more for some seed."""
+    made, seconds = mini_placebos
+    missed = Counter()
+    for (match, pool, seed), (manifest, _out) in made.items():
+        arm = statistics.mean(paired_tokens(codetrans_samples[i])
+                              for i in manifest["placebo"]["matched_test_ids"])
+        placebo = statistics.mean(paired_tokens(codetrans_samples[i])
+                                  for i in manifest["placebo_ids"])
+        within = abs(placebo / arm - 1) <= 0.05
+        assert within or match == "random", (pool, seed, arm, placebo)
+        missed[match, pool] += not within
+        # The manifest shows both distributions, in the same unit, and the shares.
+        record = manifest["placebo"]["length_match"]
+        assert record["method"] == match == manifest["options"]["placebo_match"]
+        assert record["unit"] == "lab code tokens"
+        assert record["arm"]["mean"] == round(arm, 1) and record["placebo"]["mean"] == round(placebo, 1)
+        for side in ("arm", "placebo"):
+            assert record[side]["samples"] == 200
+            assert record[side]["p10"] <= record[side]["p50"] <= record[side]["p90"] <= record[side]["max"]
+            assert record[side]["std"] > 0 and record[side]["mean_chars"] > record[side]["mean"]
+        assert record["mean_ratio"] == round(record["placebo"]["mean"] / record["arm"]["mean"], 4)
+        share = record["share_of_characters"]
+        assert share["placebo"] == manifest["counts"]["injected_char_fraction"]
+        assert share["relative_difference"] == pytest.approx(
+            share["placebo"] / share["arm"] - 1, abs=1e-3)
+        assert share["tolerance"] == 0.05 and share["checked"] == (match == "length")
+        if match == "length":
+            assert abs(share["relative_difference"]) <= 0.05
+    assert all(missed["random", pool] >= 1 for pool in POOLS), missed
+    assert max(seconds.values()) < 30, seconds
+
+
+def test_the_arms_share_is_its_own_corpus_share(tmp_path, mini_placebos):
+    """The placebo's manifest states its arm's share without the arm's corpus: the same seed
+    keeps the same base documents, so it is exactly the share the arm's own manifest shows."""
+    made, _seconds = mini_placebos
+    for seed in (0, 3):
+        placebo, _out = made["length", None, seed]
+        arm, _ = make(tmp_path, f"arm-{seed}", seed=seed, **{**MINI_ARM, "setting": "paired"})
+        assert arm["removed_base_ids"] == placebo["removed_base_ids"]
+        assert (placebo["placebo"]["length_match"]["share_of_characters"]["arm"]
+                == arm["counts"]["injected_char_fraction"])
+
+
+def test_a_length_matched_placebo_is_seeded_and_pairs_sample_by_sample(tmp_path, mini_placebos,
+                                                                        codetrans_samples):
+    """Same seed, same placebo samples; another seed, others. The i-th placebo sample stands for
+    the i-th matched test sample: nearly always one of exactly its length."""
+    made, _seconds = mini_placebos
+    again, _ = make(tmp_path, "again", seed=0, **MINI_ARM)
+    first = made["length", None, 0][0]
+    assert again["placebo_ids"] == first["placebo_ids"]
+    assert made["length", None, 1][0]["placebo_ids"] != first["placebo_ids"]
+    for pool in POOLS:
+        manifest = made["length", pool, 0][0]
+        gaps = [abs(paired_tokens(codetrans_samples[p]) - paired_tokens(codetrans_samples[t]))
+                for p, t in zip(manifest["placebo_ids"], manifest["placebo"]["matched_test_ids"])]
+        assert statistics.median(gaps) == 0 and len(set(manifest["placebo_ids"])) == 200
+        assert all(i.startswith(("codetrans:train:", "codetrans:valid:"))
+                   for i in manifest["placebo_ids"])
+
+
+def test_a_dose_ladder_placebo_sample_takes_its_test_samples_dose(tmp_path, codetrans_samples):
+    manifest, out = make(tmp_path, "ladder", seed=2, doses=(0, 1, 4), **MINI_ARM)
+    dose_of = {i: level["dose"] for level in manifest["dose_levels"] for i in level["ids"]}
+    copies = Counter(r["sample"] for r in read_corpus(out) if r["sample"])
+    pairs = list(zip(manifest["placebo_ids"], manifest["placebo"]["matched_test_ids"]))
+    assert {dose_of[t] for _p, t in pairs} == {1, 4} and len(pairs) == len(copies)
+    for placebo_id, test_id in pairs:
+        assert copies[placebo_id] == dose_of[test_id], (placebo_id, test_id)
+    for level in manifest["dose_levels"][1:]:
+        assert level["placebo_ids"] == [p for p, t in pairs if dose_of[t] == level["dose"]]
+    gaps = [abs(paired_tokens(codetrans_samples[p]) - paired_tokens(codetrans_samples[t]))
+            for p, t in pairs]
+    assert statistics.median(gaps) == 0
+    # Shares weigh every sample by its dose.
+    share = manifest["placebo"]["length_match"]["share_of_characters"]
+    assert share["placebo"] == manifest["counts"]["injected_char_fraction"]
+    assert abs(share["relative_difference"]) <= share["tolerance"]
+
+
+def test_a_placebo_off_its_arms_share_is_refused_with_the_numbers(tmp_path, monkeypatch):
+    """Beyond the tolerance (here 0: no placebo is exactly its arm's share) the arm is refused
+    in one line, and nothing is written; the uniform draw records its share unchecked."""
+    import lab.contamination.inject as inject
+
+    monkeypatch.setattr(inject, "PLACEBO_SHARE_TOLERANCE", 0.0)
+    with pytest.raises(LabError) as refused:
+        make(tmp_path, "refused", seed=0, **MINI_ARM)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert re.fullmatch(
+        r"--placebo-match length: the placebo injects 17\.\d{4}% of its corpus's characters and "
+        r"its arm 16\.9741% \(\+\d\.\d%, tolerance 0%; mean length 81\.\d vs 81\.5 lab code "
+        r"tokens\): the pool lacks samples of the arm's lengths \(draw from more splits with "
+        r"--placebo-from, or lower --samples\)", message), message
+    assert list(tmp_path.iterdir()) == []
+    drawn, _ = make(tmp_path, "drawn", seed=0, placebo_match="random", **MINI_ARM)
+    assert drawn["placebo"]["length_match"]["share_of_characters"]["checked"] is False
+    with pytest.raises(LabError, match="--placebo-match nearest: choose from length, random"):
+        make(tmp_path, "unknown", placebo_match="nearest", **MINI_ARM)
+
+
+@pytest.mark.parametrize("benchmark", ("codetrans", "codetrans-paper", "concode", "concode-paper"))
+def test_the_recorded_placebo_pools_are_measured(benchmark):
+    """corpora/NAME.json's placebo_eligible (what a recipe's placebo may draw on, checked before
+    a study starts) is what lab inject finds: each split against the whole test split."""
+    recorded = dataset_manifest(benchmark)["placebo_eligible"]
+    tests = load_samples(benchmark, "test").records
+    setting = settings_table.get("input-only-placebo")
+    for split, count in recorded.items():
+        cfg = InjectConfig(benchmark=benchmark, setting=setting.name, seed=0,
+                           out=Path("unused"), placebo_from=(split,))
+        assert placebo_pool(cfg, setting, tests).record["eligible"] == count, split
 
 
 def test_arm_corpora_load_with_datasets_across_shards_without_injected_documents(tmp_path):

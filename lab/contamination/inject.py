@@ -8,18 +8,22 @@ nested (paired removes the first k documents of the same permutation unpaired re
 What a setting injects (documents per sample, sides, references) comes from the one table in
 lab/contamination/settings.py. A placebo setting injects, instead of the test samples its base
 setting would inject, as many train/valid samples that the audit finds neither exactly nor
-near-duplicated in the test split: same form, same repeat, same removals.
+near-duplicated in the test split: same form, same repeat, same removals, and (by default)
+matched one by one on the length of the test sample each stands for.
 """
 from __future__ import annotations
 
 import random
 import time
+from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.codetokens import whitespace_hash
+import numpy as np
+
+from lab.codetokens import code_tokens, whitespace_hash
 from lab.common import (DataNotFound, LabError, atomic_output_dir, check_numbers, check_output,
                         corpora_inputs, corpora_param, environment_record, param,
                         read_text_file, write_json_atomic)
@@ -32,6 +36,15 @@ from lab.corpora import (Document, Loaded, Sample, check_references, get_spec, l
                          load_samples)
 from lab.corpora.base import DatasetSpec
 from lab.executor import ExecutorConfig, check_executor
+
+
+# How a placebo picks its pool samples.
+PLACEBO_MATCHES = ("length", "random")
+# A length-matched placebo is refused when its injected share of the corpus differs from its
+# arm's by more than this, relative to the arm's share. The share is measured in characters:
+# the study's BPE tokenizer is trained after injection (on a control corpus), so no token count
+# exists yet; characters track the token share each run reports (injected_token_fraction).
+PLACEBO_SHARE_TOLERANCE = 0.05
 
 
 @dataclass
@@ -64,6 +77,13 @@ class InjectConfig(ExecutorConfig):
         None, "Splits a placebo draws from (default: every split but test and the injected one). "
               "A study that fine-tunes on train should name the others (codetrans: valid), or its "
               "placebo models pre-train on some of their fine-tuning pairs.")
+    placebo_match: str = param(
+        "length", "How a placebo picks its samples: length (each test sample its base arm injects "
+                  "gets the unused eligible sample nearest in length, in lab code tokens of its "
+                  "documents, then in characters; a placebo whose share of the corpus's characters "
+                  f"differs from its arm's by more than {PLACEBO_SHARE_TOLERANCE:.0%} is refused) or "
+                  "random (the uniform draw of placebos made before length matching, kept to "
+                  "rebuild those; its lengths and shares are recorded, not checked).")
     force: bool = param(False, "Replace an existing output directory.")
     corpora_dir: Path | None = corpora_param()
     corpus_format: int = param(
@@ -120,6 +140,9 @@ def validate(cfg: InjectConfig) -> None:
             raise LabError(f"--placebo-from: only a placebo setting draws from other splits, "
                            f"not {cfg.setting}")
         placebo_splits(cfg.benchmark, cfg.split, cfg.placebo_from)
+    if cfg.placebo_match not in PLACEBO_MATCHES:
+        raise LabError(f"--placebo-match {cfg.placebo_match}: choose from "
+                       f"{', '.join(PLACEBO_MATCHES)}")
     check_numbers(seed=cfg.seed)
     if cfg.corpus_format not in FORMATS:
         raise LabError(f"--format {cfg.corpus_format}: unknown corpus format (choose from "
@@ -332,15 +355,68 @@ def placebo_pool(cfg: InjectConfig, setting: Setting, tests: list[Sample]) -> Pl
     return PlaceboPool(eligible, index, parts, record)
 
 
-def choose_placebo(pool: PlaceboPool, count: int, seed: int, cfg: InjectConfig) -> list[Sample]:
-    """A seeded choice of `count` pool samples, in pool order."""
-    if count > len(pool.samples):
+def choose_placebo(pool: PlaceboPool, selected: list[Sample], setting: Setting,
+                   cfg: InjectConfig) -> list[Sample]:
+    """One pool sample per selected test sample, the i-th standing for selected[i] (it takes
+    that sample's dose): the nearest in length (--placebo-match length), else a seeded uniform
+    draw in pool order (random)."""
+    if len(selected) > len(pool.samples):
         raise LabError(
-            f"--setting {cfg.setting}: {count} placebo samples needed, but {cfg.benchmark} "
-            f"{' + '.join(pool.record['splits'])} holds only {len(pool.samples)} samples disjoint "
-            f"from the {cfg.split} split (lower --samples or --fraction)")
-    picked = random.Random(f"{seed}/placebo").sample(range(len(pool.samples)), count)
-    return [pool.samples[i] for i in sorted(picked)]
+            f"--setting {cfg.setting}: {len(selected)} placebo samples needed, but "
+            f"{cfg.benchmark} {' + '.join(pool.record['splits'])} holds only {len(pool.samples)} "
+            f"samples disjoint from the {cfg.split} split (lower --samples or --fraction)")
+    rng = random.Random(f"{cfg.seed}/placebo")
+    if cfg.placebo_match == "random":
+        picked = rng.sample(range(len(pool.samples)), len(selected))
+        return [pool.samples[i] for i in sorted(picked)]
+    matched = nearest_lengths([form_length(setting, s) for s in selected],
+                              [form_length(setting, s) for s in pool.samples], rng)
+    return [pool.samples[i] for i in matched]
+
+
+def form_length(setting: Setting, sample: Sample) -> tuple[int, int]:
+    """A sample's length as the arm injects it (one copy): lab code tokens of its documents,
+    then their characters."""
+    texts = [text for _side, text in setting.documents(sample)]
+    return sum(len(code_tokens(text)) for text in texts), sum(map(len, texts))
+
+
+def nearest_lengths(targets: list[tuple[int, int]], candidates: list[tuple[int, int]],
+                    rng: random.Random) -> list[int]:
+    """For each target (tokens, characters), the index of a distinct candidate nearest in
+    tokens, then in characters: CodeTrans train holds more characters per code token than test,
+    so tokens alone gave 200 test samples of 397 characters placebos of 420 (the share, hence
+    the study's BPE token share, 5-8% above the arm's). Greedy, so the targets take their turn
+    in a seeded random order (none is favoured by its position), and equally near candidates
+    are told apart by a seeded random key."""
+    turns = list(range(len(targets)))
+    rng.shuffle(turns)
+    buckets: dict[int, list[tuple[int, float, int]]] = {}  # tokens -> sorted (chars, key, index)
+    for i, (tokens, chars) in enumerate(candidates):
+        buckets.setdefault(tokens, []).append((chars, rng.random(), i))
+    for bucket in buckets.values():
+        bucket.sort()
+    lengths = sorted(buckets)
+    matched = [0] * len(targets)
+    for t in turns:
+        tokens, chars = targets[t]
+        at = bisect_left(lengths, tokens)
+        nearest = []  # (token distance, character distance, key), bucket, position
+        for n in lengths[max(at - 1, 0): at + 1]:
+            bucket = buckets[n]
+            above = bisect_left(bucket, (chars,))
+            # The smallest key among the equally long entries on either side of `chars`.
+            sides = [above] if above < len(bucket) else []
+            if above:
+                sides.append(bisect_left(bucket, (bucket[above - 1][0],)))
+            nearest += [((abs(n - tokens), abs(bucket[j][0] - chars), bucket[j][1]), n, j)
+                        for j in sides]
+        _, n, j = min(nearest)
+        matched[t] = buckets[n].pop(j)[2]
+        if not buckets[n]:
+            del buckets[n]
+            del lengths[bisect_left(lengths, n)]
+    return matched
 
 
 @dataclass
@@ -398,8 +474,8 @@ def plan_injection(cfg: InjectConfig) -> Plan:
     if setting.injects_test and setting.needs_output:
         check_references(bench)
     pool = placebo_pool(cfg, setting, bench.records) if setting.placebo else None
-    sources = (choose_placebo(pool, len(selected), cfg.seed, cfg) if pool is not None
-               else [samples[i] for i in chosen])
+    sources = (choose_placebo(pool, [samples[i] for i in selected], setting, cfg)
+               if pool is not None else [samples[i] for i in chosen])
     # Copies of each source: its level's dose (a placebo sample stands for the test sample of
     # the same rank), else --repeat.
     copies = [dose_of[i] for i in selected] if levels is not None else [cfg.repeat] * len(sources)
@@ -475,9 +551,11 @@ def run_inject(cfg: InjectConfig) -> dict[str, Any]:
         guards, pre_existing = check_guards(cfg, samples, chosen_set, built, plan.injected)
         guards.update(check_counts(cfg, setting, plan.selected, plan.sources, plan.copies,
                                    plan.injected, len(built.removed)))
+        length_match = None
         if pool is not None:
             guards.update(check_placebo(cfg, setting, pool, plan.sources, plan.injected))
-        manifest = _manifest(cfg, plan, built, guards, pre_existing)
+            length_match = placebo_length_match(cfg, plan, built)
+        manifest = _manifest(cfg, plan, built, guards, pre_existing, length_match)
         manifest["shards"] = built.shards
         manifest["corpus_sha256"] = shards_digest(built.shards)
         manifest["wall_seconds"] = round(time.perf_counter() - started, 2)
@@ -486,7 +564,7 @@ def run_inject(cfg: InjectConfig) -> dict[str, Any]:
 
 
 def _manifest(cfg: InjectConfig, plan: Plan, built: Built, guards: dict[str, Any],
-              pre_existing: list[str]) -> dict[str, Any]:
+              pre_existing: list[str], length_match: dict[str, Any] | None) -> dict[str, Any]:
     samples, chosen, pool, injected = plan.samples, plan.chosen, plan.pool, plan.injected
     chosen_set = set(chosen)
     injected_chars = sum(len(r["text"]) for r in injected)
@@ -505,6 +583,7 @@ def _manifest(cfg: InjectConfig, plan: Plan, built: Built, guards: dict[str, Any
             "test_ids": str(cfg.test_ids) if cfg.test_ids else None,
             "decontaminate": cfg.decontaminate, "shard_size": cfg.shard_size,
             **({"placebo_from": list(cfg.placebo_from)} if cfg.placebo_from else {}),
+            **({"placebo_match": cfg.placebo_match} if pool is not None else {}),
         },
         **({"executor": {"executor": cfg.executor, "tasks": cfg.tasks}}
            if cfg.corpus_format == 2 else {}),
@@ -550,6 +629,7 @@ def _manifest(cfg: InjectConfig, plan: Plan, built: Built, guards: dict[str, Any
             # samples, and its models are probed on these (like the control's).
             "matched_test_ids": [samples[i].id for i in plan.selected],
             "pool": pool.record,
+            "length_match": length_match,
         }
     return manifest
 
@@ -637,6 +717,56 @@ def check_counts(cfg: InjectConfig, setting: Setting, selected: list[int], sourc
     if cfg.doses:
         counts["samples_per_dose"] = {str(d): copies.count(d) for d in cfg.doses if d}
     return counts
+
+
+def placebo_length_match(cfg: InjectConfig, plan: Plan, built: Built) -> dict[str, Any]:
+    """The lengths of the test samples the base arm injects and of the placebo samples standing
+    for them, and each arm's injected share of its corpus's characters. The base arm of this
+    seed keeps the very same base documents, so its share is exact without its corpus. A
+    length-matched placebo whose share strays from its arm's by more than
+    PLACEBO_SHARE_TOLERANCE is refused (inside the output's temporary folder: nothing is left)."""
+    arm = [plan.samples[i] for i in plan.selected]
+    arm_chars = injected_chars(plan.setting, arm, plan.copies)
+    placebo_chars = injected_chars(plan.setting, plan.sources, plan.copies)
+    kept_base_chars = built.total_chars - placebo_chars
+    arm_share = arm_chars / (kept_base_chars + arm_chars)
+    placebo_share = placebo_chars / (kept_base_chars + placebo_chars)
+    difference = placebo_share / arm_share - 1
+    lengths = {"arm": length_summary(plan.setting, arm),
+               "placebo": length_summary(plan.setting, plan.sources)}
+    if cfg.placebo_match == "length" and abs(difference) > PLACEBO_SHARE_TOLERANCE:
+        raise LabError(
+            f"--placebo-match length: the placebo injects {placebo_share:.4%} of its corpus's "
+            f"characters and its arm {arm_share:.4%} ({difference:+.1%}, tolerance "
+            f"{PLACEBO_SHARE_TOLERANCE:.0%}; mean length {lengths['placebo']['mean']} vs "
+            f"{lengths['arm']['mean']} lab code tokens): the pool lacks samples of the arm's "
+            "lengths (draw from more splits with --placebo-from, or lower --samples)")
+    return {
+        "method": cfg.placebo_match,
+        "unit": "lab code tokens",
+        **lengths,
+        "mean_ratio": round(lengths["placebo"]["mean"] / lengths["arm"]["mean"], 4),
+        "share_of_characters": {
+            "arm": round(arm_share, 6), "placebo": round(placebo_share, 6),
+            "relative_difference": round(difference, 4), "tolerance": PLACEBO_SHARE_TOLERANCE,
+            "checked": cfg.placebo_match == "length",
+        },
+    }
+
+
+def injected_chars(setting: Setting, samples: list[Sample], copies: list[int]) -> int:
+    return sum(times * len(text) for sample, times in zip(samples, copies)
+               for _side, text in setting.documents(sample))
+
+
+def length_summary(setting: Setting, samples: list[Sample]) -> dict[str, Any]:
+    """Distribution of the samples' lengths in the arm's form (one copy each)."""
+    tokens, chars = np.asarray([form_length(setting, s) for s in samples]).T
+    p10, p50, p90 = np.quantile(tokens, (0.1, 0.5, 0.9))
+    return {"samples": len(samples), "mean": round(float(tokens.mean()), 1),
+            "std": round(float(tokens.std()), 1), "p10": float(p10), "p50": float(p50),
+            "p90": float(p90), "max": int(tokens.max()),
+            "mean_chars": round(float(chars.mean()), 1)}
 
 
 def check_placebo(cfg: InjectConfig, setting: Setting, pool: PlaceboPool, sources: list[Sample],
