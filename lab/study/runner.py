@@ -360,7 +360,9 @@ def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None,
         from lab.contamination.inject import InjectConfig, run_inject
 
         tuples = {name: tuple(cfg[name]) for name in ("base_splits", "placebo_from") if name in cfg}
-        run_inject(InjectConfig(**{**cfg, **tuples}, out=out, corpora_dir=corpora_dir))
+        # A placebo stage keyed without placebo_match draws at random, as before length matching.
+        drawn = {"placebo_match": "random"} if settings_table.get(cfg["setting"]).placebo else {}
+        run_inject(InjectConfig(**{**drawn, **cfg, **tuples}, out=out, corpora_dir=corpora_dir))
     elif stage.kind == "tokenizer":
         from lab.tokenizer import train_tokenizer
 
