@@ -484,6 +484,21 @@ def test_study_refuses_a_non_utf8_recipe_and_an_alias_bomb_at_once(workdir, tmp_
                           "line 2: YAML alias *a refused")
 
 
+def test_a_dry_run_refuses_a_placebo_pool_that_does_not_exist(workdir, tmp_path):
+    """recipes/paper/base.yaml once suggested codetrans-paper, whose valid split holds 481
+    samples disjoint from its 1,000 test samples: lab inject failed, --dry-run did not say so."""
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "paper" / "rq4-paired.yaml"
+    study = ["study", recipe, "--out", tmp_path / "s", "--dry-run", "--set"]
+    assert_one_line_error(run_lab([*study, "benchmark=codetrans-paper"], workdir, None),
+                          f"{recipe}: arms[2]: 'paired-placebo' needs 1000 placebo samples, but "
+                          "codetrans-paper valid holds 481 disjoint from its test split: lower "
+                          "injection.samples")
+    assert not (tmp_path / "s").exists()
+    fits = run_lab([*study, "benchmark=codetrans-paper", "--set", "injection.samples=400"],
+                   workdir, None)
+    assert fits.returncode == 0 and "placebo" not in fits.stderr, fits.stderr
+
+
 def test_study_refuses_a_missing_recipe_and_a_file_as_study_folder(workdir, tmp_path):
     assert_one_line_error(run_lab(["study", tmp_path / "none.yaml"], workdir, None),
                           "none.yaml: no such recipe file")

@@ -26,7 +26,8 @@ import yaml
 
 from lab.common import SEED_MAX, LabError, default_of, param
 from lab.contamination import settings as settings_table
-from lab.contamination.inject import InjectConfig, check_doses, placebo_splits
+from lab.contamination.inject import (PLACEBO_MATCHES, InjectConfig, check_doses,
+                                     placebo_splits)
 from lab.eval.generate import EvaluateConfig
 from lab.eval.probe import ProbeConfig
 from lab.stats import ALPHA, CONVENTIONS, DEFAULT_CONVENTION
@@ -120,7 +121,7 @@ STUDY_DEFAULTS = {
 CorpusSection = section("CorpusSection", InjectConfig, ["base", "base_splits", "limit"])
 InjectionSection = section("InjectionSection", InjectConfig,
                            ["repeat", "fraction", "doses", "samples", "decontaminate",
-                            "placebo_from"])
+                            "placebo_from", "placebo_match"])
 
 
 TokenizerSection = section("TokenizerSection", TokenizerConfig, ["vocab_size"],
@@ -480,6 +481,9 @@ def _check_view(recipe: Recipe) -> None:
             placebo_splits(recipe.benchmark, "test", tuple(placebo_from))
         except LabError as exc:
             fail("injection.placebo_from", str(exc).removeprefix("--placebo-from").lstrip(": "))
+    if recipe.injection.placebo_match not in PLACEBO_MATCHES:
+        fail("injection.placebo_match", f"{_show(recipe.injection.placebo_match)}: choose from "
+             f"{', '.join(PLACEBO_MATCHES)}")
     if recipe.injection.samples is not None and recipe.injection.samples < 1:
         fail("injection.samples", f"expected int >= 1 or null, got {recipe.injection.samples}")
     test_samples = ((dataset_manifest(recipe.benchmark) or {}).get("expected_records") or {}) \
@@ -487,6 +491,29 @@ def _check_view(recipe: Recipe) -> None:
     if recipe.injection.samples and test_samples and recipe.injection.samples > test_samples:
         fail("injection.samples", f"{recipe.injection.samples}: {recipe.benchmark}'s test split "
              f"holds {test_samples} samples")
+    placebo_arm = next((i for i, arm in enumerate(recipe.arms)
+                        if settings_table.get(arm).placebo), None)
+    injected = recipe.injection.samples or test_samples
+    if placebo_arm is not None and injected:
+        # A placebo stands for every test sample its arm injects: a ladder's injecting levels
+        # (equal groups), else the fraction. Its pool: the eligible samples the dataset manifest
+        # records per split (lab.contamination.inject.placebo_pool, against the whole test
+        # split), else the split's records; lab inject counts exactly, and names missing splits.
+        if doses:
+            needed = round(injected * sum(1 for dose in doses if dose) / len(doses))
+        else:
+            needed = max(1, round(injected * (fraction or 1)))
+        facts = dataset_manifest(recipe.benchmark) or {}
+        eligible, records = facts.get("placebo_eligible") or {}, facts.get("expected_records") or {}
+        splits = placebo_splits(recipe.benchmark, "test",
+                                tuple(placebo_from) if placebo_from else None)
+        counts = [eligible.get(split, records.get(split)) for split in splits]
+        if None not in counts and needed > sum(counts):
+            fail(f"arms[{placebo_arm}]", f"'{recipe.arms[placebo_arm]}' needs {needed} placebo "
+                 f"samples, but {recipe.benchmark} {' + '.join(splits)} holds "
+                 f"{'' if set(splits) <= set(eligible) else 'at most '}{sum(counts)} disjoint "
+                 "from its test split: lower injection.samples or injection.fraction, or use a "
+                 "benchmark with a larger pool (corpora/*.json: placebo_eligible)")
     if recipe.corpus.limit is not None and recipe.corpus.limit < 1:
         fail("corpus.limit", f"expected int >= 1 or null, got {recipe.corpus.limit}")
     if recipe.corpus.limit is not None and recipe.injection.samples is not None:

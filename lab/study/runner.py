@@ -153,6 +153,9 @@ def _grid(recipe: Recipe) -> list[Stage]:
                 "decontaminate": recipe.injection.decontaminate,
                 **({"placebo_from": recipe.injection.placebo_from}
                    if recipe.injection.placebo_from and settings_table.get(arm).placebo else {}),
+                **({"placebo_match": "length"}
+                   if recipe.injection.placebo_match == "length" and settings_table.get(arm).placebo
+                   else {}),
             }, labels={"arm": arm, "seed": seed})
             arm_stage[(arm, seed)] = stage
             stages.append(stage)
