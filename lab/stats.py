@@ -34,6 +34,8 @@ CONVENTIONS = {
     "exact-greater": ("greater", "exact"),
 }
 DEFAULT_CONVENTION = "exact-two-sided"  # the lab's choice (module docstring); recipes default to it
+ALPHA = 0.05  # every convention's significance level; the power notes use it
+POWER = 0.8
 EXACT_SPLITS = 10 ** 6  # tied scores: enumerate up to this many splits, beyond it asymptotic
 PERMUTATION_TIES = "exact permutation (ties)"  # the method named when ties were kept exactly
 ASYMPTOTIC_TIES = "asymptotic (ties; too many splits to enumerate)"
@@ -200,7 +202,7 @@ def paired_within_model(injected: Sequence[float], held_out: Sequence[float]) ->
 
 SIGN_FLIP_EXACT = 16  # seeds: up to 2^16 sign patterns enumerated, beyond a normal approximation
 SIGNED_RANK_EXACT = 200  # crossover samples with a nonzero difference: exact up to this many
-SEEDS_TEST = "sign-flip permutation test of the mean per-seed gap, greater"
+SEEDS_TEST = "sign-flip permutation test of the mean per-seed gap"
 CROSSOVER_TEST = "Wilcoxon signed-rank, greater"
 # Two arms on the same test samples (same seed): a description of these models, since a sample
 # scored under several seeds counts once per seed; the tests over seeds are Mann-Whitney's.
@@ -230,24 +232,179 @@ def seed_gaps(scores: Iterable[tuple[Any, str, float]]) -> dict[str, float]:
 
 
 def seed_level_test(gaps: Sequence[float]) -> tuple[float | None, str]:
-    """(p, test) for 'the per-seed gaps are above zero': the sum of the gaps against all 2^k
-    sign flips of them (each seed's gap as likely negative as positive under no effect), exact
-    up to SIGN_FLIP_EXACT seeds, else its normal approximation. One seed: no test (p None)."""
-    k = len(gaps)
+    """(p, test) for 'the per-seed gaps are above zero': sign_flip_test, one-sided 'greater'."""
+    p, test = sign_flip_test(gaps, "greater")
+    return p, test.replace(SIGN_FLIP_TEST, SEEDS_TEST, 1)
+
+
+SIGN_FLIP_TEST = "exact sign-flip permutation test of the mean per-seed effect"
+
+
+def sign_flip_test(effects: Sequence[float], alternative: str = "two-sided"
+                   ) -> tuple[float | None, str]:
+    """(p, test) of 'the per-seed effects are centred on zero': the mean effect against its
+    value under all 2^k sign flips (under no effect each seed's effect is as likely negative as
+    positive), exact up to SIGN_FLIP_EXACT seeds, else a normal approximation. Two-sided: flips
+    whose |mean| reaches the observed one; 'greater' / 'less': those at least / at most it. With
+    k seeds p is at least 2/2^k two-sided, 1/2^k one-sided. One seed: no test (p None)."""
+    if alternative not in ("two-sided", "greater", "less"):
+        raise LabError(f"sign-flip alternative '{alternative}': choose two-sided, greater or less")
+    k = len(effects)
     if k < 2:
-        return None, f"{SEEDS_TEST}: not testable with {k} seed{'' if k == 1 else 's'}"
+        return None, f"{SIGN_FLIP_TEST}: not testable with {k} seed{'' if k == 1 else 's'}"
     if k > SIGN_FLIP_EXACT:
         from scipy.stats import norm
 
-        spread = math.sqrt(sum(g * g for g in gaps))
-        p = 1.0 if spread == 0 else float(norm.sf(sum(gaps) / spread))
-        return p, f"{SEEDS_TEST}, asymptotic ({k} seeds)"
+        spread = math.sqrt(sum(g * g for g in effects))
+        z = 0.0 if spread == 0 else sum(effects) / spread
+        p = {"greater": norm.sf(z), "less": norm.cdf(z), "two-sided": 2 * norm.sf(abs(z))}
+        return min(1.0, float(p[alternative])), f"{SIGN_FLIP_TEST}, {alternative}, asymptotic ({k} seeds)"
     import numpy as np
 
     flips = 1 - 2 * ((np.arange(2 ** k)[:, None] >> np.arange(k)) & 1)  # row 0: no flip
-    sums = flips @ np.asarray(gaps, dtype=float)
-    tolerance = 1e-9 * max(1.0, float(np.abs(gaps).sum()))
-    return float(np.mean(sums >= sums[0] - tolerance)), f"{SEEDS_TEST}, exact (2^{k} sign patterns)"
+    sums = flips @ np.asarray(effects, dtype=float)
+    tolerance = 1e-9 * max(1.0, float(np.abs(effects).sum()))
+    if alternative == "greater":
+        hits = sums >= sums[0] - tolerance
+    elif alternative == "less":
+        hits = sums <= sums[0] + tolerance
+    else:
+        hits = np.abs(sums) >= abs(sums[0]) - tolerance
+    return float(np.mean(hits)), f"{SIGN_FLIP_TEST}, {alternative}, exact (2^{k} sign patterns)"
+
+
+# ---- effects over seeds, with their interval ---------------------------------------------------
+# A seed's effect is a signed sum of means over its evaluated samples ("parts"): one part for two
+# arms compared sample by sample (arm minus reference per sample), two for a split-half gap
+# (injected minus held out), twice as many for the change of an effect between two epoch counts.
+# A part maps sample id -> value; parts that share ids are resampled together within a seed.
+SeedParts = Sequence[tuple[float, dict[Any, float]]]
+CLUSTER_BOOTSTRAP = ("cluster bootstrap-t: seeds resampled with replacement, then each drawn "
+                     "seed's samples, the mean of the drawn per-seed effects studentised by their "
+                     "spread over seeds")
+BOOTSTRAP_RESAMPLES = 2000
+SAMPLE_BOOTSTRAP = "percentile bootstrap of the samples (one seed: about this model)"
+
+
+def seed_effect(parts: SeedParts) -> float | None:
+    """A seed's effect: the signed sum of its parts' means (None if a part has no sample)."""
+    if any(not values for _sign, values in parts):
+        return None
+    return sum(sign * sum(values.values()) / len(values) for sign, values in parts)
+
+
+def _resampled_effects(parts: SeedParts, shape: tuple[int, ...], rng: Any) -> Any:
+    """The seed's effect over `shape` resamples of its samples: ids resampled with replacement
+    within each stratum (the ids that belong to the same parts), so parts that share ids keep
+    them paired (an effect's change between epochs), and parts that do not (the injected and
+    held-out halves) keep their sizes."""
+    import numpy as np
+
+    ids = sorted({i for _sign, values in parts for i in values}, key=str)
+    matrix = np.array([[values.get(i, np.nan) for _sign, values in parts] for i in ids], dtype=float)
+    present = ~np.isnan(matrix)
+    values = np.nan_to_num(matrix)
+    sums = np.zeros(shape + (len(parts),))
+    counts = np.zeros(shape + (len(parts),))
+    strata: dict[tuple[bool, ...], list[int]] = defaultdict(list)
+    for row, pattern in enumerate(map(tuple, present)):
+        strata[pattern].append(row)
+    for rows in strata.values():
+        drawn = np.asarray(rows)[rng.integers(0, len(rows), shape + (len(rows),))]
+        sums += values[drawn].sum(axis=-2)
+        counts += present[drawn].sum(axis=-2)
+    signs = np.array([sign for sign, _values in parts], dtype=float)
+    return (sums / np.maximum(counts, 1)) @ signs
+
+
+def effect_interval(per_seed: dict[Any, SeedParts], level: float = 0.95,
+                    resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
+                    ) -> tuple[float, float] | None:
+    """A `level` interval of the mean per-seed effect over these samples (the seed is the unit):
+    CLUSTER_BOOTSTRAP. Each resample draws k seeds with replacement and, for each drawn seed,
+    its samples (_resampled_effects); the resample's mean effect minus the observed one, over
+    the spread of its k effects, gives t*, and the interval is the observed mean minus the t*
+    quantiles times the observed spread. Studentising by the spread over seeds keeps it honest
+    with few seeds, where a percentile interval of the resampled means is far too narrow
+    (benchmarks/inference_calibration.py measures both). One seed: None (no spread over seeds);
+    see sample_interval."""
+    import numpy as np
+
+    seeds = [s for s in per_seed if seed_effect(per_seed[s]) is not None]
+    k = len(seeds)
+    if k < 2:
+        return None
+    effects = np.array([seed_effect(per_seed[s]) for s in seeds])
+    estimate, spread = effects.mean(), effects.std(ddof=1) / math.sqrt(k)
+    if spread == 0:
+        return float(estimate), float(estimate)
+    rng = np.random.default_rng(seed)
+    drawn_seeds = rng.integers(0, k, (resamples, k))
+    resampled = np.stack([_resampled_effects(per_seed[s], (resamples, k), rng) for s in seeds])
+    drawn = resampled[drawn_seeds, np.arange(resamples)[:, None], np.arange(k)[None, :]]
+    spreads = drawn.std(axis=1, ddof=1) / math.sqrt(k)
+    t_star = (drawn.mean(axis=1) - estimate) / np.maximum(spreads, 1e-12 * max(1.0, abs(spread)))
+    low_t, high_t = np.percentile(t_star, [100 * (1 - level) / 2, 100 * (1 + level) / 2])
+    return float(estimate - high_t * spread), float(estimate - low_t * spread)
+
+
+def sample_interval(parts: SeedParts, level: float = 0.95, resamples: int = BOOTSTRAP_RESAMPLES,
+                    seed: int = 0) -> tuple[float, float] | None:
+    """One seed's effect with a percentile interval over its samples (SAMPLE_BOOTSTRAP): what
+    the samples say of this one trained model, not of training runs."""
+    import numpy as np
+
+    if seed_effect(parts) is None:
+        return None
+    drawn = _resampled_effects(parts, (resamples,), np.random.default_rng(seed))
+    low, high = np.percentile(drawn, [100 * (1 - level) / 2, 100 * (1 + level) / 2])
+    return float(low), float(high)
+
+
+# The noise of a between-arm contrast in the committed rq4 study (results/mini-rq4-paired:
+# RoBERTa, placebo minus control, per-sample BLEU of 189 clean samples x 4 seeds), split by a
+# two-way analysis of variance into a seed effect, a sample effect and the rest:
+# benchmarks/inference_calibration.py measures it again and checks the tests against it.
+RQ4_NOISE = {"seed": 0.95, "sample": 1.53, "residual": 14.68, "samples": 189}
+
+
+def simulated_null(seeds: int, rng: Any, noise: dict[str, float] = RQ4_NOISE,
+                   samples: int | None = None) -> dict[int, SeedParts]:
+    """A study's per-seed, per-sample differences between two arms that do not differ: a seed
+    effect shared by the seed's samples, a sample effect shared by the sample's seeds and a
+    heavy-tailed rest (Student t, 5 degrees of freedom), at `noise`'s spreads. With fewer
+    `samples` than the noise's, the rest shrinks to keep each seed's mean as noisy. For the
+    calibration of the tests over seeds (tests/test_inference.py, the benchmark)."""
+    import numpy as np
+
+    n = samples or int(noise["samples"])
+    residual = noise["residual"] * math.sqrt(n / noise["samples"])
+    seed_effects = rng.normal(0.0, noise["seed"], seeds)
+    sample_effects = rng.normal(0.0, noise["sample"], n)
+    rest = rng.standard_t(5, (seeds, n)) * residual / math.sqrt(5 / 3)
+    values = seed_effects[:, None] + sample_effects[None, :] + rest
+    return {k: [(1.0, dict(enumerate(values[k].tolist())))] for k in range(seeds)}
+
+
+def seeds_for_power(effects: Sequence[float], alpha: float = ALPHA, power: float = POWER,
+                    alternative: str = "two-sided") -> int | None:
+    """Seeds at which the per-seed effects' mean would be detected with `power` given their
+    spread (one-sample normal approximation, (z_alpha + z_power)^2 s^2 / mean^2), never fewer
+    than a sign-flip test needs to reach alpha at all. None: no mean, or no number of seeds
+    shows an effect of this sign."""
+    from scipy.stats import norm
+
+    k = len(effects)
+    if k < 2:
+        return None
+    mean = sum(effects) / k
+    if mean == 0 or (alternative == "greater" and mean < 0) or (alternative == "less" and mean > 0):
+        return None
+    sides = 1 if alternative in ("greater", "less") else 2
+    floor = max(2, math.ceil(math.log2(sides / alpha)))
+    std = math.sqrt(sum((e - mean) ** 2 for e in effects) / (k - 1))
+    z = norm.ppf(1 - alpha / sides) + norm.ppf(power)
+    return max(floor, math.ceil((z * std / mean) ** 2))
 
 
 def crossover_differences(scores: Iterable[tuple[str, str, float]]) -> dict[str, float]:
@@ -357,8 +514,6 @@ def within_model_seeds(scores: Iterable[tuple[Any, str, str, float]]) -> dict[st
     return found
 
 
-ALPHA = 0.05  # every convention's significance level; the power notes use it
-POWER = 0.8
 EFFICIENCY = 0.955  # Mann-Whitney's asymptotic efficiency relative to the t-test (3/pi)
 
 
@@ -421,30 +576,41 @@ def samples_needed(effect: float, std_injected: float, std_held_out: float, alph
 
 
 # ---- dose-response ---------------------------------------------------------------------------
-DOSE_CURVE = ("lift = top / (1 + exp(-slope * (ln exposures - ln midpoint))), least squares on "
-              "the per-level lifts (each level's mean per-sample score minus dose 0's); slope >= 0, "
-              "so the curve is monotone and 0 at no exposure; the band refits it to every "
-              "bootstrap resample (midpoint and slope on a grid, top in closed form)")
-DOSE_BOOTSTRAP = 500  # resamples of each level's samples for the level intervals and the band
-DOSE_GRID = (81, 60)  # midpoints (ln exposures, 3 beyond the ladder each side) x slopes (0.05-20)
+# A ladder's x is a level's copies per corpus epoch: every base document is also seen once per
+# corpus epoch, so that is its exposure relative to a base document's (lab.study.dose.DOSE_SCALE).
+DOSE_CURVE = ("monotone: lift = top / (1 + exp(-slope * (ln c - ln midpoint))) in the copies per "
+              "corpus epoch c, least squares on the levels' mean lifts over seeds; slope >= 0, so "
+              "the curve is monotone and 0 at dose 0")
+DOSE_CURVE_UNCONSTRAINED = ("unconstrained: lift = linear * u + quadratic * u^2 with "
+                            "u = ln(1 + c), least squares on the same mean lifts; 0 at dose 0 and "
+                            "free to bend (linear < 0 < quadratic: a dip, then a rise)")
+NON_MONOTONE_RULE = ("non-monotone: the lifts both rise and fall beyond their intervals, i.e. some "
+                     "level's interval lies wholly above a smaller dose's and some level's wholly "
+                     "below a smaller dose's (dose 0: the point 0)")
+DOSE_BAND = ("percentile band of both curves refitted to every resample: seeds drawn with "
+             "replacement, then each drawn seed's samples within each level (dose 0's draw "
+             "shared by the seed's levels); with few seeds narrower than the level intervals")
+DOSE_BOOTSTRAP = 500  # resamples for the band (each refits both curves)
+DOSE_GRID = (81, 60)  # midpoints (ln c, 3 beyond the ladder each side) x slopes (0.05-20)
 TOP_BOUND = 4  # |top| at most 4 x the largest |lift|: a curve still rising at the top dose
 #               would otherwise put its plateau anywhere
+ONE_MODEL_TEST = "Mann-Whitney U over the level's and dose 0's samples of one model"
 
 
-def _logistic(log_exposures: Any, top: float, log_mid: float, slope: float) -> Any:
+def _logistic(log_doses: Any, top: float, log_mid: float, slope: float) -> Any:
     import numpy as np
 
-    return top / (1.0 + np.exp(-slope * (log_exposures - log_mid)))
+    return top / (1.0 + np.exp(-slope * (log_doses - log_mid)))
 
 
-def _grid_fits(log_exposures: Any, lifts: Any) -> tuple[Any, Any, Any, Any]:
+def _grid_fits(log_doses: Any, lifts: Any) -> tuple[Any, Any, Any, Any]:
     """DOSE_CURVE fitted to each row of `lifts` (resamples x levels) over a grid of midpoints
     and slopes, with the least-squares top in closed form (for a fixed shape s, top = s.y / s.s):
     vectorised, so hundreds of refits take milliseconds. Returns top, ln midpoint, slope and
     residual sum of squares per row."""
     import numpy as np
 
-    x = np.asarray(log_exposures, dtype=float)
+    x = np.asarray(log_doses, dtype=float)
     mids = np.linspace(x.min() - 3, x.max() + 3, DOSE_GRID[0])
     slopes = np.concatenate([[0.0], np.geomspace(0.05, 20.0, DOSE_GRID[1] - 1)])
     mid, slope = (a.ravel() for a in np.meshgrid(mids, slopes, indexing="ij"))
@@ -460,17 +626,16 @@ def _grid_fits(log_exposures: Any, lifts: Any) -> tuple[Any, Any, Any, Any]:
     return tops[rows, best], mid[best], slope[best], np.maximum(sse[rows, best], 0.0)
 
 
-def fit_dose_curve(exposures: Sequence[float], lifts: Sequence[float]
-                   ) -> dict[str, float] | None:
-    """DOSE_CURVE fitted to (exposures > 0, lift) points: top, midpoint (exposures at half of
-    top) and slope, with the root-mean-square residual; the grid's best fit polished by least
-    squares. None where it cannot be fitted (fewer than two levels)."""
+def fit_dose_curve(doses: Sequence[float], lifts: Sequence[float]) -> dict[str, float] | None:
+    """DOSE_CURVE fitted to (copies per corpus epoch > 0, mean lift) points: top, midpoint
+    (copies per epoch at half of top) and slope, with the root-mean-square residual; the grid's
+    best fit polished by least squares. None where it cannot be fitted (fewer than two levels)."""
     import warnings
 
     import numpy as np
     from scipy.optimize import OptimizeWarning, curve_fit
 
-    x = np.log(np.asarray(exposures, dtype=float))
+    x = np.log(np.asarray(doses, dtype=float))
     y = np.asarray(lifts, dtype=float)
     if len(x) < 2 or not np.all(np.isfinite(y)):
         return None
@@ -492,39 +657,126 @@ def fit_dose_curve(exposures: Sequence[float], lifts: Sequence[float]
             "slope": float(params[2]), "rmse": float(np.sqrt(np.mean(residual ** 2)))}
 
 
-def dose_curve_values(fit: dict[str, float], exposures: Sequence[float]) -> list[float]:
+def dose_curve_values(fit: dict[str, float], doses: Sequence[float]) -> list[float]:
     import numpy as np
 
-    return [float(v) for v in _logistic(np.log(np.asarray(exposures, dtype=float)), fit["top"],
+    return [float(v) for v in _logistic(np.log(np.asarray(doses, dtype=float)), fit["top"],
                                         math.log(fit["midpoint"]), fit["slope"])]
 
 
-def dose_bootstrap(levels: dict[float, Sequence[float]], grid: Sequence[float] = (),
-                   resamples: int = DOSE_BOOTSTRAP, level: float = 0.95, seed: int = 0
-                   ) -> dict[str, Any]:
-    """exposures -> per-sample scores (0: the held-out level). Resampling every level's samples
-    `resamples` times: each injected level's lift interval (percentiles), and, given a `grid`
-    (exposures > 0), the band over it of the curve refitted to every resample."""
+def _bend_basis(doses: Any) -> Any:
     import numpy as np
 
-    rng = np.random.default_rng(seed)
-    base = np.asarray(levels[0], dtype=float)
-    doses = sorted(x for x in levels if x > 0)
-    scores = {x: np.asarray(levels[x], dtype=float) for x in doses}
-    drawn = np.empty((resamples, len(doses)))
-    for r in range(resamples):
-        held = base[rng.integers(0, len(base), len(base))].mean()
-        drawn[r] = [scores[x][rng.integers(0, len(scores[x]), len(scores[x]))].mean() - held
-                    for x in doses]
-    low_q, high_q = 100 * (1 - level) / 2, 100 * (1 + level) / 2
-    intervals = {x: (float(np.percentile(drawn[:, i], low_q)), float(np.percentile(drawn[:, i], high_q)))
-                 for i, x in enumerate(doses)}
-    band = None
-    if len(grid) and len(doses) >= 2:
-        tops, mids, slopes, _sse = _grid_fits(np.log(doses), drawn)
-        at = np.log(np.asarray(grid, dtype=float))
-        curves = _logistic(at[None, :], tops[:, None], mids[:, None], slopes[:, None])
-        band = {"exposures": list(grid), "low": np.percentile(curves, low_q, axis=0).tolist(),
-                "high": np.percentile(curves, high_q, axis=0).tolist(),
-                "refits": resamples, "resamples": resamples}
-    return {"intervals": intervals, "band": band}
+    u = np.log1p(np.asarray(doses, dtype=float))
+    return np.stack([u, u ** 2], axis=-1)
+
+
+def fit_unconstrained_curve(doses: Sequence[float], lifts: Sequence[float]
+                            ) -> dict[str, float | None] | None:
+    """DOSE_CURVE_UNCONSTRAINED fitted to (copies per corpus epoch > 0, mean lift) points:
+    linear and quadratic coefficients, the copies per epoch where its slope turns (None when it
+    does not turn above dose 0) and the root-mean-square residual. None with fewer than two
+    levels.
+
+    Why this curve: it is the simplest one that can bend either way (a U, as Jiang et al. report
+    for low doses, or a rise and decline) while keeping what the monotone curve assumes of dose
+    0, a lift of 0 (dose 0 is the reference the lifts are measured from); a dip below dose 0 at
+    low doses followed by a rise is then a curve, not a residual. In u = ln(1 + c) a geometric
+    ladder is evenly spread, as in the monotone curve's ln c, and dose 0 sits at u = 0. It has
+    two parameters, one fewer than the logistic, so a lower rmse than the monotone fit is not
+    bought with freedom; and it is linear in them, so the fit is exact least squares, vectorised
+    for the band's refits (unconstrained_refits)."""
+    import numpy as np
+
+    y = np.asarray(lifts, dtype=float)
+    if len(y) < 2 or not np.all(np.isfinite(y)):
+        return None
+    basis = _bend_basis(doses)
+    (linear, quadratic), *_rest = np.linalg.lstsq(basis, y, rcond=None)
+    turn = -linear / (2 * quadratic) if quadratic else 0.0
+    residual = y - basis @ np.array([linear, quadratic])
+    return {"linear": float(linear), "quadratic": float(quadratic),
+            "turning_point": float(np.expm1(turn)) if turn > 0 else None,
+            "rmse": float(np.sqrt(np.mean(residual ** 2)))}
+
+
+def unconstrained_curve_values(fit: dict[str, Any], doses: Sequence[float]) -> list[float]:
+    import numpy as np
+
+    return [float(v) for v in _bend_basis(doses) @ np.array([fit["linear"], fit["quadratic"]])]
+
+
+def dose_turns(levels: Sequence[tuple[float, float | None, float | None]]) -> dict[str, Any]:
+    """(dose, interval low, interval high) of a ladder's injected levels -> NON_MONOTONE_RULE:
+    rises and falls ([smaller dose, larger dose] whose intervals do not overlap; dose 0 enters
+    as the point 0) and the flag; None where a level has no interval."""
+    if any(low is None or high is None for _dose, low, high in levels):
+        return {"non_monotone": None, "rises": [], "falls": []}
+    points = [(0, 0.0, 0.0)] + sorted(levels)
+    rises = [[a, b] for i, (a, _al, a_high) in enumerate(points)
+             for b, b_low, _bh in points[i + 1:] if b_low > a_high]
+    falls = [[a, b] for i, (a, a_low, _ah) in enumerate(points)
+             for b, _bl, b_high in points[i + 1:] if b_high < a_low]
+    return {"non_monotone": bool(rises and falls), "rises": rises, "falls": falls}
+
+
+def one_model_rank_test(level: Sequence[float], held_out: Sequence[float], alternative: str
+                        ) -> tuple[float, str]:
+    """(p, test) of one model's level samples against its dose-0 samples: ONE_MODEL_TEST. The
+    levels are random groups of samples, so this is a randomisation test, about this model;
+    exact (ties kept as midranks) up to EXACT_SPLITS splits of the pooled samples."""
+    from scipy.stats import mannwhitneyu
+
+    if math.comb(len(level) + len(held_out), len(level)) <= EXACT_SPLITS:
+        return permutation_mann_whitney(level, held_out, alternative)[1], \
+            f"{ONE_MODEL_TEST}, {alternative}, exact"
+    result = mannwhitneyu(list(level), list(held_out), alternative=alternative, method="asymptotic")
+    return float(result.pvalue), f"{ONE_MODEL_TEST}, {alternative}, asymptotic"
+
+
+def _resampled_lifts(per_seed: dict[Any, dict[int, dict[Any, float]]], doses: Sequence[int],
+                     resamples: int, rng: Any) -> Any:
+    """Each resample's mean lift per level (resamples x doses): k seeds drawn with replacement,
+    then each drawn seed's samples within each level, its dose-0 draw shared by its levels."""
+    import numpy as np
+
+    seeds = list(per_seed)
+    k = len(seeds)
+    shape = (resamples, k)
+    by_seed = []
+    for s in seeds:
+        held = _resampled_effects([(1.0, per_seed[s][0])], shape, rng)
+        by_seed.append(np.stack([_resampled_effects([(1.0, per_seed[s][d])], shape, rng) - held
+                                 for d in doses], axis=-1))
+    drawn = np.stack(by_seed)[rng.integers(0, k, shape), np.arange(resamples)[:, None],
+                              np.arange(k)[None, :]]
+    return drawn.mean(axis=1)
+
+
+def dose_band(per_seed: dict[Any, dict[int, dict[Any, float]]], grid: Sequence[float],
+              resamples: int = DOSE_BOOTSTRAP, level: float = 0.95, seed: int = 0
+              ) -> dict[str, Any] | None:
+    """seed -> dose -> sample id -> score (dose 0 the held-out level; seeds lacking a level are
+    left out) -> DOSE_BAND over `grid` (copies per corpus epoch > 0) for both curves. None with
+    fewer than two injected levels or no seed that has them all."""
+    import numpy as np
+
+    doses = sorted({d for levels in per_seed.values() for d in levels if d > 0})
+    complete = {s: levels for s, levels in per_seed.items()
+                if all(levels.get(d) for d in [0] + doses)}
+    if len(doses) < 2 or not complete or not len(grid):
+        return None
+    lifts = _resampled_lifts(complete, doses, resamples, np.random.default_rng(seed))
+    tops, mids, slopes, _sse = _grid_fits(np.log(doses), lifts)
+    at = np.asarray(grid, dtype=float)
+    monotone = _logistic(np.log(at)[None, :], tops[:, None], mids[:, None], slopes[:, None])
+    coefficients = np.linalg.pinv(_bend_basis(doses)) @ lifts.T  # 2 x resamples
+    unconstrained = (_bend_basis(at) @ coefficients).T
+    quantiles = [100 * (1 - level) / 2, 100 * (1 + level) / 2]
+
+    def spread(curves: Any) -> dict[str, list[float]]:
+        low, high = np.percentile(curves, quantiles, axis=0)
+        return {"low": low.tolist(), "high": high.tolist()}
+    return {"copies_per_epoch": list(grid), "monotone": spread(monotone),
+            "unconstrained": spread(unconstrained), "seeds": len(complete),
+            "resamples": resamples}

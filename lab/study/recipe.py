@@ -31,6 +31,7 @@ from lab.contamination.inject import (PLACEBO_MATCHES, InjectConfig, check_doses
 from lab.eval.generate import EvaluateConfig
 from lab.eval.probe import ProbeConfig
 from lab.stats import ALPHA, CONVENTIONS, DEFAULT_CONVENTION
+from lab.study.questions import QUESTIONS
 from lab.train.finetune import FinetuneConfig
 from lab.tokenizer import TokenizerConfig
 from lab.train.pretrain import PretrainConfig
@@ -212,8 +213,16 @@ ProbeSection = section("ProbeSection", ProbeConfig, ["min_k", "max_samples", "ma
 @dataclass
 class StatisticsSection:
     convention: str = param(DEFAULT_CONVENTION, "Mann-Whitney U convention: "
-                            + ", ".join(CONVENTIONS) + " (lab.stats).")
+                            + ", ".join(CONVENTIONS) + " (lab.stats); its alternative (two-sided "
+                            "or greater) is also the primary tests'.")
     alpha: float = param(ALPHA, "Significance level of the tests and power notes.")
+    primary: list[str] | None = param(None, "The study's primary questions, the Holm family of "
+                                      "the report's first table: " + ", ".join(QUESTIONS)
+                                      + " (lab.study.contrasts); null: every one its arms allow.")
+    primary_metric: str | None = param(None, "The metric of the primary contrasts (one of "
+                                       "evaluation.metrics; null: the first of them).")
+    descriptive: bool = param(False, "A descriptive study: its seeds need not reach alpha (no "
+                              "power check before compute) and no primary p is starred.")
 
 
 LAUNCHERS = ("torchrun", "deepspeed")

@@ -1,13 +1,14 @@
 """`lab stats` and `lab report`: the study's answer as tables and the contamination-decay figure.
 
-Each cell (model x task x metric x epochs x train size) gives every arm's mean and spread over
-seeds, compares each contaminated arm with the control (Mann-Whitney U under a named convention,
-Holm-corrected across the table's cells, with the seeds that the observed lift would need for
-80% power), and, where the arm was injected split-half, injected against held-out samples of the
-same models: per-sample scores pooled over seeds (a description, Holm-corrected across cells), the
-gap per seed with a seed-level test, and, where seeds drew different splits, each sample injected
-against itself held out. Studies without a control arm (the quickstart) get the within-model half
-only.
+The first table holds the study's primary contrasts (lab.study.primary): each declared question
+as an effect over seeds with its interval, its exact sign-flip test and Holm over the declared
+family. The second, secondary table is descriptive and never starred: per cell (model x task x
+metric x epochs x train size) every arm's mean and spread over seeds, each contaminated arm
+against the control and its placebo by the study's own test (Mann-Whitney U over seeds under a
+named convention, unpaired as the study ran it), the per-sample contrasts pooled over seeds,
+and, where the arm was injected split-half, injected against held-out samples of the same
+models (pooled, per seed, and, where seeds drew different splits, each sample injected against
+itself held out).
 """
 from __future__ import annotations
 
@@ -24,13 +25,12 @@ from lab.contamination import settings as settings_table
 from lab.eval.generate import EXCLUDED_FROM_CLEAN
 from lab.study.runner import BASELINE_PREFIX, PROBE_COLUMNS, PROBES, RESULTS, SAMPLES
 from lab.stats import (ALPHA, ASYMPTOTIC_TIES, CONVENTIONS, CROSSOVER_TEST, DEFAULT_CONVENTION,
-                       EXACT_SPLITS, PAIRED_SAMPLES_TEST, PERMUTATION_TIES, POWER, SEEDS_TEST,
-                       compare, holm, membership_auc, paired_sample_differences, starred_p,
-                       paired_within_model,
-                       samples_needed, seeds_needed, signed_rank_test, within_model_net_of,
-                       within_model_seeds)
+                       EXACT_SPLITS, PAIRED_SAMPLES_TEST, PERMUTATION_TIES, SEEDS_TEST, compare,
+                       membership_auc, paired_sample_differences, paired_within_model,
+                       signed_rank_test, within_model_net_of, within_model_seeds)
 from lab.study.dose import dose_stats, dose_table
 from lab.study.figure import decay_figure, dose_figure, plotted_cells, train_size_order
+from lab.study.primary import primary_table, render as render_primary
 from lab.study.recipe import StatisticsSection
 
 SCORE_FLOOR = 5.0  # below this (BLEU-like 0-100) a lift says little: the cell is flagged
@@ -144,6 +144,51 @@ def _settings(study: Path, convention: str | None, alpha: float | None) -> tuple
     return convention, float(alpha)
 
 
+def _declared(study: Path) -> dict[str, Any]:
+    """What the study's recipe (STUDY/recipe.json) declares of its primary contrasts: the
+    questions (None: every one its arms allow), the metric and whether it is descriptive; the
+    recipe's defaults where the study has no recipe.json or predates the fields."""
+    recipe = study / "recipe.json"
+    recorded: dict[str, Any] = {}
+    if recipe.is_file():
+        try:
+            recorded = json.loads(recipe.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            raise LabError(f"{recipe}: unreadable (not the JSON lab study writes)") from None
+    statistics = (recorded.get("statistics") if isinstance(recorded, dict) else None) or {}
+    evaluation = (recorded.get("evaluation") if isinstance(recorded, dict) else None) or {}
+    primary = statistics.get("primary")
+    if primary is not None and (not isinstance(primary, list)
+                                or not all(isinstance(q, str) for q in primary)):
+        raise LabError(f"{recipe}: statistics.primary: expected a list of questions or null")
+    return {"primary": primary, "metric": statistics.get("primary_metric")
+            or next(iter(evaluation.get("metrics") or []), None),
+            "descriptive": bool(statistics.get("descriptive", False)), "where": recipe}
+
+
+def study_primary(study: Path, convention: str | None = None, alpha: float | None = None
+                  ) -> dict[str, Any]:
+    """The study's primary table (lab.study.primary) as its recipe declares it: the questions,
+    the metric (default: the recipe's first evaluation metric, else the results' first) and
+    whether the study is descriptive; convention (its alternative) and alpha as study_stats."""
+    study = Path(study)
+    convention, alpha = _settings(study, convention, alpha)
+    declared = _declared(study)
+    rows = [r for r in _read_csv(study / RESULTS, LABELS,
+                                 lambda c: c in RUN_NUMBERS or c not in NOT_METRICS)]
+    compared = CLEAN if any(r["group"] == CLEAN for r in rows) else "all"
+    rows = [r for r in rows if r["group"] == compared]
+    if not rows or not (study / SAMPLES).exists():
+        return {"rows": [], "missing": f"{study / SAMPLES}: no per-sample scores"}
+    samples = _read_csv(study / SAMPLES, SAMPLE_LABELS, lambda c: c.startswith("score_"))
+    metric = declared["metric"] or next(c for c in rows[0] if c not in NOT_METRICS)
+    if not any(s.get(f"score_{metric}") is not None for s in samples):
+        raise LabError(f"{declared['where']}: statistics.primary_metric '{metric}': no per-sample "
+                       f"score_{metric} in {study / SAMPLES}")
+    return primary_table(samples, rows, metric, declared["primary"], alpha,
+                         CONVENTIONS[convention][0], declared["descriptive"])
+
+
 def study_stats(study: Path, convention: str | None = None, include_control: bool = False,
                 alpha: float | None = None) -> list[dict[str, Any]]:
     """One record per cell and arm: the contaminated arms, and with include_control the control
@@ -239,14 +284,8 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
                                 below_floor=max(result.mean_experimental, result.mean_control)
                                 < SCORE_FLOOR)
                     if _over_seeds(values, control):
-                        cell.update(lift_ci_low=result.lift_ci[0], lift_ci_high=result.lift_ci[1],
-                                    u=result.u, p=result.p, test=result.convention(),
+                        cell.update(u=result.u, p=result.p, test=result.convention(),
                                     cliffs_delta=result.cliffs_delta, a12=result.a12)
-                    spreads = [s for s in (cell["std"], cell["control_std"]) if s is not None]
-                    if spreads:  # pooled over the two arms (equal seeds assumed)
-                        pooled = math.sqrt(sum(s * s for s in spreads) / len(spreads))
-                        cell["seeds_for_power"] = seeds_needed(result.lift, pooled, alpha, POWER,
-                                                               alternative)
                 # The study's contrast above; against the placebo arm (same form, count and repeat
                 # from samples disjoint from the test split) the lift is the contamination alone.
                 placebo = settings_table.placebo_of(arm)
@@ -257,9 +296,8 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
                                 placebo_std=_std(placebo_values), placebo_seeds=len(placebo_values),
                                 lift_vs_placebo=vs.lift)
                     if _over_seeds(values, placebo_values):
-                        cell.update(lift_vs_placebo_ci_low=vs.lift_ci[0],
-                                    lift_vs_placebo_ci_high=vs.lift_ci[1], u_vs_placebo=vs.u,
-                                    p_vs_placebo=vs.p, cliffs_delta_vs_placebo=vs.cliffs_delta)
+                        cell.update(u_vs_placebo=vs.u, p_vs_placebo=vs.p,
+                                    cliffs_delta_vs_placebo=vs.cliffs_delta)
                 # The per-sample references of this cell, by key suffix: each arm's clean
                 # scores keyed by (seed, sample id), built once for both contrasts below.
                 references = {suffix: _keyed(clean_scores[key], reference, metric)
@@ -284,9 +322,7 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
                                 < SCORE_FLOOR,
                                 injected_sample_mean=mean_i, held_out_sample_mean=mean_h,
                                 injected_samples=len(injected), held_out_samples=len(held),
-                                p_within=p_within, samples_for_power=samples_needed(
-                                    mean_i - mean_h, _std(injected) or 0.0, _std(held) or 0.0,
-                                    alpha))
+                                p_within=p_within)
                     # Over seeds: older samples.csv files lack the seed or id column.
                     scored = [(s.get("seed"), s.get("id"), group, s.get(f"score_{metric}"))
                               for group in ("injected", "held_out")
@@ -302,15 +338,6 @@ def study_stats(study: Path, convention: str | None = None, include_control: boo
     memorised = memorisation(study, alpha)
     for cell in cells:
         cell.update(memorised.get((cell["model"], cell["arm"]), {}))
-    tested = [i for i, c in enumerate(cells) if "p" in c]
-    for i, adjusted in zip(tested, holm([cells[i]["p"] for i in tested])):
-        cells[i]["p_holm"] = adjusted
-    vs_placebo = [i for i, c in enumerate(cells) if "p_vs_placebo" in c]
-    for i, adjusted in zip(vs_placebo, holm([cells[i]["p_vs_placebo"] for i in vs_placebo])):
-        cells[i]["p_vs_placebo_holm"] = adjusted
-    within = [i for i, c in enumerate(cells) if c.get("p_within") is not None]
-    for i, adjusted in zip(within, holm([cells[i]["p_within"] for i in within])):
-        cells[i]["p_within_holm"] = adjusted
     return cells
 
 
@@ -414,21 +441,13 @@ def _mean_std(cell: dict[str, Any], mean: str, std: str) -> str:
 
 
 def _lift(cell: dict[str, Any], suffix: str = "") -> str:
-    if f"lift{suffix}" not in cell:
-        return "-"
-    if f"lift{suffix}_ci_low" not in cell:  # one seed on a side: no interval
-        return f"{cell[f'lift{suffix}']:+.2f}"
-    return (f"{cell[f'lift{suffix}']:+.2f} [{cell[f'lift{suffix}_ci_low']:+.2f}, "
-            f"{cell[f'lift{suffix}_ci_high']:+.2f}]")
+    return "-" if f"lift{suffix}" not in cell else f"{cell[f'lift{suffix}']:+.2f}"
 
 
-def _significant(cell: dict[str, Any], key: str, spec: str) -> str:
-    return starred_p(cell.get(key), cell.get(LIFT_OF.get(key, "")), cell["alpha"], spec)
-
-
-# The lift whose sign a two-sided p-value's star is read with.
-LIFT_OF = {"p": "lift", "p_holm": "lift", "p_vs_placebo": "lift_vs_placebo",
-           "p_vs_placebo_holm": "lift_vs_placebo"}
+def _plain(cell: dict[str, Any], key: str, spec: str) -> str:
+    """A p-value of the secondary table: a description, so never starred (the primary table
+    holds the tests)."""
+    return "-" if cell.get(key) is None else format(cell[key], spec)
 
 
 def _paired(cell: dict[str, Any], suffix: str) -> str:
@@ -436,7 +455,7 @@ def _paired(cell: dict[str, Any], suffix: str) -> str:
     if cell.get(f"p_samples{suffix}") is None:
         return "-"
     return (f"{cell[f'sample_gap{suffix}']:+.2f}, p "
-            + _significant(cell, f"p_samples{suffix}", ".2g"))
+            + _plain(cell, f"p_samples{suffix}", ".2g"))
 
 
 def _net(cell: dict[str, Any], suffix: str) -> str:
@@ -444,9 +463,9 @@ def _net(cell: dict[str, Any], suffix: str) -> str:
     same halves, its pooled per-sample p and, from two seeds, its p over seeds."""
     if cell.get(f"net_gap{suffix}") is None:
         return "-"
-    text = f"{cell[f'net_gap{suffix}']:+.2f}, p " + _significant(cell, f"p_net{suffix}", ".2g")
+    text = f"{cell[f'net_gap{suffix}']:+.2f}, p " + _plain(cell, f"p_net{suffix}", ".2g")
     if cell.get(f"p_net_seeds{suffix}") is not None:
-        text += "; seeds " + _significant(cell, f"p_net_seeds{suffix}", ".2g")
+        text += "; seeds " + _plain(cell, f"p_net_seeds{suffix}", ".2g")
     return text + (" †" if cell.get("below_floor_within") else "")
 
 
@@ -462,14 +481,14 @@ def _gap(cell: dict[str, Any]) -> str:
 def _crossover(cell: dict[str, Any]) -> str:
     if cell.get("p_crossover") is None:
         return "-"
-    return (_significant(cell, "p_crossover", ".2g") + f" (n = {cell['crossover_samples']})"
+    return (_plain(cell, "p_crossover", ".2g") + f" (n = {cell['crossover_samples']})"
             + (" †" if cell.get("below_floor_within") else ""))
 
 
 def _p(cell: dict[str, Any]) -> str:
     if cell.get("p") is None:
         return "-"
-    return _significant(cell, "p", ".4g") + (" †" if cell.get("below_floor") else "")
+    return _plain(cell, "p", ".4g") + (" †" if cell.get("below_floor") else "")
 
 
 def _p_within(cell: dict[str, Any], key: str) -> str:
@@ -477,7 +496,7 @@ def _p_within(cell: dict[str, Any], key: str) -> str:
     below the floor."""
     if cell.get(key) is None:
         return "-"
-    return _significant(cell, key, ".2g") + (" †" if cell.get("below_floor_within") else "")
+    return _plain(cell, key, ".2g") + (" †" if cell.get("below_floor_within") else "")
 
 
 def baseline_means(runs: list[dict[str, Any]], metric: str) -> dict[str, float]:
@@ -509,16 +528,13 @@ PAPER_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("experimental", lambda c: _mean_std(c, "mean", "std")),
     ("control", lambda c: _mean_std(c, "control", "control_std")),
     ("baselines", _baselines),
-    ("p", _p), ("p (Holm)", lambda c: _significant(c, "p_holm", ".4g")),
+    ("p", _p),
     ("placebo", lambda c: _mean_std(c, "placebo", "placebo_std")),
-    ("p vs placebo", lambda c: _significant(c, "p_vs_placebo", ".4g")),
-    ("p vs placebo (Holm)", lambda c: _significant(c, "p_vs_placebo_holm", ".4g")),
+    ("p vs placebo", lambda c: _plain(c, "p_vs_placebo", ".4g")),
     ("per sample vs control", lambda c: _paired(c, "")),
     ("per sample vs placebo", lambda c: _paired(c, "_vs_placebo")),
-    ("seeds for 80% power", lambda c: _num(c, "seeds_for_power", "d")),
     ("injected", lambda c: _num(c, "injected")), ("held-out", lambda c: _num(c, "held_out")),
     ("p (within)", lambda c: _p_within(c, "p_within")),
-    ("p (within, Holm)", lambda c: _p_within(c, "p_within_holm")),
     ("gap net of control", lambda c: _net(c, "")),
     ("gap net of placebo", lambda c: _net(c, "_vs_placebo")),
     ("gap/seed", _gap), ("p (seeds)", lambda c: _p_within(c, "p_seeds")),
@@ -528,23 +544,18 @@ TEXT_COLUMNS = {"model", "task", "metric", "train size", "arm"}  # left-aligned 
 STATS_COLUMNS = PAPER_COLUMNS[:7] + [
     ("pre-training loss", lambda c: _num(c, "pretrain_loss")), ("seeds", lambda c: str(c["seeds"])), ("mean ± std", lambda c: _mean_std(c, "mean", "std")),
     ("control", lambda c: _mean_std(c, "control", "control_std")), ("baselines", _baselines),
-    ("lift [95% CI]", lambda c: _lift(c)),
+    ("lift", lambda c: _lift(c)),
     ("U", lambda c: _num(c, "u", "g")), ("p", _p),
-    ("p (Holm)", lambda c: _significant(c, "p_holm", ".4g")),
     ("Cliff's delta", lambda c: _num(c, "cliffs_delta")), ("A12", lambda c: _num(c, "a12")),
-    ("seeds for 80% power", lambda c: _num(c, "seeds_for_power", "d")),
     ("placebo", lambda c: _mean_std(c, "placebo", "placebo_std")),
-    ("lift vs placebo [95% CI]", lambda c: _lift(c, "_vs_placebo")),
-    ("p vs placebo", lambda c: _significant(c, "p_vs_placebo", ".4g")),
-    ("p vs placebo (Holm)", lambda c: _significant(c, "p_vs_placebo_holm", ".4g")),
+    ("lift vs placebo", lambda c: _lift(c, "_vs_placebo")),
+    ("p vs placebo", lambda c: _plain(c, "p_vs_placebo", ".4g")),
     ("per sample vs control", lambda c: _paired(c, "")),
     ("per sample vs placebo", lambda c: _paired(c, "_vs_placebo")),
     ("injected", lambda c: _num(c, "injected")), ("held-out", lambda c: _num(c, "held_out")),
     ("p (within)", lambda c: _p_within(c, "p_within")),
-    ("p (within, Holm)", lambda c: _p_within(c, "p_within_holm")),
     ("gap net of control", lambda c: _net(c, "")),
     ("gap net of placebo", lambda c: _net(c, "_vs_placebo")),
-    ("samples for 80% power", lambda c: _num(c, "samples_for_power", "d")),
     ("gap/seed", _gap), ("p (seeds)", lambda c: _p_within(c, "p_seeds")),
     ("p (crossover)", _crossover),
 ]
@@ -573,12 +584,13 @@ def _methods(cells: list[dict[str, Any]], p_key: str, test_key: str) -> str:
         "asymptotic" if used == {"asymptotic"} else "exact (asymptotic where too large)")
 
 
-def _note(cells: list[dict[str, Any]], within_power: bool) -> str:
+def _note(cells: list[dict[str, Any]]) -> str:
     """What the table's columns and marks mean, for the parts this table has."""
-    alternative = CONVENTIONS[cells[0]["convention"] if cells else DEFAULT_CONVENTION][0]
     alpha = cells[0]["alpha"] if cells else ALPHA
-    sides = "one-sided" if alternative == "greater" else "two-sided"
-    parts = ["Injected tokens: the share of pre-training tokens that were injected test data."]
+    parts = ["Descriptive: no p-value of this table is starred or decides anything; the "
+             "primary table holds the study's tests (over seeds, paired by seed, Holm over the "
+             "declared family).",
+             "Injected tokens: the share of pre-training tokens that were injected test data."]
     if any("memorised" in c or "memorised_vs_placebo" in c for c in cells):
         parts.append(
             "Memorised?: whether the pre-trained models' loss (lab probe) tells the injected "
@@ -601,11 +613,9 @@ def _note(cells: list[dict[str, Any]], within_power: bool) -> str:
             "above are in neither the injected nor the held-out group.")
     if any("p" in c for c in cells):
         parts.append(
-            f"Arm vs control over seeds: {_test_name(cells)}; Holm across the table's cells. "
-            f"Seeds for 80% power: the seeds per arm at which a {sides} test at alpha {alpha} "
-            "would detect the observed lift with 80% probability given the observed spread over "
-            "seeds (normal approximation, Mann-Whitney efficiency 0.955, never below what the "
-            "exact test needs to reach alpha at all).")
+            f"p: arm vs control over seeds by the study's own test, {_test_name(cells)}, "
+            "unpaired as the study ran it (kept to compare with its tables; arms of one seed "
+            "share their base documents, so the primary table pairs them).")
     elif any("control" in c for c in cells):
         parts.append("One seed per arm: no test over seeds (see the per-sample contrasts).")
     else:
@@ -616,8 +626,7 @@ def _note(cells: list[dict[str, Any]], within_power: bool) -> str:
             "from train/valid samples disjoint from the test split: the contamination effect); "
             "the placebo arm's own row vs the control (the format effect: the task's form and "
             "languages seen in pre-training); the arm vs the control (the study's contrast, "
-            "both effects together). p vs placebo: the same test over seeds, Holm across the "
-            "table's cells.")
+            "both effects together). p vs placebo: the same test over seeds.")
     if any("p_samples" in c or "p_samples_vs_placebo" in c for c in cells):
         parts.append(
             "Per sample vs control / vs placebo: the mean difference of each clean test sample's "
@@ -628,11 +637,7 @@ def _note(cells: list[dict[str, Any]], within_power: bool) -> str:
         parts.append(
             "Injected, held-out: the metric on each half of a split-half arm's test samples (mean "
             f"over seeds). p (within): injected vs held-out per-sample scores of the same models, "
-            f"{WITHIN_TEST}, pooled over seeds as if independent (a description); Holm across the "
-            "table's cells in p (within, Holm).")
-        if within_power:
-            parts.append("Samples for 80% power: the same for the within-model test, per group, "
-                         "from the per-sample spread.")
+            f"{WITHIN_TEST}, pooled over seeds as if independent (a description).")
     if any(c.get("net_gap") is not None or c.get("net_gap_vs_placebo") is not None
            for c in cells):
         parts.append(
@@ -657,7 +662,6 @@ def _note(cells: list[dict[str, Any]], within_power: bool) -> str:
             "models was held out by others': each such sample's mean score injected minus held "
             f"out, {CROSSOVER_TEST}, {_methods(cells, 'p_crossover', 'crossover_test')}, over "
             "the n samples (zero differences dropped, ties as midranks).")
-    parts.append(f"* p <= alpha = {alpha}; '(lower)': significant with the arm below the control.")
     if any(c.get("below_floor") or c.get("below_floor_within") for c in cells):
         parts.append(f"† both means (arm and control, or injected and held-out) below "
                      f"{SCORE_FLOOR}: a difference there says little.")
@@ -704,7 +708,7 @@ def tables(cells: list[dict[str, Any]]) -> dict[str, str]:
     if len({c["train_size"] for c in cells}) <= 1:  # one train size: the column says nothing
         columns = [c for c in columns if c[0] != "train size"]
     header, lines = _rows(cells, columns)
-    note = _note(cells, within_power=False)
+    note = _note(cells)
     # For reading, drop columns the study cannot fill (no control arm: no p; no split-half arm:
     # no injected/held-out); the CSV keeps every column so that its schema never changes.
     keep = [i for i in range(len(header)) if any(row[i] != "-" for row in lines)]
@@ -739,33 +743,56 @@ def study_doses(study: Path, cells: list[dict[str, Any]], band_metric: str | Non
     return found
 
 
-def _write_stats(study: Path, cells: list[dict[str, Any]]) -> Path:
-    """STUDY/report/stats.json, written whole or not at all."""
+def _write_stats(study: Path, cells: list[dict[str, Any]], primary: dict[str, Any]) -> Path:
+    """STUDY/report/stats.json, written whole or not at all: the primary table's rows, then the
+    secondary table's cells."""
     path = _report_folder(study) / "stats.json"
     convention, alpha = cells[0]["convention"], cells[0]["alpha"]
     alternative, method = CONVENTIONS[convention]
-    write_json_atomic(path, {"convention": convention,
+    write_json_atomic(path, {"convention": convention, "alpha": alpha, "primary": primary,
                              "test": f"Mann-Whitney U, {alternative}, {method}",
                              "within_test": WITHIN_TEST, "seeds_test": SEEDS_TEST,
                              "crossover_test": CROSSOVER_TEST,
-                             "paired_samples_test": PAIRED_SAMPLES_TEST, "alpha": alpha, "power": POWER,
-                             "cells": cells})
+                             "paired_samples_test": PAIRED_SAMPLES_TEST, "cells": cells})
     return path
+
+
+def _primary_markdown(primary: dict[str, Any]) -> str:
+    body = (render_primary(primary)["md"] if primary["rows"] else
+            f"No primary contrast: {primary.get('missing') or 'the study declares none'}.\n")
+    return "## Primary contrasts\n\n" + body
+
+
+def _with_primary_p(cells: list[dict[str, Any]], primary: dict[str, Any]) -> None:
+    """Each cell of the primary metric gets its arm's headline primary test (contamination,
+    else study, else split-half; a placebo arm: format) at its epochs, for the decay figure."""
+    headline = {"contamination": 0, "study": 1, "split-half": 2, "format": 3}
+    for cell in cells:
+        tests = [r for r in primary["rows"] if r["epochs_to"] is None and r.get("p_holm") is not None
+                 and (r["model"], r["task"], r["metric"], r["epochs"], r["train_size"], r["arm"])
+                 == (cell["model"], cell["task"], cell["metric"], cell["epochs"],
+                     cell["train_size"], cell["arm"]) and r["question"] in headline]
+        if tests:
+            best = min(tests, key=lambda r: headline[r["question"]])
+            cell.update(p_primary=best["p_holm"], p_primary_label=f"p (Holm), {best['question']}")
 
 
 def run_stats(study: Path, convention: str | None = None, alpha: float | None = None
               ) -> dict[str, Any]:
-    """Entry point of `lab stats`: every arm per cell, the tests, effect sizes and power notes;
-    writes STUDY/report/stats.json. Convention and alpha default to the study's recipe."""
+    """Entry point of `lab stats`: the primary table, then every arm per cell with the
+    descriptive tests and effect sizes; writes STUDY/report/stats.json. Convention and alpha
+    default to the study's recipe."""
     cells = study_stats(study, convention, include_control=True, alpha=alpha)
-    path = _write_stats(study, cells)
+    primary = study_primary(study, convention, alpha)
+    path = _write_stats(study, cells, primary)
     doses = study_doses(study, cells)
     header, rows = _rows(cells, STATS_COLUMNS)
-    note = _note(cells, within_power=True)
-    return {"cells": cells, "json": path, "doses": doses,
+    note = _note(cells)
+    return {"cells": cells, "primary": primary, "json": path, "doses": doses,
+            "primary_md": _primary_markdown(primary),
             "dose_tables": {m: dose_table(doses, m) for m in sorted({r["metric"] for r in
                                                                       doses["levels"]})},
-            "title": f"{Path(study)}: {_test_name(cells)}",
+            "title": f"{Path(study)}: secondary table (descriptive)",
             "header": header, "rows": rows, "note": note, "md": _markdown(header, rows, note),
             "csv": _csv(header, rows, _test_name(cells))}
 
@@ -782,11 +809,17 @@ def run_report(study: Path, convention: str | None = None, metric: str = "bleu",
         from lab.study.html import study_page_data, write_html_report
 
         page = study_page_data(study)
+    primary = study_primary(study, convention, alpha)
+    _with_primary_p(cells, primary)
     written = []
-    path = _write_stats(study, cells)
+    path = _write_stats(study, cells, primary)
     rendered = tables(cells)
-    for suffix, text in rendered.items():
-        written.append(study / "report" / f"table.{suffix}")
+    outputs = {f"table.{suffix}": text for suffix, text in rendered.items()}
+    if primary["rows"]:
+        outputs.update({f"primary.{suffix}": text
+                        for suffix, text in render_primary(primary).items()})
+    for name, text in outputs.items():
+        written.append(study / "report" / name)
         written[-1].write_text(text, encoding="utf-8")
     figure = decay_figure(cells, metric, study / "report" / f"decay-{metric}")
     doses = study_doses(study, cells, band_metric=metric)
@@ -800,9 +833,10 @@ def run_report(study: Path, convention: str | None = None, metric: str = "bleu",
         figure += dose_figure(doses, metric, study / "report" / f"dose-{metric}")
     # The returned cells are the compared arms (the control's own rows are in stats.json).
     result = {"cells": [c for c in cells if c["arm"] != "control"], "tables": written,
-              "stats": path, "figure": figure, "doses": doses,
-              "markdown": rendered["md"] + ("\n## Dose-response\n\n" + dose_markdown
-                                            if dose_markdown else "")}
+              "stats": path, "figure": figure, "doses": doses, "primary": primary,
+              "markdown": _primary_markdown(primary)
+              + "\n## Secondary table (descriptive)\n\n" + rendered["md"]
+              + ("\n## Dose-response\n\n" + dose_markdown if dose_markdown else "")}
     if html:
         result["html"] = write_html_report(study, result, page)
     return result

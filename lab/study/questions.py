@@ -1,0 +1,284 @@
+"""The questions a study can declare primary (recipe `statistics.primary`), derived from its arms,
+and the family of tests they make: what `lab report` puts in its first table, with Holm over the
+family, and what the power check asks of the seeds before any stage runs.
+
+Every primary test takes the seed (one trained model per arm) as its unit: arms of one seed share
+their base documents and removals, so they are paired by seed, and each test is an exact
+sign-flip permutation test of the K per-seed effects (lab.stats.sign_flip_test), whose p cannot
+go below 2/2^K two-sided (1/2^K one-sided). One exception: a split-half question asked of a single
+seed. Its injected and held-out samples were assigned at random, sample by sample, so a rank test
+of the two halves is a randomisation test, and its unit is the sample; it speaks of that one
+trained model, not of training runs in general, and the table says so.
+
+Nothing here reads data or imports the recipe module (which imports this table): the family is
+derived from the arms, the split, the fine-tuning grid and the seeds, whether they come from a
+recipe before compute or from a study's results table after it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from lab.common import LabError
+
+# question -> what it compares (the one statement of each; the report's note quotes it).
+QUESTIONS: dict[str, str] = {
+    "contamination": "each contaminated arm vs its placebo (same form, count and repeat, other "
+                     "samples): what having seen the test samples adds",
+    "format": "each placebo arm vs the control: what seeing the task's form and languages adds",
+    "study": "each contaminated arm vs the control: the study's own contrast, both effects "
+             "together",
+    "split-half": "a split-half arm's injected vs held-out samples, net of its placebo's models "
+                  "(else the control's) on the same halves of the same seed",
+    "decay": "an arm's headline effect (contamination, else study, else split-half) at the "
+             "fewest fine-tuning epochs minus at the most",
+}
+SEED_UNIT = "seed"
+SAMPLE_UNIT = "sample (one seed: about this model)"
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """One primary test: `arm` against `reference` (None: within the arm's own models) for one
+    model, fine-tuning cell and question; decay spans `epochs` to `epochs_to`."""
+
+    question: str
+    model: str
+    arm: str
+    reference: str | None
+    epochs: int
+    train_size: Any
+    epochs_to: int | None = None
+
+    def label(self) -> str:
+        """'paired vs paired-placebo', 'paired: injected vs held-out (net of control)', ..."""
+        if self.question == "split-half":
+            net = f" (net of {self.reference})" if self.reference else ""
+            return f"{self.arm}: injected vs held-out{net}"
+        if self.question == "decay":
+            against = f" vs {self.reference}" if self.reference else ": injected vs held-out"
+            return f"{self.arm}{against}, E = {self.epochs} minus E = {self.epochs_to}"
+        return f"{self.arm} vs {self.reference}"
+
+
+def _placebo_of(arm: str) -> str | None:
+    from lab.contamination import settings as settings_table
+
+    return settings_table.placebo_of(arm)
+
+
+def _setting(arm: str) -> Any:
+    from lab.contamination import settings as settings_table
+
+    return settings_table.get(arm)
+
+
+def headline(arm: str, arms: Iterable[str], split: bool) -> tuple[str, str | None] | None:
+    """(question, reference) of an arm's headline effect: against its placebo, else the
+    control, else its own held-out half; None when the arms allow none of them."""
+    arms = set(arms)
+    placebo = _placebo_of(arm)
+    if placebo in arms:
+        return "contamination", placebo
+    if "control" in arms:
+        return "study", "control"
+    if split:
+        return "split-half", None
+    return None
+
+
+def allowed(arms: Iterable[str], split: bool, epochs: Iterable[int]
+            ) -> dict[str, list[tuple[str, str | None]]]:
+    """Per question, the (arm, reference) pairs the study's arms allow (empty when none).
+    `split`: the contaminated arms inject part of the samples (fraction or a dose ladder)."""
+    arms = list(arms)
+    contaminated = [a for a in arms if _setting(a).injects_test]
+    placebos = [a for a in arms if _setting(a).placebo]
+    control = "control" in arms
+    found: dict[str, list[tuple[str, str | None]]] = {q: [] for q in QUESTIONS}
+    for arm in contaminated:
+        placebo = _placebo_of(arm)
+        if placebo in arms:
+            found["contamination"].append((arm, placebo))
+        if control:
+            found["study"].append((arm, "control"))
+        if split:
+            found["split-half"].append((arm, placebo if placebo in arms else
+                                        "control" if control else None))
+        top = headline(arm, arms, split)
+        if len(set(epochs)) > 1 and top:
+            found["decay"].append((arm, top[1]))
+    if control:
+        found["format"] = [(p, "control") for p in placebos]
+    return found
+
+
+def declared(primary: list[str] | None, arms: Iterable[str], split: bool,
+             epochs: Iterable[int], where: str = "statistics.primary") -> list[str]:
+    """The primary questions: as declared (each must be one the arms allow), else every one
+    they allow. Errors name `where`."""
+    arms, epochs = list(arms), list(epochs)
+    possible = allowed(arms, split, epochs)
+    if primary is None:
+        return [q for q in QUESTIONS if possible[q]]
+    if len(set(primary)) != len(primary):
+        raise LabError(f"{where}: values repeat")
+    for i, question in enumerate(primary):
+        if question not in QUESTIONS:
+            raise LabError(f"{where}[{i}]: unknown question '{question}' (choose from "
+                           f"{', '.join(QUESTIONS)})")
+        if not possible[question]:
+            raise LabError(f"{where}[{i}]: '{question}' is not a question these arms can ask "
+                           f"({', '.join(arms)}; {_needs(question)})")
+    return list(primary)
+
+
+def _needs(question: str) -> str:
+    return {"contamination": "it needs an arm and its placebo",
+            "format": "it needs a placebo arm and the control",
+            "study": "it needs a contaminated arm and the control",
+            "split-half": "it needs injection.fraction or injection.doses",
+            "decay": "it needs two or more fine-tuning epoch counts and a reference"}[question]
+
+
+def family(questions: list[str], arms: Iterable[str], models: Iterable[str], split: bool,
+           epochs: Iterable[int], train_sizes: Iterable[Any]) -> list[Contrast]:
+    """Every primary test of a study: per question, model, (arm, reference) and fine-tuning
+    cell; decay per model, arm and train size, from the fewest epochs to the most."""
+    arms, epochs, train_sizes = list(arms), sorted(set(epochs)), list(train_sizes)
+    possible = allowed(arms, split, epochs)
+    tests = []
+    for model in models:
+        for question in questions:
+            for arm, reference in possible[question]:
+                for size in train_sizes:
+                    if question == "decay":
+                        tests.append(Contrast(question, model, arm, reference, epochs[0], size,
+                                              epochs[-1]))
+                        continue
+                    tests += [Contrast(question, model, arm, reference, e, size) for e in epochs]
+    return tests
+
+
+def unit(contrast: Contrast, seeds: int) -> str:
+    """What a contrast's test counts: seeds, or (a split-half question of one seed) samples."""
+    within = contrast.question == "split-half" or (contrast.question == "decay"
+                                                   and contrast.reference is None)
+    return SAMPLE_UNIT if seeds == 1 and within else SEED_UNIT
+
+
+def sides(alternative: str) -> int:
+    return 1 if alternative in ("greater", "less") else 2
+
+
+def sign_flip_floor(seeds: int, alternative: str) -> float:
+    """The smallest p an exact sign-flip test over `seeds` per-seed effects can give: every
+    effect of one sign (and, two-sided, its mirror image) is 1 of the 2^K flips."""
+    if seeds < 2:
+        return 1.0
+    return min(1.0, sides(alternative) / 2 ** seeds)
+
+
+def rank_floor(first: int, second: int, alternative: str) -> float:
+    """The smallest p of an exact rank test of two groups of samples: 1 (2 two-sided) of the
+    C(n1 + n2, n1) splits."""
+    if first < 1 or second < 1:
+        return 1.0
+    log_splits = math.lgamma(first + second + 1) - math.lgamma(first + 1) - math.lgamma(second + 1)
+    return min(1.0, sides(alternative) * math.exp(-log_splits))
+
+
+def holm_floors(floors: list[float]) -> list[float]:
+    """Holm-adjusted p of each test when every test of the family sits at its own floor: the
+    smallest adjusted p the family's design can give."""
+    from lab.stats import holm
+
+    return holm(floors)
+
+
+def seeds_for_family(tests: int, alpha: float, alternative: str) -> int:
+    """The fewest seeds with which `tests` sign-flip tests, all at their floor, pass Holm at
+    alpha: tests x sides / 2^K <= alpha."""
+    seeds = 2
+    while tests * sign_flip_floor(seeds, alternative) > alpha:
+        seeds += 1
+    return seeds
+
+
+def recipe_split(recipe: Any) -> bool:
+    return recipe.injection.fraction is not None or bool(recipe.injection.doses)
+
+
+def split_sizes(recipe: Any) -> tuple[int, int]:
+    """About how many evaluated samples a split-half arm injects and holds out (for a one-seed
+    rank test's floor): the evaluated samples split by injection.fraction (a dose ladder: its
+    held-out level against the rest)."""
+    from lab.corpora import dataset_manifest
+
+    total = recipe.evaluation.max_samples or recipe.injection.samples or ((
+        (dataset_manifest(recipe.benchmark) or {}).get("expected_records") or {}).get("test") or 0)
+    if recipe.injection.doses:
+        held = total // len(recipe.injection.doses)
+        return total - held, held
+    injected = math.ceil(total * (recipe.injection.fraction or 0))
+    return injected, total - injected
+
+
+def power_plan(recipe: Any) -> dict[str, Any]:
+    """Before compute: the recipe's primary family, each test's smallest reachable p and that
+    p after Holm over the family (every test at its floor), and the tests that can never reach
+    alpha. Keys: questions, tests (one dict per test), unreachable (those tests), seeds_needed
+    (the seeds with which the seed-level tests could all reach alpha), alpha, alternative."""
+    from lab.stats import CONVENTIONS
+
+    stats = recipe.statistics
+    alternative = CONVENTIONS[stats.convention][0]
+    split = recipe_split(recipe)
+    questions = declared(stats.primary, recipe.arms, split, recipe.finetune.epochs)
+    # Each swept size is a model of its own, as the study's tables name it (gpt2/micro).
+    models = ([f"{m}/{size}" for m in recipe.models for size in recipe.preset]
+              if len(recipe.preset) > 1 else list(recipe.models))
+    tests = family(questions, recipe.arms, models, split, recipe.finetune.epochs,
+                   recipe.finetune.train_sizes)
+    seeds = len(recipe.seeds)
+    first, second = split_sizes(recipe) if split else (0, 0)
+    rows = []
+    for test in tests:
+        counted = unit(test, seeds)
+        floor = (rank_floor(first, second, alternative) if counted == SAMPLE_UNIT
+                 else sign_flip_floor(seeds, alternative))
+        rows.append({"contrast": test, "unit": counted, "floor": floor})
+    for row, adjusted in zip(rows, holm_floors([r["floor"] for r in rows])):
+        row["holm_floor"] = adjusted
+    unreachable = [r for r in rows if r["holm_floor"] > stats.alpha]
+    seed_level = sum(1 for r in rows if r["unit"] == SEED_UNIT)
+    return {"questions": questions, "tests": rows, "unreachable": unreachable,
+            "seeds": seeds, "alpha": stats.alpha, "alternative": alternative,
+            "seeds_needed": seeds_for_family(seed_level, stats.alpha, alternative)
+            if seed_level else None}
+
+
+def power_problem(recipe: Any) -> str | None:
+    """One line when the recipe's primary tests can never reach alpha (and the study does not
+    call itself descriptive); None when they can."""
+    if recipe.statistics.descriptive:
+        return None
+    plan = power_plan(recipe)
+    if not plan["unreachable"]:
+        return None
+    worst = plan["unreachable"]
+    floors = sorted({r["holm_floor"] for r in worst})
+    shown = ", ".join(f"{r['contrast'].question} {r['contrast'].model} {r['contrast'].label()}"
+                      + (f" E={r['contrast'].epochs}" if r["contrast"].question != "decay" else "")
+                      for r in worst[:3])
+    more = f" and {len(worst) - 3} more" if len(worst) > 3 else ""
+    need = (f"; {plan['seeds_needed']} seeds would let all {sum(1 for r in plan['tests'] if r['unit'] == SEED_UNIT)} "
+            f"seed-level tests reach it" if plan["seeds_needed"] else "")
+    return (f"underpowered: {len(worst)} of the {len(plan['tests'])} primary tests "
+            f"({', '.join(plan['questions'])}) can never reach alpha {plan['alpha']:g} with "
+            f"{plan['seeds']} seed{'s' if plan['seeds'] != 1 else ''} (smallest p after Holm "
+            f"{floors[0]:.3g}{'' if len(floors) == 1 else f'-{floors[-1]:.3g}'}; {plan['alternative']} "
+            f"sign-flip floor {sign_flip_floor(plan['seeds'], plan['alternative']):.3g}): {shown}{more}"
+            f"{need}; add seeds, declare fewer questions (statistics.primary), call the study "
+            "descriptive (statistics.descriptive: true) or pass --allow-underpowered")
