@@ -342,6 +342,9 @@ def study(
                                                    "study's keys; `lab merge` joins shards run "
                                                    "apart into one study."),
     report: bool = typer.Option(True, help="Print the report's table and figure path at the end."),
+    allow_underpowered: bool = typer.Option(
+        False, "--allow-underpowered", help="Run a study whose primary tests can never reach "
+                                            "alpha with its seeds (refused otherwise)."),
     corpora: Optional[Path] = CorporaOption,
 ) -> None:
     """Run a whole contamination study; finished stages are reused, interrupted ones resumed."""
@@ -358,7 +361,7 @@ def study(
         raise LabError(f"{folder}: exists and is not a study directory")
     if dry_run:
         plan = run_study(parsed, folder, corpora, dry_run=True, executor=executor, workers=workers,
-                         seeds=shard)
+                         seeds=shard, allow_underpowered=allow_underpowered)
         from lab.study.cost import gpu_assumptions
 
         rows = [{"stage": r["kind"], "count": r["stages"], "done": r["done"],
@@ -376,6 +379,7 @@ def study(
                       + ", ".join(f"{hours:,.1f} {gpu} GPU-hours" for gpu, hours in gpus.items()),
                       markup=False, soft_wrap=True)
         console.print(gpu_assumptions(), markup=False, soft_wrap=True)
+        _print_power(plan["power"], parsed.statistics.descriptive)
         for problem in plan["problems"]:
             console.print(f"cannot start here: {problem}", markup=False, highlight=False,
                           soft_wrap=True)
@@ -385,7 +389,8 @@ def study(
     from lab.study.preflight import check_ready
 
     # Before the progress display opens.
-    for warning in check_ready(parsed, folder, corpora, executor, seeds=shard):
+    for warning in check_ready(parsed, folder, corpora, executor, seeds=shard,
+                               allow_underpowered=allow_underpowered):
         console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
     again = ["lab", "study", str(recipe), "--out", str(folder)]
     again += ["--executor", executor] if executor != "local" else []
@@ -395,6 +400,7 @@ def study(
                            ("--seeds", [seeds] if seeds else []),
                            ("--corpora", [corpora] if corpora else [])):
         again += [part for value in values for part in (option, str(value))]
+    again += ["--allow-underpowered"] if allow_underpowered else []
     _exit_with_a_resume_line_on_signals(again)
     summary = _run_with_progress(parsed, folder, corpora, executor, workers, slurm_parameters,
                                  shard)
@@ -409,6 +415,25 @@ def study(
         result = run_report(folder)  # the recipe's convention and alpha
         console.print(result["markdown"], markup=False)
         console.print(f"figure: {', '.join(str(p) for p in result['figure'])}")
+
+
+def _print_power(plan: dict[str, Any], descriptive: bool) -> None:
+    """The dry run's power check: per primary test, the smallest p the planned seeds can give,
+    alone and after Holm over the family."""
+    rows = [{"question": r["contrast"].question, "model": r["contrast"].model,
+             "E": (str(r["contrast"].epochs) if r["contrast"].epochs_to is None
+                   else f"{r['contrast'].epochs} -> {r['contrast'].epochs_to}"),
+             "contrast": r["contrast"].label(), "unit": r["unit"],
+             "smallest p": f"{r['floor']:.3g}", "after Holm": f"{r['holm_floor']:.3g}"}
+            for r in plan["tests"]]
+    if not rows:
+        console.print("primary tests: none declared (statistics.primary: [])", markup=False)
+        return
+    reach = "none can reach" if len(plan["unreachable"]) == len(rows) else (
+        f"{len(plan['unreachable'])} cannot reach" if plan["unreachable"] else "all can reach")
+    console.print(_table(f"primary tests ({plan['alternative']}, {plan['seeds']} seeds, Holm over "
+                         f"{len(rows)}): {reach} alpha {plan['alpha']:g}"
+                         + (" (descriptive study)" if descriptive else ""), rows, list(rows[0])))
 
 
 def _exit_with_a_resume_line_on_signals(command: List[str]) -> None:

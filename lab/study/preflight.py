@@ -45,15 +45,23 @@ def pending_stages(recipe: Recipe, study: Path, seeds: list[int] | None = None) 
 
 def check_ready(recipe: Recipe, study: Path, corpora_dir: Path | None = None,
                 executor: str = "local", deepspeed: Any = None,
-                seeds: list[int] | None = None) -> list[str]:
-    """Raise one LabError naming every problem `preflight` finds; when all is there, the
-    warnings (`slow_settings`) of the same unfinished stages."""
+                seeds: list[int] | None = None, allow_underpowered: bool = False) -> list[str]:
+    """Raise one LabError naming every problem `preflight` finds, and a study whose primary
+    tests can never reach alpha (lab.study.questions.power_problem) unless
+    `allow_underpowered`; when all is there, the warnings (`slow_settings`) of the same
+    unfinished stages, and the power problem allowed."""
+    from lab.study.questions import power_problem
+
     pending = pending_stages(recipe, study, seeds)
     problems = preflight(recipe, study, corpora_dir, executor, deepspeed, pending)
+    underpowered = power_problem(recipe)
+    if underpowered and not allow_underpowered:
+        problems.append(underpowered)
     if problems:
         count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
         raise LabError(f"study '{recipe.name}' cannot start ({count}): " + "; ".join(problems))
-    return slow_settings(pending, executor)
+    return slow_settings(pending, executor) + (
+        [f"{underpowered} (allowed: its primary table will not reach alpha)"] if underpowered else [])
 
 
 def preflight(recipe: Recipe, study: Path, corpora_dir: Path | None = None,

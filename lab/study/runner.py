@@ -832,9 +832,11 @@ def _recipe_differences(old: Any, new: Any, path: str = "") -> list[str]:
 
 def study_differences(old: Recipe, new: Recipe) -> list[str]:
     """Fields in which two recipes make other studies: all but `resources` (where a stage runs;
-    a launch that changes results changes the stage keys)."""
+    a launch that changes results changes the stage keys) and `statistics` (how the finished
+    results are read: a study may be re-read under other declarations, and recipe.json records
+    the latest)."""
     return [d for d in _recipe_differences(recipe_dict(old), recipe_dict(new))
-            if not d.startswith("resources.")]
+            if not d.startswith(("resources.", "statistics."))]
 
 
 def check_executor(executor: str, workers: int | None) -> None:
@@ -915,10 +917,11 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
               executor: str = "local", workers: int | None = None,
               slurm: dict[str, Any] | None = None,
               on_event: Callable[..., None] | None = None, ready_checked: bool = False,
-              seeds: list[int] | None = None) -> dict[str, Any]:
+              seeds: list[int] | None = None, allow_underpowered: bool = False) -> dict[str, Any]:
     """Entry point of `lab study`: run the stages that are not finished, then collect results.
     `ready_checked`: the caller has run preflight.check_ready for this recipe and folder;
-    `seeds`: run only the shard of those seeds (`expand`)."""
+    `seeds`: run only the shard of those seeds (`expand`); `allow_underpowered`: run a study
+    whose primary tests can never reach alpha (lab.study.questions.power_problem)."""
     study = Path(study)
     stages = expand(recipe, seeds)
     check_executor(executor, workers)
@@ -931,18 +934,22 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
         "its stages were built on the old data: use a new --out")
     if dry_run:
         from lab.study.cost import estimate
+        from lab.study.questions import power_plan, power_problem
 
         # A plan for another machine (a cluster) is worth printing where the study cannot run.
         pending = pending_stages(recipe, study, seeds)
+        underpowered = power_problem(recipe)
         return {"stages": len(stages), "done": len(stages) - len(pending),
-                "estimate": estimate(recipe, stages, study),
+                "estimate": estimate(recipe, stages, study), "power": power_plan(recipe),
                 "problems": [*preflight(recipe, study, corpora_dir, executor, pending=pending),
-                             *([changed_data] if changed_data else [])],
+                             *([changed_data] if changed_data else []),
+                             *([underpowered] if underpowered and not allow_underpowered else [])],
                 "warnings": slow_settings(pending, executor)}
     if changed_data:
         raise LabError(changed_data)
     if not ready_checked:
-        check_ready(recipe, study, corpora_dir, executor, seeds=seeds)  # every missing piece at once
+        check_ready(recipe, study, corpora_dir, executor, seeds=seeds,  # every missing piece at once
+                    allow_underpowered=allow_underpowered)
     if study.exists() and not study.is_dir():
         raise LabError(f"{study}: exists and is not a study directory")
     study.mkdir(parents=True, exist_ok=True)
