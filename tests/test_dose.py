@@ -168,14 +168,18 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
-def write_ladder_study(root: Path, seeds: int = 3, per_level: int = 15, epochs=(0, 1)) -> Path:
+def write_ladder_study(root: Path, seeds: int = 8, per_level: int = 15, epochs=(0, 1),
+                       lift=lambda dose, seed: LIFT[dose], convention: str | None = None) -> Path:
     """A study folder as collect writes it: a control arm and a paired arm with a 4-level ladder
-    (ids fixed per level across seeds), per-sample BLEU = 20 + LIFT[dose] (E=0) + noise, the
-    control scoring the same samples without the lift; probes whose loss falls with the dose."""
+    (ids fixed per level across seeds), per-sample BLEU = 20 + lift(dose, seed) (E=0) + noise,
+    the control scoring the same samples without the lift; probes whose loss falls with the
+    dose; pre-training 10 epochs, the recipe's statistics.convention if given."""
     import random
     rng = random.Random(1)
     root.mkdir(parents=True)
-    (root / "recipe.json").write_text(json.dumps({"pretrain": {"epochs": 10.0}}))
+    (root / "recipe.json").write_text(json.dumps(
+        {"pretrain": {"epochs": 10.0}, **({"statistics": {"convention": convention}}
+                                          if convention else {})}))
     results, samples, probes = [], [], []
     shares = {0: 0.0, 1: 0.02, 4: 0.08, 16: 0.3}
     for arm in ("control", "paired"):
@@ -185,8 +189,8 @@ def write_ladder_study(root: Path, seeds: int = 3, per_level: int = 15, epochs=(
                                          "", f"evaluate-{arm}-{seed}-{epoch}"]))
                 every = []
                 for dose in DOSES:
-                    lift = LIFT[dose] if arm == "paired" and epoch == 0 else 0.0
-                    scores = [max(0.0, rng.gauss(20.0 + lift, 3.0)) for _ in range(per_level)]
+                    shift = lift(dose, seed) if arm == "paired" and epoch == 0 and dose else 0.0
+                    scores = [max(0.0, rng.gauss(20.0 + shift, 3.0)) for _ in range(per_level)]
                     every += scores
                     group = "injected" if dose else "held_out"
                     samples += [{**base, "id": f"d{dose}-{i}", "group": group, "dose": dose,
@@ -218,46 +222,135 @@ def _level(found, dose, epochs=0, metric="bleu"):
     return record
 
 
-def test_each_level_against_dose_zero_with_holm_and_the_threshold(tmp_path):
+def _cell(found, epochs=0):
+    [cell] = [c for c in found["cells"] if c["epochs"] == epochs]
+    return cell
+
+
+def _scores(study: Path, arm: str = "paired", epochs: int = 0) -> dict[tuple[str, int], dict[str, float]]:
+    """(seed, dose) -> sample id -> BLEU, read back from samples.csv."""
+    found: dict = {}
+    for r in csv.DictReader(open(study / "samples.csv")):
+        if r["arm"] == arm and r["epochs"] == str(epochs):
+            found.setdefault((r["seed"], int(r["dose"])), {})[r["id"]] = float(r["score_bleu"])
+    return found
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)
+
+
+def test_each_level_against_dose_zero_over_seeds_with_holm_and_the_threshold(tmp_path):
+    from itertools import product
+
     from scipy.stats import mannwhitneyu
 
     from lab.study.report import run_stats
     study = write_ladder_study(tmp_path / "s")
     found = run_stats(study)["doses"]
     assert {r["dose"] for r in found["levels"]} == set(DOSES)
-    held = [float(r["score_bleu"]) for r in csv.DictReader(open(study / "samples.csv"))
-            if r["arm"] == "paired" and r["epochs"] == "0" and r["dose"] == "0"]
+    assert found["alternative"] == "two-sided"  # the recipe's default convention
+    scores = _scores(study)
+    seeds = sorted({seed for seed, _dose in scores})
     raw = []
     for dose in DOSES[1:]:
         record = _level(found, dose)
-        mine = [float(r["score_bleu"]) for r in csv.DictReader(open(study / "samples.csv"))
-                if r["arm"] == "paired" and r["epochs"] == "0" and r["dose"] == str(dose)]
-        assert record["samples"] == 45  # 15 per level x 3 seeds
-        assert record["lift"] == pytest.approx(sum(mine) / len(mine) - sum(held) / len(held))
-        assert record["p"] == pytest.approx(mannwhitneyu(mine, held, alternative="greater").pvalue,
-                                            rel=1e-6)
+        seed_lifts = [_mean(scores[(s, dose)].values()) - _mean(scores[(s, 0)].values())
+                      for s in seeds]
+        assert record["samples"] == 15 * 8 and record["unit"] == "seed"
+        assert record["lift"] == pytest.approx(_mean(seed_lifts))
+        # The level's p: the sign-flip test over the 8 per-seed lifts, all 2^8 flips counted.
+        flipped = [abs(sum(f * g for f, g in zip(flips, seed_lifts)))
+                   for flips in product((1, -1), repeat=len(seed_lifts))]
+        assert record["p"] == pytest.approx(
+            sum(v >= abs(sum(seed_lifts)) - 1e-9 for v in flipped) / 2 ** len(seed_lifts))
+        # The pooled (seed, sample) test stays, as a description only.
+        pooled = [v for s in seeds for v in scores[(s, dose)].values()]
+        held = [v for s in seeds for v in scores[(s, 0)].values()]
+        assert record["p_pooled_description"] == pytest.approx(
+            mannwhitneyu(pooled, held, alternative="greater").pvalue, rel=1e-6)
         assert record["p_holm"] >= record["p"]
         assert record["lift_ci_low"] <= record["lift"] <= record["lift_ci_high"]
-        assert record["exposures"] == 10 * dose
+        assert record["times_seen"] == 10 * dose
         assert record["token_share"] == pytest.approx({1: 0.02, 4: 0.08, 16: 0.3}[dose])
         assert record["lift_vs_control"] == pytest.approx(record["lift"], abs=3.0)
+        assert record["lift_vs_control_ci_low"] <= record["lift_vs_control"] \
+            <= record["lift_vs_control_ci_high"]
+        assert record["p_vs_control_holm"] >= record["p_vs_control"]
         assert record["probe_auc"] > 0.5 if dose >= 4 else True
         raw.append(record["p"])
-    # Holm over the three levels of the cell, in the order of their p.
-    smallest = min(raw)
-    assert min(_level(found, d)["p_holm"] for d in DOSES[1:]) == pytest.approx(3 * smallest)
+    # Holm over the three levels of the cell, in the order of their p: 8 agreeing seeds give
+    # the smallest two-sided p, 2/2^8.
+    assert min(raw) == pytest.approx(2 / 2 ** 8)
+    assert min(_level(found, d)["p_holm"] for d in DOSES[1:]) == pytest.approx(3 * min(raw))
     assert _level(found, 4)["p_holm"] < 0.05 and _level(found, 16)["p_holm"] < 0.05
     assert _level(found, 1)["p_holm"] > 0.05
-    [cell] = [c for c in found["cells"] if c["epochs"] == 0]
-    assert cell["threshold"] == 4 and cell["threshold_exposures"] == 40
-    assert cell["fit"] is not None and cell["fit"]["top"] > 10
+    cell = _cell(found)
+    assert cell["threshold"] == 4 and cell["threshold_times_seen"] == 40 and cell["unit"] == "seed"
+    assert cell["monotone_fit"]["top"] > 10 and cell["non_monotone"] is False
     # After fine-tuning the lift is gone: no dose crosses the threshold.
-    [flat] = [c for c in found["cells"] if c["epochs"] == 1]
-    assert flat["threshold"] is None
+    assert _cell(found, epochs=1)["threshold"] is None
     assert _level(found, 16, epochs=1)["probe_auc"] > 0.5  # the probe is on the pre-trained model
 
 
-def test_report_writes_the_dose_table_figure_and_json(tmp_path):
+SPLIT_SEEDS = [8.0, 7.0, -6.0, 0.5, 8.0, 7.0, -6.0, 0.5]  # the seeds disagree: some lose
+
+
+def test_a_pooled_lift_the_seeds_disagree_on_declares_no_threshold(tmp_path):
+    """Many samples per seed make the pooled per-sample test fire on a lift that half the seeds
+    do not show: the seed-level test, which decides, does not."""
+    study = write_ladder_study(tmp_path / "s", per_level=100, epochs=(0,),
+                               lift=lambda dose, seed: SPLIT_SEEDS[seed])
+    from lab.study.report import run_stats
+    found = run_stats(study)["doses"]
+    for dose in DOSES[1:]:
+        record = _level(found, dose)
+        assert record["p_pooled_description"] < 1e-6
+        assert record["p"] > 0.05 and record["p_holm"] > 0.05
+        assert record["lift_ci_low"] < 0 < record["lift_ci_high"]
+    assert _cell(found)["threshold"] is None
+    table = run_stats(study)["dose_tables"]["bleu"]["md"]
+    assert "threshold none of the doses" in table
+    assert "*" not in table.split("\n\n")[0]  # nothing starred, the pooled p least of all
+
+
+def test_seeds_that_agree_give_the_threshold_under_the_recipes_alternative(tmp_path):
+    """Six seeds that agree reach the one-sided sign-flip floor 1/64 (Holm x3: 0.047) under the
+    replication package's convention, which the levels' tests take from the recipe."""
+    study = write_ladder_study(tmp_path / "s", seeds=6, per_level=40, epochs=(0,),
+                               lift=lambda dose, seed: {1: 0.0, 4: 6.0 + seed, 16: 12.0}[dose],
+                               convention="replication-package")
+    from lab.study.report import run_stats
+    found = run_stats(study)["doses"]
+    assert found["alternative"] == "greater" and "greater" in found["within_test"]
+    assert _level(found, 4)["p"] == pytest.approx(1 / 64)
+    assert _level(found, 4)["p_holm"] == pytest.approx(3 / 64)
+    assert _cell(found)["threshold"] == 4
+
+
+def test_a_u_shaped_ladder_is_bent_by_the_unconstrained_fit_and_flagged(tmp_path):
+    """A dip below dose 0 at one copy, then a rise (Jiang et al.'s U): the monotone curve cannot
+    follow it, the unconstrained one can, and the levels' intervals flag the ladder."""
+    u_shape = {1: -8.0, 4: 0.0, 16: 14.0}
+    study = write_ladder_study(tmp_path / "s", per_level=30, epochs=(0,),
+                               lift=lambda dose, seed: u_shape[dose])
+    from lab.study.report import run_report
+    found = run_report(study)["doses"]
+    cell = _cell(found)
+    assert cell["unconstrained_fit"]["rmse"] < cell["monotone_fit"]["rmse"]
+    assert cell["unconstrained_fit"]["linear"] < 0 < cell["unconstrained_fit"]["quadratic"]
+    assert 0 < cell["unconstrained_fit"]["turning_point"] < 16
+    assert cell["non_monotone"] is True
+    assert [0, 1] in cell["falls"] and [1, 16] in cell["rises"]
+    curve = cell["curve"]["unconstrained"]
+    assert min(curve) < 0 < curve[-1]  # the drawn curve dips, then rises
+    assert "NON-MONOTONE" in (study / "report" / "dose.md").read_text()
+    # The band redraws seeds, then samples within seed.
+    assert cell["band"]["seeds"] == 8 and len(cell["band"]["unconstrained"]["low"]) == 40
+
+
+def test_the_dose_is_copies_per_corpus_epoch_relative_to_a_base_document(tmp_path):
     from lab.study.report import run_report
     study = write_ladder_study(tmp_path / "s")
     result = run_report(study)
@@ -265,21 +358,59 @@ def test_report_writes_the_dose_table_figure_and_json(tmp_path):
     for name in ("dose.md", "dose.csv", "dose.json", "dose-bleu.png", "dose-bleu.svg"):
         assert (report / name).stat().st_size > 0, name
     table = (report / "dose.md").read_text()
-    assert "token share" in table and "30.0%" in table and "threshold dose 4 (40 exposures)" in table
+    assert "| dose: copies per corpus epoch (a base document: 1) | times seen |" in table
+    assert "token share" in table and "30.0%" in table
+    assert "threshold dose 4 copies/epoch (40 times seen)" in table
     assert "threshold none of the doses" in table
     assert "## Dose-response" in result["markdown"]
     with open(report / "dose.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert len(rows) == len(DOSES) * 2  # levels x fine-tuning epochs, one metric
+    assert [(r["dose"], r["times_seen"]) for r in rows[:4]] == [("0", "0"), ("1", "10"),
+                                                                ("4", "40"), ("16", "160")]
+    assert "exposures" not in rows[0]
     saved = json.loads((report / "dose.json").read_text())
-    assert saved["cells"][0]["band"] and saved["cells"][0]["curve"]["lift"]
+    assert saved["dose_scale"] == "copies per corpus epoch (a base document: 1)"
+    cell = saved["cells"][0]
+    assert cell["curve"]["copies_per_epoch"][0] == pytest.approx(1)
+    assert cell["curve"]["copies_per_epoch"][-1] == pytest.approx(16)
+    assert cell["band"]["monotone"]["low"] and cell["curve"]["unconstrained"]
+    assert 1 < cell["monotone_fit"]["midpoint"] < 16  # in copies per epoch, not times seen
     from PIL import Image
     assert Image.open(report / "dose-bleu.png").size[0] > 800
 
 
+def test_a_one_seed_ladder_tests_its_samples_about_that_model(tmp_path):
+    from scipy.stats import mannwhitneyu
+
+    from lab.stats import permutation_mann_whitney
+    from lab.study.report import run_report
+    study = write_ladder_study(tmp_path / "s", seeds=1, per_level=30, epochs=(0,))
+    found = run_report(study)["doses"]
+    scores = _scores(study)
+    for dose in DOSES[1:]:
+        record = _level(found, dose)
+        assert record["unit"] == "sample (one seed: about this model)"
+        assert record["p"] == pytest.approx(mannwhitneyu(
+            list(scores[("0", dose)].values()), list(scores[("0", 0)].values()),
+            alternative="two-sided", method="asymptotic").pvalue)
+        assert "asymptotic" in record["test"]
+        assert record["lift_ci_low"] <= record["lift"] <= record["lift_ci_high"]
+        assert record["lift_vs_control"] is not None and record.get("p_vs_control") is None
+    assert _cell(found)["unit"] == "sample (one seed: about this model)"
+    assert _cell(found)["threshold"] == 4
+    assert "(unit: sample (one seed: about this model))" in (study / "report" / "dose.md").read_text()
+    # Few samples: the exact randomisation distribution.
+    small = write_ladder_study(tmp_path / "small", seeds=1, per_level=6, epochs=(0,))
+    record = _level(run_report(small, html=False)["doses"], 16)
+    scores = _scores(small)
+    assert "exact" in record["test"] and record["p"] == pytest.approx(permutation_mann_whitney(
+        list(scores[("0", 16)].values()), list(scores[("0", 0)].values()), "two-sided")[1])
+
+
 def test_a_study_without_a_ladder_has_no_dose_report(tmp_path):
     from lab.study.report import run_report
-    study = write_ladder_study(tmp_path / "s")
+    study = write_ladder_study(tmp_path / "s", seeds=2)
     rows = [r for r in csv.DictReader(open(study / "results.csv"))
             if not r["group"].startswith("dose=")]
     _write_csv(study / "results.csv", rows)
@@ -338,32 +469,39 @@ def test_a_micro_ladder_study_reports_every_level(tmp_path):
     assert {r["dose"] for r in report["doses"]["levels"]} == {0, 2, 4}
 
 
-def test_the_dose_curve_recovers_a_known_logistic_and_its_band_covers_it():
+def test_the_dose_curves_recover_known_curves_and_the_band_covers_them():
     import math
 
     import numpy as np
 
-    from lab.stats import dose_bootstrap, dose_curve_values, fit_dose_curve
-    exposures = [10, 20, 40, 80, 160]
-    truth = {"top": 30.0, "midpoint": 40.0, "slope": 3.0}
-    lifts = dose_curve_values(truth, exposures)
-    fit = fit_dose_curve(exposures, lifts)
+    from lab.stats import (dose_band, dose_curve_values, fit_dose_curve,
+                           fit_unconstrained_curve, unconstrained_curve_values)
+    doses = [1, 2, 4, 8, 16]
+    truth = {"top": 30.0, "midpoint": 4.0, "slope": 3.0}
+    lifts = dose_curve_values(truth, doses)
+    fit = fit_dose_curve(doses, lifts)
     assert fit["top"] == pytest.approx(30.0, rel=1e-3)
-    assert fit["midpoint"] == pytest.approx(40.0, rel=1e-3)
+    assert fit["midpoint"] == pytest.approx(4.0, rel=1e-3)
     assert fit["slope"] == pytest.approx(3.0, rel=1e-3) and fit["rmse"] < 1e-3
-    assert fit_dose_curve([10], [5.0]) is None
-    flat = fit_dose_curve(exposures, [0.2, -0.1, 0.0, 0.1, -0.2])
-    assert abs(max(dose_curve_values(flat, exposures), key=abs)) < 0.5
+    assert fit_dose_curve([10], [5.0]) is None and fit_unconstrained_curve([10], [5.0]) is None
+    flat = fit_dose_curve(doses, [0.2, -0.1, 0.0, 0.1, -0.2])
+    assert abs(max(dose_curve_values(flat, doses), key=abs)) < 0.5
+    bent = {"linear": -4.0, "quadratic": 3.0}  # a dip, then a rise, turning at e^(2/3) - 1
+    free = fit_unconstrained_curve(doses, unconstrained_curve_values(bent, doses))
+    assert free["linear"] == pytest.approx(-4.0) and free["quadratic"] == pytest.approx(3.0)
+    assert free["turning_point"] == pytest.approx(math.expm1(2 / 3)) and free["rmse"] < 1e-9
 
     rng = np.random.default_rng(3)
-    levels = {0.0: rng.normal(10, 4, 60)}
-    for x, lift in zip(exposures, lifts):
-        levels[float(x)] = rng.normal(10 + lift, 4, 60)
-    grid = [math.exp(v) for v in np.linspace(math.log(10), math.log(160), 9)]
-    boot = dose_bootstrap(levels, grid)
+    per_seed = {}
+    for seed in range(6):  # each seed's model lifts a little more or less than the curve
+        own = rng.normal(0, 1.0)
+        per_seed[seed] = {0: dict(enumerate(rng.normal(10, 4, 60)))}
+        for dose, lift in zip(doses, lifts):
+            per_seed[seed][dose] = dict(enumerate(rng.normal(10 + lift + own, 4, 60)))
+    grid = [math.exp(v) for v in np.linspace(0, math.log(16), 9)]
+    band = dose_band(per_seed, grid)
     inside = [low <= true <= high for low, high, true in
-              zip(boot["band"]["low"], boot["band"]["high"], dose_curve_values(truth, grid))]
+              zip(band["monotone"]["low"], band["monotone"]["high"], dose_curve_values(truth, grid))]
     assert sum(inside) >= 7  # a 95% band over 9 points: nearly all hold the true curve
-    assert all(boot["intervals"][float(x)][0] < lift + 4 and boot["intervals"][float(x)][1] > lift - 4
-               for x, lift in zip(exposures, lifts))
-    assert dose_bootstrap(levels, grid) == boot  # seeded: the same band every time
+    assert band["seeds"] == 6 and len(band["unconstrained"]["high"]) == 9
+    assert dose_band(per_seed, grid) == band  # seeded: the same band every time

@@ -1,13 +1,24 @@
 """Dose-response of a study whose arms inject a dose ladder (injection.doses): per level, how
 far the level's samples score above the held-out level (dose 0) of the same models, and above
 the control's (and placebo's) models on the same samples; the smallest dose whose lift is
-significant; a monotone curve fitted to the lifts against exposures (lab.stats.DOSE_CURVE).
+significant; two curves fitted to the lifts, one monotone and one free to bend
+(lab.stats.DOSE_CURVE, DOSE_CURVE_UNCONSTRAINED), and whether the ladder is non-monotone
+(lab.stats.NON_MONOTONE_RULE).
 
-Exposures of a level: its dose (copies in the arm's corpus) times the pre-training epochs.
-Within a model each level is tested against level 0 (Mann-Whitney U, one-sided, per-sample
-scores pooled over seeds), Holm-corrected across the levels of a cell; against a reference arm
-each sample is paired with itself under the same seed (Wilcoxon signed-rank, one-sided), Holm
-across levels too.
+Scale: a level's dose is its copies per corpus epoch. Every base document is seen once per
+corpus epoch too, so the dose is the level's exposure relative to a base document's
+(DOSE_SCALE); how often it was seen in all of pre-training (dose x pre-training epochs) is a
+secondary column, as it grows with the epochs for every document alike.
+
+The seed (one trained model) is the unit of inference. Within a model each seed's lift of a
+level is its mean per-sample score minus dose 0's; the level's lift is their mean over seeds,
+tested by a sign-flip test over the seeds (the study's alternative), Holm-corrected across the
+levels of a cell, with a cluster bootstrap-t interval (lab.stats.effect_interval). With one seed
+the levels are random groups of samples within one model: a rank test over those samples is a
+randomisation test about that model (ONE_MODEL_UNIT), with a percentile interval over its
+samples. Against a reference arm (control, placebo) each seed's effect is its mean per-sample
+difference on the same samples, tested the same way over seeds (one seed: the estimate only).
+The pooled (seed, sample) Mann-Whitney p is kept as a description: it decides nothing.
 """
 from __future__ import annotations
 
@@ -21,20 +32,30 @@ from typing import Any
 
 from lab.common import LabError
 from lab.contamination import settings as settings_table
-from lab.stats import (DOSE_BOOTSTRAP, DOSE_CURVE, PAIRED_SAMPLES_TEST, dose_bootstrap,
-                       dose_curve_values, fit_dose_curve, holm, membership_auc,
-                       paired_sample_differences, paired_within_model, signed_rank_test,
-                       within_model_seeds)
+from lab.stats import (CLUSTER_BOOTSTRAP, DOSE_BAND, DOSE_CURVE, DOSE_CURVE_UNCONSTRAINED,
+                       NON_MONOTONE_RULE, ONE_MODEL_TEST, SAMPLE_BOOTSTRAP, SIGN_FLIP_TEST,
+                       dose_band, dose_curve_values, dose_turns, effect_interval, fit_dose_curve,
+                       fit_unconstrained_curve, holm, membership_auc, one_model_rank_test,
+                       paired_within_model, sample_interval, seed_effect, sign_flip_test,
+                       starred_p, unconstrained_curve_values)
 from lab.study.figure import train_size_order
 from lab.study.runner import DOSE_GROUP, PROBE_COLUMNS, PROBES, RESULTS, SAMPLES
 
-WITHIN_LEVEL_TEST = "Mann-Whitney U, greater, asymptotic: the level's samples vs dose 0's, pooled over seeds"
-GRID_POINTS = 40  # exposures at which the fitted curve and its band are drawn
+DOSE_SCALE = "copies per corpus epoch (a base document: 1)"
+TIMES_SEEN = "times seen in pre-training: copies per corpus epoch x pre-training epochs"
+SEED_UNIT = "seed"
+ONE_MODEL_UNIT = "sample (one seed: about this model)"
+POOLED_DESCRIPTION = ("Mann-Whitney U, greater, asymptotic, over (seed, sample) pairs pooled: "
+                      "a description, never a verdict (a sample scored by several seeds' models "
+                      "counts once per seed)")
+GRID_POINTS = 40  # copies per epoch at which the fitted curves and their band are drawn
+
+Levels = dict[Any, dict[int, dict[str, float]]]  # seed -> dose -> sample id -> score
 
 
 def pretrain_epochs(study: Path, model: str | None = None) -> float | None:
     """The study's pre-training epochs (STUDY/recipe.json), a model's own where the recipe's
-    by_model sets them: exposures = dose x epochs."""
+    by_model sets them: times seen = dose x epochs."""
     try:
         recipe = json.loads((Path(study) / "recipe.json").read_text(encoding="utf-8"))
         own = (((recipe.get("by_model") or {}).get(model) or {}).get("pretrain") or {}) \
@@ -55,12 +76,13 @@ def _std(values: list[float]) -> float | None:
     return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
-def dose_stats(study: Path, metrics: list[str], alpha: float, read_csv: Any, band_metric: str | None = None
-               ) -> dict[str, Any]:
+def dose_stats(study: Path, metrics: list[str], alpha: float, read_csv: Any,
+               band_metric: str | None = None, alternative: str = "two-sided") -> dict[str, Any]:
     """{"levels": one record per (model, task, metric, epochs, train size, arm, dose),
-    "cells": one per ladder (its threshold, fit and band)}; empty lists when no arm injected a
+    "cells": one per ladder (its threshold, fits and band)}; empty lists when no arm injected a
     ladder. `read_csv` is lab.study.report's reader (errors name file, line and column); the
-    curve's band is drawn for `band_metric` only (it refits the curve on every resample)."""
+    tests take the study's `alternative`, intervals have level 1 - alpha; the curves' band is
+    drawn for `band_metric` only (it refits both curves on every resample)."""
     study = Path(study)
     results = read_csv(study / RESULTS, ("model", "task", "arm", "seed", "epochs", "train_size",
                                          "group"), lambda c: c in metrics or c == "injected_token_fraction")
@@ -69,15 +91,10 @@ def dose_stats(study: Path, metrics: list[str], alpha: float, read_csv: Any, ban
         return {"levels": [], "cells": []}
     samples = read_csv(study / SAMPLES, ("model", "task", "arm", "epochs", "train_size", "group",
                                          "seed", "id", "dose"), lambda c: c.startswith("score_"))
-    epochs_pretrain = pretrain_epochs(study)
-    # Per (model, task, epochs, train size, arm): seed -> sample id -> (dose, row).
-    scored: dict[tuple, dict[tuple[str, str], dict[str, Any]]] = defaultdict(dict)
-    dose_of: dict[tuple, dict[tuple[str, str], int]] = defaultdict(dict)
+    # Per (model, task, epochs, train size, arm): the sample rows of every seed.
+    scored: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for s in samples:
-        key = (s["model"], s["task"], int(s["epochs"]), s["train_size"], s["arm"])
-        scored[key][(s["seed"], s["id"])] = s
-        if s.get("dose") not in (None, ""):
-            dose_of[key][(s["seed"], s["id"])] = int(float(s["dose"]))
+        scored[(s["model"], s["task"], int(s["epochs"]), s["train_size"], s["arm"])].append(s)
     runs: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for r in ladder:
         runs[(r["model"], r["task"], int(r["epochs"]), r["train_size"], r["arm"],
@@ -96,107 +113,156 @@ def dose_stats(study: Path, metrics: list[str], alpha: float, read_csv: Any, ban
                 doses = sorted({k[5] for k in runs if k[:5] == key})
                 if not doses:
                     continue
-                members = dose_of[key]
-                by_level = {d: {k: scored[key][k][column] for k, dose in members.items()
-                                if dose == d and scored[key][k].get(column) is not None}
-                            for d in doses}
+                by_seed = _ladder_scores(scored[key], column)
                 model_epochs = pretrain_epochs(study, model)
-                exposures = {d: d * model_epochs if model_epochs else float(d) for d in doses}
                 cell_levels = []
                 for d in doses:
                     rows = runs[key + (d,)]
                     values = [r[metric] for r in rows if r.get(metric) is not None]
                     shares = [r["injected_token_fraction"] for r in rows
                               if r.get("injected_token_fraction") is not None]
-                    record = {"model": model, "task": task, "metric": metric, "epochs": epochs,
-                              "train_size": size, "arm": arm, "dose": d, "exposures": exposures[d],
-                              "seeds": len(values), "score": _mean(values), "score_std": _std(values),
-                              "samples": len(by_level[d]),
-                              "sample_mean": _mean(list(by_level[d].values())),
-                              "token_share": _mean(shares), **probes.get((model, arm, d), {})}
-                    cell_levels.append(record)
-                _within(cell_levels, by_level, doses)
+                    mine = [v for levels_of in by_seed.values() for v in levels_of.get(d, {}).values()]
+                    cell_levels.append({
+                        "model": model, "task": task, "metric": metric, "epochs": epochs,
+                        "train_size": size, "arm": arm, "dose": d,
+                        "times_seen": d * model_epochs if model_epochs else None,
+                        "seeds": len(values), "score": _mean(values), "score_std": _std(values),
+                        "samples": len(mine), "sample_mean": _mean(mine),
+                        "token_share": _mean(shares), **probes.get((model, arm, d), {})})
+                _within(cell_levels, by_seed, alpha, alternative)
                 for reference in ("control", settings_table.placebo_of(arm)):
                     if reference:
-                        _against(cell_levels, by_level, scored.get(key[:4] + (reference,), {}),
-                                 column, reference)
-                held = by_level.get(0, {})
+                        _against(cell_levels, by_seed,
+                                 _ladder_scores(scored.get(key[:4] + (reference,), []), column,
+                                                every_sample=True),
+                                 reference, alpha, alternative)
                 cell = {"model": model, "task": task, "metric": metric, "epochs": epochs,
                         "train_size": size, "arm": arm, "alpha": alpha,
+                        "unit": next((r["unit"] for r in cell_levels if r.get("unit")), None),
                         "threshold": next((r["dose"] for r in cell_levels if r["dose"]
                                            and r.get("p_holm") is not None
                                            and r["p_holm"] <= alpha and r["lift"] > 0), None)}
-                cell["threshold_exposures"] = (exposures[cell["threshold"]]
-                                               if cell["threshold"] is not None else None)
-                injected = [r for r in cell_levels if r["dose"] and r.get("lift") is not None]
-                if held and injected:
-                    points = {exposures[d]: list(by_level[d].values()) for d in doses}
-                    points[0] = list(held.values())
-                    grid = _grid([r["exposures"] for r in injected]) if metric == band_metric else []
-                    boot = dose_bootstrap(points, grid)
-                    for r in injected:
-                        r["lift_ci_low"], r["lift_ci_high"] = boot["intervals"][r["exposures"]]
-                    fit = fit_dose_curve([r["exposures"] for r in injected],
-                                         [r["lift"] for r in injected])
-                    cell.update(fit=fit, fitted_to=DOSE_CURVE, band=boot["band"],
-                                curve=({"exposures": grid, "lift": dose_curve_values(fit, grid)}
-                                       if fit and grid else None))
+                cell["threshold_times_seen"] = next(
+                    (r["times_seen"] for r in cell_levels if r["dose"] == cell["threshold"]), None)
+                cell.update(_curves(cell_levels, by_seed, alpha, metric == band_metric))
                 levels += cell_levels
                 cells.append(cell)
-    return {"levels": levels, "cells": cells, "within_test": WITHIN_LEVEL_TEST,
-            "paired_test": PAIRED_SAMPLES_TEST, "bootstrap_resamples": DOSE_BOOTSTRAP,
-            "pretrain_epochs": epochs_pretrain}
+    return {"levels": levels, "cells": cells, "dose_scale": DOSE_SCALE, "times_seen": TIMES_SEEN,
+            "alternative": alternative,
+            "within_test": f"{SIGN_FLIP_TEST}, {alternative}, over the per-seed lifts",
+            "one_model_test": f"{ONE_MODEL_TEST}, {alternative}",
+            "pooled_description": POOLED_DESCRIPTION,
+            "paired_test": (f"{SIGN_FLIP_TEST}, {alternative}, over each seed's mean per-sample "
+                            "difference (same sample, same seed; one seed: no test)"),
+            "interval": CLUSTER_BOOTSTRAP, "one_model_interval": SAMPLE_BOOTSTRAP,
+            "curves": {"monotone": DOSE_CURVE, "unconstrained": DOSE_CURVE_UNCONSTRAINED},
+            "non_monotone_rule": NON_MONOTONE_RULE, "band": DOSE_BAND,
+            "pretrain_epochs": pretrain_epochs(study)}
 
 
-def _grid(exposures: list[float]) -> list[float]:
-    low, high = math.log(min(exposures)), math.log(max(exposures))
-    return [math.exp(low + (high - low) * i / (GRID_POINTS - 1)) for i in range(GRID_POINTS)]
+def _ladder_scores(rows: list[dict[str, Any]], column: str, every_sample: bool = False) -> Levels:
+    """seed -> dose -> sample id -> score of one arm's sample rows; `every_sample`: a reference
+    arm's rows, which carry no dose, under dose 0."""
+    found: Levels = defaultdict(lambda: defaultdict(dict))
+    for s in rows:
+        if s.get(column) is None or (s.get("dose") in (None, "") and not every_sample):
+            continue
+        dose = 0 if every_sample else int(float(s["dose"]))
+        found[s["seed"]][dose][s["id"]] = s[column]
+    return found
 
 
-def _within(cell_levels: list[dict[str, Any]], by_level: dict[int, dict], doses: list[int]) -> None:
-    """Each injected level against dose 0 of the same models; Holm across the levels."""
-    held = by_level.get(0, {})
+def _interval(per_seed: dict[Any, list], alpha: float) -> tuple[float | None, float | None]:
+    """The effect's 1 - alpha interval: over seeds, or with one seed over its samples."""
+    if len(per_seed) == 1:
+        [parts] = per_seed.values()
+        return sample_interval(parts, 1 - alpha) or (None, None)
+    return effect_interval(per_seed, 1 - alpha) or (None, None)
+
+
+def _within(cell_levels: list[dict[str, Any]], by_seed: Levels, alpha: float, alternative: str
+            ) -> None:
+    """Each injected level against dose 0 of the same models (SEED_UNIT, or with one seed
+    ONE_MODEL_UNIT); Holm across the levels."""
     tested = []
     for record in cell_levels:
-        mine = by_level[record["dose"]]
-        if not record["dose"] or not held or not mine:
+        dose = record["dose"]
+        per_seed = {seed: [(1.0, levels[dose]), (-1.0, levels[0])]
+                    for seed, levels in by_seed.items() if dose and levels.get(dose) and levels.get(0)}
+        if not per_seed:
             continue
-        record["lift"] = record["sample_mean"] - _mean(list(held.values()))
-        _u, record["p"] = paired_within_model(list(mine.values()), list(held.values()))
-        seeds = {seed for seed, _id in mine}
-        if len(seeds) > 1:  # over seeds: per-seed gaps, and samples injected by some seeds only
-            rows = [(seed, sample, group, score) for group, level in (("injected", mine),
-                                                                      ("held_out", held))
-                    for (seed, sample), score in level.items()]
-            found = within_model_seeds(rows)
-            record.update(p_seeds=found["p_seeds"], gap_per_seed=found["gap_per_seed"])
+        lifts = {seed: seed_effect(parts) for seed, parts in per_seed.items()}
+        record["lift"] = _mean(list(lifts.values()))
+        record["seed_lifts"] = lifts
+        record["lift_ci_low"], record["lift_ci_high"] = _interval(per_seed, alpha)
+        if len(per_seed) > 1:
+            record["p"], record["test"] = sign_flip_test(list(lifts.values()), alternative)
+            record["unit"] = SEED_UNIT
+        else:
+            [(_plus, mine), (_minus, held)] = next(iter(per_seed.values()))
+            record["p"], record["test"] = one_model_rank_test(list(mine.values()),
+                                                              list(held.values()), alternative)
+            record["unit"] = ONE_MODEL_UNIT
+        pooled = [[v for parts in per_seed.values() for v in parts[side][1].values()]
+                  for side in (0, 1)]  # the level's, then dose 0's (seed, sample) scores
+        _u, record["p_pooled_description"] = paired_within_model(*pooled)
         tested.append(record)
     for record, adjusted in zip(tested, holm([r["p"] for r in tested])):
         record["p_holm"] = adjusted
 
 
-def _against(cell_levels: list[dict[str, Any]], by_level: dict[int, dict],
-             reference: dict[tuple[str, str], dict[str, Any]], column: str, name: str) -> None:
-    """Each level's samples against the same samples under `name`'s models of the same seed
-    (which never saw them); Holm across the levels."""
-    theirs = {k: row[column] for k, row in reference.items() if row.get(column) is not None}
+def _against(cell_levels: list[dict[str, Any]], by_seed: Levels, reference: Levels, name: str,
+             alpha: float, alternative: str) -> None:
+    """Each level's samples against the same samples under `name`'s model of the same seed
+    (which never saw them): per seed the mean per-sample difference; over seeds their mean, a
+    sign-flip test and an interval (one seed: the estimate only); Holm across the levels."""
     tested = []
     for record in cell_levels:
-        differences = paired_sample_differences(by_level[record["dose"]], theirs)
-        if not differences:
+        per_seed = {}
+        for seed, levels in by_seed.items():
+            theirs = reference.get(seed, {}).get(0, {})
+            differences = {i: score - theirs[i] for i, score in levels.get(record["dose"], {}).items()
+                           if i in theirs}
+            if differences:
+                per_seed[seed] = [(1.0, differences)]
+        if not per_seed:
             continue
-        p, _test = signed_rank_test(differences, PAIRED_SAMPLES_TEST)
-        record[f"lift_vs_{name}"] = sum(differences) / len(differences)
-        if p is not None and record["dose"]:
-            record[f"p_vs_{name}"] = p
-            tested.append(record)
+        effects = [seed_effect(parts) for parts in per_seed.values()]
+        record[f"lift_vs_{name}"] = _mean(effects)
+        if len(per_seed) > 1:
+            record[f"lift_vs_{name}_ci_low"], record[f"lift_vs_{name}_ci_high"] = \
+                _interval(per_seed, alpha)
+            if record["dose"]:
+                record[f"p_vs_{name}"], _test = sign_flip_test(effects, alternative)
+                tested.append(record)
     for record, adjusted in zip(tested, holm([r[f"p_vs_{name}"] for r in tested])):
         record[f"p_vs_{name}_holm"] = adjusted
 
 
+def _curves(cell_levels: list[dict[str, Any]], by_seed: Levels, alpha: float, with_band: bool
+            ) -> dict[str, Any]:
+    """A cell's monotone and unconstrained fits to its levels' mean lifts, the non-monotone
+    flag, and (with_band) both curves over a grid with their band."""
+    injected = [r for r in cell_levels if r["dose"] and r.get("lift") is not None]
+    if not injected:
+        return {"monotone_fit": None, "unconstrained_fit": None, "non_monotone": None}
+    doses, lifts = [r["dose"] for r in injected], [r["lift"] for r in injected]
+    found = {"monotone_fit": fit_dose_curve(doses, lifts),
+             "unconstrained_fit": fit_unconstrained_curve(doses, lifts),
+             **dose_turns([(r["dose"], r["lift_ci_low"], r["lift_ci_high"]) for r in injected])}
+    if with_band and len(doses) >= 2:
+        low, high = math.log(min(doses)), math.log(max(doses))
+        grid = [math.exp(low + (high - low) * i / (GRID_POINTS - 1)) for i in range(GRID_POINTS)]
+        found["curve"] = {"copies_per_epoch": grid,
+                          "monotone": dose_curve_values(found["monotone_fit"], grid),
+                          "unconstrained": unconstrained_curve_values(found["unconstrained_fit"], grid)}
+        found["band"] = dose_band(by_seed, grid, level=1 - alpha)
+    return found
+
+
 def _probe_levels(study: Path, read_csv: Any) -> dict[tuple[str, str, int], dict[str, Any]]:
     """(model, arm, dose) -> the loss probe's AUC and p at telling the level's samples from dose
-    0's, within the arm's own models (pooled over seeds)."""
+    0's, within the arm's own models (pooled over seeds: a description)."""
     path = study / PROBES
     if not path.exists():
         return {}
@@ -220,8 +286,25 @@ def _fmt(value: Any, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-TABLE_HEADER = ["model", "arm", "E", "dose", "exposures", "token share", "samples", "score",
-                "lift [95% CI]", "p (Holm)", "vs control", "probe AUC"]
+def _with_interval(value: float | None, low: float | None, high: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.2f}" + ("" if low is None else f" [{low:+.2f}, {high:+.2f}]")
+
+
+def _describe_fits(cell: dict[str, Any]) -> str:
+    monotone, free = cell.get("monotone_fit"), cell.get("unconstrained_fit")
+    if not monotone or not free:
+        return "; no fit"
+    turn = ("no turn above dose 0" if free["turning_point"] is None
+            else f"turns at {free['turning_point']:.3g} copies/epoch")
+    flag = {True: "NON-MONOTONE", False: "monotone", None: "monotony not judged (no intervals)"}
+    steps = "".join(f", {kind}: " + ", ".join(f"{a}->{b}" for a, b in cell[kind])
+                    for kind in ("rises", "falls") if cell[kind])
+    return (f"; monotone fit: top {monotone['top']:+.1f}, midpoint {monotone['midpoint']:.3g} "
+            f"copies/epoch, slope {monotone['slope']:.2f}, rmse {monotone['rmse']:.2f}; "
+            f"unconstrained fit: linear {free['linear']:+.2f}, quadratic {free['quadratic']:+.2f} "
+            f"({turn}), rmse {free['rmse']:.2f}; {flag[cell['non_monotone']]}{steps}")
 
 
 def dose_table(found: dict[str, Any], metric: str) -> dict[str, str]:
@@ -229,45 +312,56 @@ def dose_table(found: dict[str, Any], metric: str) -> dict[str, str]:
     levels = [r for r in found["levels"] if r["metric"] == metric]
     if not levels:
         raise LabError(f"no dose-ladder levels with metric '{metric}'")
+    alpha = found["cells"][0]["alpha"]
+    header = ["model", "arm", "E", f"dose: {DOSE_SCALE}", "times seen", "token share", "seeds",
+              "samples", "score", f"lift [{1 - alpha:.0%} CI]", "p (Holm)",
+              "pooled p (description)", "vs control (p Holm)", "probe AUC"]
     lines = []
     for r in levels:
-        lift = "-" if r.get("lift") is None else (
-            f"{r['lift']:+.2f} [{_fmt(r.get('lift_ci_low'), '+.2f')}, "
-            f"{_fmt(r.get('lift_ci_high'), '+.2f')}]")
-        versus = "-" if r.get("lift_vs_control") is None else (
-            f"{r['lift_vs_control']:+.2f} (p {_fmt(r.get('p_vs_control_holm'), '.2g')})")
+        versus = _with_interval(r.get("lift_vs_control"), r.get("lift_vs_control_ci_low"),
+                                r.get("lift_vs_control_ci_high"))
+        if r.get("p_vs_control_holm") is not None:
+            versus += f" (p {starred_p(r['p_vs_control_holm'], r['lift_vs_control'], alpha, '.2g')})"
         lines.append([r["model"], r["arm"], str(r["epochs"]), str(r["dose"]),
-                      f"{r['exposures']:g}", _fmt(r.get("token_share"), ".1%"), str(r["samples"]),
-                      _fmt(r.get("score"), ".2f"), lift, _fmt(r.get("p_holm"), ".2g"), versus,
+                      _fmt(r.get("times_seen"), "g"), _fmt(r.get("token_share"), ".1%"),
+                      str(r["seeds"]), str(r["samples"]), _fmt(r.get("score"), ".2f"),
+                      _with_interval(r.get("lift"), r.get("lift_ci_low"), r.get("lift_ci_high")),
+                      starred_p(r.get("p_holm"), r.get("lift"), alpha, ".2g"),
+                      _fmt(r.get("p_pooled_description"), ".2g"), versus,
                       _fmt(r.get("probe_auc"), ".2f")])
     thresholds = []
     for cell in (c for c in found["cells"] if c["metric"] == metric):
         at = ("none of the doses" if cell["threshold"] is None else
-              f"dose {cell['threshold']} ({cell['threshold_exposures']:g} exposures)")
-        fit = cell.get("fit")
-        curve = (f"; fit: top {fit['top']:+.1f}, midpoint {fit['midpoint']:.3g} exposures, "
-                 f"slope {fit['slope']:.2f}, rmse {fit['rmse']:.2f}" if fit else "; no fit")
+              f"dose {cell['threshold']} copies/epoch"
+              + ("" if cell["threshold_times_seen"] is None
+                 else f" ({cell['threshold_times_seen']:g} times seen)"))
         thresholds.append(f"- {cell['model']} {cell['arm']} E={cell['epochs']}"
                           f"{'' if cell['train_size'] in ('', 'None', None) else ' train ' + str(cell['train_size'])}"
-                          f": threshold {at}{curve}")
-    note = (f"{metric}: corpus-level score per level (mean over seeds); lift: the level's mean "
-            f"per-sample {metric} minus dose 0's in the same models, 95% percentile bootstrap "
-            f"interval ({found['bootstrap_resamples']} resamples of each level's samples); "
-            f"p: {found['within_test']}, Holm across a cell's levels; vs control: the same samples "
-            f"in the control's models of the same seed ({found['paired_test']}; Holm). Token "
-            "share: the level's share of the trained tokens. Exposures: dose x "
-            f"{found.get('pretrain_epochs') or 1:g} pre-training epochs. Threshold: the smallest "
-            f"dose whose lift is positive with Holm p <= {found['cells'][0]['alpha']:g}. "
-            f"Curve: {DOSE_CURVE}.")
-    markdown = ("| " + " | ".join(TABLE_HEADER) + " |\n|" + "---|" * len(TABLE_HEADER) + "\n"
+                          f" (unit: {cell['unit'] or '-'}): threshold {at}{_describe_fits(cell)}")
+    epochs = found.get("pretrain_epochs")
+    note = (f"Dose: {DOSE_SCALE}, since every base document is also seen once per corpus epoch; "
+            f"times seen: the dose x {_fmt(epochs, 'g') if epochs else 'the'} pre-training "
+            f"epochs. {metric}: corpus-level score per level (mean over seeds). Lift: per seed "
+            f"the level's mean per-sample {metric} minus dose 0's in that seed's model, the mean "
+            f"over seeds, {1 - alpha:.0%} interval: {found['interval']}. p: "
+            f"{found['within_test']}, Holm across a cell's levels; * marks Holm p <= {alpha:g}. "
+            f"One seed (unit {ONE_MODEL_UNIT}): p is a {found['one_model_test']} and the interval "
+            f"a {found['one_model_interval']}: the levels are random groups of samples, so both "
+            f"are about that one model. Pooled p: {found['pooled_description']}. vs control: "
+            f"{found['paired_test']}; Holm. Token share: the level's share of the trained "
+            f"tokens. Threshold: the smallest dose whose lift is positive with Holm p <= "
+            f"{alpha:g}. Curves, fitted to the mean lifts against the dose: "
+            f"{found['curves']['monotone']}; {found['curves']['unconstrained']}. "
+            f"{found['non_monotone_rule']}.")
+    markdown = ("| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n"
                 + "".join("| " + " | ".join(line) + " |\n" for line in lines)
                 + "\n" + "\n".join(thresholds) + "\n\n" + note + "\n")
-    columns = ["model", "task", "metric", "arm", "epochs", "train_size", "dose", "exposures",
+    columns = ["model", "task", "metric", "arm", "epochs", "train_size", "dose", "times_seen",
                "token_share", "seeds", "samples", "score", "score_std", "sample_mean", "lift",
-               "lift_ci_low", "lift_ci_high", "p", "p_holm", "p_seeds", "lift_vs_control",
+               "lift_ci_low", "lift_ci_high", "unit", "p", "p_holm", "p_pooled_description",
+               "lift_vs_control", "lift_vs_control_ci_low", "lift_vs_control_ci_high",
                "p_vs_control", "p_vs_control_holm", "probe_auc", "probe_p"]
-    placebo = sorted({k for r in found["levels"] for k in r if "_vs_" in k and "control" not in k})
-    columns += placebo
+    columns += sorted({k for r in found["levels"] for k in r if "_vs_" in k and k not in columns})
     handle = io.StringIO()
     writer = csv.writer(handle, lineterminator="\n")
     writer.writerow(columns)

@@ -163,13 +163,16 @@ def _exposure_axis(ax: Any, exposures: list[float]) -> Any:
 
 
 def dose_figure(found: dict[str, Any], metric: str, out_base: Path) -> list[Path]:
-    """Per (task, arm): the metric against exposures (one line per fine-tuning epoch count and
-    model size, seed spread as error bars), the lift over dose 0 with the fitted curve and its
-    bootstrap band, and the loss probe's AUC; PNG and SVG."""
+    """Per (task, arm), against the dose in copies per corpus epoch (found["dose_scale"]): the
+    metric (one line per model, fine-tuning epoch count and model size, seed spread as error
+    bars), the lift over dose 0 with its intervals, the monotone fit (solid), the unconstrained
+    fit (dashed), their bands (the unconstrained one hatched) and the threshold, a non-monotone
+    ladder marked in its legend entry; and the loss probe's AUC; PNG and SVG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     levels = [r for r in found["levels"] if r["metric"] == metric]
     if not levels:
@@ -177,7 +180,9 @@ def dose_figure(found: dict[str, Any], metric: str, out_base: Path) -> list[Path
     panels = sorted({(r["task"], r["arm"]) for r in levels})
     fig, axes = plt.subplots(len(panels), 3, figsize=(16, 4.6 * len(panels)), squeeze=False,
                              layout="constrained")
-    styles = ["-", "--", ":", "-."]
+    styles, markers = ["-", "--", ":", "-."], ["o", "s", "^", "D"]
+    fits = [Line2D([], [], color="grey", ls="-", label="monotone fit"),
+            Line2D([], [], color="grey", ls="--", label="unconstrained fit")]
     for row, (task, arm) in enumerate(panels):
         mine = [r for r in levels if (r["task"], r["arm"]) == (task, arm)]
         models = sorted({r["model"] for r in mine})
@@ -185,41 +190,37 @@ def dose_figure(found: dict[str, Any], metric: str, out_base: Path) -> list[Path
                         key=lambda k: (k[0], k[1], train_size_order(str(k[2]))))
         sizes = len({k[2] for k in series}) > 1
         score_ax, lift_ax, probe_ax = axes[row]
-        places = [_exposure_axis(ax, [r["exposures"] for r in mine]) for ax in axes[row]]
+        places = [_exposure_axis(ax, [r["dose"] for r in mine]) for ax in axes[row]]
         colours = {e: plt.cm.viridis(i / max(1, len({k[1] for k in series}) - 1) * 0.85)
                    for i, e in enumerate(sorted({k[1] for k in series}))}
         for model, epochs, size in series:
             points = sorted((r for r in mine if (r["model"], r["epochs"], r["train_size"])
-                             == (model, epochs, size)), key=lambda r: r["exposures"])
-            style = styles[models.index(model) % len(styles)]
+                             == (model, epochs, size)), key=lambda r: r["dose"])
+            which = models.index(model)
             label = (f"{model}, " if len(models) > 1 else "") + f"E={epochs}" + (
                 f", train {size}" if sizes else "")
             colour = colours[epochs]
-            score_ax.errorbar([places[0](r["exposures"]) for r in points],
-                              [r["score"] for r in points],
-                              yerr=[r["score_std"] or 0 for r in points], ls=style, marker="o",
-                              ms=4, capsize=3, color=colour, label=label)
-            lifted = [r for r in points if r.get("lift") is not None]
-            lift_ax.errorbar([places[1](r["exposures"]) for r in lifted], [r["lift"] for r in lifted],
-                             yerr=[[r["lift"] - r.get("lift_ci_low", r["lift"]) for r in lifted],
-                                   [r.get("lift_ci_high", r["lift"]) - r["lift"] for r in lifted]],
-                             ls="none", marker="o", ms=4, capsize=3, color=colour, label=label)
+            score_ax.errorbar([places[0](r["dose"]) for r in points], [r["score"] for r in points],
+                              yerr=[r["score_std"] or 0 for r in points],
+                              ls=styles[which % len(styles)], marker="o", ms=4, capsize=3,
+                              color=colour, label=label)
             cell = next((c for c in found["cells"] if (c["model"], c["task"], c["arm"], c["metric"],
                                                         c["epochs"], c["train_size"])
                          == (model, task, arm, metric, epochs, size)), {})
-            if cell.get("band"):
-                band = cell["band"]
-                lift_ax.fill_between([places[1](x) for x in band["exposures"]], band["low"],
-                                     band["high"], color=colour, alpha=0.15, lw=0)
-            if cell.get("curve"):
-                lift_ax.plot([places[1](x) for x in cell["curve"]["exposures"]],
-                             cell["curve"]["lift"], ls=style, color=colour, lw=1.2)
-            if cell.get("threshold_exposures") is not None:
-                lift_ax.axvline(places[1](cell["threshold_exposures"]), color=colour, lw=0.8,
-                                ls=(0, (1, 3)))
+            lifted = [r for r in points if r.get("lift") is not None]
+            low = [r["lift"] if r.get("lift_ci_low") is None else r["lift_ci_low"] for r in lifted]
+            high = [r["lift"] if r.get("lift_ci_high") is None else r["lift_ci_high"] for r in lifted]
+            lift_ax.errorbar([places[1](r["dose"]) for r in lifted], [r["lift"] for r in lifted],
+                             yerr=[[r["lift"] - lo for r, lo in zip(lifted, low)],
+                                   [hi - r["lift"] for r, hi in zip(lifted, high)]],
+                             ls="none", marker=markers[which % len(markers)], ms=4, capsize=3,
+                             color=colour, label=label + (" (non-monotone)"
+                                                          if cell.get("non_monotone") else ""))
+            _dose_curves(lift_ax, cell, places[1], colour)
         lift_ax.axhline(0, color="grey", lw=0.6)
+        lift_ax.plot([places[1](0)], [0], marker="o", ms=4, color="grey")  # dose 0, the reference
         for model in models:
-            probe = sorted({(r["exposures"], r["probe_auc"]) for r in mine
+            probe = sorted({(r["dose"], r["probe_auc"]) for r in mine
                             if r["model"] == model and r.get("probe_auc") is not None})
             if probe:
                 probe_ax.plot([places[2](x) for x, _ in probe], [a for _, a in probe],
@@ -227,14 +228,20 @@ def dose_figure(found: dict[str, Any], metric: str, out_base: Path) -> list[Path
                               color="tab:red", label=f"{model}" if len(models) > 1 else "loss probe")
         probe_ax.axhline(0.5, color="grey", lw=0.6)
         probe_ax.set_ylim(0.3, 1.02)
+        for ax in axes[row]:
+            ax.set_xlabel(f"{found['dose_scale']}; log, 0 = held out")
         score_ax.set_ylabel(metric)
         lift_ax.set_ylabel(f"lift over dose 0 ({metric})")
         probe_ax.set_ylabel("probe AUC vs dose 0 (pre-trained model)")
         score_ax.set_title(f"{task}, {arm}: {metric} per level", fontsize=10)
-        lift_ax.set_title("lift, 95% CI; fitted curve and bootstrap band", fontsize=10)
+        units = sorted({c["unit"] for c in found["cells"] if c.get("unit")
+                        and (c["task"], c["arm"], c["metric"]) == (task, arm, metric)})
+        lift_ax.set_title(f"lift, {1 - found['cells'][0]['alpha']:.0%} CI (unit: "
+                          f"{', '.join(units) or '-'}); two fits and their bands", fontsize=10)
         probe_ax.set_title("memorisation (loss) per level", fontsize=10)
-        for ax in (score_ax, lift_ax):
-            ax.legend(fontsize=8, frameon=False)
+        score_ax.legend(fontsize=8, frameon=False)
+        lift_ax.legend(handles=lift_ax.get_legend_handles_labels()[0] + fits, fontsize=8,
+                       frameon=False)
         if probe_ax.lines:
             probe_ax.legend(fontsize=8, frameon=False)
     paths = [out_base.with_suffix(".png"), out_base.with_suffix(".svg")]
@@ -242,3 +249,21 @@ def dose_figure(found: dict[str, Any], metric: str, out_base: Path) -> list[Path
         fig.savefig(path, dpi=120)
     plt.close(fig)
     return paths
+
+
+def _dose_curves(ax: Any, cell: dict[str, Any], place: Any, colour: Any) -> None:
+    """A ladder's two fitted curves (monotone solid, unconstrained dashed), their bands (the
+    unconstrained one hatched) and its threshold on the lift axis."""
+    band, curve = cell.get("band"), cell.get("curve")
+    if band:
+        at = [place(x) for x in band["copies_per_epoch"]]
+        ax.fill_between(at, band["monotone"]["low"], band["monotone"]["high"], color=colour,
+                        alpha=0.15, lw=0)
+        ax.fill_between(at, band["unconstrained"]["low"], band["unconstrained"]["high"],
+                        facecolor="none", edgecolor=colour, hatch="////", alpha=0.35, lw=0)
+    if curve:
+        at = [place(x) for x in curve["copies_per_epoch"]]
+        ax.plot(at, curve["monotone"], ls="-", color=colour, lw=1.2)
+        ax.plot(at, curve["unconstrained"], ls="--", color=colour, lw=1.2)
+    if cell.get("threshold") is not None:
+        ax.axvline(place(cell["threshold"]), color=colour, lw=0.8, ls=(0, (1, 3)))

@@ -737,7 +737,8 @@ def study_doses(study: Path, cells: list[dict[str, Any]], band_metric: str | Non
     """The dose-response levels and cells of a study with a dose ladder (lab.study.dose), for
     the metrics of `cells`; written to STUDY/report/dose.json when there are any."""
     metrics = sorted({c["metric"] for c in cells})
-    found = dose_stats(study, metrics, cells[0]["alpha"], _read_csv, band_metric)
+    found = dose_stats(study, metrics, cells[0]["alpha"], _read_csv, band_metric,
+                       alternative=CONVENTIONS[cells[0]["convention"]][0])
     if found["levels"]:
         write_json_atomic(_report_folder(study) / "dose.json", found)
     return found
