@@ -567,6 +567,8 @@ def stats(
     if fmt not in ("table", "md", "csv", "json"):
         raise LabError(f"--format {fmt}: choose from table, md, csv, json")
     result = run_stats(study, convention, alpha)
+    if fmt in ("table", "md"):  # the study's tests first
+        console.print(result["primary_md"], markup=False, highlight=False, soft_wrap=True)
     if fmt == "table":
         rows = [dict(zip(result["header"], row)) for row in result["rows"]]
         console.print(_table(result["title"], rows, result["header"]))

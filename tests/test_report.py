@@ -16,7 +16,6 @@ from scipy.stats import mannwhitneyu
 
 from lab.common import LabError
 from lab.study.report import run_report, run_stats, study_stats
-from lab.stats import seeds_needed
 
 CONTROL = [1.0, 2.0, 3.0, 4.0, 4.5]   # five seeds a side, completely separated
 PAIRED = [5.0, 6.0, 7.0, 8.0, 9.0]
@@ -64,6 +63,12 @@ def write_study(root: Path, arms: dict[str, list[float]], epochs: tuple[int, ...
     return _write_tables(root, results, samples)
 
 
+def _secondary(markdown: str) -> list[str]:
+    """The secondary (descriptive) table's lines of a report's Markdown: header first."""
+    lines = markdown.split("## Secondary table (descriptive)", 1)[1].strip().splitlines()
+    return [line for line in lines if line.startswith("|")]
+
+
 def _cell(cells, arm="paired", metric="bleu", epochs=0):
     [cell] = [c for c in cells if (c["arm"], c["metric"], c["epochs"]) == (arm, metric, epochs)]
     return cell
@@ -80,8 +85,8 @@ def test_run_stats_reproduces_each_convention(tmp_path, convention, expected):
     cell = _cell(result["cells"])
     assert cell["p"] == pytest.approx(expected, rel=1e-3)
     assert convention in result["title"] and convention in result["note"]
-    # Four compared cells (2 metrics x 2 epochs), all with the same p: Holm multiplies by 4.
-    assert cell["p_holm"] == pytest.approx(min(1.0, 4 * cell["p"]))
+    # The study's test is a description now: no Holm over the secondary table's cells.
+    assert "p_holm" not in cell
     assert f"{expected:.4g}" in result["md"] and convention in result["md"]
     saved = json.loads((study / "report" / "stats.json").read_text())
     assert saved["convention"] == convention and saved["cells"] == json.loads(
@@ -99,15 +104,14 @@ def test_every_arm_effect_sizes_power_and_the_within_model_test(tmp_path):
     assert "p" not in control and "injected" not in control
     assert paired["mean"] == pytest.approx(7.0) and paired["control"] == pytest.approx(2.9)
     assert paired["cliffs_delta"] == 1.0 and paired["a12"] == 1.0 and paired["u"] == 25
-    assert paired["lift_ci_low"] > 0 and paired["lift"] == pytest.approx(4.1)
-    pooled = ((paired["std"] ** 2 + control["std"] ** 2) / 2) ** 0.5
-    assert paired["seeds_for_power"] == seeds_needed(4.1, pooled, alternative="greater")
+    assert paired["lift"] == pytest.approx(4.1)
+    # Intervals and power belong to the primary table (paired by seed), not to this description.
+    assert not {"lift_ci_low", "seeds_for_power", "samples_for_power"} & set(paired)
     assert paired["injected"] > paired["held_out"] + 5 and paired["p_within"] < 1e-6
     # The columns show the groups' corpus-level metric (results.csv), the test uses samples.
     assert paired["injected"] == pytest.approx(paired["injected_sample_mean"] + 0.5)
     assert paired["held_out"] == pytest.approx(paired["held_out_sample_mean"] + 0.5)
     assert paired["injected_samples"] == paired["held_out_samples"] == 100  # 5 seeds x 20
-    assert paired["samples_for_power"] >= 2
 
 
 def test_report_without_a_control_arm(tmp_path):
@@ -118,14 +122,26 @@ def test_report_without_a_control_arm(tmp_path):
     assert "p" not in cell and "control" not in cell and cell["std"] is None
     assert cell["p_within"] < 0.05
     # Without a control arm the table drops the columns it cannot fill (the CSV keeps them).
-    header = report["markdown"].splitlines()[0]
+    header = _secondary(report["markdown"])[0]
     assert header == ("| model | task | metric | epochs | arm | injected tokens | experimental | "
-                      "injected | held-out | p (within) | p (within, Holm) |")
-    row = next(line for line in report["markdown"].splitlines() if "| 0 | paired |" in line)
+                      "injected | held-out | p (within) |")
+    row = next(line for line in _secondary(report["markdown"]) if "| 0 | paired |" in line)
     assert row.split(" | ")[5:7] == ["25.0%", "30.00"]  # the injected share is in every row
     csv_header = (study / "report" / "table.csv").read_text().splitlines()[0]
-    assert "control" in csv_header and "p (Holm)" in csv_header
-    assert (study / "report" / "table.tex").read_text().startswith("\\begin{tabular}{lllrlrrrrrr}")
+    assert "control" in csv_header and ",p," in csv_header
+    assert (study / "report" / "table.tex").read_text().startswith("\\begin{tabular}{lllrlrrrrr}")
+    # The primary table comes first: one seed, so the split-half halves are compared over the
+    # samples the split assigned at random, said to be about this one model; Holm over the
+    # declared family (split-half at 3 epoch counts and the decay from 0 to 3: 4 tests).
+    assert report["markdown"].startswith("## Primary contrasts")
+    rows = report["primary"]["rows"]
+    assert [r["question"] for r in rows] == ["split-half"] * 3 + ["decay"]
+    first = rows[0]
+    assert first["unit"].startswith("sample") and first["seeds"] == 1 and first["estimate"] > 5
+    assert first["p"] < 1e-3 and first["p_holm"] <= 4 * first["p"] and first["significant"]
+    primary_row = report["markdown"].split("\n")[4]
+    assert "| split-half | gpt2 | 0 |" in primary_row and "1 (samples)" in primary_row
+    assert "*" in primary_row.split(" | ")[-2]
     assert all(p.stat().st_size > 0 for p in report["figure"] + report["tables"])
     stats = run_stats(study)
     assert [c["arm"] for c in stats["cells"]] == ["paired"] * 6  # 2 metrics x 3 epochs
@@ -137,11 +153,12 @@ def test_report_with_a_control_and_a_split_half_arm(tmp_path):
     report = run_report(study, "replication-package")
     assert {c["arm"] for c in report["cells"]} == {"paired", "input-only"}
     assert "injected" not in _cell(report["cells"], "input-only")
-    assert "seeds for 80% power" in report["markdown"]
+    assert "seeds for 80% power" in report["markdown"].split("## Secondary")[0]
     assert report["figure"][0].name == "decay-bleu.png" and report["figure"][0].stat().st_size > 0
 
 
-def test_convention_and_alpha_come_from_the_recipe_and_mark_significance(tmp_path):
+def test_convention_and_alpha_come_from_the_recipe_and_the_secondary_table_is_never_starred(
+        tmp_path):
     study = write_study(tmp_path / "s", {"control": CONTROL, "paired": PAIRED,
                                          "input-only": [v - 6 for v in CONTROL]})
     (study / "recipe.json").write_text(json.dumps(
@@ -151,14 +168,17 @@ def test_convention_and_alpha_come_from_the_recipe_and_mark_significance(tmp_pat
     assert paired["convention"] == "replication-package" and paired["alpha"] == 0.001
     assert paired["p"] == pytest.approx(0.003968, rel=1e-3)
     row = next(r for r in result["rows"] if r[5] == "paired" and r[2] == "bleu" and r[3] == "0")
-    assert "0.003968" in row and "0.003968*" not in row  # above alpha = 0.001: no star
-    assert "alpha = 0.001" in result["note"]
-    # Given alpha and convention override the recipe; a significant drop is named as such.
+    assert "0.003968" in row and not any("*" in value for value in row)
+    assert "Descriptive: no p-value of this table is starred" in result["note"]
+    # Given alpha and convention override the recipe; below alpha, still no star: the study's
+    # unpaired test over seeds is a description here (the primary table holds the tests).
     result = run_stats(study, "exact-two-sided", alpha=0.05)
     rows = {(r[5], r[2], r[3]): r for r in result["rows"]}
-    assert "0.007937*" in rows[("paired", "bleu", "0")]
-    # Both means are below the score floor there: flagged too.
-    assert "0.007937* (lower) †" in rows[("input-only", "bleu", "0")]
+    assert "0.007937" in rows[("paired", "bleu", "0")]
+    assert not any("*" in value for r in result["rows"] for value in r)
+    # Both means are below the score floor there: flagged.
+    assert "0.007937 †" in rows[("input-only", "bleu", "0")]
+    assert result["primary"]["alpha"] == 0.05
     (study / "recipe.json").write_text("{not json")
     with pytest.raises(LabError, match="recipe.json: unreadable"):
         run_stats(study)
@@ -210,6 +230,7 @@ def test_lab_stats_command(tmp_path):
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "0.003968" in out.stdout and "Mann-Whitney U, greater, exact" in out.stdout
+    assert out.stdout.index("## Primary contrasts") < out.stdout.index("0.003968")
     assert "seeds for 80% power" in out.stdout and str(study / "report" / "stats.json") in out.stdout
     table = subprocess.run([sys.executable, "-m", "lab.cli", "stats", str(study)], env=env,
                            capture_output=True, text=True, timeout=120)
@@ -338,10 +359,9 @@ def test_three_contrasts_arm_vs_placebo_placebo_vs_control_arm_vs_control(tmp_pa
         wilcoxon(diffs, alternative="greater", method="exact").pvalue)
     format_diffs = [scores[("paired-placebo", s, i)] - scores[("control", s, i)] for s, i in keys]
     assert placebo["sample_gap"] == pytest.approx(sum(format_diffs) / len(format_diffs))
-    # Holm over the arm-vs-placebo cells (one here: unchanged).
-    assert arm["p_vs_placebo_holm"] == pytest.approx(arm["p_vs_placebo"])
+    assert "p_vs_placebo_holm" not in arm  # a description: no Holm
     report = run_report(study)
-    header = report["markdown"].splitlines()[0]
+    header = _secondary(report["markdown"])[0]
     for column in ("placebo", "p vs placebo", "per sample vs placebo", "per sample vs control"):
         assert f"| {column} |" in header
     assert "Three contrasts" in report["markdown"]
@@ -448,10 +468,10 @@ def test_gap_per_seed_its_seed_level_test_and_the_crossover_samples(tmp_path):
     assert cell["crossover_gap"] == pytest.approx(sum(pairs) / len(pairs))
     assert cell["p_crossover"] == pytest.approx(_signed_rank_p(pairs))
     assert "signed-rank" in cell["crossover_test"]
-    # The pooled test stays, as a description.
-    assert cell["p_within"] is not None and "p_within_holm" in cell
+    # The pooled test stays, as a description (no Holm).
+    assert cell["p_within"] is not None and "p_within_holm" not in cell
     header = result["md"].splitlines()[0]
-    for column in ("gap/seed", "p (seeds)", "p (crossover)", "p (within, Holm)"):
+    for column in ("gap/seed", "p (seeds)", "p (crossover)", "p (within)"):
         assert f"| {column} |" in header
     row = next(line for line in result["md"].splitlines()
                if "| paired |" in line and "| bleu |" in line)
@@ -495,11 +515,12 @@ def test_a_sample_injected_in_one_seed_and_held_out_in_another_is_one_pair(tmp_p
     assert cell["p_seeds"] is None and "not testable with 1 seed" in cell["seeds_test"]
     assert list(cell["seed_gaps"]) == ["0"] and cell["p_crossover"] is None
     assert "cannot be tested over seeds" in lone["note"]
-    shown = run_report(tmp_path / "one")["markdown"].splitlines()[0]
+    shown = _secondary(run_report(tmp_path / "one")["markdown"])[0]
     assert "gap/seed" not in shown and "p (seeds)" not in shown  # one seed: nothing to show
 
 
-def test_holm_across_the_within_model_cells(tmp_path):
+def test_the_pooled_within_model_test_is_a_description_and_holm_covers_the_primary_family(
+        tmp_path):
     # Three epochs with shrinking effects, two metrics: six cells with a within-model p.
     rng = random.Random(7)
     samples = []
@@ -509,11 +530,10 @@ def test_holm_across_the_within_model_cells(tmp_path):
                 group = "injected" if i < 6 else "held_out"
                 samples.append((seed, epochs, f"t:{i}", group,
                                 10 + (shift if group == "injected" else 0) + rng.gauss(0, 3)))
-    study = write_split_study(tmp_path / "s", samples, control={0: 9.0, 1: 10.0, 2: 11.0})
-    cells = run_stats(study)["cells"]
-    within = [c for c in cells if c.get("p_within") is not None]
+    study = write_split_study(tmp_path / "s", samples)
+    result = run_stats(study, alpha=0.5)
+    within = [c for c in result["cells"] if c.get("p_within") is not None]
     assert len(within) == 6 and all(c["arm"] == "paired" for c in within)
-    assert all("p_within_holm" not in c for c in cells if c["arm"] == "control")
     for c in within:  # the pooled description: injected vs held-out scores over the seeds
         mine = [(grp, b) for _s, e, _i, grp, b in samples if e == c["epochs"]]
         value = (lambda b: b) if c["metric"] == "bleu" else (lambda b: float(b >= 12))
@@ -521,21 +541,28 @@ def test_holm_across_the_within_model_cells(tmp_path):
             [value(b) for g, b in mine if g == "injected"],
             [value(b) for g, b in mine if g == "held_out"], alternative="greater",
             method="asymptotic").pvalue)
-    expected = _holm([c["p_within"] for c in within])
-    assert [c["p_within_holm"] for c in within] == pytest.approx(expected)
-    assert any(h > c["p_within"] for h, c in zip(expected, within))
-    # Stars follow each column's own p: an alpha between a cell's p and its Holm-adjusted p.
-    cell = min(within, key=lambda c: c["p_within"])
-    assert cell["p_within_holm"] < 1
-    alpha = (cell["p_within"] * cell["p_within_holm"]) ** 0.5
-    result = run_stats(study, alpha=alpha)
-    header = result["header"]
-    row = next(r for r in result["rows"]
-               if (r[header.index("arm")], r[header.index("metric")], r[header.index("epochs")])
-               == ("paired", cell["metric"], str(cell["epochs"])))
-    assert row[header.index("p (within)")].endswith("*")
-    assert not row[header.index("p (within, Holm)")].endswith("*")
-    assert row[header.index("p (within, Holm)")] == format(cell["p_within_holm"], ".2g")
+        assert "p_within_holm" not in c
+    # Far below any alpha, yet never starred: it counts a sample once per seed.
+    assert min(c["p_within"] for c in within) < 1e-3
+    assert not any("*" in value for row in result["rows"] for value in row)
+    # The primary family: the split-half gap at each epoch count (no control: the raw gap) and
+    # its decay; each a sign-flip over 3 seeds, Holm over all 4.
+    rows = result["primary"]["rows"]
+    assert [(r["question"], r["epochs"]) for r in rows] == [
+        ("split-half", 0), ("split-half", 1), ("split-half", 2), ("decay", 0)]
+    assert [r["p_holm"] for r in rows] == pytest.approx(_holm([r["p"] for r in rows]))
+    for row in rows:
+        gaps = list(row["seed_effects"].values())
+        assert len(gaps) == 3 and row["p"] == pytest.approx(_sign_flip_p_two_sided(gaps))
+        assert row["floor"] == pytest.approx(2 / 8)  # 3 seeds: 2 of the 8 sign patterns
+    assert result["primary_md"].count("*") == sum(r["significant"] for r in rows) + 1  # + note
+
+
+def _sign_flip_p_two_sided(effects):
+    """Brute force: the share of the 2^k sign flips whose |sum| reaches the observed |sum|."""
+    sums = [sum(s * g for s, g in zip(signs, effects))
+            for signs in itertools.product((1, -1), repeat=len(effects))]
+    return sum(1 for x in sums if abs(x) >= abs(sum(effects)) - 1e-9) / len(sums)
 
 
 def test_one_seed_per_arm_gives_no_test_over_seeds_but_the_per_sample_contrasts(tmp_path):
@@ -549,7 +576,10 @@ def test_one_seed_per_arm_gives_no_test_over_seeds_but_the_per_sample_contrasts(
     assert arm["paired_samples_vs_placebo"] == 11 and arm["p_samples_vs_placebo"] < 0.01
     report = run_report(study)
     assert "One seed per arm: no test over seeds" in report["markdown"]
-    assert "| p |" not in report["markdown"].splitlines()[0]
+    assert "| p |" not in _secondary(report["markdown"])[0]
+    # Nor in the primary table: its between-arm contrasts have an effect but no p with one seed.
+    for row in report["primary"]["rows"]:
+        assert row["seeds"] == 1 and row["p"] is None and row["estimate"] is not None
 
 
 def write_halves_study(root: Path, seeds: int, control_seeds: int) -> Path:
@@ -613,7 +643,7 @@ def test_the_split_half_gap_net_of_the_control_and_of_the_placebo(tmp_path):
     assert arm["gap_per_seed"] < 0 and arm["p_within"] > 0.5  # the harder half hides the lift
     assert "net_gap" not in _cell(cells, "paired-placebo", epochs=1)
     markdown = run_report(study)["markdown"]
-    row = next(line for line in markdown.splitlines() if "| paired |" in line)
+    row = next(line for line in _secondary(markdown) if "| paired |" in line)
     assert f"{arm['net_gap']:+.2f}, p " in row and f"{arm['net_gap_vs_placebo']:+.2f}, p " in row
     assert "Gap net of control / of placebo" in markdown
 
@@ -623,7 +653,7 @@ def test_one_seed_gives_the_net_gap_without_a_test_over_seeds(tmp_path):
     arm = _cell(run_stats(study)["cells"], "paired", epochs=1)
     assert 5.0 < arm["net_gap"] < 7.0 and arm["p_net"] < 0.05
     assert arm["p_net_seeds"] is None
-    row = next(line for line in run_report(study)["markdown"].splitlines()
+    row = next(line for line in _secondary(run_report(study)["markdown"])
                if "| paired |" in line)
     assert f"{arm['net_gap']:+.2f}, p " in row and "seeds" not in row.split("|")[-3]
 
@@ -682,13 +712,13 @@ def test_split_half_cells_below_the_floor_are_flagged_like_arm_vs_control(tmp_pa
         assert cell["below_floor_within"] is flagged
         row = dict(zip(result["header"], next(r for r in result["rows"]
                                               if r[5] == "paired" and r[2] == "bleu")))
-        for column in ("p (within)", "p (within, Holm)", "p (seeds)"):
+        for column in ("p (within)", "p (seeds)"):
             assert row[column].endswith(" †") is flagged, (column, row[column])
         if flagged:
             assert "† both means (arm and control, or injected and held-out) below 5.0" in \
                 result["note"]
     report = run_report(tmp_path / "low")
-    assert " †" in report["markdown"].split("\n\n")[0]  # the paper-style table too
+    assert " †" in "\n".join(_secondary(report["markdown"]))  # the paper-style table too
 
 
 def test_the_figure_draws_each_baseline_at_its_measured_values():

@@ -65,7 +65,8 @@ def test_grid_with_placebo_arms():
     arm = {(s.labels["arm"], s.labels["seed"]): s for s in stages if s.kind == "inject"}
     for seed in (0, 1):
         config = arm[("paired-placebo", seed)].config
-        assert config == {**arm[("paired", seed)].config, "setting": "paired-placebo"}
+        assert config == {**arm[("paired", seed)].config, "setting": "paired-placebo",
+                          "placebo_match": "length"}
         assert config["fraction"] == 0.1  # as many placebo samples as the arm's injected ones
     probes = [s for s in stages if s.kind == "probe"]
     groups = {(s.labels["arm"], s.labels["groups"]) for s in probes}

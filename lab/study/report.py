@@ -793,7 +793,7 @@ def run_stats(study: Path, convention: str | None = None, alpha: float | None = 
             "primary_md": _primary_markdown(primary),
             "dose_tables": {m: dose_table(doses, m) for m in sorted({r["metric"] for r in
                                                                       doses["levels"]})},
-            "title": f"{Path(study)}: secondary table (descriptive)",
+            "title": f"{Path(study)}: secondary table (descriptive; {_test_name(cells)})",
             "header": header, "rows": rows, "note": note, "md": _markdown(header, rows, note),
             "csv": _csv(header, rows, _test_name(cells))}
 
