@@ -300,18 +300,20 @@ SPLIT_SEEDS = [8.0, 7.0, -6.0, 0.5, 8.0, 7.0, -6.0, 0.5]  # the seeds disagree: 
 def test_a_pooled_lift_the_seeds_disagree_on_declares_no_threshold(tmp_path):
     """Many samples per seed make the pooled per-sample test fire on a lift that half the seeds
     do not show: the seed-level test, which decides, does not."""
-    study = write_ladder_study(tmp_path / "s", per_level=100, epochs=(0,),
+    study = write_ladder_study(tmp_path / "s", per_level=60, epochs=(0,),
                                lift=lambda dose, seed: SPLIT_SEEDS[seed])
     from lab.study.report import run_stats
-    found = run_stats(study)["doses"]
+    result = run_stats(study)
+    found = result["doses"]
     for dose in DOSES[1:]:
         record = _level(found, dose)
         assert record["p_pooled_description"] < 1e-6
         assert record["p"] > 0.05 and record["p_holm"] > 0.05
         assert record["lift_ci_low"] < 0 < record["lift_ci_high"]
     assert _cell(found)["threshold"] is None
-    table = run_stats(study)["dose_tables"]["bleu"]["md"]
-    assert "threshold none of the doses" in table
+    assert _cell(found)["holm_floor"] == pytest.approx(3 * 2 / 2 ** 8)  # 8 seeds could have
+    table = result["dose_tables"]["bleu"]["md"]
+    assert "threshold none of the doses;" in table
     assert "*" not in table.split("\n\n")[0]  # nothing starred, the pooled p least of all
 
 
@@ -327,6 +329,17 @@ def test_seeds_that_agree_give_the_threshold_under_the_recipes_alternative(tmp_p
     assert _level(found, 4)["p"] == pytest.approx(1 / 64)
     assert _level(found, 4)["p_holm"] == pytest.approx(3 / 64)
     assert _cell(found)["threshold"] == 4
+    assert _cell(found)["holm_floor"] == pytest.approx(3 / 64) and _cell(found)["seeds_for_alpha"] == 6
+
+
+def test_too_few_seeds_for_any_threshold_are_named(tmp_path):
+    """Four seeds and three levels: two-sided, no level's Holm p can go below 3 x 2/2^4."""
+    study = write_ladder_study(tmp_path / "s", seeds=4, epochs=(0,))
+    from lab.study.report import run_stats
+    result = run_stats(study)
+    assert _cell(result["doses"])["holm_floor"] == pytest.approx(0.375)
+    assert ("threshold none of the doses (none can be: at best Holm p 0.375 with these seeds; "
+            "7 seeds would let a level reach 0.05)") in result["dose_tables"]["bleu"]["md"]
 
 
 def test_a_u_shaped_ladder_is_bent_by_the_unconstrained_fit_and_flagged(tmp_path):

@@ -15,7 +15,7 @@ level is its mean per-sample score minus dose 0's; the level's lift is their mea
 tested by a sign-flip test over the seeds (the study's alternative), Holm-corrected across the
 levels of a cell, with a cluster bootstrap-t interval (lab.stats.effect_interval). With one seed
 the levels are random groups of samples within one model: a rank test over those samples is a
-randomisation test about that model (ONE_MODEL_UNIT), with a percentile interval over its
+randomisation test about that model (SAMPLE_UNIT), with a percentile interval over its
 samples. Against a reference arm (control, placebo) each seed's effect is its mean per-sample
 difference on the same samples, tested the same way over seeds (one seed: the estimate only).
 The pooled (seed, sample) Mann-Whitney p is kept as a description: it decides nothing.
@@ -39,12 +39,11 @@ from lab.stats import (CLUSTER_BOOTSTRAP, DOSE_BAND, DOSE_CURVE, DOSE_CURVE_UNCO
                        paired_within_model, sample_interval, seed_effect, sign_flip_test,
                        starred_p, unconstrained_curve_values)
 from lab.study.figure import train_size_order
+from lab.study.questions import SAMPLE_UNIT, SEED_UNIT, seeds_for_family, sign_flip_floor
 from lab.study.runner import DOSE_GROUP, PROBE_COLUMNS, PROBES, RESULTS, SAMPLES
 
 DOSE_SCALE = "copies per corpus epoch (a base document: 1)"
 TIMES_SEEN = "times seen in pre-training: copies per corpus epoch x pre-training epochs"
-SEED_UNIT = "seed"
-ONE_MODEL_UNIT = "sample (one seed: about this model)"
 POOLED_DESCRIPTION = ("Mann-Whitney U, greater, asymptotic, over (seed, sample) pairs pooled: "
                       "a description, never a verdict (a sample scored by several seeds' models "
                       "counts once per seed)")
@@ -144,6 +143,8 @@ def dose_stats(study: Path, metrics: list[str], alpha: float, read_csv: Any,
                                            and r["p_holm"] <= alpha and r["lift"] > 0), None)}
                 cell["threshold_times_seen"] = next(
                     (r["times_seen"] for r in cell_levels if r["dose"] == cell["threshold"]), None)
+                cell.update(_reach(cell_levels, alpha, alternative) if cell["unit"] == SEED_UNIT
+                            else {})
                 cell.update(_curves(cell_levels, by_seed, alpha, metric == band_metric))
                 levels += cell_levels
                 cells.append(cell)
@@ -183,7 +184,7 @@ def _interval(per_seed: dict[Any, list], alpha: float) -> tuple[float | None, fl
 def _within(cell_levels: list[dict[str, Any]], by_seed: Levels, alpha: float, alternative: str
             ) -> None:
     """Each injected level against dose 0 of the same models (SEED_UNIT, or with one seed
-    ONE_MODEL_UNIT); Holm across the levels."""
+    SAMPLE_UNIT); Holm across the levels."""
     tested = []
     for record in cell_levels:
         dose = record["dose"]
@@ -202,13 +203,23 @@ def _within(cell_levels: list[dict[str, Any]], by_seed: Levels, alpha: float, al
             [(_plus, mine), (_minus, held)] = next(iter(per_seed.values()))
             record["p"], record["test"] = one_model_rank_test(list(mine.values()),
                                                               list(held.values()), alternative)
-            record["unit"] = ONE_MODEL_UNIT
+            record["unit"] = SAMPLE_UNIT
         pooled = [[v for parts in per_seed.values() for v in parts[side][1].values()]
                   for side in (0, 1)]  # the level's, then dose 0's (seed, sample) scores
         _u, record["p_pooled_description"] = paired_within_model(*pooled)
         tested.append(record)
     for record, adjusted in zip(tested, holm([r["p"] for r in tested])):
         record["p_holm"] = adjusted
+
+
+def _reach(cell_levels: list[dict[str, Any]], alpha: float, alternative: str) -> dict[str, Any]:
+    """The smallest Holm p the cell's seeds and levels allow (every seed's lift of one sign at
+    every level), and the seeds that would let it reach alpha: with too few seeds no threshold
+    can be found, whatever the lifts."""
+    tested = [r for r in cell_levels if r.get("p") is not None]
+    seeds = min(len(r["seed_lifts"]) for r in tested)
+    return {"holm_floor": min(1.0, len(tested) * sign_flip_floor(seeds, alternative)),
+            "seeds_for_alpha": seeds_for_family(len(tested), alpha, alternative)}
 
 
 def _against(cell_levels: list[dict[str, Any]], by_seed: Levels, reference: Levels, name: str,
@@ -335,6 +346,9 @@ def dose_table(found: dict[str, Any], metric: str) -> dict[str, str]:
               f"dose {cell['threshold']} copies/epoch"
               + ("" if cell["threshold_times_seen"] is None
                  else f" ({cell['threshold_times_seen']:g} times seen)"))
+        if cell.get("holm_floor", 0) > alpha:
+            at += (f" (none can be: at best Holm p {cell['holm_floor']:.3g} with these seeds; "
+                   f"{cell['seeds_for_alpha']} seeds would let a level reach {alpha:g})")
         thresholds.append(f"- {cell['model']} {cell['arm']} E={cell['epochs']}"
                           f"{'' if cell['train_size'] in ('', 'None', None) else ' train ' + str(cell['train_size'])}"
                           f" (unit: {cell['unit'] or '-'}): threshold {at}{_describe_fits(cell)}")
@@ -345,7 +359,7 @@ def dose_table(found: dict[str, Any], metric: str) -> dict[str, str]:
             f"the level's mean per-sample {metric} minus dose 0's in that seed's model, the mean "
             f"over seeds, {1 - alpha:.0%} interval: {found['interval']}. p: "
             f"{found['within_test']}, Holm across a cell's levels; * marks Holm p <= {alpha:g}. "
-            f"One seed (unit {ONE_MODEL_UNIT}): p is a {found['one_model_test']} and the interval "
+            f"One seed (unit {SAMPLE_UNIT}): p is a {found['one_model_test']} and the interval "
             f"a {found['one_model_interval']}: the levels are random groups of samples, so both "
             f"are about that one model. Pooled p: {found['pooled_description']}. vs control: "
             f"{found['paired_test']}; Holm. Token share: the level's share of the trained "
