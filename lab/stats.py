@@ -281,7 +281,7 @@ def sign_flip_test(effects: Sequence[float], alternative: str = "two-sided"
 SeedParts = Sequence[tuple[float, dict[Any, float]]]
 CLUSTER_BOOTSTRAP = ("cluster bootstrap-t: seeds resampled with replacement, then each drawn "
                      "seed's samples, the mean of the drawn per-seed effects studentised by their "
-                     "spread over seeds")
+                     "spread over seeds (each tail at least Student's t, k - 1 df)")
 BOOTSTRAP_RESAMPLES = 2000
 SAMPLE_BOOTSTRAP = "percentile bootstrap of the samples (one seed: about this model)"
 
@@ -324,11 +324,13 @@ def effect_interval(per_seed: dict[Any, SeedParts], level: float = 0.95,
     CLUSTER_BOOTSTRAP. Each resample draws k seeds with replacement and, for each drawn seed,
     its samples (_resampled_effects); the resample's mean effect minus the observed one, over
     the spread of its k effects, gives t*, and the interval is the observed mean minus the t*
-    quantiles times the observed spread. Studentising by the spread over seeds keeps it honest
-    with few seeds, where a percentile interval of the resampled means is far too narrow
+    quantiles times the observed spread, each tail at least Student's t with k - 1 degrees of
+    freedom. Studentising by the spread over seeds keeps it honest with few seeds, where a
+    percentile interval of the resampled means is far too narrow
     (benchmarks/inference_calibration.py measures both). One seed: None (no spread over seeds);
     see sample_interval."""
     import numpy as np
+    from scipy.stats import t as t_distribution
 
     seeds = [s for s in per_seed if seed_effect(per_seed[s]) is not None]
     k = len(seeds)
@@ -345,6 +347,11 @@ def effect_interval(per_seed: dict[Any, SeedParts], level: float = 0.95,
     spreads = drawn.std(axis=1, ddof=1) / math.sqrt(k)
     t_star = (drawn.mean(axis=1) - estimate) / np.maximum(spreads, 1e-12 * max(1.0, abs(spread)))
     low_t, high_t = np.percentile(t_star, [100 * (1 - level) / 2, 100 * (1 + level) / 2])
+    # Resampling a handful of seeds understates the studentised tails a little (k seeds drawn
+    # with repeats); Student's t with k - 1 degrees of freedom, exact for normal per-seed
+    # effects, is the least either tail may reach.
+    student = float(t_distribution.ppf((1 + level) / 2, k - 1))
+    low_t, high_t = min(low_t, -student), max(high_t, student)
     return float(estimate - high_t * spread), float(estimate - low_t * spread)
 
 
@@ -372,15 +379,17 @@ def simulated_null(seeds: int, rng: Any, noise: dict[str, float] = RQ4_NOISE,
                    samples: int | None = None) -> dict[int, SeedParts]:
     """A study's per-seed, per-sample differences between two arms that do not differ: a seed
     effect shared by the seed's samples, a sample effect shared by the sample's seeds and a
-    heavy-tailed rest (Student t, 5 degrees of freedom), at `noise`'s spreads. With fewer
-    `samples` than the noise's, the rest shrinks to keep each seed's mean as noisy. For the
-    calibration of the tests over seeds (tests/test_inference.py, the benchmark)."""
+    heavy-tailed rest (Student t, 5 degrees of freedom), at `noise`'s spreads. With other
+    `samples` than the noise's, the sample effects and the rest are scaled so that a seed's
+    mean over its samples is as noisy as in rq4 (a cheaper simulation of the same study). For
+    the calibration of the tests over seeds (tests/test_inference.py, the benchmark)."""
     import numpy as np
 
     n = samples or int(noise["samples"])
-    residual = noise["residual"] * math.sqrt(n / noise["samples"])
+    scale = math.sqrt(n / noise["samples"])
+    residual = noise["residual"] * scale
     seed_effects = rng.normal(0.0, noise["seed"], seeds)
-    sample_effects = rng.normal(0.0, noise["sample"], n)
+    sample_effects = rng.normal(0.0, noise["sample"] * scale, n)
     rest = rng.standard_t(5, (seeds, n)) * residual / math.sqrt(5 / 3)
     values = seed_effects[:, None] + sample_effects[None, :] + rest
     return {k: [(1.0, dict(enumerate(values[k].tolist())))] for k in range(seeds)}
