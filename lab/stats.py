@@ -317,33 +317,44 @@ def _resampled_effects(parts: SeedParts, shape: tuple[int, ...], rng: Any) -> An
     return (sums / np.maximum(counts, 1)) @ signs
 
 
+def cluster_resamples(per_seed: dict[Any, SeedParts], resamples: int = BOOTSTRAP_RESAMPLES,
+                      seed: int = 0) -> Any:
+    """resamples x k per-seed effects: each row draws k seeds with replacement and, for each
+    drawn seed, its samples (_resampled_effects). None with fewer than two seeds."""
+    import numpy as np
+
+    seeds = [s for s in per_seed if seed_effect(per_seed[s]) is not None]
+    k = len(seeds)
+    if k < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    drawn_seeds = rng.integers(0, k, (resamples, k))
+    resampled = np.stack([_resampled_effects(per_seed[s], (resamples, k), rng) for s in seeds])
+    return resampled[drawn_seeds, np.arange(resamples)[:, None], np.arange(k)[None, :]]
+
+
 def effect_interval(per_seed: dict[Any, SeedParts], level: float = 0.95,
                     resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
                     ) -> tuple[float, float] | None:
     """A `level` interval of the mean per-seed effect over these samples (the seed is the unit):
-    CLUSTER_BOOTSTRAP. Each resample draws k seeds with replacement and, for each drawn seed,
-    its samples (_resampled_effects); the resample's mean effect minus the observed one, over
-    the spread of its k effects, gives t*, and the interval is the observed mean minus the t*
-    quantiles times the observed spread, each tail at least Student's t with k - 1 degrees of
-    freedom. Studentising by the spread over seeds keeps it honest with few seeds, where a
+    CLUSTER_BOOTSTRAP. Each resample (cluster_resamples) gives k effects; their mean minus the
+    observed mean, over their spread, is t*, and the interval is the observed mean minus the
+    t* quantiles times the observed spread, each tail at least Student's t with k - 1 degrees
+    of freedom. Studentising by the spread over seeds keeps it honest with few seeds, where a
     percentile interval of the resampled means is far too narrow
     (benchmarks/inference_calibration.py measures both). One seed: None (no spread over seeds);
     see sample_interval."""
     import numpy as np
     from scipy.stats import t as t_distribution
 
-    seeds = [s for s in per_seed if seed_effect(per_seed[s]) is not None]
-    k = len(seeds)
+    effects = np.array([e for e in map(seed_effect, per_seed.values()) if e is not None])
+    k = len(effects)
     if k < 2:
         return None
-    effects = np.array([seed_effect(per_seed[s]) for s in seeds])
     estimate, spread = effects.mean(), effects.std(ddof=1) / math.sqrt(k)
     if spread == 0:
         return float(estimate), float(estimate)
-    rng = np.random.default_rng(seed)
-    drawn_seeds = rng.integers(0, k, (resamples, k))
-    resampled = np.stack([_resampled_effects(per_seed[s], (resamples, k), rng) for s in seeds])
-    drawn = resampled[drawn_seeds, np.arange(resamples)[:, None], np.arange(k)[None, :]]
+    drawn = cluster_resamples(per_seed, resamples, seed)
     spreads = drawn.std(axis=1, ddof=1) / math.sqrt(k)
     t_star = (drawn.mean(axis=1) - estimate) / np.maximum(spreads, 1e-12 * max(1.0, abs(spread)))
     low_t, high_t = np.percentile(t_star, [100 * (1 - level) / 2, 100 * (1 + level) / 2])
@@ -523,9 +534,6 @@ def within_model_seeds(scores: Iterable[tuple[Any, str, str, float]]) -> dict[st
     return found
 
 
-EFFICIENCY = 0.955  # Mann-Whitney's asymptotic efficiency relative to the t-test (3/pi)
-
-
 def starred_p(p: float | None, lift: float | None, alpha: float = ALPHA, spec: str = ".4g") -> str:
     """A p-value as the lab's tables show it: '-' when untested, starred at or below alpha, and
     a significant difference in the wrong direction (lift < 0) says '(lower)', since a
@@ -536,52 +544,6 @@ def starred_p(p: float | None, lift: float | None, alpha: float = ALPHA, spec: s
         return format(p, spec)
     return format(p, spec) + "*" + (" (lower)" if (lift or 0) < 0 else "")
 
-
-def _normal_n(effect: float, variance_sum: float, alpha: float, power: float, sides: int) -> float:
-    """Per-group n of a two-sample z-test: (z_alpha + z_power)^2 (s1^2 + s2^2) / effect^2,
-    inflated for Mann-Whitney's efficiency."""
-    from scipy.stats import norm
-
-    z = norm.ppf(1 - alpha / sides) + norm.ppf(power)
-    return z * z * variance_sum / effect ** 2 / EFFICIENCY
-
-
-def min_seeds(alpha: float = ALPHA, alternative: str = "two-sided") -> int:
-    """Fewest seeds per arm at which the exact test can reach alpha at all (complete
-    separation): below it no spread, however small, gives a significant result."""
-    sides = 1 if alternative == "greater" else 2
-    n = 2
-    while sides / math.comb(2 * n, n) > alpha:
-        n += 1
-    return n
-
-
-def seeds_needed(lift: float, std: float, alpha: float = ALPHA, power: float = POWER,
-                 alternative: str = "two-sided") -> int | None:
-    """Seeds per arm for the arm-vs-control test to detect `lift` with the observed spread
-    `std` (one pooled standard deviation over seeds); normal approximation, never fewer than
-    the exact test needs to reach alpha. None: no number of seeds shows this lift."""
-    if lift == 0 or (alternative == "greater" and lift < 0):
-        return None
-    floor = min_seeds(alpha, alternative)
-    if std == 0:
-        return floor
-    sides = 1 if alternative == "greater" else 2
-    return max(floor, math.ceil(_normal_n(abs(lift), 2 * std * std, alpha, power, sides)))
-
-
-def samples_needed(effect: float, std_injected: float, std_held_out: float, alpha: float = ALPHA,
-                   power: float = POWER) -> int | None:
-    """Samples per group for the within-model test (one-sided 'greater', as
-    paired_within_model) to detect a per-sample mean difference `effect` (injected minus
-    held-out) given each group's per-sample spread; normal approximation. None: the injected
-    samples do not score higher, so more samples would not help."""
-    if effect <= 0:
-        return None
-    variance_sum = std_injected ** 2 + std_held_out ** 2
-    if variance_sum == 0:
-        return 2
-    return max(2, math.ceil(_normal_n(effect, variance_sum, alpha, power, 1)))
 
 
 # ---- dose-response ---------------------------------------------------------------------------

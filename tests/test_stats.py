@@ -9,8 +9,8 @@ from scipy.stats import mannwhitneyu, wilcoxon
 
 from lab.common import LabError
 from lab.stats import (compare, crossover_differences, crossover_test, holm, mann_whitney,
-                             min_seeds, permutation_mann_whitney, samples_needed, seed_level_test,
-                             seeds_needed, signed_rank_test, starred_p, within_model_seeds)
+                             permutation_mann_whitney, seed_level_test, seeds_for_power,
+                             signed_rank_test, starred_p, within_model_seeds)
 
 SEPARATED = ([5.0, 6.0, 7.0, 8.0, 9.0], [1.0, 2.0, 3.0, 4.0, 4.5])  # five runs a side, no overlap
 
@@ -184,29 +184,20 @@ def test_effect_size_interval_and_corrections():
     reversed_result = compare(SEPARATED[1], SEPARATED[0], "replication-package")
     assert reversed_result.p > 0.99 and reversed_result.cliffs_delta == -1.0
     assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
-    assert seeds_needed(1.0, 1.0) > seeds_needed(2.0, 1.0) >= 2
     with pytest.raises(LabError, match="convention"):
         mann_whitney(*SEPARATED, "bayesian")
 
 
-def test_power_notes_match_a_hand_computation():
-    # z(0.975) + z(0.8) = 1.959964 + 0.841621 = 2.801585; two arms with spread 1 and lift 2:
-    # 2.801585^2 * 2 * 1^2 / 2^2 / 0.955 = 4.11 -> 5 seeds per arm.
-    assert seeds_needed(2.0, 1.0) == 5
-    # One-sided: z(0.95) + z(0.8) = 1.644854 + 0.841621 = 2.486475; 6.18256 / 2 / 0.955 = 3.24
-    # -> 4 seeds.
-    assert seeds_needed(2.0, 1.0, alternative="greater") == 4
-    assert seeds_needed(-2.0, 1.0) == 5 and seeds_needed(-2.0, 1.0, alternative="greater") is None
-    # Exact Mann-Whitney cannot reach 0.05 below 4 seeds (two-sided: 2/70) or 3 (greater: 1/20).
-    assert min_seeds() == 4 and min_seeds(alternative="greater") == 3
-    assert seeds_needed(10.0, 0.1) == 4 and seeds_needed(1.0, 0.0, alternative="greater") == 3
-    assert seeds_needed(0.0, 1.0) is None
-
-
-def test_samples_needed_matches_a_hand_computation():
-    # Within-model test, one-sided: 2.486475^2 * (10^2 + 10^2) / 5^2 / 0.955 = 51.79 -> 52.
-    assert samples_needed(5.0, 10.0, 10.0) == 52
-    # Unequal spreads add: 6.18256 * (3^2 + 4^2) / 1 / 0.955 = 161.85 -> 162.
-    assert samples_needed(1.0, 3.0, 4.0) == 162
-    assert samples_needed(0.0, 1.0, 1.0) is None and samples_needed(-1.0, 1.0, 1.0) is None
-    assert samples_needed(1.0, 0.0, 0.0) == 2
+def test_seeds_for_power_match_a_hand_computation():
+    # Per-seed effects -1, 1, 3: mean 1, spread 2. Two-sided at 0.05, 80% power:
+    # (z(0.975) + z(0.8))^2 x 2^2 / 1^2 = 2.801585^2 x 4 = 31.4 -> 32 seeds.
+    assert seeds_for_power([-1.0, 1.0, 3.0]) == 32
+    # One-sided: (1.644854 + 0.841621)^2 x 4 = 24.73 -> 25.
+    assert seeds_for_power([-1.0, 1.0, 3.0], alternative="greater") == 25
+    # A clear effect still needs the seeds a sign-flip test needs to reach alpha at all:
+    # 2/2^6 = 0.031 <= 0.05 two-sided (6 seeds), 1/2^5 = 0.031 one-sided (5).
+    assert seeds_for_power([2.0, 3.0, 4.0]) == 6
+    assert seeds_for_power([2.0, 3.0, 4.0], alternative="greater") == 5
+    assert seeds_for_power([2.0, 3.0, 4.0], alpha=0.05 / 13) == 10  # Holm's first step, 13 tests
+    assert seeds_for_power([-2.0, -1.0], alternative="greater") is None
+    assert seeds_for_power([1.0]) is None and seeds_for_power([1.0, -1.0]) is None

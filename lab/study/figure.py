@@ -17,10 +17,11 @@ def train_size_order(size: str) -> tuple[int, int, str]:
 def _panel(ax: Any, series: list[dict[str, Any]], arm: str, metric: str) -> None:
     """One (model, task, arm): against the control (and its placebo arm, if the study has one)
     when there is one (with the split-half pair as thin dashed lines), else injected against
-    held-out; p-values on a second axis."""
+    held-out; on a second axis the Holm p of the arm's headline primary test at each epoch
+    count (report._with_primary_p), where the study has one."""
     pairs = [c for c in series if c.get("injected") is not None]
     with_control = [c for c in series if c.get("control") is not None]
-    joined, p_key = [], None
+    joined = []
     if with_control:
         epochs = [c["epochs"] for c in with_control]
         ax.errorbar(epochs, [c["control"] for c in with_control],
@@ -39,9 +40,6 @@ def _panel(ax: Any, series: list[dict[str, Any]], arm: str, metric: str) -> None
                     ms=3, color="tab:green", label=f"{arm}: injected samples")
             ax.plot([c["epochs"] for c in pairs], [c["held_out"] for c in pairs], "--v", lw=0.8,
                     ms=3, color="tab:purple", label=f"{arm}: held-out samples")
-        p_key, p_label = "p", "p, arm vs control"
-        if pairs and all(c.get("p") is None for c in series):  # one seed: no test over seeds
-            p_key, p_label = "p_within", "p, injected vs held-out"
     elif pairs:
         epochs = [c["epochs"] for c in pairs]
         ax.plot(epochs, [c["injected"] for c in pairs], "-^", color="tab:green",
@@ -49,7 +47,6 @@ def _panel(ax: Any, series: list[dict[str, Any]], arm: str, metric: str) -> None
         ax.plot(epochs, [c["held_out"] for c in pairs], "-v", color="tab:purple",
                 label="held-out samples")
         joined = [(c["epochs"], c["held_out"], c["injected"]) for c in pairs]
-        p_key, p_label = "p_within", "p, injected vs held-out"
     else:  # neither a control nor a split-half pair: the arm's score alone
         ax.errorbar([c["epochs"] for c in series], [c["mean"] for c in series],
                     yerr=[c["std"] or 0 for c in series], marker="s", capsize=3, label=arm)
@@ -77,19 +74,20 @@ def _panel(ax: Any, series: list[dict[str, Any]], arm: str, metric: str) -> None
     # errorbar handles come after plain lines: list control and arm before the split-half pair.
     order = sorted(range(len(labels)), key=lambda i: labels[i].endswith(" samples"))
     handles, labels = [handles[i] for i in order], [labels[i] for i in order]
-    points = [(c["epochs"], c[p_key]) for c in series if c.get(p_key) is not None] if p_key else []
+    points = [(c["epochs"], c["p_primary"]) for c in series if c.get("p_primary") is not None]
     if points:
+        label = next(c["p_primary_label"] for c in series if c.get("p_primary") is not None)
         twin = ax.twinx()
         twin.plot([e for e, _ in points], [max(p, 1e-300) for _, p in points], ":o", ms=4,
-                  color="tab:red", label=p_label)
+                  color="tab:red", label=label)
         alpha = series[0]["alpha"]
         twin.axhline(alpha, color="tab:red", lw=0.6, alpha=0.6, label=f"alpha = {alpha}")
-        if p_key == "p_within":  # per-sample tests reach tiny p: a log axis keeps them visible
+        if min(p for _, p in points) < 1e-3:  # a one-seed test over samples: a log axis
             twin.set_yscale("log")
             twin.set_ylim(max(min(min(p for _, p in points), alpha) / 10, 1e-300), 1.5)
         else:
-            twin.set_ylim(0, 1)
-        twin.set_ylabel(p_label, color="tab:red")
+            twin.set_ylim(0, 1.05)
+        twin.set_ylabel(label, color="tab:red")
         more = twin.get_legend_handles_labels()
         handles, labels = handles + more[0], labels + more[1]
     # Below the panel: inside, the lines of both axes would run through it.
@@ -140,25 +138,24 @@ def decay_figure(cells: list[dict[str, Any]], metric: str, out_base: Path) -> li
 # ---- entry points -------------------------------------------------------------------------
 
 
-ZERO_GAP = 0.6  # decades between dose 0 and the smallest dose on the exposures axis
+ZERO_GAP = 0.6  # decades between dose 0 and the smallest dose on the dose axis
 
 
-def _exposure_axis(ax: Any, exposures: list[float]) -> Any:
-    """A log exposures axis with 0 (the held-out level) drawn apart, left of a break mark:
-    returns the function placing an exposure count on it."""
-    positive = sorted({x for x in exposures if x > 0})
+def _dose_axis(ax: Any, doses: list[float]) -> Any:
+    """A log axis of copies per corpus epoch with dose 0 (the held-out level) drawn apart, left
+    of a break mark: returns the function placing a dose on it (dose_figure sets the label)."""
+    positive = sorted({x for x in doses if x > 0})
     zero_at = math.log10(positive[0]) - ZERO_GAP if positive else 0.0
 
     def place(x: float) -> float:
         return math.log10(x) if x > 0 else zero_at
 
-    ticks = ([0.0] if any(x == 0 for x in exposures) else []) + positive
+    ticks = ([0.0] if any(x == 0 for x in doses) else []) + positive
     ax.set_xticks([place(x) for x in ticks], [f"{x:g}" for x in ticks])
     if positive and 0.0 in ticks:
         gap = zero_at + ZERO_GAP / 2
         ax.axvline(gap, color="grey", lw=0.6, ls=(0, (2, 2)))
         ax.text(gap, 0.02, "//", transform=ax.get_xaxis_transform(), ha="center", fontsize=8)
-    ax.set_xlabel("exposures in pre-training (log; 0 = held out)")
     return place
 
 
@@ -190,7 +187,7 @@ def dose_figure(found: dict[str, Any], metric: str, out_base: Path) -> list[Path
                         key=lambda k: (k[0], k[1], train_size_order(str(k[2]))))
         sizes = len({k[2] for k in series}) > 1
         score_ax, lift_ax, probe_ax = axes[row]
-        places = [_exposure_axis(ax, [r["dose"] for r in mine]) for ax in axes[row]]
+        places = [_dose_axis(ax, [r["dose"] for r in mine]) for ax in axes[row]]
         colours = {e: plt.cm.viridis(i / max(1, len({k[1] for k in series}) - 1) * 0.85)
                    for i, e in enumerate(sorted({k[1] for k in series}))}
         for model, epochs, size in series:
