@@ -136,6 +136,14 @@ def test_merge_refuses_what_cannot_be_one_study(tmp_path):
                                                                     "threads": 8}},
                              [{**row, "stage": "evaluate-2", "seed": 1}])
     assert merge_studies([a, elsewhere], tmp_path / "out")["seeds"] == [0, 1]
+    # More seeds of the same study (what reaching alpha takes) merge; the record lists them all.
+    more = _table_study(tmp_path / "e", {**data, "seeds": [0, 1, 2, 3]},
+                        [{**row, "stage": "evaluate-3", "seed": 3}])
+    assert merge_studies([a, more], tmp_path / "out")["seeds"] == [0, 3]
+    assert json.loads((tmp_path / "out" / "recipe.json").read_text())["seeds"] == [0, 1, 2, 3]
+    shifted = _table_study(tmp_path / "f", {**data, "seeds": [1, 2]}, [{**row, "seed": 1}])
+    with pytest.raises(LabError, match=r"differs in seeds\[0\]"):
+        merge_studies([a, shifted], tmp_path / "out")
     (tmp_path / "plain").mkdir()
     with pytest.raises(LabError, match="plain: not a study folder"):
         merge_studies([a, tmp_path / "plain"], tmp_path / "out")

@@ -12,6 +12,7 @@ and is refused, naming the stage and both sources.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import shutil
@@ -49,10 +50,16 @@ def merge_studies(sources: list[Path], out: Path, seeds: list[int] | None = None
         raise LabError(f"{out}: is also a source; choose a new folder")
     recipes = [_source_recipe(source) for source in sources]
     for source, recipe in zip(sources[1:], recipes[1:]):
-        changed = study_differences(recipes[0], recipe)
+        # More seeds of one study (to reach alpha) are the same study: the stages of a seed do
+        # not depend on the others', but all read the tokenizer of the first seed's control.
+        changed = [d for d in study_differences(recipes[0], recipe) if d != "seeds"]
+        if recipe.seeds[0] != recipes[0].seeds[0]:
+            changed.insert(0, "seeds[0] (the seed whose control corpus trains the tokenizer)")
         if changed:
             raise LabError(f"{source / 'recipe.json'}: another recipe than "
                            f"{sources[0] / 'recipe.json'} (differs in {', '.join(changed[:3])})")
+    recipes[0] = dataclasses.replace(recipes[0], seeds=[recipes[0].seeds[0]] + sorted(
+        {seed for recipe in recipes for seed in recipe.seeds} - {recipes[0].seeds[0]}))
     tables: dict[str, dict[tuple[str, ...], dict[str, Any]]] = {name: {} for name, _ in TABLES}
     found_in: dict[tuple[str, tuple[str, ...]], Path] = {}
     given = []

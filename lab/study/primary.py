@@ -124,12 +124,49 @@ def _rank_test(parts: list, alternative: str) -> float | None:
     return float(mannwhitneyu(a, b, alternative=alternative).pvalue)
 
 
+def _test_row(test: Contrast, task: str, metric: str, clean: dict, halves: dict, alpha: float,
+              alternative: str) -> dict[str, Any]:
+    """One test: the per-seed effects, their mean, interval and p, and the smallest p the
+    design can give."""
+    per_seed = _contrast_parts(test, clean, halves, task)
+    effects = {s: seed_effect(p) for s, p in per_seed.items()}
+    effects = {s: e for s, e in effects.items() if e is not None}
+    seeds = len(effects)
+    counted = unit(test, seeds)
+    level = 1 - alpha
+    row: dict[str, Any] = {
+        "question": test.question, "model": test.model, "task": task, "metric": metric,
+        "epochs": test.epochs, "epochs_to": test.epochs_to, "train_size": test.train_size,
+        "arm": test.arm, "reference": test.reference, "contrast": test.label(), "unit": counted,
+        "seeds": seeds, "seed_effects": effects,
+        "seeds_positive": sum(1 for e in effects.values() if e > 0),
+        "estimate": sum(effects.values()) / seeds if seeds else None,
+        "samples": (round(sum(len(v) for p in per_seed.values() for _s, v in p) / len(per_seed), 1)
+                    if per_seed else 0)}
+    if counted == SAMPLE_UNIT and seeds == 1:
+        (parts,) = per_seed.values()
+        interval = sample_interval(parts, level)
+        row.update(p=_rank_test(parts, alternative), test=RANK_TEST,
+                   floor=rank_floor(len(parts[0][1]), len(parts[1][1]), alternative),
+                   interval_method=SAMPLE_BOOTSTRAP)
+    else:
+        p, name = sign_flip_test(list(effects.values()), alternative)
+        interval = effect_interval(per_seed, level) if seeds >= 2 else None
+        row.update(p=p, test=name, floor=sign_flip_floor(seeds, alternative),
+                   interval_method=CLUSTER_BOOTSTRAP if interval else None)
+    if interval:
+        row.update(ci_low=interval[0], ci_high=interval[1])
+    return row
+
+
 def primary_table(samples: list[dict[str, Any]], runs: list[dict[str, Any]], metric: str,
                   primary: list[str] | None, alpha: float, alternative: str,
                   descriptive: bool) -> dict[str, Any]:
     """Every declared primary test of a study on its `metric`: effect, interval, p, the smallest
-    p its design can give, and Holm over the family. `samples`: samples.csv rows (with seed and
-    id columns); `runs`: results.csv rows of the compared group (arms, models, epochs)."""
+    p its design can give, and Holm over the family; and, as `exploratory`, the same for the
+    questions its arms allow that it did not declare (outside the family: no Holm, never
+    starred). `samples`: samples.csv rows (with seed and id columns); `runs`: results.csv rows
+    of the compared group (arms, models, epochs)."""
     if samples and any(s.get("seed") in (None, "") or s.get("id") in (None, "") for s in samples):
         raise LabError("samples.csv lacks the seed or id column: no primary table (rerun lab study)")
     arms = sorted({r["arm"] for r in runs})
@@ -142,38 +179,11 @@ def primary_table(samples: list[dict[str, Any]], runs: list[dict[str, Any]], met
     possible = allowed(arms, split, epochs)
     asked = [q for q in (primary if primary is not None else QUESTIONS) if q in QUESTIONS]
     questions = [q for q in asked if possible[q]]
-    level = 1 - alpha
-    rows = []
-    for task in tasks:
-        for test in family(questions, arms, models, split, epochs, sizes):
-            per_seed = _contrast_parts(test, clean, halves, task)
-            effects = {s: seed_effect(p) for s, p in per_seed.items()}
-            effects = {s: e for s, e in effects.items() if e is not None}
-            seeds = len(effects)
-            counted = unit(test, seeds)
-            row: dict[str, Any] = {
-                "question": test.question, "model": test.model, "task": task, "metric": metric,
-                "epochs": test.epochs, "epochs_to": test.epochs_to,
-                "train_size": test.train_size, "arm": test.arm, "reference": test.reference,
-                "contrast": test.label(), "unit": counted, "seeds": seeds,
-                "seed_effects": effects, "seeds_positive": sum(1 for e in effects.values() if e > 0),
-                "estimate": sum(effects.values()) / seeds if seeds else None,
-                "samples": (round(sum(len(v) for p in per_seed.values() for _s, v in p)
-                                  / len(per_seed), 1) if per_seed else 0)}
-            if counted == SAMPLE_UNIT and seeds == 1:
-                (parts,) = per_seed.values()
-                interval = sample_interval(parts, level)
-                sizes_of = [len(parts[0][1]), len(parts[1][1])]
-                row.update(p=_rank_test(parts, alternative), test=RANK_TEST,
-                           floor=rank_floor(*sizes_of, alternative), interval_method=SAMPLE_BOOTSTRAP)
-            else:
-                p, name = sign_flip_test(list(effects.values()), alternative)
-                interval = effect_interval(per_seed, level) if seeds >= 2 else None
-                row.update(p=p, test=name, floor=sign_flip_floor(seeds, alternative),
-                           interval_method=CLUSTER_BOOTSTRAP if interval else None)
-            if interval:
-                row.update(ci_low=interval[0], ci_high=interval[1])
-            rows.append(row)
+    others = [q for q in QUESTIONS if possible[q] and q not in questions]
+    rows, exploratory = ([_test_row(test, task, metric, clean, halves, alpha, alternative)
+                          for task in tasks
+                          for test in family(chosen, arms, models, split, epochs, sizes)]
+                         for chosen in (questions, others))
     # Holm over the whole declared family: a test that could not be run counts as p = 1. Power
     # is asked at alpha / family, what Holm asks of the family's smallest p.
     for row in rows:
@@ -187,8 +197,9 @@ def primary_table(samples: list[dict[str, Any]], runs: list[dict[str, Any]], met
                               and row["p_holm"] <= alpha)
     return {"metric": metric, "questions": questions,
             "not_available": [q for q in asked if q not in questions],
-            "alpha": alpha, "alternative": alternative, "level": level,
-            "descriptive": descriptive, "family": len(rows), "rows": rows}
+            "alpha": alpha, "alternative": alternative, "level": 1 - alpha,
+            "descriptive": descriptive, "family": len(rows), "rows": rows,
+            "exploratory_questions": others, "exploratory": exploratory}
 
 
 # ---- rendering -------------------------------------------------------------------------------
@@ -272,25 +283,46 @@ def primary_note(table: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def render(table: dict[str, Any]) -> dict[str, str]:
-    """The primary table as Markdown (with its note) and CSV (every field)."""
-    header = [h for h, _ in PRIMARY_COLUMNS]
-    lines = [[fmt(r, table) for _, fmt in PRIMARY_COLUMNS] for r in table["rows"]]
-    if all(r["train_size"] in ("", None) for r in table["rows"]):
+def _markdown(rows: list[dict[str, Any]], table: dict[str, Any], columns: list, note: str) -> str:
+    header = [h for h, _ in columns]
+    lines = [[fmt(r, table) for _, fmt in columns] for r in rows]
+    if all(r["train_size"] in ("", None) for r in rows):
         drop = header.index("train size")
         header = header[:drop] + header[drop + 1:]
         lines = [line[:drop] + line[drop + 1:] for line in lines]
-    note = primary_note(table)
-    markdown = ("| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n"
-                + "".join("| " + " | ".join(line) + " |\n" for line in lines) + f"\n{note}\n")
+    return ("| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n"
+            + "".join("| " + " | ".join(line) + " |\n" for line in lines) + f"\n{note}\n")
+
+
+# The exploratory table: the same effects, outside the family (no Holm, no power, no star).
+EXPLORATORY_COLUMNS = [c for c in PRIMARY_COLUMNS if c[0] not in ("p (Holm)", "seeds for 80% power")]
+
+
+def exploratory_markdown(table: dict[str, Any]) -> str:
+    """The questions the arms allow that the study did not declare, computed as the primary
+    ones are; '' when there are none."""
+    if not table.get("exploratory"):
+        return ""
+    note = (f"Exploratory: the questions these arms allow that the study did not declare "
+            f"({', '.join(table['exploratory_questions'])}), computed as the primary ones are "
+            "(effect over seeds, its interval, its own p) but outside the family: no Holm, "
+            "never starred, a lead for a study that declares them, not a finding.")
+    return _markdown(table["exploratory"], table, EXPLORATORY_COLUMNS, note)
+
+
+def render(table: dict[str, Any]) -> dict[str, str]:
+    """The primary table as Markdown (with its note) and CSV (every field, the exploratory rows
+    after the family's, marked by `declared`)."""
+    markdown = _markdown(table["rows"], table, PRIMARY_COLUMNS, primary_note(table))
     fields = ["question", "model", "task", "metric", "epochs", "epochs_to", "train_size", "arm",
               "reference", "contrast", "unit", "seeds", "seeds_positive", "estimate", "ci_low",
               "ci_high", "p", "test", "floor", "p_holm", "significant", "seeds_for_power",
               "samples", "interval_method"]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(fields + ["seed_effects"])
-    for r in table["rows"]:
-        writer.writerow(["" if r.get(f) is None else r[f] for f in fields]
-                        + [";".join(f"{s}:{e:.6g}" for s, e in r["seed_effects"].items())])
+    writer.writerow(fields + ["declared", "seed_effects"])
+    for declared, rows in ((True, table["rows"]), (False, table.get("exploratory", []))):
+        for r in rows:
+            writer.writerow(["" if r.get(f) is None else r[f] for f in fields] + [declared]
+                            + [";".join(f"{s}:{e:.6g}" for s, e in r["seed_effects"].items())])
     return {"md": markdown, "csv": out.getvalue()}

@@ -30,7 +30,7 @@ from lab.stats import (ALPHA, ASYMPTOTIC_TIES, CONVENTIONS, CROSSOVER_TEST, DEFA
                        signed_rank_test, within_model_net_of, within_model_seeds)
 from lab.study.dose import dose_stats, dose_table
 from lab.study.figure import decay_figure, dose_figure, plotted_cells, train_size_order
-from lab.study.primary import primary_table, render as render_primary
+from lab.study.primary import exploratory_markdown, primary_table, render as render_primary
 from lab.study.recipe import StatisticsSection
 
 SCORE_FLOOR = 5.0  # below this (BLEU-like 0-100) a lift says little: the cell is flagged
@@ -759,9 +759,14 @@ def _write_stats(study: Path, cells: list[dict[str, Any]], primary: dict[str, An
 
 
 def _primary_markdown(primary: dict[str, Any]) -> str:
+    """The primary table's section, and the exploratory one where the arms allow undeclared
+    questions."""
     body = (render_primary(primary)["md"] if primary["rows"] else
             f"No primary contrast: {primary.get('missing') or 'the study declares none'}.\n")
-    return "## Primary contrasts\n\n" + body
+    exploratory = exploratory_markdown(primary) if primary.get("exploratory") else ""
+    return ("## Primary contrasts\n\n" + body
+            + ("\n## Exploratory contrasts (not declared: no Holm, never starred)\n\n"
+               + exploratory if exploratory else ""))
 
 
 def _with_primary_p(cells: list[dict[str, Any]], primary: dict[str, Any]) -> None:
@@ -816,7 +821,7 @@ def run_report(study: Path, convention: str | None = None, metric: str = "bleu",
     path = _write_stats(study, cells, primary)
     rendered = tables(cells)
     outputs = {f"table.{suffix}": text for suffix, text in rendered.items()}
-    if primary["rows"]:
+    if primary["rows"] or primary.get("exploratory"):
         outputs.update({f"primary.{suffix}": text
                         for suffix, text in render_primary(primary).items()})
     for name, text in outputs.items():
