@@ -368,6 +368,39 @@ def test_three_contrasts_arm_vs_placebo_placebo_vs_control_arm_vs_control(tmp_pa
     assert report["figure"][0].stat().st_size > 0
 
 
+def test_the_primary_table_pairs_arms_by_seed_and_holm_covers_only_the_declared_family(tmp_path):
+    """The contamination contrast declared alone: per seed the mean per-sample difference of
+    the arm's and its placebo's models of that seed, an exact two-sided sign-flip over the 5
+    seeds, Holm over the family of 1; format and study, which the arms also allow, are
+    computed the same way in the exploratory table, outside the family and never starred."""
+    study = write_contrast_study(tmp_path / "s")
+    (study / "recipe.json").write_text(json.dumps(
+        {"statistics": {"primary": ["contamination"]}, "evaluation": {"metrics": ["bleu"]}}))
+    report = run_report(study)
+    primary = report["primary"]
+    [row] = primary["rows"]
+    assert (row["question"], row["arm"], row["reference"]) == ("contamination", "paired",
+                                                               "paired-placebo")
+    scores = {(r["arm"], r["seed"], r["id"]): float(r["score_bleu"])
+              for r in csv.DictReader(open(study / "samples.csv")) if r["group"] != "in_finetune_data"}
+    effects = {}
+    for seed in map(str, range(5)):
+        ids = [i for a, s, i in scores if (a, s) == ("paired", seed)]
+        effects[seed] = sum(scores[("paired", seed, i)] - scores[("paired-placebo", seed, i)]
+                            for i in ids) / len(ids)
+    assert row["seed_effects"] == pytest.approx(effects)
+    assert row["estimate"] == pytest.approx(sum(effects.values()) / 5)
+    assert row["p"] == pytest.approx(_sign_flip_p_two_sided(list(effects.values())))
+    assert row["p_holm"] == row["p"] and row["floor"] == pytest.approx(2 / 32)
+    assert row["ci_low"] < row["estimate"] < row["ci_high"]
+    assert {r["question"] for r in primary["exploratory"]} == {"format", "study"}
+    assert all("p_holm" not in r for r in primary["exploratory"])
+    exploratory = report["markdown"].split("## Exploratory contrasts")[1].split("## Secondary")[0]
+    assert "| format |" in exploratory and "*" not in exploratory.split("\n\n")[1]
+    written = list(csv.DictReader(open(study / "report" / "primary.csv")))
+    assert [r["declared"] for r in written] == ["True", "False", "False"]
+
+
 # ---- within-model tests over seeds ----------------------------------------------------------
 
 def write_split_study(root: Path, samples: list[tuple], control: dict[int, float] | None = None
