@@ -177,7 +177,8 @@ def primary_table(samples: list[dict[str, Any]], runs: list[dict[str, Any]], met
     clean, halves = _scores(samples, metric)
     split = any(groups.get("injected") and groups.get("held_out") for groups in halves.values())
     possible = allowed(arms, split, epochs)
-    asked = [q for q in (primary if primary is not None else QUESTIONS) if q in QUESTIONS]
+    asked = [q for q in QUESTIONS if possible[q]] if primary is None else \
+        [q for q in primary if q in QUESTIONS]
     questions = [q for q in asked if possible[q]]
     others = [q for q in QUESTIONS if possible[q] and q not in questions]
     rows, exploratory = ([_test_row(test, task, metric, clean, halves, alpha, alternative)
