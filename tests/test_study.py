@@ -169,8 +169,15 @@ def test_study_killed_midway_resumes_to_the_same_results(tmp_path, busy_core):
     report = run_report(tmp_path / "whole")
     cells = [c for c in report["cells"] if c["metric"] == "bleu"]
     assert {c["epochs"] for c in cells} == {0, 1} and all(c["seeds"] == 2 for c in cells)
-    assert all("p" in c and "p_holm" in c and "p_within" in c for c in cells)
+    assert all("p" in c and "p_within" in c for c in cells)
     assert "Mann-Whitney U, two-sided, exact" in report["markdown"]
+    # The micro recipe is descriptive: its primary table (study, split-half, decay) is there,
+    # its two seeds' sign-flip p no lower than 0.5 and nothing starred.
+    primary = report["primary"]
+    assert primary["descriptive"] and {r["question"] for r in primary["rows"]} == {
+        "study", "split-half", "decay"}
+    assert all(r["seeds"] == 2 and r["floor"] == 0.5 and not r["significant"]
+               for r in primary["rows"])
     assert all(p.stat().st_size > 0 for p in report["figure"] + report["tables"])
 
     _check_shareable_outputs(tmp_path / "whole", reference)
