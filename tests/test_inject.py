@@ -7,7 +7,6 @@ import json
 import os
 import re
 import statistics
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -372,17 +371,12 @@ def paired_tokens(sample) -> int:
 
 @pytest.fixture(scope="module")
 def mini_placebos(tmp_path_factory):
-    """(placebo_match, placebo_from, seed) -> (manifest, folder) of the mini arm's placebo, and
-    the wall time of each (about 2 s from train + valid, 0.5 s from valid here)."""
+    """(placebo_match, placebo_from, seed) -> (manifest, folder) of the mini arm's placebo
+    (about 2 s each from train + valid, 0.5 s from valid alone, on an idle machine)."""
     root = tmp_path_factory.mktemp("mini-placebos")
-    made, seconds = {}, {}
-    for match, pool, seed in itertools.product(("length", "random"), POOLS, MINI_SEEDS):
-        key = (match, pool, seed)
-        started = time.perf_counter()
-        made[key] = make(root, "-".join(map(str, key)), seed=seed, placebo_match=match,
-                         placebo_from=pool, **MINI_ARM)
-        seconds[key] = time.perf_counter() - started
-    return made, seconds
+    return {(match, pool, seed): make(root, f"{match}-{pool}-{seed}", seed=seed,
+                                      placebo_match=match, placebo_from=pool, **MINI_ARM)
+            for match, pool, seed in itertools.product(("length", "random"), POOLS, MINI_SEEDS)}
 
 
 @pytest.fixture(scope="module")
@@ -395,7 +389,7 @@ def test_a_length_matched_placebo_is_as_long_as_its_arm(mini_placebos, codetrans
     """Mean code tokens of the placebo's documents within 5% of its arm's for every seed, from
     train + valid and from valid alone; the uniform draw (the placebos before length matching:
     valid samples average 446 characters, test 397) misses by more for some seed."""
-    made, seconds = mini_placebos
+    made = mini_placebos
     missed = Counter()
     for (match, pool, seed), (manifest, _out) in made.items():
         arm = statistics.mean(paired_tokens(codetrans_samples[i])
@@ -423,13 +417,12 @@ def test_a_length_matched_placebo_is_as_long_as_its_arm(mini_placebos, codetrans
         if match == "length":
             assert abs(share["relative_difference"]) <= 0.05
     assert all(missed["random", pool] >= 1 for pool in POOLS), missed
-    assert max(seconds.values()) < 30, seconds
 
 
 def test_the_arms_share_is_its_own_corpus_share(tmp_path, mini_placebos):
     """The placebo's manifest states its arm's share without the arm's corpus: the same seed
     keeps the same base documents, so it is exactly the share the arm's own manifest shows."""
-    made, _seconds = mini_placebos
+    made = mini_placebos
     for seed in (0, 3):
         placebo, _out = made["length", None, seed]
         arm, _ = make(tmp_path, f"arm-{seed}", seed=seed, **{**MINI_ARM, "setting": "paired"})
@@ -442,7 +435,7 @@ def test_a_length_matched_placebo_is_seeded_and_pairs_sample_by_sample(tmp_path,
                                                                         codetrans_samples):
     """Same seed, same placebo samples; another seed, others. The i-th placebo sample stands for
     the i-th matched test sample: nearly always one of exactly its length."""
-    made, _seconds = mini_placebos
+    made = mini_placebos
     again, _ = make(tmp_path, "again", seed=0, **MINI_ARM)
     first = made["length", None, 0][0]
     assert again["placebo_ids"] == first["placebo_ids"]
