@@ -172,12 +172,15 @@ def test_study_killed_midway_resumes_to_the_same_results(tmp_path, busy_core):
     assert all("p" in c and "p_within" in c for c in cells)
     assert "Mann-Whitney U, two-sided, exact" in report["markdown"]
     # The micro recipe is descriptive: its primary table (study, split-half, decay) is there,
-    # its two seeds' sign-flip p no lower than 0.5 and nothing starred.
+    # nothing starred, and over its two seeds no sign-flip p can go below 0.5. (Of its 12
+    # evaluated samples a seed may inject none: its split-half rows then rest on the other
+    # seed alone, a test over that model's samples.)
     primary = report["primary"]
     assert primary["descriptive"] and {r["question"] for r in primary["rows"]} == {
         "study", "split-half", "decay"}
-    assert all(r["seeds"] == 2 and r["floor"] == 0.5 and not r["significant"]
-               for r in primary["rows"])
+    assert not any(r["significant"] for r in primary["rows"])
+    assert all(r["seeds"] == 2 and r["floor"] == 0.5 for r in primary["rows"]
+               if r["question"] != "split-half")
     assert all(p.stat().st_size > 0 for p in report["figure"] + report["tables"])
 
     _check_shareable_outputs(tmp_path / "whole", reference)
