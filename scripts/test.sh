@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
 # Install the lab with its test tools and run the test suite.
 # Data: LAB_CORPORA names the corpora folder (tests that need it are skipped without it).
+# The default run leaves out the tests marked `long` (about 15 minutes on two cores);
+# `--long` runs only those (CI runs both). Other arguments go to pytest.
 set -euo pipefail
+selection="not long"
+if [ "${1:-}" = "--long" ]; then
+  selection="long"
+  shift
+fi
 # Tests run the CLI from temporary folders: a relative LAB_CORPORA must not change meaning there.
 if [ -n "${LAB_CORPORA:-}" ] && [ -d "$LAB_CORPORA" ]; then
   LAB_CORPORA="$(cd "$LAB_CORPORA" && pwd)"
@@ -11,7 +18,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh --dev
 export HF_HUB_OFFLINE=1  # a hub look-up otherwise hangs for most of a minute without network
 status=0
-.venv/bin/python -m pytest "$@" || status=$?
+.venv/bin/python -m pytest -m "$selection" "$@" || status=$?
 if [ "$status" -eq 5 ]; then
   echo "pytest collected no tests (exit 5)" >&2
   exit 1

@@ -99,6 +99,7 @@ def trained(micro):
     return run
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("backend", list(BACKENDS))
 def test_two_ranks(trained, backend):
     out, manifest = trained(backend)
@@ -124,6 +125,7 @@ def test_two_ranks(trained, backend):
     assert state_sha256(saved) == manifest["final_weights_sha256"], "saved model is not the trained one"
 
 
+@pytest.mark.long
 def test_backends_agree(trained):
     """DDP and ZeRO start from the same weights, deal the same batches to the same ranks and
     follow the same loss curve (ZeRO shards optimizer state and gradients, not the maths)."""
@@ -138,6 +140,7 @@ def test_backends_agree(trained):
             assert a["step"] == b["step"] and a["loss"] == pytest.approx(b["loss"], abs=1e-3)
 
 
+@pytest.mark.long
 def test_masked_lm_loss_is_not_scaled_by_world_size(trained):
     """RoBERTa's loss is a per-process mean; averaged over 2 ranks it must stay near ln(vocab)
     at initialisation (the Trainer once multiplied it by the process count)."""

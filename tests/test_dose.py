@@ -433,6 +433,7 @@ def test_a_study_without_a_ladder_has_no_dose_report(tmp_path):
 
 # --- the pipeline end to end --------------------------------------------------------------------
 
+@pytest.mark.long
 @needs_corpora
 def test_a_micro_ladder_study_reports_every_level(tmp_path):
     """The micro recipe with a 0,2,4 ladder over 12 samples: metrics, samples, probes and the

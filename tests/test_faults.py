@@ -70,6 +70,7 @@ def damaged_copy(world: Path, source: str, name: str, file: str, data: bytes) ->
 
 # --- damaged models and tokenizers --------------------------------------------------------------
 
+@pytest.mark.long
 @pytest.mark.parametrize("file, data", [
     ("model/model.safetensors", b"\0" * 64),
     ("model/config.json", b"{"),

@@ -56,6 +56,7 @@ def _coverage(seeds: int, simulations: int, samples: int) -> float:
     return covered / simulations
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("seeds", [4, 6])
 def test_the_cluster_bootstrap_covers_95_percent_of_simulated_nulls_with_seed_noise(seeds):
     """1,000 simulated studies of two arms that do not differ, each seed's models offset by a

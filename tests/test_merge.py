@@ -49,6 +49,7 @@ def _rows(path: Path) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
+@pytest.mark.long
 @pytest.mark.skipif(not os.environ.get("LAB_CORPORA"), reason="needs LAB_CORPORA")
 def test_shards_run_apart_merge_into_the_whole_study(tmp_path):
     recipe = load_recipe(RECIPE)

@@ -97,6 +97,7 @@ def busy_core():
     proc.wait()
 
 
+@pytest.mark.long
 def test_study_killed_midway_resumes_to_the_same_results(tmp_path, busy_core):
     recipe = load_recipe(RECIPE)
     # In the lab process, one stage at a time.
@@ -208,6 +209,7 @@ def test_study_killed_midway_resumes_to_the_same_results(tmp_path, busy_core):
     assert (tmp_path / "whole" / "decay-bleu-notebook.png").is_file()
 
 
+@pytest.mark.long
 def test_submitit_local_executor_reproduces_a_slice_of_the_study(tmp_path):
     pytest.importorskip("submitit")
     # One arm, one seed, direct inference: every stage has the same key as in the full micro

@@ -71,6 +71,7 @@ def plain(root):
     return output, _pretrained(root / "ddp")
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("backend", ["ddp", "zero2"])
 def test_a_study_pretrains_on_two_ranks(root, plain, backend):
     if backend == "ddp":
@@ -88,6 +89,7 @@ def test_a_study_pretrains_on_two_ranks(root, plain, backend):
     assert not _ranks_alive(root / backend)
 
 
+@pytest.mark.long
 def test_two_ranks_killed_mid_pretraining_resume_to_the_same_weights(root, plain):
     _, reference = plain
     study = root / "killed"
@@ -111,6 +113,7 @@ def test_two_ranks_killed_mid_pretraining_resume_to_the_same_weights(root, plain
     assert "done pretrain" in resumed
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("backend", ["ddp", "zero2"])
 def test_submitit_runs_the_ranks_as_tasks_of_one_job(root, plain, backend):
     """--executor submitit-local: the pre-training is one job of 2 tasks, each a rank (no
