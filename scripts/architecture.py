@@ -1,0 +1,184 @@
+"""The shape of the `lab` package: import circles, imports that run up the layers, and the
+largest modules and functions. Prints the measures; tests/test_architecture.py asserts on them.
+
+    python scripts/architecture.py            # from the repository root
+
+Every import counts, function-local ones included: a lazy import is still a dependency, and a
+circle hidden inside a function is still a circle.
+"""
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "lab"
+
+# The layers, lowest first; a module may import its own layer and those below it. A module is
+# placed by its longest matching prefix; one no prefix matches is an error (placing it is part of
+# adding it). The pipeline's stages sit in the order data flows: corpora are read, contaminated,
+# tokenized, trained on, evaluated, and a study runs and reports them all.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("foundation", ("lab", "lab.common", "lab.codetokens", "lab.executor", "lab.executor_datatrove",
+                    "lab.stats", "lab.models")),
+    ("data", ("lab.corpora", "lab.records", "lab.tasks", "lab.shards")),
+    ("contamination", ("lab.contamination",)),
+    ("tokenizer", ("lab.tokenizer",)),
+    ("train", ("lab.train",)),
+    ("eval", ("lab.eval", "lab.llm")),
+    ("publish", ("lab.modelcard",)),
+    ("study", ("lab.study",)),
+    ("cli", ("lab.cli", "lab.__main__")),
+)
+
+
+@dataclass(frozen=True)
+class Arrow:
+    source: str
+    target: str
+    line: int
+
+
+def module_files() -> dict[str, Path]:
+    modules = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports(modules: dict[str, Path]) -> list[Arrow]:
+    """Every import between two of the package's modules (a package's own __init__ importing a
+    submodule, or a submodule its package, is not an arrow between stages)."""
+    arrows = []
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    stem = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    stem = node.module or ""
+                names = [f"{stem}.{alias.name}" for alias in node.names] or [stem]
+            else:
+                continue
+            for name in names:
+                target = _resolve(name, modules)
+                if target is None or target == module:
+                    continue
+                if module.startswith(target + ".") and modules[target].name == "__init__.py":
+                    continue  # a submodule reading its package's own names
+                arrows.append(Arrow(module, target, node.lineno))
+    return arrows
+
+
+def circles(modules: list[str], arrows: list[Arrow]) -> list[list[str]]:
+    """Strongly connected groups of two or more modules (Tarjan's algorithm, iterative)."""
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for arrow in arrows:
+        graph[arrow.source].add(arrow.target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in modules:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+    return sorted(found)
+
+
+def layer_of(module: str) -> int:
+    best: tuple[int, int] | None = None
+    for rank, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if module == prefix or module.startswith(prefix + "."):
+                if best is None or len(prefix) > best[1]:
+                    best = (rank, len(prefix))
+    if best is None:
+        raise ValueError(f"{module} is in no layer of scripts/architecture.py's LAYERS")
+    return best[0]
+
+
+def upward(arrows: list[Arrow]) -> list[Arrow]:
+    return [a for a in arrows if layer_of(a.target) > layer_of(a.source)]
+
+
+def functions(modules: dict[str, Path]) -> list[tuple[int, str]]:
+    """(lines, module:function) of every function and method, largest first."""
+    sizes = []
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                sizes.append((node.end_lineno - node.lineno + 1, f"{module}:{node.name}"))
+    return sorted(sizes, reverse=True)
+
+
+def measures() -> dict:
+    modules = module_files()
+    arrows = imports(modules)
+    lines = sorted(((len(p.read_text(encoding="utf-8").splitlines()), m) for m, p in modules.items()),
+                   reverse=True)
+    return {"modules": len(modules), "circles": circles(list(modules), arrows),
+            "upward": upward(arrows), "largest_modules": lines[:5],
+            "largest_functions": functions(modules)[:5]}
+
+
+def main() -> int:
+    found = measures()
+    print(f"modules: {found['modules']}")
+    print(f"import circles: {len(found['circles'])}")
+    for group in found["circles"]:
+        print("  " + " <-> ".join(group))
+    print(f"upward imports: {len(found['upward'])}")
+    for arrow in found["upward"]:
+        print(f"  {arrow.source}:{arrow.line} -> {arrow.target}")
+    print("largest modules (lines): " + ", ".join(f"{m} {n}" for n, m in found["largest_modules"]))
+    print("largest functions (lines): " + ", ".join(f"{m} {n}" for n, m in found["largest_functions"]))
+    return 1 if found["circles"] or found["upward"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
