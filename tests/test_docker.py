@@ -1,4 +1,4 @@
-"""The GPU image and the README's "Scaling out" commands, checked without Docker or GPUs.
+"""The GPU image and the commands of docs/scaling-out.md, checked without Docker or GPUs.
 
 Every `lab` sub-command and option they name must exist (asked of `python -m lab.cli CMD --help`),
 every launcher option must exist (`torchrun --help`, `deepspeed --help`), every repository file
@@ -20,7 +20,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO / "docker" / "Dockerfile"
-README = REPO / "README.md"
+SCALING_OUT = REPO / "docs" / "scaling-out.md"
 CONFIGS = sorted((REPO / "recipes" / "deepspeed").glob("*.json"))
 TWO_WORD = {"corpora", "tokenizer"}  # command groups: `lab tokenizer train`, `lab corpora list`
 SEPARATORS = {"&&", "||", ";", "|", ">", ">>", "2>", "2>&1", "&"}
@@ -55,14 +55,14 @@ def dockerfile_commands() -> list[str]:
 
 
 def scaling_out_section() -> str:
-    text = README.read_text(encoding="utf-8")
+    text = SCALING_OUT.read_text(encoding="utf-8")
     match = re.search(r"^## Scaling out\n(.*?)(?=^## )", text, re.S | re.M)
-    assert match, "README has no '## Scaling out' section"
+    assert match, "docs/scaling-out.md has no '## Scaling out' section"
     return match.group(1)
 
 
 def readme_commands() -> list[str]:
-    """Commands of the bash blocks in the README's Scaling-out section (comments dropped)."""
+    """Commands of the bash blocks in the Scaling-out section (comments dropped)."""
     blocks = re.findall(r"```bash\n(.*?)```", scaling_out_section(), re.S)
     lines = [line for block in blocks for line in block.splitlines()
              if line.strip() and not line.lstrip().startswith("#")]
