@@ -8,7 +8,7 @@ __version__ = "0.1.0"
 
 # The instruction set of torch's CPU kernels on every x86-64 CPU that has it. AVX-512 kernels
 # sum in another order than AVX2 ones, so the same recipe and seed computed other numbers on an
-# AVX-512 CPU than on an AVX2-only one (README, "Same numbers on every machine"); pinned, both
+# AVX-512 CPU than on an AVX2-only one (docs/design.md, "Same numbers on every machine"); pinned, both
 # compute the same, for 0.93x the speed on an AVX-512 CPU (benchmarks/cpu_isa.py). torch reads
 # the variable at its first computation, so it is set when lab is imported, and every stage,
 # worker and rank inherits it; an ATEN_CPU_CAPABILITY set by the user (avx512, default) is kept.
