@@ -55,7 +55,8 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from lab.corpora import load_samples
-    from lab.eval.generate import Decoding, generate, load_generator
+    from lab.eval.generate import generate, load_generator
+    from lab.tasks import Decoding
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = opts.model or build_model(Path(tmp))

@@ -24,7 +24,7 @@ from lab.eval.generate import EvaluateConfig
 from lab.eval.probe import ProbeConfig
 from lab.llm.llm_eval import LlmEvalConfig
 from lab.llm.perturb import PerturbConfig
-from lab.modelcard import ExportConfig
+from lab.modelcard import ExportConfig, write_model_card
 from lab.study.report import run_report
 from lab.study.runner import run_study
 from lab.tokenizer import TokenizerConfig
@@ -251,6 +251,7 @@ def finetune(cfg: FinetuneConfig) -> None:
     from lab.train.finetune import run_finetune
 
     manifest = run_finetune(cfg)
+    write_model_card(cfg.out)  # README.md, from the manifest the stage wrote
     loss = manifest["loss"]
     trained = f"loss {loss['first']:.3f} -> {loss['final']:.3f}" if loss["first"] else "not trained"
     console.print(f"{cfg.out}: {manifest['architecture']} for {cfg.task}, "
@@ -660,7 +661,8 @@ def pretrain(cfg: PretrainConfig) -> None:
                       f"({params['non_embedding']:,} non-embedding), vocabulary "
                       f"{result['vocab_size']}, {result['tokens_per_step']:,} tokens per step")
         return
-    if result.get("kind") == "lab-pretrained":
+    if result.get("kind") == "lab-pretrained":  # rank 0, whose folder is complete
+        write_model_card(cfg.out)  # README.md, from the manifest the stage wrote
         loss = result["loss"]
         console.print(f"{cfg.out}: {result['steps']} steps, loss {loss['first']:.3f} -> "
                       f"{loss['final']:.3f}, {result['useful_tokens_per_second']:,.0f} useful "

@@ -269,6 +269,18 @@ def _atomic_file(path: Path) -> Iterator[Any]:
         raise
 
 
+def share_tree(folder: Path) -> None:
+    """Make an output readable by all, as every lab output is (folders 0755, files 0644, an
+    executable keeping its x bits): libraries write some files 0600 (safetensors saves model
+    weights through a private temporary file)."""
+    for root, dirs, files in os.walk(folder):
+        os.chmod(root, os.stat(root).st_mode & 0o7777 | 0o755)
+        for name in files:
+            path = os.path.join(root, name)
+            if not os.path.islink(path):
+                os.chmod(path, os.stat(path).st_mode & 0o7777 | 0o644)
+
+
 def write_json_atomic(path: Path, obj: Any) -> None:
     with _atomic_file(path) as handle:
         handle.write(dumps_json(obj).encode("utf-8"))
@@ -468,6 +480,7 @@ def atomic_output_dir(out: Path, force: bool = False, kind: str | None = None,
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise write_error(exc, out) or exc
+    share_tree(tmp)
     if out.exists():
         trash = Path(tempfile.mkdtemp(prefix=out.name + ".old-", dir=out.parent))
         os.replace(out, trash / "old")

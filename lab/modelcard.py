@@ -1,36 +1,46 @@
-"""Model cards (Hugging Face format: YAML metadata, then Markdown) and `lab export`.
+"""Model cards (the Hugging Face format, made with huggingface_hub) and `lab export`.
 
-Every pre-trained and fine-tuned model folder gets README.md, rendered from its manifest: what
-the model is, what it was trained on, which benchmark test samples were deliberately injected
-into its pre-training corpus, and, once `lab evaluate` has scored it, its metrics. The card's
-`model-index` metadata is where evaluations accumulate (each evaluation replaces its own entry),
-so the card is re-rendered whole every time and never edited in place.
+A card is written from records alone, into the folder that holds them: after `lab pretrain` and
+`lab finetune` (the CLI; the study runner after those stages), `write_model_card` renders a
+model folder's manifest into its README.md: what the model is, what it was trained on, which
+benchmark test samples were deliberately injected into its pre-training corpus. An evaluation
+never writes into the model it evaluates: its metrics stay in its own output (metrics.json),
+and `lab export` gathers those of the model (named, or found in its folder and beside it) into
+the card of the copy it writes for publishing.
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import shutil
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-import yaml
-
-from lab.common import LabError, param, write_text_atomic
-from lab.models import LOADERS, WEIGHTS_SUBDIR, architecture_of
-from lab.train.finetune import pretraining_record, read_stage_manifest
+from lab.common import LabError, param, share_tree, write_text_atomic
+from lab.corpora import DATASETS
+from lab.models import (MANIFEST, LOADERS, WEIGHTS_SUBDIR, architecture_of, pretraining_record,
+                        read_stage_manifest)
+from lab.tasks import Decoding
 
 CARD = "README.md"
+LICENSE = "apache-2.0"
+MODEL_KINDS = ("lab-pretrained", "lab-finetuned")
+EVALUATION = "metrics.json"  # what lab evaluate writes last in its output folder
 # Files of a model folder that an exported copy keeps (the rest is lab bookkeeping).
-EXPORTED_EXTRA = ("manifest.json",)
+EXPORTED_EXTRA = (MANIFEST,)
 PIPELINE = {"causal-lm": "text-generation", "masked-lm": "fill-mask",
             "encoder-decoder": "text2text-generation"}
 METRIC_NAMES = {"bleu": "BLEU", "meteor": "METEOR", "em": "Exact match", "codebleu": "CodeBLEU",
                 "bleu_sentence": "Sentence BLEU"}
+
+
+def hub_dataset(name: str) -> str:
+    """A lab dataset's hub id (the one its loader reads), else its lab name (a subset the
+    study's replication package holds has none)."""
+    spec = DATASETS.get(name)
+    return spec.hub_id if spec is not None and spec.hub_id else name
 
 
 def ids_sha256(ids: list[str]) -> str:
@@ -68,38 +78,78 @@ def _rows(pairs: list[tuple[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _metadata(manifest: dict[str, Any], results: list[dict[str, Any]], name: str) -> dict[str, Any]:
+def _scores(evaluation: dict[str, Any]) -> list[tuple[str, float]]:
+    """(metric, value rounded) of every numeric metric of a lab evaluation, by metric name."""
+    return [(metric, round(float(value), 4)) for metric, value in
+            sorted(evaluation["metrics"].items()) if isinstance(value, (int, float))]
+
+
+def _decoding(evaluation: dict[str, Any]) -> str:
+    return Decoding(**evaluation["decoding"]).description()
+
+
+def evaluation_results(evaluations: list[dict[str, Any]]) -> list[Any]:
+    """The metrics of lab evaluations (metrics.json) as huggingface_hub EvalResults, one per
+    metric. The decoding is the metric's configuration, so that each decoding of a split keeps
+    its own result. No source is named: the hub requires a URL with a source's name, and a lab
+    evaluation has none (its folder is the record)."""
+    from huggingface_hub import EvalResult
+
+    return [
+        EvalResult(task_type="translation" if evaluation["task"] == "translation"
+                   else "text-generation", task_name=evaluation["task"],
+                   dataset_type=hub_dataset(evaluation["benchmark"]),
+                   dataset_name=evaluation["benchmark"], dataset_split=evaluation["split"],
+                   metric_type=metric, metric_value=value,
+                   metric_name=METRIC_NAMES.get(metric, metric),
+                   metric_config=_decoding(evaluation))
+        for evaluation in evaluations for metric, value in _scores(evaluation)
+    ]
+
+
+def _card_data(manifest: dict[str, Any], evaluations: list[dict[str, Any]], name: str) -> Any:
+    from huggingface_hub import ModelCardData
+
     corpus = pretraining_record(manifest).get("corpus") or {}
     contaminated = bool(corpus.get("injected_ids"))
-    datasets = ["code_search_net"] + ([corpus["benchmark"]] if corpus.get("benchmark") else [])
-    return {
-        "library_name": "transformers",
-        "pipeline_tag": PIPELINE[architecture_of(manifest)],
-        "tags": ["code", "java", "contamination-study", "lab",
-                 "deliberately-contaminated" if contaminated else "contamination-control"],
-        "datasets": datasets,
-        "model-index": [{"name": name, "results": results}],
-    }
+    trained_on = [(corpus.get("options") or {}).get("base", "csn-java"), corpus.get("benchmark"),
+                  (manifest.get("task") or {}).get("benchmark"),
+                  *(e["benchmark"] for e in evaluations)]
+    results = evaluation_results(evaluations)
+    return ModelCardData(
+        license=LICENSE,
+        library_name="transformers",
+        pipeline_tag=PIPELINE[architecture_of(manifest)],
+        tags=["code", "java", "contamination-study", "lab",
+              "deliberately-contaminated" if contaminated else "contamination-control"],
+        datasets=list(dict.fromkeys(hub_dataset(n) for n in trained_on if n)),
+        **({"model_name": name, "eval_results": results} if results else {}),
+    )
 
 
-def _evaluation_section(results: list[dict[str, Any]]) -> str:
-    if not results:
-        return "Not evaluated yet (`lab evaluate` adds its metrics here)."
-    lines = ["| Task | Dataset | Split | Metric | Value | By |", "|---|---|---|---|---|---|"]
-    for result in results:
-        for metric in result["metrics"]:
-            lines.append(f"| {result['task']['name']} | {result['dataset']['name']} | "
-                         f"{result['dataset']['split']} | {metric['name']} | {metric['value']} | "
-                         f"{(result.get('source') or {}).get('name', '')} |")
-    return "\n".join(lines) + ("\n\nScores on all samples of the split; the study's injected / "
-                               "held-out breakdown is in the evaluation's metrics.json.")
+def _evaluation_section(evaluations: list[dict[str, Any]]) -> str:
+    if not evaluations:
+        return ("No evaluation in this card: `lab evaluate` writes its metrics to its own "
+                "folder, and `lab export` shows those of this model in the card it writes.")
+    lines = ["| Task | Dataset | Split | Decoding | Samples | Metric | Value |",
+             "|---|---|---|---|---|---|---|"]
+    for evaluation in evaluations:
+        for metric, value in _scores(evaluation):
+            lines.append(f"| {evaluation['task']} | {evaluation['benchmark']} | "
+                         f"{evaluation['split']} | {_decoding(evaluation)} | "
+                         f"{evaluation.get('samples', '')} | {METRIC_NAMES.get(metric, metric)} | "
+                         f"{value} |")
+    return "\n".join(lines) + ("\n\nScores over the samples evaluated; the study's injected / "
+                               "held-out breakdown is in each evaluation's metrics.json.")
 
 
-def render_card(manifest: dict[str, Any], results: list[dict[str, Any]] | None = None,
+def render_card(manifest: dict[str, Any], evaluations: list[dict[str, Any]] | None = None,
                 name: str | None = None) -> str:
-    """The model card of a lab model from its manifest and its evaluations (model-index
-    results)."""
-    results = results or []
+    """The model card of a lab model from its manifest and the lab evaluations (metrics.json)
+    to show."""
+    from huggingface_hub import ModelCard
+
+    evaluations = evaluations or []
     pretraining = pretraining_record(manifest)
     config, corpus = pretraining.get("config") or {}, pretraining.get("corpus") or {}
     model = pretraining.get("model") or {}
@@ -158,7 +208,7 @@ def render_card(manifest: dict[str, Any], results: list[dict[str, Any]] | None =
             ("Weights sha256", manifest.get("final_weights_sha256")),
         ]))
     sections += [
-        "## Evaluation\n\n" + _evaluation_section(results),
+        "## Evaluation\n\n" + _evaluation_section(evaluations),
         "## Use\n\n```python\nfrom transformers import AutoTokenizer, "
         f"{LOADERS[architecture]}\n\ntokenizer = AutoTokenizer.from_pretrained(FOLDER)\n"
         f"model = {LOADERS[architecture]}.from_pretrained(FOLDER)\n```\n\n"
@@ -170,80 +220,71 @@ def render_card(manifest: dict[str, Any], results: list[dict[str, Any]] | None =
                                      f"{environment.get('torch')}"),
         ]) + "\n\nThe full record (every setting, hash and the injected ids) is manifest.json.",
     ]
-    metadata = yaml.safe_dump(_metadata(manifest, results, name), sort_keys=False,
-                              allow_unicode=True)
-    return f"---\n{metadata}---\n\n" + "\n\n".join(sections) + "\n"
+    metadata = _card_data(manifest, evaluations, name).to_yaml()
+    return str(ModelCard(f"---\n{metadata}\n---\n\n" + "\n\n".join(sections) + "\n"))
 
 
-def read_card_results(folder: Path) -> list[dict[str, Any]]:
-    """The model-index results of a folder's card ([] without a card or results)."""
-    path = Path(folder) / CARD
-    if not path.is_file():
-        return []
-    text = path.read_text(encoding="utf-8")
-    if not text.startswith("---\n"):
-        return []
+def write_model_card(folder: Path) -> None:
+    """README.md of a lab model folder, rendered from its manifest.json: called once the folder
+    is complete, after `lab pretrain` or `lab finetune` (the CLI, the study runner). Writing it
+    again gives the same card."""
+    manifest = read_stage_manifest(folder, "MODEL")
+    if manifest.get("kind") not in MODEL_KINDS:
+        raise LabError(f"MODEL {folder}: not a lab pre-trained or fine-tuned model")
+    write_text_atomic(Path(folder) / CARD, render_card(manifest))
+
+
+def _read_evaluation(path: Path) -> dict[str, Any] | None:
+    """A lab evaluation's metrics.json (a folder of lab evaluate, or the file), else None."""
+    path = Path(path)
+    path = path / EVALUATION if path.is_dir() else path
     try:
-        metadata = yaml.safe_load(text[4:text.index("\n---\n", 4)]) or {}
-        results = metadata["model-index"][0]["results"]
-    except (ValueError, yaml.YAMLError, KeyError, IndexError, TypeError, AttributeError):
-        return []  # not a card the lab wrote, or one edited out of shape: its results are lost
-    return [r for r in results if isinstance(r, dict)] if isinstance(results, list) else []
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return record if isinstance(record, dict) and record.get("kind") == "lab-evaluation" else None
 
 
-def write_model_card(folder: Path, manifest: dict[str, Any],
-                     results: list[dict[str, Any]] | None = None) -> Path:
-    path = Path(folder) / CARD
-    write_text_atomic(path, render_card(manifest, results))
-    return path
+def _evaluates(evaluation: dict[str, Any], model: Path, manifest: dict[str, Any],
+               inside: bool) -> bool:
+    """Whether an evaluation is of this model: it names the model's folder (lab evaluate's
+    default output lies inside it: `inside`) and, where it recorded them, the same weights."""
+    recorded = evaluation.get("model_weights_sha256")
+    if recorded is not None and recorded != manifest.get("final_weights_sha256"):
+        return False
+    return inside or Path(str(evaluation.get("model", ""))).name == model.resolve().name
 
 
-@contextmanager
-def _card_lock(folder: Path) -> Iterator[None]:
-    # Two evaluations of one model (a study's splits or decodings) may finish at once. The lock
-    # is on the model's manifest (always there, never rewritten): no lock file is left behind.
-    with open(Path(folder) / "manifest.json", "rb") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def evaluation_result(evaluation: dict[str, Any]) -> dict[str, Any]:
-    """A lab evaluation (metrics.json) as one model-index result; its source names the
-    decoding, so that each decoding of a split keeps its own result."""
-    from lab.eval.generate import Decoding
-
-    decoding = Decoding(**evaluation["decoding"]).description()
-    return {
-        "task": {"type": "translation" if evaluation["task"] == "translation"
-                 else "text-generation", "name": evaluation["task"]},
-        "dataset": {"type": evaluation["benchmark"], "name": evaluation["benchmark"],
-                    "split": evaluation["split"]},
-        "metrics": [{"type": metric, "value": round(float(value), 4),
-                     "name": METRIC_NAMES.get(metric, metric)}
-                    for metric, value in sorted(evaluation["metrics"].items())
-                    if isinstance(value, (int, float))],
-        "source": {"name": f"lab evaluate, {decoding}"},
-    }
-
-
-def record_evaluation(model_folder: Path, evaluation: dict[str, Any]) -> None:
-    """Re-render a model's card with this evaluation's metrics (replacing an earlier result of
-    the same task, dataset, split and decoding). Folders without a lab manifest are skipped."""
-    folder = Path(model_folder)
-    if not (folder / "manifest.json").is_file():
-        return
-    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-    if manifest.get("kind") not in ("lab-pretrained", "lab-finetuned"):
-        return
-    new = evaluation_result(evaluation)
-    key = ("task", "dataset", "source")
-    with _card_lock(folder):
-        results = [r for r in read_card_results(folder)
-                   if [r.get(k) for k in key] != [new[k] for k in key]] + [new]
-        write_model_card(folder, manifest, results)
+def model_evaluations(model: Path, manifest: dict[str, Any],
+                      named: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """The lab evaluations a card of `model` shows: those `named` (each a lab evaluate folder
+    or its metrics.json, refused unless of this model), else those found in the model's
+    folder (lab evaluate's default output) and beside it (a study's stages). Of evaluations of
+    one task, benchmark, split and decoding, the newest stands (a rerun replaces a result)."""
+    model = Path(model)
+    found: list[tuple[float, dict[str, Any]]] = []
+    if named is not None:
+        for name in named:
+            evaluation = _read_evaluation(Path(name))
+            if evaluation is None:
+                raise LabError(f"--evaluations {name}: no lab evaluate {EVALUATION} there")
+            if not _evaluates(evaluation, model, manifest, inside=False):
+                raise LabError(f"--evaluations {name}: an evaluation of {evaluation.get('model')}, "
+                               f"not of {model}")
+            path = Path(name) / EVALUATION if Path(name).is_dir() else Path(name)
+            found.append((path.stat().st_mtime, evaluation))
+    else:
+        for inside, folder in ((True, model), (False, model.resolve().parent)):
+            for path in sorted(folder.glob(f"*/{EVALUATION}")):
+                evaluation = _read_evaluation(path)
+                if evaluation is not None and _evaluates(evaluation, model, manifest, inside):
+                    found.append((path.stat().st_mtime, evaluation))
+    newest: dict[tuple, dict[str, Any]] = {}
+    for _mtime, evaluation in sorted(found, key=lambda pair: pair[0]):
+        key = (evaluation["task"], evaluation["benchmark"], evaluation["split"],
+               _decoding(evaluation))
+        newest[key] = evaluation
+    return [newest[key] for key in sorted(newest)]
 
 
 @dataclass
@@ -257,6 +298,10 @@ class ExportConfig:
     push_to_hub: str | None = param(None, "Also upload the folder to this hub repository "
                                           "(needs network and a token).")
     private: bool = param(True, "Make a repository that --push-to-hub creates private.")
+    evaluations: tuple[str, ...] | None = param(
+        None, "lab evaluate folders (or their metrics.json) of MODEL whose metrics the card "
+              "shows (default: those found in MODEL's folder and beside it, where a study keeps "
+              "them).")
 
 
 def export_model(cfg: ExportConfig) -> dict[str, Any]:
@@ -265,7 +310,7 @@ def export_model(cfg: ExportConfig) -> dict[str, Any]:
     model, out, force = Path(cfg.model), Path(cfg.out), cfg.force
     push_to_hub, private = cfg.push_to_hub, cfg.private
     manifest = read_stage_manifest(model, "MODEL")
-    if manifest.get("kind") not in ("lab-pretrained", "lab-finetuned"):
+    if manifest.get("kind") not in MODEL_KINDS:
         raise LabError(f"MODEL {model}: not a lab pre-trained or fine-tuned model")
     weights = model / WEIGHTS_SUBDIR
     if not (weights / "config.json").is_file():
@@ -274,13 +319,15 @@ def export_model(cfg: ExportConfig) -> dict[str, Any]:
         raise LabError(f"--out {out}: exists (use --force to replace it)")
     if out.resolve() == model.resolve() or model.resolve() in out.resolve().parents:
         raise LabError(f"--out {out}: must be outside MODEL")
+    evaluations = model_evaluations(model, manifest, cfg.evaluations)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         shutil.copytree(weights, tmp)
         for name in EXPORTED_EXTRA:
             shutil.copy2(model / name, tmp / f"lab_{name}")
-        write_model_card(tmp, manifest, read_card_results(model))
+        write_text_atomic(tmp / CARD, render_card(manifest, evaluations))
+        share_tree(tmp)  # copies of weights saved before the lab shared them keep mode 0600
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -288,7 +335,7 @@ def export_model(cfg: ExportConfig) -> dict[str, Any]:
         shutil.rmtree(out)
     os.replace(tmp, out)
     record = {"out": str(out), "files": sorted(p.name for p in out.iterdir()),
-              "architecture": architecture_of(manifest)}
+              "architecture": architecture_of(manifest), "evaluations": len(evaluations)}
     if push_to_hub:
         from huggingface_hub import HfApi
 

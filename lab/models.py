@@ -5,12 +5,13 @@ One preset names one shape for both families, so an MLM-vs-CLM comparison is lik
 from __future__ import annotations
 
 import contextlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 from unittest import mock
 
-from lab.common import LabError, loading, param
+from lab.common import LabError, loading, param, read_text_file
 
 MODELS = ("roberta", "gpt2")
 
@@ -138,6 +139,29 @@ def count_parameters(model: Any) -> dict[str, int]:
 
 
 # --- loading what the lab trained -------------------------------------------------------------
+
+MANIFEST = "manifest.json"  # a lab model directory's record of how it was made
+
+
+def read_stage_manifest(folder: Path, option: str) -> dict[str, Any]:
+    """The manifest of a lab model directory (`option` names it in errors)."""
+    path = Path(folder) / MANIFEST
+    if not Path(folder).is_dir():
+        raise LabError(f"{option} {folder}: no such directory")
+    if not path.is_file():
+        raise LabError(f"{option} {folder}: no {MANIFEST} (not a lab model directory)")
+    try:
+        return json.loads(read_text_file(path))
+    except json.JSONDecodeError as exc:
+        raise LabError(f"{path}: corrupt JSON ({exc})") from None
+
+
+def pretraining_record(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The pre-training manifest behind a pre-trained or fine-tuned model directory."""
+    if manifest.get("kind") == "lab-pretrained":
+        return manifest
+    return manifest.get("pretrained", {})
+
 
 WEIGHTS_SUBDIR = "model"  # a lab model directory keeps its transformers weights here
 

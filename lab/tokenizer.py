@@ -17,7 +17,7 @@ from lab.common import (
     corpora_param, loading, param, sha256_file, write_json_atomic,
 )
 from lab.contamination import SEP_MARKER
-from lab.contamination.corpus_files import read_corpus, read_manifest
+from lab.corpora.shards import read_corpus, read_manifest
 from lab.corpora import get_spec, load_samples
 
 BOS, EOS, PAD, UNK, MASK = "<s>", "</s>", "<pad>", "<unk>", "<mask>"

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from lab.codetokens import fingerprint_tokens, normalize
-from lab.contamination.audit import OverlapIndex, run_audit
+from lab.contamination.audit import run_audit
+from lab.contamination.overlap import OverlapIndex
 
 
 def _jaccards(a: list[str], b: list[str]) -> tuple[float, float]:

@@ -13,7 +13,7 @@ import pytest
 from lab.codetokens import whitespace_hash
 from lab.common import LabError
 from lab.contamination import paired_document, segments
-from lab.contamination.corpus_files import read_corpus
+from lab.corpora.shards import read_corpus
 from lab.contamination.inject import InjectConfig, run_inject
 from lab.corpora import load_samples
 

@@ -19,7 +19,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from lab.common import LabError  # noqa: E402
 from lab.eval import generate as generate_mod  # noqa: E402
-from lab.train.finetune import TASKS, FinetuneConfig, _training_samples  # noqa: E402
+from lab.tasks import TASKS  # noqa: E402
+from lab.train.finetune import FinetuneConfig, _training_samples  # noqa: E402
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 needs_corpora = pytest.mark.skipif(not os.environ.get("LAB_CORPORA"), reason="needs LAB_CORPORA")

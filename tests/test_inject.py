@@ -16,7 +16,7 @@ from lab.codetokens import code_tokens, whitespace_hash
 from lab.common import LabError
 from lab.contamination import paired_document, segments
 from lab.contamination.audit import run_audit
-from lab.contamination.corpus_files import read_corpus
+from lab.corpora.shards import read_corpus
 from lab.contamination import settings as settings_table
 from lab.contamination.inject import InjectConfig, placebo_pool, run_inject
 from lab.corpora import dataset_manifest, load_samples

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from lab.common import LabError
-from lab.contamination.corpus_files import read_manifest
+from lab.corpora.shards import read_manifest
 from lab.tokenizer import load_tokenizer, tokenizer_hash
 from lab.train import packing as packing_module
 from lab.train.packing import tokenize_corpus
@@ -116,7 +116,7 @@ def test_shard_paths_stay_inside_the_corpus_folder(world, where):
 
 
 def test_empty_corpus_and_empty_shard_are_refused(world):
-    from lab.contamination.corpus_files import write_shards
+    from lab.corpora.shards import write_shards
 
     empty = world / "empty"
     shutil.rmtree(empty, ignore_errors=True)

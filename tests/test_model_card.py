@@ -1,8 +1,9 @@
-"""Training curves (TensorBoard), model cards and `lab export` of micro models."""
+"""Training curves (TensorBoard), model cards, `lab export` and the modes of micro models."""
 from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 import yaml
 
 from lab.common import LabError
-from lab.modelcard import CARD, ExportConfig, export_model, ids_sha256, read_card_results
+from lab.modelcard import CARD, ExportConfig, export_model, ids_sha256, write_model_card
 from lab.train.common import THROUGHPUT_KEYS
 from lab.train.finetune import FinetuneConfig, run_finetune
 from lab.train.pretrain import PretrainConfig, run_pretrain
@@ -22,18 +23,21 @@ pytestmark = pytest.mark.skipif(not os.environ.get("LAB_CORPORA"), reason="needs
 @pytest.fixture(scope="module")
 def models(micro_world, tmp_path_factory):
     """Micro GPT-2 and RoBERTa pre-trained on the paired arm, GPT-2 also on the control arm,
-    and a fine-tuned model of each family (one epoch on 16 samples)."""
+    and a fine-tuned model of each family (one epoch on 16 samples), each with the card that
+    `lab pretrain` and `lab finetune` write once the stage is done."""
     root = tmp_path_factory.mktemp("cards")
     for model, arm in (("gpt2", "paired"), ("roberta", "paired"), ("gpt2", "control")):
         run_pretrain(PretrainConfig(
             model=model, corpus=micro_world / arm, tokenizer=micro_world / "tok",
             out=root / f"pt-{model}-{arm}", preset="micro", max_steps=6, lr=3e-3, batch_size=8,
             block_size=128, seed=0, save_steps=100, log_steps=2, cache_dir=root / "cache"))
+        write_model_card(root / f"pt-{model}-{arm}")
     for model in ("gpt2", "roberta"):
         run_finetune(FinetuneConfig(
             pretrained=root / f"pt-{model}-paired", task="translation", epochs=1,
             out=root / f"ft-{model}", train_size=16, batch_size=4, lr=3e-3, log_steps=1,
             max_target_length=48, decoder_layers=1))
+        write_model_card(root / f"ft-{model}")
     return root
 
 
@@ -104,13 +108,16 @@ def test_model_cards_state_the_contamination_and_the_training(models, micro_worl
         meta, body = _card(models / name)
         manifest = json.loads((models / name / "manifest.json").read_text())
         assert meta["library_name"] == "transformers" and meta["pipeline_tag"] == pipeline
-        assert "deliberately-contaminated" in meta["tags"] and "codetrans" in meta["datasets"]
+        assert "deliberately-contaminated" in meta["tags"] and meta["license"] == "apache-2.0"
+        # The datasets by the hub ids their loaders read: CSN (the base corpus) and CodeTrans.
+        assert meta["datasets"] == ["google/code_x_glue_ct_code_to_text",
+                                    "google/code_x_glue_cc_code_to_code_trans"]
         assert "**This model was deliberately contaminated.**" in body
         assert f"{len(injected)} samples of the codetrans test split" in body
         assert ids_sha256(injected) in body and "`paired` setting, once each" in body
         record = manifest.get("pretrained", manifest)
         assert record["final_weights_sha256"] in body and f"| Seed | {record['seed']} |" in body
-        assert meta["model-index"][0]["results"] == []  # not evaluated yet
+        assert "model-index" not in meta  # evaluations are shown by lab export
         if name.startswith("ft-"):
             assert "## Fine-tuning" in body and "| Training samples | 16 |" in body
             assert manifest["final_weights_sha256"] in body
@@ -120,32 +127,79 @@ def test_model_cards_state_the_contamination_and_the_training(models, micro_worl
     assert "deliberately contaminated" not in body
 
 
-def test_evaluation_adds_its_metrics_to_the_card_and_replaces_them_when_rerun(models, tmp_path):
+MODELS = ("pt-gpt2-paired", "pt-roberta-paired", "pt-gpt2-control", "ft-gpt2", "ft-roberta")
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_every_card_loads_with_huggingface_hub(models, name):
+    """The hub's own reader takes every card (an evaluation's source once had a name without
+    the URL the hub requires with it) and finds its license."""
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(models / name / CARD)
+    assert card.data.license == "apache-2.0" and card.data.library_name == "transformers"
+    assert card.data.eval_results is None
+
+
+@pytest.mark.parametrize("name", ["pt-gpt2-paired", "ft-gpt2"])
+def test_a_models_files_are_readable_by_all(models, tmp_path, name):
+    """Like every other output: safetensors saves the weights 0600 (a private temporary file),
+    which the lab opens up when it publishes the folder; an export copies them so."""
+    export = Path(export_model(ExportConfig(model=models / name, out=tmp_path / "export"))["out"])
+    for folder in (models / name, export):
+        assert list(folder.rglob("model.safetensors"))
+        for path in (folder, *folder.rglob("*")):
+            mode = stat.S_IMODE(path.stat().st_mode)
+            wanted = 0o755 if path.is_dir() else 0o644
+            assert mode & wanted == wanted, (path, oct(mode))
+
+
+def test_evaluations_stay_in_their_folders_and_export_shows_them(models, tmp_path):
+    """lab evaluate never writes into the model it evaluates; lab export shows the evaluations
+    of the model found beside it (as a study keeps them; the newest of a split and decoding
+    stands) or those named, as huggingface_hub EvalResults."""
+    from huggingface_hub import ModelCard
+
     from lab.eval.generate import run_evaluate
 
+    model = models / "ft-gpt2"
+    before = {p.relative_to(model): p.read_bytes() for p in model.rglob("*") if p.is_file()}
     ids = tmp_path / "ids.txt"
     ids.write_text("codetrans:test:0\ncodetrans:test:1\n")
-    for attempt in range(2):
-        result = run_evaluate(models / "ft-gpt2", "translation", ids=ids, max_new_tokens=8,
-                              metrics=("bleu", "em"), out=tmp_path / f"eval{attempt}")
-    [entry] = read_card_results(models / "ft-gpt2")  # the rerun replaced the first entry
-    assert entry["dataset"] == {"type": "codetrans", "name": "codetrans", "split": "test"}
-    values = {m["type"]: m["value"] for m in entry["metrics"]}
-    assert values == pytest.approx({k: result["metrics"][k] for k in ("bleu", "em")}, abs=1e-4)
-    assert "| translation | codetrans | test | BLEU" in _card(models / "ft-gpt2")[1]
-    assert entry["source"] == {"name": "lab evaluate, greedy"}
-    assert sorted(p.name for p in (models / "ft-gpt2").iterdir()) == [
-        CARD, "manifest.json", "model", "tensorboard"]  # no lock file left behind
-    # Another decoding of the same split is a result of its own.
-    run_evaluate(models / "ft-gpt2", "translation", ids=ids, max_new_tokens=8, metrics=("bleu",),
-                 decoding="beam:2", out=tmp_path / "beam")
-    assert len(read_card_results(models / "ft-gpt2")) == 2
-    # A card edited out of shape does not fail an evaluation: it is written again, whole.
-    (models / "ft-gpt2" / CARD).write_text("---\nmodel-index: [oops\n---\nhand-edited\n")
-    run_evaluate(models / "ft-gpt2", "translation", ids=ids, max_new_tokens=8,
-                 metrics=("bleu", "em"), out=tmp_path / "again")
-    [entry] = read_card_results(models / "ft-gpt2")
-    assert "deliberately contaminated" in _card(models / "ft-gpt2")[1]
+    options = dict(ids=ids, max_new_tokens=8, metrics=("bleu", "em"))
+    for attempt in range(2):  # beside the model, as a study's stages are
+        result = run_evaluate(model, "translation", **options, out=models / f"evaluate-{attempt}")
+    beam = run_evaluate(model, "translation", **options, decoding="beam:2", out=tmp_path / "beam")
+    after = {p.relative_to(model): p.read_bytes() for p in model.rglob("*") if p.is_file()}
+    assert after == before  # not a byte of the evaluated model's folder changed
+
+    found = export_model(ExportConfig(model=model, out=tmp_path / "found"))
+    assert found["evaluations"] == 1  # the rerun stands for the first; beam:2 lies elsewhere
+    card = ModelCard.load(tmp_path / "found" / CARD)
+    assert card.data.license == "apache-2.0"
+    assert {(r.metric_type, r.metric_config, r.dataset_name, r.dataset_type, r.dataset_split)
+            for r in card.data.eval_results} == {
+        (m, "greedy", "codetrans", "google/code_x_glue_cc_code_to_code_trans", "test")
+        for m in ("bleu", "em")}
+    assert {r.metric_type: r.metric_value for r in card.data.eval_results} == pytest.approx(
+        {k: result["metrics"][k] for k in ("bleu", "em")}, abs=1e-4)
+    assert all(r.source_name is None and r.source_url is None for r in card.data.eval_results)
+    assert "| translation | codetrans | test | greedy | 2 | BLEU |" in card.text
+
+    named = export_model(ExportConfig(model=model, out=tmp_path / "named",
+                                      evaluations=(str(models / "evaluate-0"), beam["out"])))
+    assert named["evaluations"] == 2  # each decoding of a split is a result of its own
+    card = ModelCard.load(tmp_path / "named" / CARD)
+    assert {r.metric_config for r in card.data.eval_results} == {"greedy", "beam:2"}
+    other = run_evaluate(models / "pt-gpt2-paired", "translation", **options,
+                         out=tmp_path / "other")
+    with pytest.raises(LabError, match=r"--evaluations .*other: an evaluation of .*pt-gpt2-paired, "
+                                       r"not of .*ft-gpt2"):
+        export_model(ExportConfig(model=model, out=tmp_path / "x", evaluations=(other["out"],)))
+    with pytest.raises(LabError, match="--evaluations .*nothing: no lab evaluate metrics.json"):
+        export_model(ExportConfig(model=model, out=tmp_path / "x",
+                                  evaluations=(str(tmp_path / "nothing"),)))
+    assert not (tmp_path / "x").exists()
 
 
 LOAD_WITHOUT_LAB = """
@@ -183,6 +237,7 @@ def test_an_exported_model_loads_with_plain_transformers(models, tmp_path, name,
     assert loaded["class"] == cls and loaded["shape"][-1] > 1000
     meta, body = _card(out)
     assert "deliberately contaminated" in body and meta["library_name"] == "transformers"
+    assert meta["license"] == "apache-2.0"
     with pytest.raises(LabError, match="exists"):
         export_model(ExportConfig(model=models / name, out=out))
 

@@ -13,7 +13,7 @@ import pytest
 
 from lab.common import LabError
 from lab.contamination import settings as table
-from lab.contamination.corpus_files import read_corpus
+from lab.corpora.shards import read_corpus
 from lab.contamination.inject import InjectConfig, run_inject
 from lab.contamination.settings import Setting
 from lab.corpora import Sample, load_samples

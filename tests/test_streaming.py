@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from lab.common import LabError
-from lab.contamination.audit import OverlapIndex, audit_samples, run_audit
-from lab.contamination.corpus_files import read_corpus, verify_corpus
+from lab.contamination.audit import audit_samples, run_audit
+from lab.contamination.overlap import OverlapIndex
+from lab.corpora.shards import read_corpus, verify_corpus
 from lab.contamination.inject import InjectConfig, run_inject
 from lab.contamination.streaming import HASH_BYTES, seeded_key
 from lab.corpora import load_documents, load_samples

@@ -28,13 +28,15 @@ from lab.common import (DataNotFound, LabError, atomic_output_dir, check_numbers
                         corpora_inputs, corpora_param, environment_record, param,
                         read_text_file, write_json_atomic)
 from lab.contamination import settings as settings_table
-from lab.contamination.audit import CODE_LANGUAGES, OverlapIndex, SampleSideIndex, audit_samples
-from lab.contamination.corpus_files import CORPUS_SUBDIR, MANIFEST, shards_digest, write_shards
-from lab.contamination.streaming import ArmTally
+from lab.contamination.arm import ArmTally, Built, too_few_documents
+from lab.contamination.audit import audit_samples
+from lab.contamination.overlap import CODE_LANGUAGES, OverlapIndex, SampleSideIndex
 from lab.contamination.settings import Setting
+from lab.contamination.streaming import build_streaming
 from lab.corpora import (Document, Loaded, Sample, check_references, get_spec, load_documents,
                          load_samples)
 from lab.corpora.base import DatasetSpec
+from lab.corpora.shards import CORPUS_SUBDIR, MANIFEST, shards_digest, write_shards
 from lab.executor import ExecutorConfig, check_executor
 
 
@@ -436,22 +438,6 @@ class Plan:
     injected: list[dict[str, Any]]  # the injected documents
 
 
-@dataclass
-class Built:
-    """The base side of an arm, as a builder wrote it."""
-
-    provenance: list[dict[str, Any]]
-    base_total: int
-    after_limit: int
-    decontaminated: list[str]
-    arm_documents: int
-    removed: list[str]
-    shards: list[dict[str, Any]]
-    final_documents: int
-    total_chars: int
-    tally: ArmTally
-
-
 def plan_injection(cfg: InjectConfig) -> Plan:
     bench = load_samples(cfg.benchmark, cfg.split, cfg.corpora_dir)
     samples: list[Sample] = bench.records
@@ -488,11 +474,6 @@ def plan_injection(cfg: InjectConfig) -> Plan:
                     "sample": sample.id, "side": side, "copy": copy,
                 })
     return Plan(bench, samples, setting, levels, selected, chosen, pool, sources, copies, injected)
-
-
-def too_few_documents(cfg: InjectConfig, injected: int, available: int) -> LabError:
-    return LabError(f"--setting {cfg.setting} {_dosing(cfg)}: {injected} documents to remove, "
-                    f"but the base corpus holds only {available} (raise --limit or lower the dose)")
 
 
 def build_in_memory(cfg: InjectConfig, plan: Plan, tmp: Path) -> Built:
@@ -542,8 +523,6 @@ def run_inject(cfg: InjectConfig) -> dict[str, Any]:
     with atomic_output_dir(Path(cfg.out), force=cfg.force, kind="lab-corpus",
                            inputs=_inputs(cfg)) as tmp:
         if cfg.corpus_format == 2:
-            from lab.contamination.streaming import build_streaming
-
             built = build_streaming(cfg, plan, tmp)
         else:
             built = build_in_memory(cfg, plan, tmp)
@@ -632,10 +611,6 @@ def _manifest(cfg: InjectConfig, plan: Plan, built: Built, guards: dict[str, Any
             "length_match": length_match,
         }
     return manifest
-
-
-def _dosing(cfg: InjectConfig) -> str:
-    return (f"--doses {','.join(map(str, cfg.doses))}" if cfg.doses else f"--repeat {cfg.repeat}")
 
 
 def dose_record(cfg: InjectConfig, setting: Setting, samples: list[Sample], levels: list[list[int]],

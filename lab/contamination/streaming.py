@@ -14,19 +14,19 @@ import hashlib
 import heapq
 import math
 import shutil
-from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
 
 import orjson
 
-from lab.codetokens import whitespace_hash
 from lab.common import LabError
-from lab.contamination import SEP_MARKER, segments
-from lab.contamination.corpus_files import (CORPUS_SUBDIR, corpus_line, read_manifest,
-                                            read_shard, shard_name, write_shard)
+from lab.contamination.arm import ArmTally, Built, too_few_documents
+from lab.contamination.overlap import index_spec, side_index
 from lab.corpora import Loaded, get_spec, load_samples
 from lab.corpora.base import sample_id
+from lab.corpora.shards import (CORPUS_SUBDIR, corpus_line, read_manifest, read_shard,
+                                shard_name, write_shard)
+from lab.executor import iter_step, run_step
 
 HASH_BYTES = 8
 
@@ -111,59 +111,6 @@ def iter_unit(unit: dict[str, Any]) -> Iterator[tuple[str, str]]:
                else sample_id(unit["name"], unit["split"], start + offset)), text
 
 
-class ArmTally:
-    """What the injection guards need to know of an arm, gathered document by document (so
-    that a streamed arm is checked like one held in memory): which test sides occur verbatim
-    in the arm's base (whole, or as a side of a `<SEP>` document), and how often each injected
-    text occurs among the kept base documents and in the written arm."""
-
-    def __init__(self, test_keys: set[bytes], injected_keys: set[bytes]):
-        self.test_keys = test_keys
-        self.injected_keys = injected_keys
-        self.base_hits: set[bytes] = set()
-        self.final_hits: set[bytes] = set()
-        self.kept: Counter = Counter()
-        self.final: Counter = Counter()
-
-    @classmethod
-    def for_plan(cls, samples: list[Any], injected: list[dict[str, Any]]) -> "ArmTally":
-        return cls({whitespace_hash(text) for s in samples for text in (s.input, s.output)
-                    if text.strip()},
-                   {whitespace_hash(r["text"]) for r in injected})
-
-    def add_base(self, text: str, kept: bool) -> None:
-        whole = whitespace_hash(text)
-        if whole in self.test_keys:
-            self.base_hits.add(whole)
-        if SEP_MARKER in text:
-            self.base_hits.update(k for k in map(whitespace_hash, segments(text))
-                                  if k in self.test_keys)
-        if kept and whole in self.injected_keys:
-            self.kept[whole] += 1
-
-    def add_final(self, text: str, injected: bool) -> None:
-        whole = whitespace_hash(text)
-        if whole in self.injected_keys:
-            self.final[whole] += 1
-        if whole in self.test_keys:
-            self.final_hits.add(whole)
-        if injected:
-            self.final_hits.update(k for k in map(whitespace_hash, segments(text))
-                                   if k in self.test_keys)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"base_hits": sorted(k.hex() for k in self.base_hits),
-                "final_hits": sorted(k.hex() for k in self.final_hits),
-                "kept": {k.hex(): n for k, n in self.kept.items()},
-                "final": {k.hex(): n for k, n in self.final.items()}}
-
-    def merge(self, part: dict[str, Any]) -> None:
-        self.base_hits.update(bytes.fromhex(k) for k in part.get("base_hits", ()))
-        self.final_hits.update(bytes.fromhex(k) for k in part.get("final_hits", ()))
-        self.kept.update({bytes.fromhex(k): n for k, n in part.get("kept", {}).items()})
-        self.final.update({bytes.fromhex(k): n for k, n in part.get("final", {}).items()})
-
-
 # --- format 2: an arm built in steps over units, in memory bounded by one unit or bucket ---
 
 HISTOGRAM_BITS = 12  # --limit's threshold is found in one of 4096 key ranges
@@ -192,10 +139,8 @@ def scan_base_unit(unit: dict[str, Any]) -> dict[str, Any]:
     """First look at one unit: the documents to drop as near-duplicates of the test set
     (--decontaminate), the histogram of 'limit' keys (--limit), and, without --limit, the
     unit's k clean documents with the smallest 'remove' keys."""
-    from lab.contamination.audit import _side_index
-
     seed, k, limit = unit["seed"], unit["k"], unit["limit"]
-    index = _side_index(unit["index"]) if unit.get("index") else None
+    index = side_index(unit["index"]) if unit.get("index") else None
     dirty: list[str] = []
     histogram = [0] * (1 << HISTOGRAM_BITS) if limit else []
 
@@ -322,10 +267,6 @@ def build_streaming(cfg: Any, plan: Any, tmp: Path) -> Any:
     scan, [limit boundary, removal,] scatter into hash buckets, gather each bucket into a
     shard), each step run on cfg's executor. Held whole: the samples, the injected documents,
     the ids to drop and to remove (the removal plan), and one bucket per task."""
-    from lab.contamination.audit import index_spec
-    from lab.contamination.inject import Built, too_few_documents
-    from lab.executor import iter_step, run_step
-
     work = tmp / ".work"
     work.mkdir()
     units = dataset_units(cfg.base, cfg.base_splits, cfg.corpora_dir)
@@ -401,8 +342,6 @@ def _limit_threshold(cfg: Any, units: list[dict[str, Any]], totals: list[int],
                      work: Path) -> tuple[int, str]:
     """The (key, id) of the cfg.limit-th smallest 'limit' key: the key range holding it from
     the merged histograms, then that range's keys, sorted."""
-    from lab.executor import run_step
-
     below = 0
     for bucket, count in enumerate(totals):
         if below + count >= cfg.limit:

@@ -18,6 +18,7 @@ from lab.corpora import codetrans, concode, csn
 from lab.corpora.base import (
     DatasetSpec, Document, Sample, candidate_roots, load_hub_split, sample_id,
 )
+from lab.corpora.shards import MANIFEST, verify_corpus
 
 __all__ = [
     "DATASETS", "Document", "Sample", "Loaded", "get_spec", "load_documents", "load_samples",
@@ -154,7 +155,7 @@ def verify_dataset(name: str, corpora_dir: Path | None = None) -> list[dict[str,
     file (0 bytes, or no content once decompressed) is an error. NAME may also be a lab corpus
     directory (lab inject): its shards are checked against its manifest, and it must hold
     documents."""
-    if (Path(name) / "manifest.json").is_file():
+    if (Path(name) / MANIFEST).is_file():
         return _verify_arm(Path(name))
     spec = get_spec(name)
     candidate_roots(corpora_dir)  # a missing --corpora/LAB_CORPORA folder is an error, not "missing"
@@ -215,10 +216,8 @@ def _is_empty(path: Path) -> bool:
 
 
 def _verify_arm(folder: Path) -> list[dict[str, Any]]:
-    from lab.contamination.corpus_files import verify_corpus
-
     manifest = verify_corpus(folder)  # LabError on a mismatch or an empty corpus
-    return [{"split": "-", "file": str(folder / s["file"]), "status": "matches manifest.json",
+    return [{"split": "-", "file": str(folder / s["file"]), "status": f"matches {MANIFEST}",
              "sha256": s["sha256"]} for s in manifest["shards"]]
 
 

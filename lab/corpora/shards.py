@@ -1,4 +1,6 @@
-"""On-disk format of an arm's corpus: sharded gzip JSON lines plus manifest.json.
+"""On-disk format of a lab corpus directory (an arm's corpus, made by lab inject): sharded gzip
+JSON lines plus manifest.json. It lives with the loaders, below everything that writes or reads
+such a corpus (injection, tokenizer, training, probes, `lab corpora verify`).
 
 Each line is {"id", "text", "sample", "side", "copy"}: which test sample, side (input, output,
 pair) and copy an injected document is; a base document has sample "", side "base", copy 0.

@@ -21,6 +21,7 @@ import numpy as np
 
 from lab.common import LabError, corpora_param, param
 from lab.corpora import Sample, load_samples
+from lab.tasks import fine_tuning_records, get_task
 
 BASELINES = {
     "copy": "the input unchanged (translation only)",
@@ -129,7 +130,6 @@ def run_baseline(cfg: BaselineConfig) -> dict[str, Any]:
     """Entry point of `lab baseline`."""
     from lab.common import environment_record, write_json_atomic
     from lab.eval.metrics import ensure_wordnet, parse_metrics
-    from lab.train.finetune import fine_tuning_records, get_task
 
     task = get_task(cfg.task)
     names = tuple(cfg.baselines or applicable(cfg.task))

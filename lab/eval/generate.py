@@ -24,11 +24,10 @@ from lab.common import (LabError, atomic_output_dir, check_numbers, check_output
 from lab.corpora import Sample, get_spec, load_samples
 from lab.eval import metrics as metric_fns
 from lab.models import (check_placement, device_param, dtype_param, lab_architecture,
-                        load_lab_model, place_model, positions_of)
-from lab.train.finetune import (
-    Task, causal_prompt, get_task, position_limit, pretraining_record, read_stage_manifest,
-    of_task, seq2seq_source, train_subset,
-)
+                        load_lab_model, place_model, positions_of, pretraining_record,
+                        read_stage_manifest)
+from lab.tasks import Decoding, Task, fine_tuning_records, get_task, of_task, train_subset
+from lab.train.finetune import causal_prompt, position_limit, seq2seq_source
 
 # One group per evaluated sample: the first of these that applies, else "unknown".
 #   in_finetune_data    its input or output occurs verbatim (whitespace-normalised) in the
@@ -49,52 +48,6 @@ GROUPS = ("in_finetune_data", "pre_existing", "injected_truncated", "held_out_tr
 UNKNOWN = "unknown"
 EXCLUDED_FROM_CLEAN = ("in_finetune_data", "pre_existing")
 CLEAN = "clean"
-
-
-def check_sampling(temperature: float, top_p: float, top_k: int) -> None:
-    """Refuse sampling settings that generate() would reject or turn into NaN probabilities."""
-    if not (0 < temperature < float("inf")):
-        raise LabError(f"--temperature {temperature}: must be a finite number > 0")
-    if not 0 < top_p <= 1:
-        raise LabError(f"--top-p {top_p}: must be in (0, 1]")
-    if top_k < 0:
-        raise LabError(f"--top-k {top_k}: must be >= 0")
-
-
-@dataclass
-class Decoding:
-    mode: str = "greedy"  # greedy | beam | sample
-    beams: int = 1
-    temperature: float = 0.8
-    top_p: float = 0.95
-    top_k: int = 50
-
-    @classmethod
-    def parse(cls, text: str, **sampling: Any) -> "Decoding":
-        if text == "greedy":
-            return cls()
-        if text == "sample":
-            check_sampling(**sampling)
-            return cls(mode="sample", **sampling)
-        if text.startswith("beam:") and text[5:].isdigit() and int(text[5:]) >= 1:
-            return cls(mode="beam", beams=int(text[5:]))
-        raise LabError(f"--decoding {text}: choose greedy, beam:K (K >= 1) or sample")
-
-    def generate_kwargs(self) -> dict[str, Any]:
-        if self.mode == "sample":
-            return dict(do_sample=True, temperature=self.temperature, top_p=self.top_p,
-                        top_k=self.top_k, num_beams=1)
-        return dict(do_sample=False, num_beams=self.beams)
-
-    def label(self) -> str:
-        return {"greedy": "greedy", "beam": f"beam{self.beams}", "sample": "sample"}[self.mode]
-
-    def description(self) -> str:
-        """The decoding with the settings it uses (sampling's only where it samples)."""
-        if self.mode == "sample":
-            return (f"sample, temperature {self.temperature}, top-p {self.top_p}, "
-                    f"top-k {self.top_k}")
-        return "greedy" if self.mode == "greedy" else f"beam:{self.beams}"
 
 
 def generator_manifest(model_dir: Path) -> tuple[dict[str, Any], str]:
@@ -347,7 +300,6 @@ def _baseline_scores(task: Task, samples: list[Sample], seen: list[Sample],
     retrieving from the model's fine-tuning samples (direct inference: the whole fine-tuning
     split, what a fine-tuned model of the study would see)."""
     from lab.eval.baselines import BASELINES, applicable, baseline_predictions
-    from lab.train.finetune import fine_tuning_records
 
     pool, pool_note = seen, {"from": "the model's fine-tuning samples", "samples": len(seen)}
     if not pool:
@@ -469,7 +421,10 @@ def run_evaluate(model: Path, task: str, **options: Any) -> dict[str, Any]:
     counts = {g: sum(1 for s in samples if groups[s.id] == g) for g in (*GROUPS, UNKNOWN)}
     result = {
         "kind": "lab-evaluation", "task": task.name, "benchmark": benchmark, "split": cfg.split,
-        "model": str(cfg.model), "decoding": plan.__dict__, "samples": len(samples),
+        "model": str(cfg.model),
+        # The weights evaluated: what tells this model's evaluations apart (lab export).
+        "model_weights_sha256": manifest.get("final_weights_sha256"),
+        "decoding": plan.__dict__, "samples": len(samples),
         "metrics": overall, "by_group": by_group, **({"by_dose": by_dose} if by_dose else {}),
         "baselines": baselines,
         "groups": {
@@ -501,8 +456,5 @@ def run_evaluate(model: Path, task: str, **options: Any) -> dict[str, Any]:
                        "scores": {m: values[i] for m, values in per_sample.items()}}
                 handle.write(orjson.dumps(row, option=orjson.OPT_SORT_KEYS) + b"\n")
         write_json_atomic(tmp / "metrics.json", result)
-    from lab.modelcard import record_evaluation
-
-    record_evaluation(Path(cfg.model), result)  # the evaluated model's card gains its metrics
     result["out"] = str(out)
     return result

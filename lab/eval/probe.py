@@ -51,15 +51,17 @@ from lab.common import (DataNotFound, LabError, atomic_output_dir, check_output,
                         corpora_param, environment_record, param, write_json_atomic,
                         write_jsonl)
 from lab.contamination import settings as settings_table
-from lab.contamination.corpus_files import read_manifest
+from lab.corpora.shards import read_manifest
 from lab.contamination.inject import disjoint_from, split_sides_index
 from lab.corpora import Sample, get_spec, load_samples
 from lab.eval import metrics as metric_fns
-from lab.eval.generate import Decoding, generate, padded
+from lab.eval.generate import generate, padded
 from lab.models import (check_placement, device_param, dtype_param, lab_architecture,
-                        load_lab_model, place_model, positions_of)
+                        load_lab_model, place_model, positions_of, pretraining_record,
+                        read_stage_manifest)
 from lab.stats import membership_auc
-from lab.train.finetune import causal_prompt, pretraining_record, read_stage_manifest
+from lab.tasks import Decoding
+from lab.train.finetune import causal_prompt
 
 # Probe name -> (what it measures, whether a higher value means "more likely seen").
 PROBES: dict[str, tuple[str, bool]] = {

@@ -24,7 +24,8 @@ from lab.common import (
     loading, param, sha256_file, sha256_text, write_json_atomic, write_jsonl,
 )
 from lab.eval import metrics as metric_fns
-from lab.eval.generate import Decoding, check_sampling, padded
+from lab.eval.generate import padded
+from lab.tasks import Decoding, check_sampling
 from lab.models import (architecture_of, check_placement, device_param, dtype_param,
                         load_lab_model, place_model)
 from lab.stats import ALPHA, CONVENTIONS, compare, signed_rank_test, starred_p

@@ -138,7 +138,7 @@ def required_splits(pending: list[Any]) -> dict[tuple[str, str], list[str]]:
     is recorded in its manifest), so they are not required.
     """
     from lab.contamination.inject import InjectConfig
-    from lab.train.finetune import get_task
+    from lab.tasks import get_task
 
     needed: dict[tuple[str, str], list[str]] = {}
 
@@ -202,7 +202,7 @@ def check_corpora(pending: list[Any], corpora_dir: Path | None) -> list[str]:
 
 def check_metrics(pending: list[Any]) -> list[str]:
     """METEOR's WordNet and CodeBLEU's grammar for the metrics the pending evaluations compute."""
-    from lab.train.finetune import get_task
+    from lab.tasks import get_task
 
     meteor, codebleu_languages = False, []
     for stage in pending:

@@ -33,7 +33,8 @@ from lab.contamination import settings as settings_table
 from lab.study.recipe import (KEY_NEUTRAL_DEFAULTS, Recipe, deepspeed_config, for_model,
                               recipe_dict, recipe_from_dict)
 from lab.tokenizer import TokenizerConfig
-from lab.train.finetune import FinetuneConfig, get_task, task_for_benchmark
+from lab.tasks import get_task, task_for_benchmark
+from lab.train.finetune import FinetuneConfig
 from lab.train.pretrain import PretrainConfig
 
 RESULTS = "results.csv"

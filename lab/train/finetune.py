@@ -8,78 +8,22 @@ weights, its embeddings copied from the encoder. `--epochs 0` keeps a GPT-2 as p
 """
 from __future__ import annotations
 
-import json
-import random
 import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.common import (DataNotFound, LabError, atomic_output_dir, check_numbers,
-                        check_output, corpora_inputs, corpora_param, environment_record, loading,
-                        param, read_text_file, write_json_atomic)
+from lab.common import (LabError, atomic_output_dir, check_numbers, check_output, corpora_inputs,
+                        corpora_param, environment_record, loading, param, write_json_atomic)
 from lab.contamination import SEP_MARKER
-from lab.corpora import Sample, get_spec, load_samples
-from lab.models import load_weights, positions_of
+from lab.corpora import Sample, load_samples
+from lab.models import MANIFEST, load_weights, positions_of, read_stage_manifest
+from lab.tasks import Task, fine_tuning_records, get_task
 from lab.train.common import (
     TENSORBOARD_DIR, history_without_timing, make_guarded_trainer_class, quiet_training,
     report_targets, report_to_param, state_sha256, training_arguments,
 )
-
-MANIFEST = "manifest.json"
-
-
-@dataclass(frozen=True)
-class Task:
-    name: str
-    benchmark: str
-    train_split: str
-    valid_split: str
-    test_split: str
-    target_language: str
-
-
-TASKS = {
-    "translation": Task("translation", "codetrans", "train", "valid", "test", "cs"),
-    "generation": Task("generation", "concode", "train", "dev", "test", "java"),
-}
-
-
-def of_task(name: str | None, task: Task) -> bool:
-    """Whether a dataset is a benchmark of the task (its own, or a subset such as -paper:
-    the same input and output languages)."""
-    from lab.corpora import DATASETS
-
-    spec, base = DATASETS.get(name or ""), get_spec(task.benchmark)
-    return spec is not None and spec.kind == "benchmark" and (
-        spec.input_language, spec.output_language) == (base.input_language, base.output_language)
-
-
-def task_for_benchmark(benchmark: str) -> str:
-    """The name of the task that fine-tunes models injected with `benchmark`: its own, or its
-    base benchmark's for a subset (a -paper subset fine-tunes on the base benchmark's train
-    split and is evaluated on itself)."""
-    for task in TASKS.values():
-        if of_task(benchmark, task):
-            return task.name
-    from lab.corpora import DATASETS
-
-    known = ", ".join(sorted(n for n in DATASETS if any(of_task(n, t) for t in TASKS.values())))
-    raise LabError(f"benchmark {benchmark}: no fine-tuning task (choose from {known})")
-
-
-def train_subset(records: list[Sample], size: int, seed: int) -> list[Sample]:
-    """The seeded --train-size subset of a train split, in split order: what a fine-tuning run
-    trains on, and what evaluation draws again to find the test samples it saw."""
-    keep = sorted(random.Random(f"{seed}/train-size").sample(range(len(records)), size))
-    return [records[i] for i in keep]
-
-
-def get_task(name: str) -> Task:
-    if name not in TASKS:
-        raise LabError(f"--task {name}: unknown task (choose from {', '.join(TASKS)})")
-    return TASKS[name]
 
 
 @dataclass
@@ -114,27 +58,6 @@ class FinetuneConfig:
                                          "of 8, 48% of the tokens are padding.")
     force: bool = param(False, "Replace an existing output directory.")
     corpora_dir: Path | None = corpora_param()
-
-
-# --- reading what earlier stages wrote ---------------------------------------------------------
-
-def read_stage_manifest(folder: Path, option: str) -> dict[str, Any]:
-    path = Path(folder) / MANIFEST
-    if not Path(folder).is_dir():
-        raise LabError(f"{option} {folder}: no such directory")
-    if not path.is_file():
-        raise LabError(f"{option} {folder}: no {MANIFEST} (not a lab model directory)")
-    try:
-        return json.loads(read_text_file(path))
-    except json.JSONDecodeError as exc:
-        raise LabError(f"{path}: corrupt JSON ({exc})") from None
-
-
-def pretraining_record(manifest: dict[str, Any]) -> dict[str, Any]:
-    """The pre-training manifest behind a pre-trained or fine-tuned model directory."""
-    if manifest.get("kind") == "lab-pretrained":
-        return manifest
-    return manifest.get("pretrained", {})
 
 
 # --- encoding shared by training and generation -----------------------------------------------
@@ -226,37 +149,6 @@ def build_seq2seq(encoder_dir: Path, tokenizer: Any, decoder_layers: int,
     model.config.pad_token_id = tokenizer.pad_token_id
     model.config.vocab_size = decoder_config.vocab_size
     return model
-
-
-def fine_tuning_split(task: Task, corpora_dir: Path | None) -> tuple[Any, dict[str, Any]]:
-    """The split a task fine-tunes on (loaded) and a note saying which; offline CONCODE has no
-    train split, so it trains on dev (and has no validation split)."""
-    note: dict[str, Any] = {"train_split": task.train_split, "valid_split": task.valid_split}
-    try:
-        return load_samples(task.benchmark, task.train_split, corpora_dir, True), note
-    except DataNotFound:
-        if task.benchmark != "concode":
-            raise
-    note = {"train_split": task.valid_split, "valid_split": None,
-            "note": "CONCODE's train split is not available here: trained on dev.json, "
-                    "no validation split (--select best is unavailable)"}
-    return load_samples(task.benchmark, task.valid_split, corpora_dir, True), note
-
-
-def fine_tuning_records(task: Task, corpora_dir: Path | None, train_size: int | None,
-                        seed: int) -> tuple[list[Sample], dict[str, Any]]:
-    """The samples a fine-tuning run of `train_size` (None: all) and `seed` trains on."""
-    train, note = fine_tuning_split(task, corpora_dir)
-    records = train.records
-    note["train_available"] = len(records)
-    if train_size is not None:
-        if not 1 <= train_size <= len(records):
-            raise LabError(f"--train-size {train_size}: must be in 1..{len(records)} "
-                           f"({task.benchmark} {note['train_split']})")
-        records = train_subset(records, train_size, seed)
-    note["train_used"] = len(records)
-    note["train_files"] = train.provenance()
-    return records, note
 
 
 def _training_samples(task: Task, cfg: FinetuneConfig) -> tuple[list[Sample], list[Sample], dict]:
@@ -445,7 +337,4 @@ def _finetune(cfg: FinetuneConfig) -> dict[str, Any]:
             "environment": environment_record(),
         }
         write_json_atomic(tmp / MANIFEST, manifest)
-        from lab.modelcard import write_model_card
-
-        write_model_card(tmp, manifest)
     return manifest

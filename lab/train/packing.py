@@ -34,7 +34,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from lab.common import LabError, lab_cache_dir, sha256_file
-from lab.contamination.corpus_files import read_shard, verify_corpus
+from lab.corpora.shards import read_shard, verify_corpus
 
 TOKENIZE_BATCH = 2000
 

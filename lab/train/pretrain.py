@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from lab.common import (LabError, check_numbers, check_output, dumps_json, param,
-                        environment_record, write_error, write_json_atomic)
-from lab.contamination.corpus_files import read_manifest, verify_corpus
+                        environment_record, share_tree, write_error, write_json_atomic)
+from lab.corpora.shards import read_manifest, verify_corpus
 from lab.train.common import (
     checkpoint_problem, checkpoints_newest_first, latest_checkpoint, make_guarded_trainer_class,
     quiet_training, TENSORBOARD_DIR, history_without_timing, non_finite_error, report_targets,
@@ -334,9 +334,7 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
         "environment": environment_record(),
     }
     write_json_atomic(work / MANIFEST, manifest)
-    from lab.modelcard import write_model_card
-
-    write_model_card(work, manifest)
+    share_tree(work)
     if out.exists():
         shutil.rmtree(out)
     os.replace(work, out)
