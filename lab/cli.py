@@ -414,8 +414,9 @@ def study(
         from lab.study.report import run_report
 
         result = run_report(folder)  # the recipe's convention and alpha
-        console.print(result["markdown"], markup=False)
-        console.print(f"figure: {', '.join(str(p) for p in result['figure'])}")
+        console.print(result["console"], markup=False, highlight=False, soft_wrap=True)
+        console.print(f"figure: {', '.join(str(p) for p in result['figure'])}", markup=False,
+                      highlight=False, soft_wrap=True)
 
 
 def _print_power(plan: dict[str, Any], descriptive: bool) -> None:
@@ -598,16 +599,11 @@ def report(
     """Paper-style tables (Markdown, LaTeX, CSV), stats.json, the contamination-decay figure and
     the HTML report."""
     result = run_report(study, convention, metric, alpha, html)
-    # soft_wrap: Markdown rows wider than the terminal stay one line each.
-    console.print(result["markdown"], markup=False, highlight=False, soft_wrap=True)
-    # Paths stay whole (no wrapping), the figure last: what to open next.
-    for label, paths in (("tables", result["tables"]), ("stats", [result["stats"]]),
-                         ("html", [result["html"]] if "html" in result else []),
-                         ("figure", result["figure"])):
-        if not paths:
-            continue
-        console.print(f"{label}: {', '.join(str(p) for p in paths)}", markup=False,
-                      highlight=False, soft_wrap=True)
+    # The primary table and where its legend and the full tables are (soft_wrap: Markdown rows
+    # and paths wider than the terminal stay one line each), the figure last: what to open next.
+    console.print(result["console"], markup=False, highlight=False, soft_wrap=True)
+    console.print(f"figure: {', '.join(str(p) for p in result['figure'])}", markup=False,
+                  highlight=False, soft_wrap=True)
 
 
 @app.command()

@@ -3,7 +3,9 @@ from disk with nothing fetched, shows the tables and figures, and its filters, s
 sample details change what is on screen."""
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -16,20 +18,38 @@ CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 
 
 def test_markdown_tables_and_notes_become_html():
-    page = markdown_to_html("## Dose\n\n| a | b |\n|---|---|\n| 1 | `x<y` |\n\nA **note**\non two lines.\n")
-    assert "<h3>Dose</h3>" in page
-    assert "<th>a</th><th>b</th>" in page and "<td><code>x&lt;y</code></td>" in page
-    assert "<p class='note'>A <b>note</b> on two lines.</p>" in page and "---" not in page
+    page = markdown_to_html("## Dose\n\n| a | b |\n|---|---|\n| 1 | `x<y` |\n\nA **note**\non two "
+                            "lines.\n\n- gpt2 paired E=0: threshold 2\n")
+    assert "<h2>Dose</h2>" in page and "<th>a</th>" in page
+    assert "<td><code>x&lt;y</code></td>" in page
+    assert "A <strong>note</strong>\non two lines.</p>" in page and "---" not in page
+    assert "<li>gpt2 paired E=0: threshold 2</li>" in page
 
 
-def test_study_text_that_looks_like_a_placeholder_is_left_alone():
+def test_markup_in_the_studys_text_stays_text():
+    """Names and predictions come from the study's files: HTML in them is escaped wherever it
+    lands (Markdown, the secondary table, the recipe, the browser's data), and text that looks
+    like template syntax is left as it is."""
     from lab.study.html import render_html
 
+    attack = "<img src=x onerror=alert(1)></script><!--"
     data = synthetic_study_data(4, seeds=1, epochs=(0,))
-    data["evaluations"][0]["predictions"][0] = "__SCRIPT__ </script> __DATA__"
-    page = render_html("t __TABLES__", "name: __RECIPE__", "<p>x</p>", "", data)
-    assert page.count("const DATA = JSON.parse") == 1 and "t __TABLES__" in page
-    assert "__SCRIPT__ <\\/script> __DATA__" in page and "name: __RECIPE__" in page
+    data["evaluations"][0]["predictions"][0] = "{{ title }} " + attack
+    table = {"header": ["model", "arm", "p"], "rows": [[attack, "paired", "0.5"]], "note": attack}
+    markdown = f"| a |\n|---|\n| {attack} |\n\n[x](javascript:alert(1)) {attack}\n"
+    page = render_html("t {{ recipe }} " + attack, "name: {% raw %}" + attack, data,
+                       [{"heading": "h " + attack, "markdown": markdown},
+                        {"heading": "Secondary", "markdown": "", "table": table}])
+    shown, data_script = page.split("<script type='application/json'")
+    assert "<img" not in shown and "onerror=alert(1)>" not in shown and "<!--" not in shown
+    assert "href" not in shown and "&lt;img src=x onerror=alert(1)&gt;" in shown
+    # In the data, no "</script>" ends the element early and no "<!--" changes its parsing.
+    assert data_script.count("</script>") == 2 and "<!--" not in data_script
+    assert page.count("const DATA = JSON.parse") == 1
+    assert "t {{ recipe }} &lt;img" in page and "name: {% raw %}&lt;img" in page
+    found = json.loads(re.search(r"<script type='application/json' id='lab-data'>(.*?)</script>",
+                                 page, re.S).group(1))
+    assert found == data  # the escapes are JSON's: JSON.parse gives the prediction back
 
 
 def test_synthetic_data_is_seeded_and_sized():
@@ -164,3 +184,29 @@ def test_a_corrupt_prediction_file_fails_lab_report_before_it_writes(tmp_path):
     done = subprocess.run([sys.executable, "-m", "lab.cli", "report", str(study), "--no-html"],
                           capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"))
     assert done.returncode == 0 and not (study / "report" / "report.html").exists()
+
+
+def test_the_main_table_fits_a_laptop_screen_and_opens_every_column(browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    from lab.study.report import run_report
+    from tests.test_report import CONTROL, PAIRED, write_study
+
+    study = write_study(tmp_path / "s", {"control": CONTROL, "paired": PAIRED,
+                                         "paired-placebo": [v - 2 for v in PAIRED]})
+    page = run_report(study)["html"]
+    browser.set_window_size(1280, 900)
+    browser.get(page.as_uri())
+    _ready(browser)
+    sideways = "return document.documentElement.scrollWidth - document.documentElement.clientWidth"
+    main = browser.find_element(By.ID, "main-table")
+    shown = [th for th in main.find_elements(By.TAG_NAME, "th") if th.is_displayed()]
+    assert 6 <= len(shown) <= 10 and browser.execute_script(sideways) <= 0
+    assert browser.execute_script("return arguments[0].scrollWidth <= arguments[0].clientWidth",
+                                  main)  # the table itself does not scroll either
+    behind = browser.find_elements(By.CSS_SELECTOR, "#all-columns th")
+    assert len(behind) > len(shown) and not any(th.is_displayed() for th in behind)
+    browser.find_element(By.CSS_SELECTOR, "#all-columns summary").click()
+    assert all(th.text for th in behind)  # shown now (hidden elements have no text)
+    assert browser.execute_script(sideways) <= 0  # the wide table scrolls inside itself
+    _screenshot(browser, tmp_path, "report-all-columns.png")

@@ -3,10 +3,12 @@ by hand in the layout of lab.study.runner.collect): no training needed."""
 from __future__ import annotations
 
 import csv
+import html
 import itertools
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -763,8 +765,11 @@ def test_the_figure_draws_each_baseline_at_its_measured_values():
     import matplotlib.pyplot as plt
 
     from lab.study.figure import _panel
+    from lab.study.report_data import Cell
 
-    series = [{"epochs": e, "mean": 10.0 + e, "std": 0, "baselines": {"copy": 18.78, "retrieval": r}}
+    series = [Cell(model="gpt2", task="translation", metric="bleu", epochs=e, train_size="",
+                   arm="paired", convention="exact-two-sided", alpha=0.05, seeds=1,
+                   mean=10.0 + e, std=0, baselines={"copy": 18.78, "retrieval": r})
               for e, r in ((0, 24.6), (1, 12.75), (5, 12.75))]
     fig, ax = plt.subplots()
     try:
@@ -776,3 +781,45 @@ def test_the_figure_draws_each_baseline_at_its_measured_values():
         assert list(retrieval.get_ydata()) == [24.6, 12.75, 12.75]
     finally:
         plt.close(fig)
+
+
+def test_the_console_shows_the_primary_table_and_where_its_legend_and_the_rest_are(tmp_path):
+    study = write_study(tmp_path / "s", {"control": CONTROL, "paired": PAIRED,
+                                         "paired-placebo": [v - 2 for v in PAIRED]})
+    env = dict(os.environ, HF_HUB_OFFLINE="1", COLUMNS="200")
+    out = subprocess.run([sys.executable, "-m", "lab.cli", "report", str(study)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    folder = study / "report"
+    assert out.stdout.startswith("## Primary contrasts")
+    assert "| contamination | gpt2 |" in out.stdout
+    assert f"Legend and full tables: {folder}/table.md, primary.md, report.html\n" in out.stdout
+    assert f"figure: {folder / 'decay-bleu.png'}" in out.stdout
+    # The legends (and the secondary table) stay in the files, out of the terminal.
+    legend, primary_legend = ("Descriptive: no p-value of this table is starred",
+                              "Primary contrasts: the declared questions")
+    assert legend not in out.stdout and primary_legend not in out.stdout
+    assert "Secondary" not in out.stdout and "Exploratory" not in out.stdout
+    assert legend in (folder / "table.md").read_text()
+    assert primary_legend in (folder / "primary.md").read_text()
+    page = html.unescape((folder / "report.html").read_text())
+    assert legend in page and primary_legend in page
+
+
+def test_the_html_main_table_fits_a_laptop_and_the_other_columns_open_on_request(tmp_path):
+    study = write_study(tmp_path / "s", {"control": CONTROL, "paired": PAIRED,
+                                         "paired-placebo": [v - 2 for v in PAIRED]})
+    report = run_report(study)
+    page = Path(report["html"]).read_text()
+    header = _secondary(report["markdown"])[0].strip("| ").split(" | ")
+    assert len(header) >= 15  # what table.md shows: too wide for a laptop screen
+    main = re.search(r"<table class='results' id=\"main-table\">(.*?)</table>", page, re.S).group(1)
+    shown = [html.unescape(h) for h in re.findall(r"<th>(.*?)</th>", main)]
+    assert shown == ["model", "task", "metric", "epochs", "arm", "experimental", "control",
+                     "placebo", "injected", "held-out"]
+    assert main.count("<tr>") == 1 + len(report["cells"])  # the header, then a row per cell
+    # Every column of table.md behind the toggle (a <details>, closed: no script needed).
+    behind = re.search(r"<details id=\"all-columns\">(.*?)</details>", page, re.S).group(1)
+    assert [html.unescape(h) for h in re.findall(r"<th>(.*?)</th>", behind)] == header
+    assert set(header) - set(shown) and all(h in html.unescape(behind.split("</summary>")[0])
+                                            for h in set(header) - set(shown))

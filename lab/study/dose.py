@@ -38,8 +38,8 @@ from lab.stats import (CLUSTER_BOOTSTRAP, DOSE_BAND, DOSE_CURVE, DOSE_CURVE_UNCO
                        fit_unconstrained_curve, holm, membership_auc, one_model_rank_test,
                        paired_within_model, sample_interval, seed_effect, sign_flip_test,
                        starred_p, unconstrained_curve_values)
-from lab.study.figure import train_size_order
 from lab.study.questions import SAMPLE_UNIT, SEED_UNIT, seeds_for_family, sign_flip_floor
+from lab.study.report_data import train_size_order
 from lab.study.runner import DOSE_GROUP, PROBE_COLUMNS, PROBES, RESULTS, SAMPLES
 
 DOSE_SCALE = "copies per corpus epoch (a base document: 1)"
@@ -79,9 +79,9 @@ def dose_stats(study: Path, metrics: list[str], alpha: float, read_csv: Any,
                band_metric: str | None = None, alternative: str = "two-sided") -> dict[str, Any]:
     """{"levels": one record per (model, task, metric, epochs, train size, arm, dose),
     "cells": one per ladder (its threshold, fits and band)}; empty lists when no arm injected a
-    ladder. `read_csv` is lab.study.report's reader (errors name file, line and column); the
-    tests take the study's `alternative`, intervals have level 1 - alpha; the curves' band is
-    drawn for `band_metric` only (it refits both curves on every resample)."""
+    ladder. `read_csv` is lab.study.report_data's reader (errors name file, line and column);
+    the tests take the study's `alternative`, intervals have level 1 - alpha; the curves' band
+    is drawn for `band_metric` only (it refits both curves on every resample)."""
     study = Path(study)
     results = read_csv(study / RESULTS, ("model", "task", "arm", "seed", "epochs", "train_size",
                                          "group"), lambda c: c in metrics or c == "injected_token_fraction")

@@ -7,57 +7,53 @@ from pathlib import Path
 from typing import Any
 
 from lab.common import LabError
+from lab.study.report_data import Cell, train_size_order
 
 
-def train_size_order(size: str) -> tuple[int, int, str]:
-    """Training-set sizes as numbers, then named ones (`all`): the order of tables and panels."""
-    return (0, int(size), "") if size.isdigit() else (1, 0, size)
-
-
-def _panel(ax: Any, series: list[dict[str, Any]], arm: str, metric: str) -> None:
+def _panel(ax: Any, series: list[Cell], arm: str, metric: str) -> None:
     """One (model, task, arm): against the control (and its placebo arm, if the study has one)
     when there is one (with the split-half pair as thin dashed lines), else injected against
     held-out; on a second axis the Holm p of the arm's headline primary test at each epoch
-    count (report._with_primary_p), where the study has one."""
-    pairs = [c for c in series if c.get("injected") is not None]
-    with_control = [c for c in series if c.get("control") is not None]
+    count (report_data.with_primary_p), where the study has one."""
+    pairs = [c for c in series if c.halves is not None]
+    with_control = [c for c in series if c.control is not None]
     joined = []
     if with_control:
-        epochs = [c["epochs"] for c in with_control]
-        ax.errorbar(epochs, [c["control"] for c in with_control],
-                    yerr=[c["control_std"] or 0 for c in with_control], marker="o", capsize=3,
+        epochs = [c.epochs for c in with_control]
+        ax.errorbar(epochs, [c.control.mean for c in with_control],
+                    yerr=[c.control.std or 0 for c in with_control], marker="o", capsize=3,
                     label="control")
-        ax.errorbar(epochs, [c["mean"] for c in with_control],
-                    yerr=[c["std"] or 0 for c in with_control], marker="s", capsize=3, label=arm)
-        joined = [(c["epochs"], c["control"], c["mean"]) for c in with_control]
-        placebo = [c for c in with_control if c.get("placebo") is not None]
+        ax.errorbar(epochs, [c.mean for c in with_control],
+                    yerr=[c.std or 0 for c in with_control], marker="s", capsize=3, label=arm)
+        joined = [(c.epochs, c.control.mean, c.mean) for c in with_control]
+        placebo = [c for c in with_control if c.placebo is not None]
         if placebo:
-            ax.errorbar([c["epochs"] for c in placebo], [c["placebo"] for c in placebo],
-                        yerr=[c["placebo_std"] or 0 for c in placebo], marker="D", capsize=3,
-                        color="tab:brown", label=placebo[0]["placebo_arm"])
+            ax.errorbar([c.epochs for c in placebo], [c.placebo.mean for c in placebo],
+                        yerr=[c.placebo.std or 0 for c in placebo], marker="D", capsize=3,
+                        color="tab:brown", label=placebo[0].placebo.arm)
         if pairs:
-            ax.plot([c["epochs"] for c in pairs], [c["injected"] for c in pairs], "--^", lw=0.8,
+            ax.plot([c.epochs for c in pairs], [c.halves.injected for c in pairs], "--^", lw=0.8,
                     ms=3, color="tab:green", label=f"{arm}: injected samples")
-            ax.plot([c["epochs"] for c in pairs], [c["held_out"] for c in pairs], "--v", lw=0.8,
+            ax.plot([c.epochs for c in pairs], [c.halves.held_out for c in pairs], "--v", lw=0.8,
                     ms=3, color="tab:purple", label=f"{arm}: held-out samples")
     elif pairs:
-        epochs = [c["epochs"] for c in pairs]
-        ax.plot(epochs, [c["injected"] for c in pairs], "-^", color="tab:green",
+        epochs = [c.epochs for c in pairs]
+        ax.plot(epochs, [c.halves.injected for c in pairs], "-^", color="tab:green",
                 label="injected samples")
-        ax.plot(epochs, [c["held_out"] for c in pairs], "-v", color="tab:purple",
+        ax.plot(epochs, [c.halves.held_out for c in pairs], "-v", color="tab:purple",
                 label="held-out samples")
-        joined = [(c["epochs"], c["held_out"], c["injected"]) for c in pairs]
+        joined = [(c.epochs, c.halves.held_out, c.halves.injected) for c in pairs]
     else:  # neither a control nor a split-half pair: the arm's score alone
-        ax.errorbar([c["epochs"] for c in series], [c["mean"] for c in series],
-                    yerr=[c["std"] or 0 for c in series], marker="s", capsize=3, label=arm)
+        ax.errorbar([c.epochs for c in series], [c.mean for c in series],
+                    yerr=[c.std or 0 for c in series], marker="s", capsize=3, label=arm)
     # The trivial baselines on the same samples: the floor a model must clear. A baseline the
     # same in every cell is a horizontal line; one that is not (retrieval searches the cell's
     # fine-tuning pairs, or the whole train split at E = 0) is drawn through its value at each
     # epoch count, never averaged.
     baselines: dict[str, dict[int, float]] = {}
     for cell in series:
-        for name, value in (cell.get("baselines") or {}).items():
-            baselines.setdefault(name, {})[cell["epochs"]] = value
+        for name, value in cell.baselines.items():
+            baselines.setdefault(name, {})[cell.epochs] = value
     for (name, by_epoch), style in zip(sorted(baselines.items()), (":", "-.", "--")):
         if len(set(by_epoch.values())) == 1:
             ax.axhline(next(iter(by_epoch.values())), color="grey", lw=1, ls=style,
@@ -67,20 +63,20 @@ def _panel(ax: Any, series: list[dict[str, Any]], arm: str, metric: str) -> None
                     lw=1, ls=style, drawstyle="steps-mid", label=f"baseline: {name}")
     for epoch, low, high in joined:
         ax.plot([epoch, epoch], [low, high], color="grey", lw=0.8, zorder=1)
-    ax.set_xticks(sorted({c["epochs"] for c in series}))
+    ax.set_xticks(sorted({c.epochs for c in series}))
     ax.set_xlabel("fine-tuning epochs (0 = direct inference)")
     ax.set_ylabel(metric)
     handles, labels = ax.get_legend_handles_labels()
     # errorbar handles come after plain lines: list control and arm before the split-half pair.
     order = sorted(range(len(labels)), key=lambda i: labels[i].endswith(" samples"))
     handles, labels = [handles[i] for i in order], [labels[i] for i in order]
-    points = [(c["epochs"], c["p_primary"]) for c in series if c.get("p_primary") is not None]
+    points = [(c.epochs, c.p_primary) for c in series if c.p_primary is not None]
     if points:
-        label = next(c["p_primary_label"] for c in series if c.get("p_primary") is not None)
+        label = next(c.p_primary_label for c in series if c.p_primary is not None)
         twin = ax.twinx()
         twin.plot([e for e, _ in points], [max(p, 1e-300) for _, p in points], ":o", ms=4,
                   color="tab:red", label=label)
-        alpha = series[0]["alpha"]
+        alpha = series[0].alpha
         twin.axhline(alpha, color="tab:red", lw=0.6, alpha=0.6, label=f"alpha = {alpha}")
         if min(p for _, p in points) < 1e-3:  # a one-seed test over samples: a log axis
             twin.set_yscale("log")
@@ -95,16 +91,16 @@ def _panel(ax: Any, series: list[dict[str, Any]], arm: str, metric: str) -> None
               fontsize=8, frameon=False)
 
 
-def plotted_cells(cells: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
+def plotted_cells(cells: list[Cell], metric: str) -> list[Cell]:
     """The cells of the decay figure: the contaminated arms (the control alone if that is all)."""
-    chosen = [c for c in cells if c["metric"] == metric and c.get("mean") is not None]
+    chosen = [c for c in cells if c.metric == metric and c.mean is not None]
     if not chosen:
-        known = ", ".join(sorted({c["metric"] for c in cells})) or "none"
+        known = ", ".join(sorted({c.metric for c in cells})) or "none"
         raise LabError(f"no finished cells with metric '{metric}' to plot (metrics: {known})")
-    return [c for c in chosen if c["arm"] != "control"] or chosen
+    return [c for c in chosen if c.arm != "control"] or chosen
 
 
-def decay_figure(cells: list[dict[str, Any]], metric: str, out_base: Path) -> list[Path]:
+def decay_figure(cells: list[Cell], metric: str, out_base: Path) -> list[Path]:
     """Each arm's score against fine-tuning epochs, one panel per model, task and arm; PNG and
     SVG."""
     import matplotlib
@@ -113,16 +109,16 @@ def decay_figure(cells: list[dict[str, Any]], metric: str, out_base: Path) -> li
     import matplotlib.pyplot as plt
 
     chosen = plotted_cells(cells, metric)
-    sizes = len({c["train_size"] for c in chosen}) > 1
-    panels = sorted({(c["model"], c["task"], c["arm"], c["train_size"] if sizes else "")
+    sizes = len({c.train_size for c in chosen}) > 1
+    panels = sorted({(c.model, c.task, c.arm, c.train_size if sizes else "")
                      for c in chosen}, key=lambda k: k[:3] + (train_size_order(k[3]),))
     columns = min(3, len(panels))
     rows = math.ceil(len(panels) / columns)
     fig, axes = plt.subplots(rows, columns, figsize=(5.5 * columns, 5 * rows), squeeze=False,
                              layout="constrained")
     for ax, (model, task, arm, size) in zip(axes.flat, panels):
-        series = sorted((c for c in chosen if (c["model"], c["task"], c["arm"]) == (model, task, arm)
-                         and (not sizes or c["train_size"] == size)), key=lambda c: c["epochs"])
+        series = sorted((c for c in chosen if (c.model, c.task, c.arm) == (model, task, arm)
+                         and (not sizes or c.train_size == size)), key=lambda c: c.epochs)
         _panel(ax, series, arm, metric)
         ax.set_title(f"{model}, {task}, {arm}" + (f", train size {size or 'all'}" if sizes else ""),
                      fontsize=10)

@@ -284,7 +284,7 @@ def primary_note(table: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def _markdown(rows: list[dict[str, Any]], table: dict[str, Any], columns: list, note: str) -> str:
+def _markdown(rows: list[dict[str, Any]], table: dict[str, Any], columns: list) -> str:
     header = [h for h, _ in columns]
     lines = [[fmt(r, table) for _, fmt in columns] for r in rows]
     if all(r["train_size"] in ("", None) for r in rows):
@@ -292,7 +292,12 @@ def _markdown(rows: list[dict[str, Any]], table: dict[str, Any], columns: list, 
         header = header[:drop] + header[drop + 1:]
         lines = [line[:drop] + line[drop + 1:] for line in lines]
     return ("| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n"
-            + "".join("| " + " | ".join(line) + " |\n" for line in lines) + f"\n{note}\n")
+            + "".join("| " + " | ".join(line) + " |\n" for line in lines))
+
+
+def table_markdown(table: dict[str, Any]) -> str:
+    """The primary table alone, without its note: what the console shows."""
+    return _markdown(table["rows"], table, PRIMARY_COLUMNS)
 
 
 # The exploratory table: the same effects, outside the family (no Holm, no power, no star).
@@ -308,13 +313,13 @@ def exploratory_markdown(table: dict[str, Any]) -> str:
             f"({', '.join(table['exploratory_questions'])}), computed as the primary ones are "
             "(effect over seeds, its interval, its own p) but outside the family: no Holm, "
             "never starred, a lead for a study that declares them, not a finding.")
-    return _markdown(table["exploratory"], table, EXPLORATORY_COLUMNS, note)
+    return _markdown(table["exploratory"], table, EXPLORATORY_COLUMNS) + f"\n{note}\n"
 
 
 def render(table: dict[str, Any]) -> dict[str, str]:
     """The primary table as Markdown (with its note) and CSV (every field, the exploratory rows
     after the family's, marked by `declared`)."""
-    markdown = _markdown(table["rows"], table, PRIMARY_COLUMNS, primary_note(table))
+    markdown = table_markdown(table) + f"\n{primary_note(table)}\n"
     fields = ["question", "model", "task", "metric", "epochs", "epochs_to", "train_size", "arm",
               "reference", "contrast", "unit", "seeds", "seeds_positive", "estimate", "ci_low",
               "ci_high", "p", "test", "floor", "p_holm", "significant", "seeds_for_power",
