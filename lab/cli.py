@@ -295,7 +295,7 @@ def probe(cfg: ProbeConfig) -> None:
     """Was the injected data memorised? Loss, Min-K%, extraction and infill probes."""
     from lab.eval.probe import run_probe
 
-    result = run_probe(**vars(cfg))
+    result = run_probe(cfg)
     # The never-seen group the injected one is compared with: held-out samples, else reference
     # samples of the validation split (an arm without a held-out half).
     baseline = result.get("baseline") or "held_out"
@@ -350,7 +350,8 @@ def study(
 ) -> None:
     """Run a whole contamination study; finished stages are reused, interrupted ones resumed."""
     from lab.study.recipe import load_recipe
-    from lab.study.runner import check_executor, run_study
+    from lab.study.runner import run_study
+    from lab.study.scheduler import check_executor
 
     overrides = list(set_ or []) + ([f"resources.threads={threads}"] if threads is not None else [])
     parsed = load_recipe(recipe, overrides)
@@ -454,7 +455,7 @@ def _exit_with_a_resume_line_on_signals(command: List[str]) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         for worker in multiprocessing.active_children():
             worker.kill()  # a stage cut short is redone (or resumed) by the next run
-        from lab.study.runner import console_stderr
+        from lab.study.execution import console_stderr
 
         os.write(console_stderr(), f"lab: interrupted; resume with: {again}\n".encode())
         raise SystemExit(128 + signum)  # unwinds: temporary outputs of this process are removed
@@ -520,7 +521,9 @@ def _run_with_progress(recipe: Any, folder: Path, corpora: Optional[Path], execu
     time, and each distinct warning of the stages' logs once."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from lab.study.runner import describe, expand, run_study, stage_log
+    from lab.study.execution import stage_log
+    from lab.study.grid import describe, expand
+    from lab.study.runner import run_study
 
     stages = expand(recipe, seeds)
     done = sum(s.done(folder) for s in stages)
@@ -637,9 +640,9 @@ app.add_typer(tokenizer_app, name="tokenizer")
 @options_of(TokenizerConfig)
 def tokenizer_train(cfg: TokenizerConfig) -> None:
     """Train the byte-level BPE tokenizer on the control corpus plus benchmark train splits."""
-    from lab.tokenizer import train_tokenizer
+    from lab.tokenizer import run_tokenizer
 
-    manifest = train_tokenizer(**vars(cfg))
+    manifest = run_tokenizer(cfg)
     console.print(f"tokenizer: {cfg.out} (vocabulary {manifest['vocab_size']}, "
                   f"sha256 {manifest['tokenizer_sha256'][:16]})")
 
@@ -739,7 +742,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     """Console entry point: user errors become one line on stderr and exit code 2."""
     if os.environ.get("LAB_DIE_WITH_PARENT") == "1":
         # A rank started by a study's launcher: die with the launcher (its runner's child).
-        from lab.study.runner import die_with_parent
+        from lab.study.execution import die_with_parent
 
         die_with_parent()
     try:

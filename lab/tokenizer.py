@@ -58,20 +58,34 @@ class TokenizerConfig:
     force: bool = param(False, "Replace an existing output directory.")
     corpora_dir: Path | None = corpora_param()
 
+    def __post_init__(self) -> None:
+        # Checked where the config is made: by `lab tokenizer train` and by a recipe's
+        # `tokenizer` section alike (lab.study.recipe names the recipe's field).
+        if self.vocab_size < MIN_VOCAB_SIZE:
+            raise LabError(f"--vocab-size {self.vocab_size}: must be >= {MIN_VOCAB_SIZE}")
+
+
+MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + 256  # the 256 byte symbols and the special tokens
+
 
 def train_tokenizer(corpus: Path, out: Path, benchmarks: Sequence[str] | None = None,
                     **options: Any) -> dict[str, Any]:
-    """Entry point of `lab tokenizer train`; `options`: TokenizerConfig's other fields."""
-    cfg = TokenizerConfig(corpus=Path(corpus), out=Path(out), **options,
-                          **({} if benchmarks is None else {"benchmarks": tuple(benchmarks)}))
+    """run_tokenizer with TokenizerConfig's fields as arguments (`options`: its other fields)."""
+    return run_tokenizer(TokenizerConfig(
+        corpus=Path(corpus), out=Path(out), **options,
+        **({} if benchmarks is None else {"benchmarks": tuple(benchmarks)})))
+
+
+def run_tokenizer(cfg: TokenizerConfig) -> dict[str, Any]:
+    """Entry point of `lab tokenizer train` and of a study's tokenizer stage: the tokenizer in
+    cfg.out; returns its manifest."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     started = time.perf_counter()
-    if cfg.vocab_size < len(SPECIAL_TOKENS) + 256:
-        raise LabError(f"--vocab-size {cfg.vocab_size}: must be at least {len(SPECIAL_TOKENS) + 256}")
+    corpus, out = Path(cfg.corpus), Path(cfg.out)
     inputs = [corpus, *corpora_inputs(cfg.corpora_dir)]
-    check_output(Path(out), cfg.force, "lab-tokenizer", inputs)
+    check_output(out, cfg.force, "lab-tokenizer", inputs)
     corpus_manifest = read_manifest(corpus)
     if corpus_manifest.get("setting") != "control" or corpus_manifest.get("counts", {}).get(
             "injected_documents"):

@@ -16,7 +16,9 @@ import pytest
 
 from lab.common import LabError, cached_sha256
 from lab.study.recipe import load_recipe
-from lab.study.runner import SUMMARY, expand, run_stage, run_study, study_data
+from lab.study.execution import run_stage
+from lab.study.grid import expand
+from lab.study.runner import SUMMARY, run_study, study_data
 
 pytestmark = pytest.mark.skipif(not os.environ.get("LAB_CORPORA"), reason="needs LAB_CORPORA")
 

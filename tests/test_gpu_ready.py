@@ -69,7 +69,7 @@ def test_bfloat16_inference_runs_on_a_cpu(micro_world, tmp_path):
 
 def test_recipe_device_and_precision_key_evaluation_and_probes_only():
     from lab.study.recipe import load_recipe
-    from lab.study.runner import expand
+    from lab.study.grid import expand
 
     recipe = REPO / "recipes" / "quickstart.yaml"
     before = {s.key: s.kind for s in expand(load_recipe(recipe))}

@@ -283,14 +283,15 @@ def test_a_paper_subset_study_groups_its_samples(tmp_path):
     """A micro -paper study: its evaluate stage scores the subset it injected (injected /
     held_out), not the base benchmark's test split (every sample `unknown`)."""
     from lab.study.recipe import load_recipe
-    from lab.study.runner import expand, run_study
+    from lab.study.grid import expand
+    from lab.study.runner import run_study
 
     recipe = load_recipe(RECIPES / "mini" / "micro.yaml", [
         "benchmark=codetrans-paper", "arms=[paired]", "seeds=[0]", "finetune.epochs=[0]",
         "injection.samples=12", "injection.fraction=0.5", "evaluation.max_samples=12",
         "probe.enabled=false", "resources.threads=1"])
     evaluation = next(s for s in expand(recipe) if s.kind == "evaluate")
-    assert evaluation.config["task"] == "translation"
+    assert evaluation.config.task == "translation"
     summary = run_study(recipe, tmp_path / "s", workers=1)
     with open(summary["samples"], newline="") as handle:
         samples = list(csv.DictReader(handle))
@@ -345,15 +346,15 @@ def test_recipes_whose_lengths_or_samples_do_not_fit_are_refused(overrides, mess
 
 def test_every_shipped_recipe_fits_and_the_concode_paper_recipe_loads():
     from lab.study.recipe import load_recipe
-    from lab.study.runner import expand
+    from lab.study.grid import expand
 
     for path in sorted(RECIPES.rglob("*.yaml")):
         load_recipe(path)
     recipe = load_recipe(RECIPES / "paper" / "concode-paper.yaml")
     assert recipe.benchmark == "concode-paper"
     stages = expand(recipe)
-    assert {s.config["task"] for s in stages if s.kind in ("finetune", "evaluate")} == {"generation"}
-    assert {s.config["benchmark"] for s in stages if s.kind == "inject"} == {"concode-paper"}
+    assert {s.config.task for s in stages if s.kind in ("finetune", "evaluate")} == {"generation"}
+    assert {s.config.benchmark for s in stages if s.kind == "inject"} == {"concode-paper"}
 
 
 @needs_corpora

@@ -16,7 +16,8 @@ import pytest
 from lab.common import LabError
 from lab.study.merge import merge_studies
 from lab.study.recipe import load_recipe
-from lab.study.runner import expand, run_study
+from lab.study.grid import expand
+from lab.study.runner import run_study
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "mini" / "micro.yaml"
 

@@ -16,7 +16,7 @@ import typer
 from lab.common import LabError
 from lab.study.recipe import (STUDY_DEFAULTS, Recipe, load_recipe, recipe_dict, recipe_from_dict,
                               reference_yaml)
-from lab.study.runner import expand
+from lab.study.grid import expand
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -324,23 +324,26 @@ def test_pretraining_an_unpaired_arm_keeps_samples_apart_and_records_truncation(
 # --- recipes: the field is always part of a pre-training stage's key ------------------------
 
 def test_cross_document_attention_is_always_in_the_pretraining_stage_key(tmp_path, monkeypatch):
+    import dataclasses
     from pathlib import Path
 
-    import lab.train.pretrain as pretrain_module
+    from lab.study import stages as kinds
     from lab.study.recipe import KEY_NEUTRAL_DEFAULTS, load_recipe
-    from lab.study.runner import _run_stage_unlocked, expand
+    from lab.study.execution import _run_stage_unlocked
+    from lab.study.grid import expand
 
     recipe = Path(__file__).resolve().parents[1] / "recipes" / "mini" / "micro.yaml"
     stages = expand(load_recipe(recipe))
     pretrains = [s for s in stages if s.kind == "pretrain"]
     # Not key-neutral: the default changed, so stages made before it get new keys.
     assert "cross_document_attention" not in KEY_NEUTRAL_DEFAULTS.get("pretrain", {})
-    assert all(s.config["cross_document_attention"] is False for s in pretrains)
+    assert all(s.config.cross_document_attention is False for s in pretrains)
     cross = expand(load_recipe(recipe, ["pretrain.cross_document_attention=true"]))
     changed = {s.kind for s in cross if s.key not in {t.key for t in stages}}
     assert "pretrain" in changed and not changed & {"inject", "tokenizer"}
     seen = []
-    monkeypatch.setattr(pretrain_module, "run_pretrain", seen.append)
+    monkeypatch.setitem(kinds.KINDS, "pretrain",
+                        dataclasses.replace(kinds.KINDS["pretrain"], run=seen.append))
     stage = next(s for s in cross if s.kind == "pretrain")
     _run_stage_unlocked(stage, tmp_path, None)
     assert seen[0].cross_document_attention is True

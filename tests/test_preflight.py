@@ -71,7 +71,7 @@ def test_quickstart_passes_preflight_with_the_real_corpora(pf, corpora_root, qui
 
 
 def test_only_what_a_stage_fails_without_is_required(pf, quickstart):
-    from lab.study.runner import expand
+    from lab.study.grid import expand
 
     needed = pf.required_splits(expand(quickstart))
     assert needed == {("csn-java", "valid"): ["inject"],
@@ -150,7 +150,7 @@ def test_low_disk_is_named_with_what_the_estimate_assumes(pf, monkeypatch, quick
     for fragment in ("700 documents", "1 pre-trained models with 2 checkpoints", "gpt2 4.3M"):
         assert fragment in problem, problem
     # The bound: the tiny GPT-2 (4.3M parameters) with two checkpoints dominates.
-    from lab.study.runner import expand
+    from lab.study.grid import expand
 
     needed = pf.disk_estimate(quickstart, expand(quickstart))["bytes"]
     assert 28 * 4.3e6 < needed < 1e9

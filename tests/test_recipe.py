@@ -34,7 +34,7 @@ def test_valid_recipe_and_defaults(recipe_file):
     ("injection.samples=5000", "injection.samples: 5000: codetrans's test split holds 1000"),
     ("pretrain.block_size=4096", "pretrain.block_size: larger than the gpt2 tiny preset's 512"),
     ("pretrain.lr_scheduler=steep", "pretrain.lr_scheduler: unknown 'steep'"),
-    ("tokenizer.vocab_size=100", "tokenizer.vocab_size: expected int >= 300"),
+    ("tokenizer.vocab_size=100", "tokenizer.vocab_size: must be >= 262, got 100"),
     ("evaluation.split=dev", "evaluation.split: unknown split 'dev'"),
     ("evaluation.metrics=[bleu, rouge]", "evaluation.metrics[1]: unknown metric 'rouge'"),
     ("evaluation.decoding=beam:0", "evaluation.decoding: 'beam:0'"),
@@ -315,8 +315,11 @@ def test_only_a_length_matched_placebo_changes_its_stage_keys(monkeypatch, tmp_p
     """placebo_match enters a placebo's inject stage only when it is length (the default): the
     control and the contaminated arm keep their keys, and a study that asks for the random draw
     (results/mini-rq4-paired/recipe.json) keeps its placebo keys and draws at random again."""
-    import lab.contamination.inject as inject
-    from lab.study.runner import _run_stage_unlocked, expand
+    import dataclasses
+
+    from lab.study import stages as kinds
+    from lab.study.execution import _run_stage_unlocked
+    from lab.study.grid import expand
 
     rq4 = Path(__file__).resolve().parents[1] / "recipes" / "mini" / "rq4-paired.yaml"
     length, drawn = (expand(load_recipe(rq4, overrides))
@@ -326,12 +329,13 @@ def test_only_a_length_matched_placebo_changes_its_stage_keys(monkeypatch, tmp_p
         return {s.key for s in stages if (s.labels.get("arm") == "paired-placebo") == placebo}
     assert keys(length, False) == keys(drawn, False)
     assert keys(length, True).isdisjoint(keys(drawn, True))
-    injects = {(s.labels["arm"], "placebo_match" in s.config)
+    injects = {(s.labels["arm"], "placebo_match" in s.keyed)
                for stages in (length, drawn) for s in stages if s.kind == "inject"}
     assert injects == {("control", False), ("paired", False), ("paired-placebo", True),
                        ("paired-placebo", False)}
     ran = []
-    monkeypatch.setattr(inject, "run_inject", lambda cfg: ran.append(cfg.placebo_match))
+    monkeypatch.setitem(kinds.KINDS, "inject", dataclasses.replace(
+        kinds.KINDS["inject"], run=lambda cfg: ran.append(cfg.placebo_match)))
     for stages in (length, drawn):
         stage = next(s for s in stages if s.kind == "inject" and s.labels["arm"] == "paired-placebo")
         _run_stage_unlocked(stage, tmp_path, None)

@@ -2,25 +2,45 @@
 each distinct warning once."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
-from lab.study import runner
-from lab.study.runner import Stage, log_warnings, recorded_seconds, stage_log
+import pytest
+
+from lab.study import execution, scheduler, stages as kinds
+from lab.study.execution import recorded_seconds, stage_log
+from lab.study.grid import Stage
+from lab.study.scheduler import log_warnings
 
 WORK_SECONDS = 0.3
+
+
+@dataclasses.dataclass
+class Named:
+    """The config of the made-up stage kinds these tests run."""
+    name: str
+
+
+@pytest.fixture
+def made_up_kinds(monkeypatch):
+    """Kinds of stage named by their config's `name` (the scheduler's tests need no real one);
+    the real kinds' names stand for themselves."""
+    for kind in ("x", "pretrain", "evaluate"):
+        monkeypatch.setitem(kinds.KINDS, kind, kinds.StageKind(Named, print, key=("name",)))
 
 
 def fake_work(stage: Stage, study: Path, corpora_dir, threads=None) -> None:
     """A stage that prints (Python and file-descriptor level), warns like the libraries do, and
     takes WORK_SECONDS."""
-    print(f"training {stage.config['name']}", flush=True)
-    runner.os.write(2, b"from C: progress 100%\n")
+    print(f"training {stage.config.name}", flush=True)
+    os.write(2, b"from C: progress 100%\n")
     print("[2026-11-25 08:33:58,662] [WARNING] [accel.py:213] Setting accelerator to CPU",
           file=sys.stderr)
-    if stage.config["name"] == "b":
+    if stage.config.name == "b":
         print("[transformers] a warning only stage b has", file=sys.stderr)
     time.sleep(WORK_SECONDS)
     out = stage.out(study)
@@ -29,30 +49,30 @@ def fake_work(stage: Stage, study: Path, corpora_dir, threads=None) -> None:
 
 
 def test_stages_run_in_the_lab_process_are_timed_logged_and_warn_once(tmp_path, monkeypatch,
-                                                                      capfd):
+                                                                      capfd, made_up_kinds):
     """One worker: the stages run in the runner's own process (pool workers: test_study)."""
     study = tmp_path / "study"
     (study / "stages").mkdir(parents=True)
-    first = Stage("x", {"name": "a"})
-    stages = [first, Stage("x", {"name": "b"}, inputs=[first])]
-    monkeypatch.setattr(runner, "_run_stage_unlocked", fake_work)
-    submit, shutdown = runner._submitter("local", 1, 1, study, None, None)
+    first = Stage("x", Named("a"))
+    stages = [first, Stage("x", Named("b"), inputs=[first])]
+    monkeypatch.setattr(execution, "_run_stage_unlocked", fake_work)
+    submit, shutdown = scheduler.submitter("local", 1, 1, study, None, None)
     events = []
     try:
-        timings = runner._schedule(stages, study, submit, 1, lambda *event: events.append(event))
+        timings = scheduler.schedule(stages, study, submit, 1, lambda *event: events.append(event))
     finally:
         shutdown()
     # Timed as the stage ran (it used to be 0 s in the runner's own process).
     assert [t["stage"] for t in timings] == [s.key for s in stages]
     for stage, timing in zip(stages, timings):
         assert WORK_SECONDS <= timing["seconds"] == recorded_seconds(stage, study)
-        record = json.loads(runner.stage_timing(stage, study).read_text())
+        record = json.loads(execution.stage_timing(stage, study).read_text())
         assert record["threads"] == 1
         ends = [e for e in events if e[0] == "end" and e[1] is stage]
         assert ends and ends[0][2] == timing["seconds"]
         # Everything the stage printed is in its log, not on the console.
         log = stage_log(stage, study).read_text()
-        assert f"training {stage.config['name']}" in log and "from C: progress 100%" in log
+        assert f"training {stage.config.name}" in log and "from C: progress 100%" in log
     console = capfd.readouterr()
     assert "training" not in console.out + console.err
     shown = [e[2] for e in events if e[0] == "warning"]
@@ -78,7 +98,8 @@ def test_log_warnings_are_distinct_and_without_timestamps(tmp_path):
     assert log_warnings(tmp_path / "missing.log") == []
 
 
-def test_stages_run_seed_by_seed_so_a_stopped_study_holds_whole_comparisons(tmp_path):
+def test_stages_run_seed_by_seed_so_a_stopped_study_holds_whole_comparisons(tmp_path,
+                                                                              made_up_kinds):
     """Expanded arm by arm, run seed by seed: after any prefix of the run, every arm of the first
     seeds is finished (inputs still come first)."""
     study = tmp_path / "study"
@@ -86,8 +107,8 @@ def test_stages_run_seed_by_seed_so_a_stopped_study_holds_whole_comparisons(tmp_
     stages = []
     for arm in ("control", "paired"):
         for seed in (0, 1):
-            trained = Stage("pretrain", {"arm": arm, "seed": seed}, labels={"arm": arm, "seed": seed})
-            scored = Stage("evaluate", {"of": trained.key}, inputs=[trained],
+            trained = Stage("pretrain", Named(f"{arm}-{seed}"), labels={"arm": arm, "seed": seed})
+            scored = Stage("evaluate", Named(trained.key), inputs=[trained],
                            labels={"arm": arm, "seed": seed})
             stages += [trained, scored]
     order = []
@@ -105,7 +126,7 @@ def test_stages_run_seed_by_seed_so_a_stopped_study_holds_whole_comparisons(tmp_
         (stage.out(study) / "manifest.json").write_text("{}")
         return Finished()
 
-    runner._schedule(stages, study, submit, 1, lambda *event: None)
+    scheduler.schedule(stages, study, submit, 1, lambda *event: None)
     assert order == [("pretrain", "control", 0), ("evaluate", "control", 0),
                      ("pretrain", "paired", 0), ("evaluate", "paired", 0),
                      ("pretrain", "control", 1), ("evaluate", "control", 1),

@@ -86,7 +86,7 @@ def test_every_module_agrees_with_the_table(tiny_corpora, tmp_path, name):
     from lab.eval import probe
     from lab.study import cost
     from lab.study.recipe import load_recipe
-    from lab.study.runner import expand
+    from lab.study.grid import expand
 
     setting = table.get(name)
     per_sample = setting.documents_per_sample
@@ -140,8 +140,8 @@ def test_every_module_agrees_with_the_table(tiny_corpora, tmp_path, name):
     for stage in probes:
         # its own corpus (the pre-trained model's input), or another arm's, given as a second input
         groups = stage.inputs[1] if len(stage.inputs) > 1 else stage.inputs[0].inputs[0]
-        assert groups.kind == "inject" and groups.config["setting"] == groups_arm
-        assert groups.config["seed"] == stage.labels["seed"]
+        assert groups.kind == "inject" and groups.config.setting == groups_arm
+        assert groups.config.seed == stage.labels["seed"]
     assert table.probed_form(groups_arm) == setting.form
     assert table.probed_form(name) == (None if setting.placebo else setting.form)
     assert probe.SETTING_FORMS.get(name) == table.probed_form(name)
@@ -155,7 +155,7 @@ def test_a_new_setting_in_the_table_reaches_every_module(tiny_corpora, tmp_path,
     probed and expanded: no module keeps a copy."""
     from lab.study import cost
     from lab.study.recipe import load_recipe
-    from lab.study.runner import expand
+    from lab.study.grid import expand
 
     twice = Setting("both-sides", "unpaired")
     placebo = Setting("both-sides-placebo", "unpaired", placebo=True, base="both-sides")
@@ -177,7 +177,7 @@ def test_a_new_setting_in_the_table_reaches_every_module(tiny_corpora, tmp_path,
     probes = {(s.labels["arm"], s.labels["groups"]) for s in expand(recipe) if s.kind == "probe"}
     assert probes == {("control", "both-sides"), ("both-sides", "both-sides"),
                       ("both-sides-placebo", "both-sides")}
-    fraction_of = {s.labels["arm"]: s.config["fraction"] for s in expand(recipe) if s.kind == "inject"}
+    fraction_of = {s.labels["arm"]: s.config.fraction for s in expand(recipe) if s.kind == "inject"}
     assert fraction_of == {"control": None, "both-sides": 0.5, "both-sides-placebo": 0.5}
 
 
@@ -191,7 +191,7 @@ def test_pretraining_cost_does_not_depend_on_other_stages(tmp_path):
         pytest.skip("needs LAB_CORPORA")
     from lab.study.cost import estimate
     from lab.study.recipe import load_recipe
-    from lab.study.runner import expand
+    from lab.study.grid import expand
 
     micro = Path(__file__).resolve().parents[1] / "recipes" / "mini" / "micro.yaml"
     recipe = load_recipe(micro, ["arms=[control, paired, paired-placebo]"])

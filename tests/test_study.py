@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from lab.study.recipe import load_recipe
-from lab.study.runner import expand, run_study
+from lab.study.grid import expand
+from lab.study.runner import run_study
 
 pytestmark = pytest.mark.skipif(not os.environ.get("LAB_CORPORA"), reason="needs LAB_CORPORA")
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "mini" / "micro.yaml"
@@ -48,8 +49,8 @@ def test_a_placebo_drawn_from_named_splits_changes_only_the_placebo_stages():
     assert keys(chosen, False) == keys(default, False)
     assert keys(chosen, True).isdisjoint(keys(default, True))
     injects = [s for s in chosen if s.kind == "inject" and s.labels["arm"] == "paired-placebo"]
-    assert injects and all(s.config["placebo_from"] == ["valid"] for s in injects)
-    assert all("placebo_from" not in s.config for s in default if s.kind == "inject")
+    assert injects and all(s.keyed["placebo_from"] == ["valid"] for s in injects)
+    assert all("placebo_from" not in s.keyed for s in default if s.kind == "inject")
 
 
 def test_grid_with_placebo_arms():
@@ -64,8 +65,8 @@ def test_grid_with_placebo_arms():
                                                      + ["finetune"] * 4 + ["evaluate"] * 4)
     arm = {(s.labels["arm"], s.labels["seed"]): s for s in stages if s.kind == "inject"}
     for seed in (0, 1):
-        config = arm[("paired-placebo", seed)].config
-        assert config == {**arm[("paired", seed)].config, "setting": "paired-placebo",
+        config = arm[("paired-placebo", seed)].keyed
+        assert config == {**arm[("paired", seed)].keyed, "setting": "paired-placebo",
                           "placebo_match": "length"}
         assert config["fraction"] == 0.1  # as many placebo samples as the arm's injected ones
     probes = [s for s in stages if s.kind == "probe"]
@@ -304,23 +305,23 @@ def test_stage_keys_ignore_resources_and_fields_at_their_old_defaults():
     assert {s.kind for s in bf16 if s.key not in base} == {"finetune", "evaluate"}
     # The key of a stage made before the field existed (the field absent from its config).
     pretrain = next(s for s in expand(load_recipe(RECIPE)) if s.kind == "pretrain")
-    assert "bf16" not in pretrain.config and "compile" not in pretrain.config
+    assert "bf16" not in pretrain.keyed and "compile" not in pretrain.keyed
     finetune = next(s for s in expand(load_recipe(RECIPE)) if s.kind == "finetune")
-    assert "bf16" not in finetune.config
-    assert "decoder_init" not in finetune.config and "decoder_layers" not in finetune.config
-    assert "group_by_length" not in finetune.config
+    assert "bf16" not in finetune.keyed
+    assert "decoder_init" not in finetune.keyed and "decoder_layers" not in finetune.keyed
+    assert "group_by_length" not in finetune.keyed
     grouped = expand(load_recipe(RECIPE, ["finetune.group_by_length=true"]))
     assert {s.kind for s in grouped if s.key not in base} == {"finetune", "evaluate"}
     # A warm-started RoBERTa decoder is another fine-tuned model: new fine-tuning keys.
     warm = expand(load_recipe(RECIPE, ["finetune.decoder_init=encoder", "finetune.decoder_layers=2"]))
     assert {s.kind for s in warm if s.key not in base} == {"finetune", "evaluate"}
     tuned = next(s for s in warm if s.kind == "finetune")
-    assert tuned.config["decoder_init"] == "encoder" and tuned.config["decoder_layers"] == 2
+    assert tuned.keyed["decoder_init"] == "encoder" and tuned.keyed["decoder_layers"] == 2
 
 
 def test_collected_results_refuse_collapsed_seeds(tmp_path):
     from lab.common import LabError
-    from lab.study.runner import collect
+    from lab.study.collect import collect
 
     recipe = load_recipe(RECIPE)
     stages = expand(recipe)
@@ -343,19 +344,19 @@ def test_collected_results_refuse_collapsed_seeds(tmp_path):
 def test_an_in_process_stage_leaves_the_thread_count_as_it_found_it(tmp_path):
     import torch
 
-    from lab.study.runner import run_stage
+    from lab.study.execution import run_stage
 
     stage = next(s for s in expand(load_recipe(RECIPE)) if s.kind == "inject")
     before = torch.get_num_threads()
     seen = []
-    import lab.study.runner as runner
+    import lab.study.execution as execution
 
-    original = runner._run_stage_unlocked
-    runner._run_stage_unlocked = lambda *a: seen.append(torch.get_num_threads())
+    original = execution._run_stage_unlocked
+    execution._run_stage_unlocked = lambda *a: seen.append(torch.get_num_threads())
     try:
         run_stage(stage, tmp_path, None, threads=before + 1)
     finally:
-        runner._run_stage_unlocked = original
+        execution._run_stage_unlocked = original
     assert seen == [before + 1] and torch.get_num_threads() == before
 
 
@@ -428,10 +429,10 @@ def test_by_model_changes_only_that_models_stages():
     # Every GPT-2 stage (and the shared inject and tokenizer stages) keeps its key.
     assert {s.key for s in base if s.labels.get("model") != "roberta"} <= {s.key for s in tuned}
     roberta = [s for s in tuned if s.labels.get("model") == "roberta"]
-    assert {s.config["lr"] for s in roberta if s.kind == "pretrain"} == {0.0005}
-    assert {s.config["epochs"] for s in roberta if s.kind == "finetune"} == {2, 3}
+    assert {s.config.lr for s in roberta if s.kind == "pretrain"} == {0.0005}
+    assert {s.config.epochs for s in roberta if s.kind == "finetune"} == {2, 3}
     gpt2 = [s for s in tuned if s.labels.get("model") == "gpt2"]
-    assert {s.config["epochs"] for s in gpt2 if s.kind == "finetune"} == {1}
+    assert {s.config.epochs for s in gpt2 if s.kind == "finetune"} == {1}
 
 
 @pytest.mark.parametrize("native", [True, False])

@@ -139,7 +139,8 @@ def test_submitit_runs_the_ranks_as_tasks_of_one_job(root, plain, backend):
 
 def test_job_parameters_of_a_paper_study_on_slurm_match_the_golden_file():
     from lab.study.recipe import load_recipe
-    from lab.study.runner import expand, job_parameters
+    from lab.study.grid import expand
+    from lab.study.scheduler import job_parameters
 
     recipe = load_recipe(REPO / "recipes" / "paper" / "rq5-epoch-sweep.yaml",
                          ["resources.pretrain.processes=8", "resources.pretrain.deepspeed=zero2"])

@@ -395,22 +395,28 @@ class ProbeConfig:
     force: bool = param(False, "Replace an existing output directory.")
     corpora_dir: Path | None = corpora_param()
 
+    def __post_init__(self) -> None:
+        # Checked where the config is made: by `lab probe` and by a recipe's `probe` section
+        # alike (lab.study.recipe names the recipe's field).
+        if self.form not in FORMS:
+            raise LabError(f"--form {self.form}: choose from {', '.join(FORMS)}")
+        if not 0 < self.min_k <= 1:
+            raise LabError(f"--min-k {self.min_k}: expected a fraction in (0, 1]")
+        for option, value in (("--max-samples", self.max_samples), ("--max-names", self.max_names),
+                              ("--batch-size", self.batch_size)):
+            if value is not None and value < 1:
+                raise LabError(f"{option} {value}: must be >= 1")
 
-def run_probe(model: Path, out: Path | None = None, **options: Any) -> dict[str, Any]:
-    """Entry point of `lab probe`: probes.jsonl (per sample) and summary.json (per probe).
-    `options`: ProbeConfig's other fields."""
-    cfg = ProbeConfig(model=Path(model), out=out, **options)
+
+def run_probe(cfg: ProbeConfig | Path, out: Path | None = None, **options: Any) -> dict[str, Any]:
+    """Entry point of `lab probe` and of a study's probe stages: probes.jsonl (per sample) and
+    summary.json (per probe). run_probe(model, out, **options) makes the ProbeConfig of those
+    fields."""
+    if not isinstance(cfg, ProbeConfig):
+        cfg = ProbeConfig(model=Path(cfg), out=out, **options)
     import torch
 
     started = time.perf_counter()
-    if cfg.form not in FORMS:
-        raise LabError(f"--form {cfg.form}: choose from {', '.join(FORMS)}")
-    if not 0 < cfg.min_k <= 1:
-        raise LabError(f"--min-k {cfg.min_k}: expected a fraction in (0, 1]")
-    for option, value in (("--max-samples", cfg.max_samples), ("--max-names", cfg.max_names),
-                          ("--batch-size", cfg.batch_size)):
-        if value is not None and value < 1:
-            raise LabError(f"{option} {value}: must be >= 1")
     device = check_placement(cfg.device, cfg.dtype)
     # Everything that can be refused is checked before the model is loaded.
     chosen = probe_groups(read_stage_manifest(cfg.model, "--model"), cfg.groups)

@@ -19,7 +19,7 @@ from typing import Any
 
 from lab.contamination import settings as settings_table
 from lab.study.recipe import Recipe
-from lab.study.runner import preset_of
+from lab.study.grid import preset_of
 
 CHARS_PER_TOKEN = 3.4        # byte-level BPE on Java, measured on CSN with an 8k/4k vocabulary
 CSN_DOCUMENT_CHARS = 740     # mean CSN-format Java method
@@ -73,7 +73,7 @@ def _benchmark_sizes(recipe: Recipe) -> dict[str, Any]:
     return sizes
 
 
-def _base_documents(recipe: Recipe) -> int:
+def base_documents(recipe: Recipe) -> int:
     from lab.corpora import dataset_manifest
 
     counts = (dataset_manifest(recipe.corpus.base) or {}).get("expected_records") or {}
@@ -106,16 +106,16 @@ def arm_tokens(recipe: Recipe, setting: str, bench: dict[str, Any], arm_document
     return (arm_documents - documents) * base_tokens + copies * sum(lengths)
 
 
-def _training_seconds(flops: float, kind: str, cfg: dict[str, Any]) -> float:
+def _training_seconds(flops: float, kind: str, cfg: Any) -> float:
     """CPU seconds of a pre-training or fine-tuning stage on this machine: its FLOPs at the
     measured throughput, faster in bf16 where the CPU has bfloat16 instructions and far slower
     where it has not; random fine-tuning batches pay for their padding."""
     from lab.train.common import BF16_EMULATED_SLOWDOWN, bf16_is_native
 
     seconds = flops / TRAIN_FLOPS_PER_SECOND[kind]
-    if cfg.get("bf16"):
+    if cfg.bf16:
         seconds = seconds / BF16_SPEEDUP if bf16_is_native() else seconds * BF16_EMULATED_SLOWDOWN
-    ungrouped = kind == "finetune" and not cfg.get("group_by_length")
+    ungrouped = kind == "finetune" and not cfg.group_by_length
     return seconds * (UNGROUPED_PADDING if ungrouped else 1)
 
 
@@ -125,7 +125,7 @@ def estimate(recipe: Recipe, stages: list[Any], study: Path) -> list[dict[str, A
     bench = _benchmark_sizes(recipe)
     test_n, test_in, test_out = bench["test"]
     train_n, train_in, train_out = bench["train"]
-    base_total = _base_documents(recipe)
+    base_total = base_documents(recipe)
     arm_documents = recipe.corpus.limit or base_total
     rows: dict[str, dict[str, Any]] = {}
     for stage in stages:
@@ -135,32 +135,34 @@ def estimate(recipe: Recipe, stages: list[Any], study: Path) -> list[dict[str, A
         if stage.done(study):
             row["done"] += 1
             continue
-        cfg, tokens, flops, seconds = stage.config, 0.0, 0.0, float(STAGE_OVERHEAD_SECONDS[stage.kind])
+        # A kind without a measured overhead or estimate below (a new one) counts nothing.
+        cfg, tokens, flops = stage.config, 0.0, 0.0
+        seconds = float(STAGE_OVERHEAD_SECONDS.get(stage.kind, 0))
         if stage.kind == "inject":
             seconds += INJECT_SECONDS_PER_BASE_DOCUMENT * base_total
         elif stage.kind == "tokenizer":
             seconds += arm_documents * CSN_DOCUMENT_CHARS * 2e-7
         elif stage.kind == "pretrain":
-            tokens = arm_tokens(recipe, stage.labels["arm"], bench, arm_documents) * cfg["epochs"]
-            flops = 6 * parameters(recipe, cfg["model"], cfg["preset"]) * tokens
+            tokens = arm_tokens(recipe, stage.labels["arm"], bench, arm_documents) * cfg.epochs
+            flops = 6 * parameters(recipe, cfg.model, cfg.preset) * tokens
             seconds += _training_seconds(flops, "pretrain", cfg)
         elif stage.kind == "finetune":
-            examples = min(cfg["train_size"] or train_n, train_n)
-            tokens = examples * (train_in + train_out) / CHARS_PER_TOKEN * cfg["epochs"]
+            examples = min(cfg.train_size or train_n, train_n)
+            tokens = examples * (train_in + train_out) / CHARS_PER_TOKEN * cfg.epochs
             flops = 6 * parameters(recipe, stage.labels["model"], preset_of(stage)) * tokens
             seconds += _training_seconds(flops, "finetune", cfg)
         elif stage.kind == "evaluate":
-            samples = min(cfg.get("max_samples") or test_n, test_n)
-            generated = cfg.get("max_new_tokens") or test_out / CHARS_PER_TOKEN
+            samples = min(cfg.max_samples or test_n, test_n)
+            generated = cfg.max_new_tokens or test_out / CHARS_PER_TOKEN
             tokens = samples * (test_in / CHARS_PER_TOKEN + generated)
             flops = 2 * parameters(recipe, stage.labels["model"], preset_of(stage)) * tokens
             seconds += flops / GENERATE_FLOPS_PER_SECOND
         elif stage.kind == "probe":
             # Scoring passes over each probed sample (RoBERTa: 7 masked passes plus one per
             # name) and, for GPT-2, a greedy extraction of each output.
-            samples = min(cfg.get("max_samples") or test_n, test_n)
+            samples = min(cfg.max_samples or test_n, test_n)
             model = stage.labels["model"]
-            passes = 1 if model == "gpt2" else 7 + cfg["max_names"] // 2
+            passes = 1 if model == "gpt2" else 7 + cfg.max_names // 2
             tokens = samples * (test_in + test_out) / CHARS_PER_TOKEN
             flops = 2 * parameters(recipe, model, preset_of(stage)) * tokens * passes
             seconds += flops / GENERATE_FLOPS_PER_SECOND

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from lab.common import LabError, write_json_atomic
-from lab.study.recipe import recipe_dict, recipe_from_dict
-from lab.study.runner import (PROBES, RESULTS, SAMPLES, collected_rows, expand, study_differences,
-                              table_cell, write_table)
+from lab.study.collect import PROBES, RESULTS, SAMPLES, collected_rows, table_cell, write_table
+from lab.study.grid import expand
+from lab.study.recipe import recipe_dict, recipe_from_dict, study_differences
 
 MERGED = "merged.json"  # written last in a merged folder: its sources and what each gave
 # merged.json per source: what its stages ran with (manifest environment fields). The same

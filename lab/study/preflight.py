@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from lab.common import DataNotFound, LabError
+from lab.study.cost import CHARS_PER_TOKEN, CSN_DOCUMENT_CHARS, base_documents, parameters
+from lab.study.grid import expand, preset_of
 from lab.study.recipe import Recipe
 
 # Bytes per parameter of a pre-training stage's output: the final fp32 weights (4) and the two
@@ -38,8 +40,6 @@ DISK_SAFETY_FACTOR = 1.5  # the parts are bounds already, but for the mean docum
 
 def pending_stages(recipe: Recipe, study: Path, seeds: list[int] | None = None) -> list[Any]:
     """The recipe's stages (those of the `seeds` shard) not finished in the study folder."""
-    from lab.study.runner import expand
-
     return [stage for stage in expand(recipe, seeds) if not stage.done(Path(study))]
 
 
@@ -96,7 +96,7 @@ def slow_settings(pending: list[Any], executor: str = "local") -> list[str]:
     if executor == "slurm":
         return []
     fields = sorted({f"{stage.kind}.bf16" for stage in pending
-                     if stage.kind in ("pretrain", "finetune") and stage.config.get("bf16")})
+                     if stage.kind in ("pretrain", "finetune") and stage.config.bf16})
     return [slow_bf16(" and ".join(fields))] if fields and not bf16_is_native() else []
 
 
@@ -137,7 +137,6 @@ def required_splits(pending: list[Any]) -> dict[tuple[str, str], list[str]]:
     task's evaluation split. The tokenizer's benchmark train splits are optional (a missing one
     is recorded in its manifest), so they are not required.
     """
-    from lab.contamination.inject import InjectConfig
     from lab.tasks import get_task
 
     needed: dict[tuple[str, str], list[str]] = {}
@@ -147,23 +146,22 @@ def required_splits(pending: list[Any]) -> dict[tuple[str, str], list[str]]:
         if kind not in kinds:
             kinds.append(kind)
 
-    inject_split = InjectConfig.__dataclass_fields__["split"].default
     for stage in pending:
         cfg = stage.config
         if stage.kind == "inject":
-            for split in cfg["base_splits"]:
-                need(cfg["base"], split, "inject")
-            need(cfg["benchmark"], inject_split, "inject")
+            for split in cfg.base_splits:
+                need(cfg.base, split, "inject")
+            need(cfg.benchmark, cfg.split, "inject")
         elif stage.kind == "probe":
-            inject = stage.inputs[0].inputs[0]  # probe <- pretrain <- inject
-            need(inject.config["benchmark"], inject_split, "probe")
+            inject = stage.inputs[0].inputs[0].config  # probe <- pretrain <- inject
+            need(inject.benchmark, inject.split, "probe")
         elif stage.kind == "finetune":
-            task = get_task(cfg["task"])
+            task = get_task(cfg.task)
             if task.benchmark != "concode":
                 need(task.benchmark, task.train_split, "finetune")
             need(task.benchmark, task.valid_split, "finetune")
         elif stage.kind == "evaluate":
-            need(get_task(cfg["task"]).benchmark, cfg["split"], "evaluate")
+            need(get_task(cfg.task).benchmark, cfg.split, "evaluate")
     return needed
 
 
@@ -208,10 +206,10 @@ def check_metrics(pending: list[Any]) -> list[str]:
     for stage in pending:
         if stage.kind != "evaluate":
             continue
-        metrics = stage.config.get("metrics") or []
+        metrics = stage.config.metrics
         meteor = meteor or "meteor" in metrics
         if "codebleu" in metrics:
-            language = get_task(stage.config["task"]).target_language
+            language = get_task(stage.config.task).target_language
             if language not in codebleu_languages:
                 codebleu_languages.append(language)
     problems = check_wordnet() if meteor else []
@@ -298,10 +296,7 @@ def disk_estimate(recipe: Recipe, pending: list[Any]) -> dict[str, Any]:
     RoBERTa's fine-tuned encoder-decoder counts twice. The total is multiplied by
     DISK_SAFETY_FACTOR.
     """
-    from lab.study.cost import CHARS_PER_TOKEN, CSN_DOCUMENT_CHARS, _base_documents, parameters
-    from lab.study.runner import preset_of
-
-    documents = recipe.corpus.limit or _base_documents(recipe)
+    documents = recipe.corpus.limit or base_documents(recipe)
     tokens = documents * CSN_DOCUMENT_CHARS / CHARS_PER_TOKEN
     cache_bytes = tokens * TOKEN_BYTES + documents * OFFSET_BYTES
     corpus_bytes = documents * CSN_DOCUMENT_CHARS * CORPUS_BYTES_PER_CHAR
@@ -312,11 +307,11 @@ def disk_estimate(recipe: Recipe, pending: list[Any]) -> dict[str, Any]:
     params = {(model, preset): parameters(recipe, model, preset)
               for model, preset in itertools.product(recipe.models, recipe.preset)}
     share = {"gpt2": 1, "roberta": 2}
-    model_bytes = sum(PRETRAIN_BYTES_PER_PARAMETER * params[s.config["model"], s.config["preset"]]
+    model_bytes = sum(PRETRAIN_BYTES_PER_PARAMETER * params[s.config.model, s.config.preset]
                       for s in pretrain)
     model_bytes += sum(FINETUNE_BYTES_PER_PARAMETER * share.get(s.labels["model"], 2)
                        * params[s.labels["model"], preset_of(s)] for s in finetune)
-    if any(s.config.get("select") == "best" and s.config.get("epochs", 0) > 0 for s in finetune):
+    if any(s.config.select == "best" and s.config.epochs > 0 for s in finetune):
         model_bytes += FINETUNE_CHECKPOINT_BYTES_PER_PARAMETER * 2 * max(params.values())
     total = corpora * corpus_bytes + caches * cache_bytes + model_bytes
     return {"bytes": DISK_SAFETY_FACTOR * total, "documents": documents, "tokens": tokens,

@@ -24,12 +24,12 @@ from typing import Any
 
 import yaml
 
-from lab.common import SEED_MAX, LabError, default_of, param
+from lab.common import SEED_MAX, LabError, default_of, option_name, param
 from lab.contamination import settings as settings_table
 from lab.contamination.inject import (PLACEBO_MATCHES, InjectConfig, check_doses,
                                      placebo_splits)
-from lab.eval.generate import EvaluateConfig
 from lab.eval.probe import ProbeConfig
+from lab.study.evaluate import EvaluateStageConfig
 from lab.stats import ALPHA, CONVENTIONS, DEFAULT_CONVENTION
 from lab.study.questions import QUESTIONS
 from lab.train.finetune import FinetuneConfig
@@ -78,13 +78,13 @@ def _yaml_load(text: str) -> Any:
 
 
 def section(name: str, config: Any, fields: list[str], study_defaults: dict[str, Any] | None = None,
-            own: list[tuple[str, Any, Any]] = (), after: list[tuple[str, Any, Any]] = ()) -> Any:
+            own: list[tuple[str, Any, Any]] = ()) -> Any:
     """A recipe section made of `fields` of a stage's config dataclass: their types, defaults
     and meanings are the config's (declared once, in the stage's module), except the defaults
-    a study deliberately sets otherwise (STUDY_DEFAULTS). `own` and `after`: fields only a study
-    has (a grid over a config field), as (name, type, dataclasses.field), put before and after
-    the config's. Tuples become lists, as
-    YAML and recipe.json write them."""
+    a study deliberately sets otherwise (STUDY_DEFAULTS). `own`: fields only a study has (a
+    grid over a config field), as (name, type, dataclasses.field), put before the config's.
+    Tuples become lists, as YAML and recipe.json write them. The section's `stage_config` is
+    `config`."""
     hints = typing.get_type_hints(config)
     specs = list(own)
     for field_name in fields:
@@ -101,8 +101,9 @@ def section(name: str, config: Any, fields: list[str], study_defaults: dict[str,
         else:
             made = field(default=default, metadata=declared.metadata)
         specs.append((field_name, kind, made))
-    made_section = dataclasses.make_dataclass(name, specs + list(after))
+    made_section = dataclasses.make_dataclass(name, specs)
     made_section.__module__ = __name__
+    made_section.stage_config = config
     return made_section
 
 
@@ -195,12 +196,9 @@ class ByModelSection:
     roberta: ModelOverride = field(default_factory=ModelOverride)
 
 
-EvaluationSection = section("EvaluationSection", EvaluateConfig,
-                            ["split", "decoding", "metrics", "max_new_tokens"],
-                            STUDY_DEFAULTS["evaluation"], after=[
-    ("max_samples", int | None, field(default=None, metadata={
-        "help": "Evaluate the first N samples of the split (null: all)."})),
-])
+EvaluationSection = section("EvaluationSection", EvaluateStageConfig,
+                            ["split", "decoding", "metrics", "max_new_tokens", "max_samples"],
+                            STUDY_DEFAULTS["evaluation"])
 
 
 ProbeSection = section("ProbeSection", ProbeConfig, ["min_k", "max_samples", "max_names"],
@@ -397,181 +395,301 @@ def _check(recipe: Recipe) -> None:
 
 
 def _check_view(recipe: Recipe) -> None:
-    from lab.corpora import DATASETS, dataset_manifest, get_spec
-    from lab.eval.metrics import METRICS
-    from lab.models import PRESETS, check_block_size
-    from transformers.trainer_utils import SchedulerType
+    """A recipe as one model runs it: the study's own fields, each stage's fields, then what
+    only stages together can refuse."""
+    _check_study(recipe)
+    _check_stage_fields(recipe)
+    for name in CHECKED_BY_THEIR_CONFIG:
+        _check_as_config(name, getattr(recipe, name))
+    _check_across_stages(recipe)
 
-    def fail(path: str, message: str) -> None:
-        raise LabError(f"{path}: {message}")
+
+def _fail(path: str, message: str) -> None:
+    raise LabError(f"{path}: {message}")
+
+
+def _check_study(recipe: Recipe) -> None:
+    """The study's own fields: its name, benchmark, arms, seeds, sizes, statistics and
+    resources."""
+    from lab.corpora import get_spec
+    from lab.models import PRESETS
 
     name = recipe.name
     if (not name or name in (".", "..") or ".." in name or "/" in name or "\\" in name
             or Path(name).is_absolute() or name.startswith(("~", "-", "."))
             or not all(c.isalnum() or c in "._-+=@," for c in name)):
-        fail("name", f"{_show(name)}: must be a plain folder name (letters, digits and ._-+=@, "
-             "not starting with . - or ~, no path separator, no '..'): the study folder is "
-             "runs/NAME")
-    for path, values in (("arms", recipe.arms), ("models", recipe.models),
-                         ("corpus.base_splits", recipe.corpus.base_splits)):
+        _fail("name", f"{_show(name)}: must be a plain folder name (letters, digits and ._-+=@, "
+              "not starting with . - or ~, no path separator, no '..'): the study folder is "
+              "runs/NAME")
+    for path, values in (("arms", recipe.arms), ("models", recipe.models)):
         if len(set(values)) != len(values):
-            fail(path, "values repeat")
-    base = DATASETS.get(recipe.corpus.base)
-    if base is None or base.kind != "corpus":
-        fail("corpus.base", f"{_show(recipe.corpus.base)} is not a pre-training corpus")
-    if not recipe.corpus.base_splits:
-        fail("corpus.base_splits", "needs at least one split")
-    for i, split in enumerate(recipe.corpus.base_splits):
-        if split not in base.splits:
-            fail(f"corpus.base_splits[{i}]", f"unknown split {_show(split)} of {recipe.corpus.base} "
-                 f"(choose from {', '.join(base.splits)})")
-    if not recipe.evaluation.metrics:
-        fail("evaluation.metrics", "needs at least one metric")
+            _fail(path, "values repeat")
     for i, seed in enumerate(recipe.seeds):
         if not 0 <= seed <= SEED_MAX:
-            fail(f"seeds[{i}]", f"expected int in 0..{SEED_MAX}, got {seed}")
-    if recipe.pretrain.warmup_steps < 0:
-        fail("pretrain.warmup_steps", f"expected int >= 0, got {recipe.pretrain.warmup_steps}")
+            _fail(f"seeds[{i}]", f"expected int in 0..{SEED_MAX}, got {seed}")
     spec = get_spec(recipe.benchmark)
     if spec.kind != "benchmark":
-        fail("benchmark", f"'{recipe.benchmark}' is not a benchmark")
+        _fail("benchmark", f"'{recipe.benchmark}' is not a benchmark")
     if not recipe.seeds:
-        fail("seeds", "needs at least one seed")
+        _fail("seeds", "needs at least one seed")
     if len(set(recipe.seeds)) != len(recipe.seeds):
-        fail("seeds", "seeds repeat")
+        _fail("seeds", "seeds repeat")
     if not recipe.arms:
-        fail("arms", "needs at least one arm")
+        _fail("arms", "needs at least one arm")
     for i, arm in enumerate(recipe.arms):
         setting = settings_table.find(arm)
         if setting is None:
-            fail(f"arms[{i}]", f"unknown arm '{arm}' (choose from {', '.join(settings_table.names())})")
+            _fail(f"arms[{i}]", f"unknown arm '{arm}' (choose from {', '.join(settings_table.names())})")
         if setting.needs_output and not spec.output_language:
-            fail(f"arms[{i}]", f"{recipe.benchmark} has no output side for '{arm}'")
+            _fail(f"arms[{i}]", f"{recipe.benchmark} has no output side for '{arm}'")
         if setting.placebo and setting.base not in recipe.arms:
             # Its models are probed on the base arm's injected samples, and compared with it.
-            fail(f"arms[{i}]", f"'{arm}' is the placebo of '{setting.base}': list '{setting.base}' "
-                 "in arms too")
+            _fail(f"arms[{i}]", f"'{arm}' is the placebo of '{setting.base}': list "
+                  f"'{setting.base}' in arms too")
     if not recipe.preset:
-        fail("preset", "needs at least one preset")
+        _fail("preset", "needs at least one preset")
     if len(set(recipe.preset)) != len(recipe.preset):
-        fail("preset", "values repeat")
+        _fail("preset", "values repeat")
     for i, preset in enumerate(recipe.preset):
         if preset not in PRESETS:
-            fail(f"preset[{i}]" if len(recipe.preset) > 1 else "preset",
-                 f"unknown preset '{preset}' (choose from {', '.join(PRESETS)})")
+            _fail(f"preset[{i}]" if len(recipe.preset) > 1 else "preset",
+                  f"unknown preset '{preset}' (choose from {', '.join(PRESETS)})")
+    if not 0 < recipe.statistics.alpha < 1:
+        _fail("statistics.alpha", f"expected a number in (0, 1), got {recipe.statistics.alpha}")
+    if recipe.statistics.convention not in CONVENTIONS:
+        _fail("statistics.convention", f"choose from {', '.join(CONVENTIONS)}")
+    _check_resources(recipe.resources)
+
+
+def _check_resources(resources: ResourcesSection) -> None:
+    if resources.threads is not None and resources.threads < 1:
+        _fail("resources.threads", f"expected int >= 1 or null, got {resources.threads}")
+    launch = resources.pretrain
+    for path, value in (("resources.pretrain.processes", launch.processes),
+                        ("resources.pretrain.nodes", launch.nodes)):
+        if not 1 <= value <= 4096:
+            _fail(path, f"expected int in 1..4096, got {value}")
+    device = resources.device
+    if device not in ("cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
+        _fail("resources.device", f"{_show(device)}: choose cpu, cuda or cuda:N")
+    if resources.dtype not in DTYPES:
+        _fail("resources.dtype", f"{_show(resources.dtype)}: choose from {', '.join(DTYPES)}")
+    if launch.save_steps < 1:
+        _fail("resources.pretrain.save_steps", f"expected int >= 1, got {launch.save_steps}")
+    if launch.launcher not in LAUNCHERS:
+        _fail("resources.pretrain.launcher", f"{_show(launch.launcher)}: choose from "
+              f"{', '.join(LAUNCHERS)}")
+    if launch.deepspeed is not None:
+        try:
+            deepspeed_config(launch.deepspeed)
+        except LabError as exc:
+            _fail("resources.pretrain.deepspeed", str(exc))
+
+
+def _check_stage_fields(recipe: Recipe) -> None:
+    """Fields of one stage's config each, whose config does not check them itself when it is
+    made (CHECKED_BY_THEIR_CONFIG): their commands check them as they start."""
+    from lab.corpora import DATASETS, get_spec
+    from lab.eval.metrics import METRICS
+    from transformers.trainer_utils import SchedulerType
+
+    corpus, injection = recipe.corpus, recipe.injection
+    if len(set(corpus.base_splits)) != len(corpus.base_splits):
+        _fail("corpus.base_splits", "values repeat")
+    base = DATASETS.get(corpus.base)
+    if base is None or base.kind != "corpus":
+        _fail("corpus.base", f"{_show(corpus.base)} is not a pre-training corpus")
+    if not corpus.base_splits:
+        _fail("corpus.base_splits", "needs at least one split")
+    for i, split in enumerate(corpus.base_splits):
+        if split not in base.splits:
+            _fail(f"corpus.base_splits[{i}]", f"unknown split {_show(split)} of {corpus.base} "
+                  f"(choose from {', '.join(base.splits)})")
+    if corpus.limit is not None and corpus.limit < 1:
+        _fail("corpus.limit", f"expected int >= 1 or null, got {corpus.limit}")
+    if not recipe.evaluation.metrics:
+        _fail("evaluation.metrics", "needs at least one metric")
+    if recipe.pretrain.warmup_steps < 0:
+        _fail("pretrain.warmup_steps", f"expected int >= 0, got {recipe.pretrain.warmup_steps}")
     for i, epochs in enumerate(recipe.finetune.epochs):
         if epochs < 0:
-            fail(f"finetune.epochs[{i}]", f"expected int >= 0, got {epochs}")
-        if epochs == 0 and "roberta" in recipe.models:
-            fail(f"finetune.epochs[{i}]", "0 (direct inference) is defined for GPT-2 only")
+            _fail(f"finetune.epochs[{i}]", f"expected int >= 0, got {epochs}")
     for i, size in enumerate(recipe.finetune.train_sizes):
         if size is not None and size < 1:
-            fail(f"finetune.train_sizes[{i}]", f"expected int >= 1 or null, got {size}")
-    if recipe.injection.repeat < 1:
-        fail("injection.repeat", f"expected int >= 1, got {recipe.injection.repeat}")
-    fraction = recipe.injection.fraction
-    if fraction is not None and not 0 < fraction <= 1:
-        fail("injection.fraction", f"expected a number in (0, 1], got {fraction}")
-    doses = recipe.injection.doses
-    if doses is not None:
-        if recipe.injection.fraction is not None or recipe.injection.repeat != 1:
-            fail("injection.doses", "a dose ladder sets how often and which samples are injected: "
-                 "leave injection.repeat and injection.fraction out")
+            _fail(f"finetune.train_sizes[{i}]", f"expected int >= 1 or null, got {size}")
+    if injection.repeat < 1:
+        _fail("injection.repeat", f"expected int >= 1, got {injection.repeat}")
+    if injection.fraction is not None and not 0 < injection.fraction <= 1:
+        _fail("injection.fraction", f"expected a number in (0, 1], got {injection.fraction}")
+    if injection.doses is not None:
+        if injection.fraction is not None or injection.repeat != 1:
+            _fail("injection.doses", "a dose ladder sets how often and which samples are "
+                  "injected: leave injection.repeat and injection.fraction out")
         try:
             check_doses(InjectConfig(benchmark=recipe.benchmark, setting="control", seed=0,
-                                     out=Path("."), doses=tuple(doses)))
+                                     out=Path("."), doses=tuple(injection.doses)))
         except LabError as exc:
-            fail("injection.doses", str(exc).split(": ", 1)[-1])
-    placebo_from = recipe.injection.placebo_from
+            _fail("injection.doses", str(exc).split(": ", 1)[-1])
+    if injection.placebo_match not in PLACEBO_MATCHES:
+        _fail("injection.placebo_match", f"{_show(injection.placebo_match)}: choose from "
+              f"{', '.join(PLACEBO_MATCHES)}")
+    if injection.samples is not None and injection.samples < 1:
+        _fail("injection.samples", f"expected int >= 1 or null, got {injection.samples}")
+    schedulers = [kind.value for kind in SchedulerType]
+    if recipe.pretrain.lr_scheduler not in schedulers:
+        _fail("pretrain.lr_scheduler", f"unknown '{recipe.pretrain.lr_scheduler}' (choose from "
+              f"{', '.join(schedulers)})")
+    spec = get_spec(recipe.benchmark)
+    if recipe.evaluation.split not in spec.splits:
+        _fail("evaluation.split", f"unknown split '{recipe.evaluation.split}' of "
+              f"{recipe.benchmark} (choose from {', '.join(spec.splits)})")
+    for i, metric in enumerate(recipe.evaluation.metrics):
+        if metric not in METRICS:
+            _fail(f"evaluation.metrics[{i}]", f"unknown metric '{metric}' (choose from "
+                  f"{', '.join(METRICS)})")
+    decoding = recipe.evaluation.decoding
+    if not (decoding in ("greedy", "sample") or (decoding.startswith("beam:")
+                                                  and decoding[5:].isdigit() and int(decoding[5:]) >= 1)):
+        _fail("evaluation.decoding", f"'{decoding}': choose greedy, beam:K (K >= 1) or sample")
+    for path, value in (("evaluation.max_samples", recipe.evaluation.max_samples),
+                        ("evaluation.max_new_tokens", recipe.evaluation.max_new_tokens)):
+        if value is not None and value < 1:
+            _fail(path, f"expected int >= 1 or null, got {value}")
+    for path, value in (("pretrain.batch_size", recipe.pretrain.batch_size),
+                        ("finetune.batch_size", recipe.finetune.batch_size)):
+        if value < 1:
+            _fail(path, f"expected int >= 1, got {value}")
+    for path, value in (("pretrain.lr", recipe.pretrain.lr), ("finetune.lr", recipe.finetune.lr),
+                        ("pretrain.epochs", recipe.pretrain.epochs)):
+        if not value > 0:
+            _fail(path, f"expected a number > 0, got {value}")
+    if recipe.finetune.select not in ("last", "best"):
+        _fail("finetune.select", "choose last or best")
+
+
+# Sections whose stage config checks its own fields when it is made (its __post_init__, which
+# `lab COMMAND` runs too): the recipe checks them as that config, and states no rule of its own.
+CHECKED_BY_THEIR_CONFIG = ("tokenizer", "probe")
+
+
+def _check_as_config(name: str, section: Any) -> None:
+    """A section's fields as its stage's config checks them; the error names the recipe's field
+    (`tokenizer.vocab_size: must be >= 262, got 100`, where `lab tokenizer train` says
+    `--vocab-size 100: must be >= 262`)."""
+    config = type(section).stage_config
+    values = {f.name: getattr(section, f.name) for f in dataclasses.fields(section)
+              if f.name in config.__dataclass_fields__}
+    # The fields without a default are the paths a stage is given when it runs.
+    paths = {f.name: Path() for f in dataclasses.fields(config)
+             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    try:
+        config(**paths, **{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+    except LabError as exc:
+        message = str(exc)
+        for field_name, value in values.items():
+            if message.startswith(option_name(config.__dataclass_fields__[field_name]) + " "):
+                _fail(f"{name}.{field_name}", f"{message.split(': ', 1)[-1]}, got {_show(value)}")
+        _fail(name, message)
+
+
+def _check_across_stages(recipe: Recipe) -> None:
+    """What no single stage's config can refuse: fields of several stages (and arms) together,
+    and against the datasets' recorded sizes."""
+    from lab.corpora import dataset_manifest
+    from lab.models import check_block_size
+
+    if "roberta" in recipe.models:
+        for i, epochs in enumerate(recipe.finetune.epochs):
+            if epochs == 0:
+                _fail(f"finetune.epochs[{i}]", "0 (direct inference) is defined for GPT-2 only")
+    injection, doses = recipe.injection, recipe.injection.doses
+    placebo_from = injection.placebo_from
     if placebo_from is not None:
         if not any(settings_table.get(arm).placebo for arm in recipe.arms):
-            fail("injection.placebo_from", "no arm is a placebo (list one in arms, or leave it out)")
+            _fail("injection.placebo_from", "no arm is a placebo (list one in arms, or leave it out)")
         try:
             placebo_splits(recipe.benchmark, "test", tuple(placebo_from))
         except LabError as exc:
-            fail("injection.placebo_from", str(exc).removeprefix("--placebo-from").lstrip(": "))
-    if recipe.injection.placebo_match not in PLACEBO_MATCHES:
-        fail("injection.placebo_match", f"{_show(recipe.injection.placebo_match)}: choose from "
-             f"{', '.join(PLACEBO_MATCHES)}")
-    if recipe.injection.samples is not None and recipe.injection.samples < 1:
-        fail("injection.samples", f"expected int >= 1 or null, got {recipe.injection.samples}")
+            _fail("injection.placebo_from", str(exc).removeprefix("--placebo-from").lstrip(": "))
     test_samples = ((dataset_manifest(recipe.benchmark) or {}).get("expected_records") or {}) \
         .get("test")
-    if recipe.injection.samples and test_samples and recipe.injection.samples > test_samples:
-        fail("injection.samples", f"{recipe.injection.samples}: {recipe.benchmark}'s test split "
-             f"holds {test_samples} samples")
-    placebo_arm = next((i for i, arm in enumerate(recipe.arms)
-                        if settings_table.get(arm).placebo), None)
-    injected = recipe.injection.samples or test_samples
-    if placebo_arm is not None and injected:
-        # A placebo stands for every test sample its arm injects: a ladder's injecting levels
-        # (equal groups), else the fraction. Its pool: the eligible samples the dataset manifest
-        # records per split (lab.contamination.inject.placebo_pool, against the whole test
-        # split), else the split's records; lab inject counts exactly, and names missing splits.
-        if doses:
-            needed = round(injected * sum(1 for dose in doses if dose) / len(doses))
-        else:
-            needed = max(1, round(injected * (fraction or 1)))
-        facts = dataset_manifest(recipe.benchmark) or {}
-        eligible, records = facts.get("placebo_eligible") or {}, facts.get("expected_records") or {}
-        splits = placebo_splits(recipe.benchmark, "test",
-                                tuple(placebo_from) if placebo_from else None)
-        counts = [eligible.get(split, records.get(split)) for split in splits]
-        if None not in counts and needed > sum(counts):
-            fail(f"arms[{placebo_arm}]", f"'{recipe.arms[placebo_arm]}' needs {needed} placebo "
-                 f"samples, but {recipe.benchmark} {' + '.join(splits)} holds "
-                 f"{'' if set(splits) <= set(eligible) else 'at most '}{sum(counts)} disjoint "
-                 "from its test split: lower injection.samples or injection.fraction, or use a "
-                 "benchmark with a larger pool (corpora/*.json: placebo_eligible)")
-    if recipe.corpus.limit is not None and recipe.corpus.limit < 1:
-        fail("corpus.limit", f"expected int >= 1 or null, got {recipe.corpus.limit}")
-    if recipe.corpus.limit is not None and recipe.injection.samples is not None:
-        # Every injected document replaces a base document: an arm cannot inject more
-        # documents than it holds (unpaired injects two per sample).
-        share = recipe.injection.fraction or 1.0
-        widest = max(recipe.arms, key=lambda arm: settings_table.get(arm).documents_per_sample)
-        per_sample = settings_table.get(widest).documents_per_sample
-        if doses:  # about samples / levels per level (duplicates kept together may shift a few)
-            documents = math.floor(recipe.injection.samples / len(doses) * sum(doses)) * per_sample
-            how = "injection.samples / levels x the sum of injection.doses"
-        else:
-            documents = (math.ceil(recipe.injection.samples * share) * recipe.injection.repeat
-                         * per_sample)
-            how = "injection.samples x fraction x repeat"
-        if documents >= recipe.corpus.limit:
-            fail("corpus.limit", f"{recipe.corpus.limit} documents cannot take {documents} injected "
-                 f"ones ({how} x {per_sample} documents per "
-                 f"sample of '{widest}'); raise the limit")
+    if injection.samples and test_samples and injection.samples > test_samples:
+        _fail("injection.samples", f"{injection.samples}: {recipe.benchmark}'s test split "
+              f"holds {test_samples} samples")
+    _check_placebo_pool(recipe, injection.samples or test_samples)
+    _check_corpus_limit(recipe)
     for model, preset in itertools.product(recipe.models, recipe.preset):
         try:
             check_block_size(model, preset, recipe.pretrain.block_size)
         except LabError as exc:
-            fail("pretrain.block_size", str(exc).split(": ", 1)[-1])
-    schedulers = [kind.value for kind in SchedulerType]
-    if recipe.pretrain.lr_scheduler not in schedulers:
-        fail("pretrain.lr_scheduler", f"unknown '{recipe.pretrain.lr_scheduler}' (choose from "
-             f"{', '.join(schedulers)})")
-    if recipe.tokenizer.vocab_size < 300:  # 256 byte symbols plus the special tokens
-        fail("tokenizer.vocab_size", f"expected int >= 300, got {recipe.tokenizer.vocab_size}")
-    if recipe.evaluation.split not in spec.splits:
-        fail("evaluation.split", f"unknown split '{recipe.evaluation.split}' of {recipe.benchmark} "
-             f"(choose from {', '.join(spec.splits)})")
-    for i, metric in enumerate(recipe.evaluation.metrics):
-        if metric not in METRICS:
-            fail(f"evaluation.metrics[{i}]", f"unknown metric '{metric}' (choose from "
-                 f"{', '.join(METRICS)})")
-    decoding = recipe.evaluation.decoding
-    if not (decoding in ("greedy", "sample") or (decoding.startswith("beam:")
-                                                  and decoding[5:].isdigit() and int(decoding[5:]) >= 1)):
-        fail("evaluation.decoding", f"'{decoding}': choose greedy, beam:K (K >= 1) or sample")
-    for path, value in (("evaluation.max_samples", recipe.evaluation.max_samples),
-                        ("evaluation.max_new_tokens", recipe.evaluation.max_new_tokens)):
-        if value is not None and value < 1:
-            fail(path, f"expected int >= 1 or null, got {value}")
-    # Fine-tuning and evaluation never reach past the positions pre-training trained (the
-    # block size): the study fine-tunes targets of evaluation.max_new_tokens tokens beside a
-    # source of FinetuneConfig's default length, fitted (lab.train.finetune.fitted_lengths).
-    # null: the fine-tuning fits its default target and evaluation generates that many.
+            _fail("pretrain.block_size", str(exc).split(": ", 1)[-1])
+    _check_generated_length(recipe)
+    # A split-half arm is evaluated on the samples it split, each injected or held out.
+    splits = injection.fraction is not None or bool(doses)
+    if splits and any(arm != "control" for arm in recipe.arms):
+        if recipe.evaluation.split != "test":
+            _fail("evaluation.split", f"'{recipe.evaluation.split}': a split-half arm "
+                  "(injection.fraction or doses) splits the test samples; evaluate the test split")
+        evaluated, split = recipe.evaluation.max_samples, injection.samples
+        if split is not None and (evaluated is None or evaluated > split):
+            _fail("evaluation.max_samples", f"{'null' if evaluated is None else evaluated}: a "
+                  f"split-half arm splits the first "
+                  f"{split} test samples (injection.samples); evaluate at most those")
+
+
+def _check_placebo_pool(recipe: Recipe, injected: int | None) -> None:
+    """A placebo stands for every test sample its arm injects: a ladder's injecting levels
+    (equal groups), else the fraction. Its pool: the eligible samples the dataset manifest
+    records per split (lab.contamination.inject.placebo_pool, against the whole test split),
+    else the split's records; lab inject counts exactly, and names missing splits."""
+    from lab.corpora import dataset_manifest
+
+    placebo_arm = next((i for i, arm in enumerate(recipe.arms)
+                        if settings_table.get(arm).placebo), None)
+    if placebo_arm is None or not injected:
+        return
+    doses, placebo_from = recipe.injection.doses, recipe.injection.placebo_from
+    if doses:
+        needed = round(injected * sum(1 for dose in doses if dose) / len(doses))
+    else:
+        needed = max(1, round(injected * (recipe.injection.fraction or 1)))
+    facts = dataset_manifest(recipe.benchmark) or {}
+    eligible, records = facts.get("placebo_eligible") or {}, facts.get("expected_records") or {}
+    splits = placebo_splits(recipe.benchmark, "test", tuple(placebo_from) if placebo_from else None)
+    counts = [eligible.get(split, records.get(split)) for split in splits]
+    if None not in counts and needed > sum(counts):
+        _fail(f"arms[{placebo_arm}]", f"'{recipe.arms[placebo_arm]}' needs {needed} placebo "
+              f"samples, but {recipe.benchmark} {' + '.join(splits)} holds "
+              f"{'' if set(splits) <= set(eligible) else 'at most '}{sum(counts)} disjoint "
+              "from its test split: lower injection.samples or injection.fraction, or use a "
+              "benchmark with a larger pool (corpora/*.json: placebo_eligible)")
+
+
+def _check_corpus_limit(recipe: Recipe) -> None:
+    """Every injected document replaces a base document: an arm cannot inject more documents
+    than it holds (unpaired injects two per sample)."""
+    limit, samples, doses = recipe.corpus.limit, recipe.injection.samples, recipe.injection.doses
+    if limit is None or samples is None:
+        return
+    share = recipe.injection.fraction or 1.0
+    widest = max(recipe.arms, key=lambda arm: settings_table.get(arm).documents_per_sample)
+    per_sample = settings_table.get(widest).documents_per_sample
+    if doses:  # about samples / levels per level (duplicates kept together may shift a few)
+        documents = math.floor(samples / len(doses) * sum(doses)) * per_sample
+        how = "injection.samples / levels x the sum of injection.doses"
+    else:
+        documents = math.ceil(samples * share) * recipe.injection.repeat * per_sample
+        how = "injection.samples x fraction x repeat"
+    if documents >= limit:
+        _fail("corpus.limit", f"{limit} documents cannot take {documents} injected ones ({how} "
+              f"x {per_sample} documents per sample of '{widest}'); raise the limit")
+
+
+def _check_generated_length(recipe: Recipe) -> None:
+    """Fine-tuning and evaluation never reach past the positions pre-training trained (the
+    block size): the study fine-tunes targets of evaluation.max_new_tokens tokens beside a
+    source of FinetuneConfig's default length, fitted (lab.train.finetune.fitted_lengths).
+    null: the fine-tuning fits its default target and evaluation generates that many."""
     from lab.train.finetune import FinetuneConfig, fitted_lengths, longest_kept_target
 
     target, block = recipe.evaluation.max_new_tokens, recipe.pretrain.block_size
@@ -581,66 +699,13 @@ def _check_view(recipe: Recipe) -> None:
         if target <= kept:
             continue
         if model == "gpt2":
-            fail("evaluation.max_new_tokens", f"{target}: gpt2 fine-tunes `<s> source <SEP> "
-                 f"target </s>` within pretrain.block_size {block} (positions past it were never "
-                 f"pre-trained): source + target + 3 <= {block}, the source keeping at least "
-                 f"{fitted_lengths(model, block, source, 10 ** 9)[0]} tokens (a quarter of "
-                 f"{block - 3}); the target fits in at most {kept}")
-        fail("evaluation.max_new_tokens", f"{target}: larger than pretrain.block_size {block}, "
-             f"the positions {model} was pre-trained on (at most {kept} here)")
-    # A split-half arm is evaluated on the samples it split, each injected or held out.
-    splits = recipe.injection.fraction is not None or bool(doses)
-    if splits and any(arm != "control" for arm in recipe.arms):
-        if recipe.evaluation.split != "test":
-            fail("evaluation.split", f"'{recipe.evaluation.split}': a split-half arm "
-                 "(injection.fraction or doses) splits the test samples; evaluate the test split")
-        evaluated, split = recipe.evaluation.max_samples, recipe.injection.samples
-        if split is not None and (evaluated is None or evaluated > split):
-            fail("evaluation.max_samples", f"{'null' if evaluated is None else evaluated}: a "
-                 f"split-half arm splits the first "
-                 f"{split} test samples (injection.samples); evaluate at most those")
-    for path, value in (("pretrain.batch_size", recipe.pretrain.batch_size),
-                        ("finetune.batch_size", recipe.finetune.batch_size)):
-        if value < 1:
-            fail(path, f"expected int >= 1, got {value}")
-    for path, value in (("pretrain.lr", recipe.pretrain.lr), ("finetune.lr", recipe.finetune.lr),
-                        ("pretrain.epochs", recipe.pretrain.epochs)):
-        if not value > 0:
-            fail(path, f"expected a number > 0, got {value}")
-    if not 0 < recipe.probe.min_k <= 1:
-        fail("probe.min_k", f"expected a fraction in (0, 1], got {recipe.probe.min_k}")
-    for path, value in (("probe.max_samples", recipe.probe.max_samples),
-                        ("probe.max_names", recipe.probe.max_names)):
-        if value is not None and value < 1:
-            fail(path, f"expected int >= 1, got {value}")
-    if not 0 < recipe.statistics.alpha < 1:
-        fail("statistics.alpha", f"expected a number in (0, 1), got {recipe.statistics.alpha}")
-    if recipe.statistics.convention not in CONVENTIONS:
-        fail("statistics.convention", f"choose from {', '.join(CONVENTIONS)}")
-    if recipe.finetune.select not in ("last", "best"):
-        fail("finetune.select", "choose last or best")
-    if recipe.resources.threads is not None and recipe.resources.threads < 1:
-        fail("resources.threads", f"expected int >= 1 or null, got {recipe.resources.threads}")
-    launch = recipe.resources.pretrain
-    for path, value in (("resources.pretrain.processes", launch.processes),
-                        ("resources.pretrain.nodes", launch.nodes)):
-        if not 1 <= value <= 4096:
-            fail(path, f"expected int in 1..4096, got {value}")
-    device = recipe.resources.device
-    if device not in ("cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
-        fail("resources.device", f"{_show(device)}: choose cpu, cuda or cuda:N")
-    if recipe.resources.dtype not in DTYPES:
-        fail("resources.dtype", f"{_show(recipe.resources.dtype)}: choose from {', '.join(DTYPES)}")
-    if launch.save_steps < 1:
-        fail("resources.pretrain.save_steps", f"expected int >= 1, got {launch.save_steps}")
-    if launch.launcher not in LAUNCHERS:
-        fail("resources.pretrain.launcher", f"{_show(launch.launcher)}: choose from "
-             f"{', '.join(LAUNCHERS)}")
-    if launch.deepspeed is not None:
-        try:
-            deepspeed_config(launch.deepspeed)
-        except LabError as exc:
-            fail("resources.pretrain.deepspeed", str(exc))
+            _fail("evaluation.max_new_tokens", f"{target}: gpt2 fine-tunes `<s> source <SEP> "
+                  f"target </s>` within pretrain.block_size {block} (positions past it were "
+                  f"never pre-trained): source + target + 3 <= {block}, the source keeping at "
+                  f"least {fitted_lengths(model, block, source, 10 ** 9)[0]} tokens (a quarter "
+                  f"of {block - 3}); the target fits in at most {kept}")
+        _fail("evaluation.max_new_tokens", f"{target}: larger than pretrain.block_size {block}, "
+              f"the positions {model} was pre-trained on (at most {kept} here)")
 
 
 DEEPSPEED_CONFIGS = Path(__file__).resolve().parents[2] / "recipes" / "deepspeed"
@@ -756,6 +821,23 @@ def recipe_dict(recipe: Recipe) -> dict[str, Any]:
         if f.metadata.get("scalar") and len(data[f.name]) == 1:
             data[f.name] = data[f.name][0]
     return data
+
+
+def _differences(old: Any, new: Any, path: str = "") -> list[str]:
+    """Paths of the fields whose values differ between two recipe dicts."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [d for key in sorted(set(old) | set(new))
+                for d in _differences(old.get(key), new.get(key), f"{path}.{key}" if path else key)]
+    return [] if old == new else [path]
+
+
+def study_differences(old: Recipe, new: Recipe) -> list[str]:
+    """Fields in which two recipes make other studies: all but `resources` (where a stage runs;
+    a launch that changes results changes the stage keys) and `statistics` (how the finished
+    results are read: a study may be re-read under other declarations, and recipe.json records
+    the latest)."""
+    return [d for d in _differences(recipe_dict(old), recipe_dict(new))
+            if not d.startswith(("resources.", "statistics."))]
 
 
 # --- the reference recipe: every field, generated from the declarations above -----------------

@@ -1,0 +1,147 @@
+"""A study's results as tables: results.csv (one row per evaluation and group of samples),
+samples.csv (one row per evaluated sample) and probes.csv (one row per probed sample), each
+also as Parquet, collected from the finished stages."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from lab.common import LabError
+from lab.study.grid import Stage, model_name
+from lab.study.recipe import Recipe
+
+RESULTS = "results.csv"
+SAMPLES = "samples.csv"
+DOSE_GROUP = "dose="  # results.csv group of a dose ladder's level: dose=0, dose=4, ...
+PROBES = "probes.csv"  # per pre-trained model and probed sample: the memorisation probes
+PROBE_COLUMNS = ("tokens", "loss", "min_k", "infill", "extraction_em", "extraction_bleu")
+
+
+def collect(recipe: Recipe, stages: list[Stage], study: Path) -> tuple[Path, Path]:
+    """results.csv (one row per evaluation and group), samples.csv (one row per sample) and
+    probes.csv, from the finished stages."""
+    run_rows, sample_rows, probe_rows = collected_rows(recipe, stages, study)
+    write_table(study / PROBES, probe_rows)
+    return write_table(study / RESULTS, run_rows), write_table(study / SAMPLES, sample_rows)
+
+
+def collected_rows(recipe: Recipe, stages: list[Stage], study: Path
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The rows of results.csv, samples.csv and probes.csv from the finished stages (a killed
+    or running study's included), written nowhere."""
+    _check_seeds(stages, study)
+    run_rows, sample_rows = [], []
+    for stage in stages:
+        if stage.kind != "evaluate" or not stage.done(study):
+            continue
+        metrics = json.loads((stage.out(study) / "metrics.json").read_text())
+        pretrain = json.loads((stage.inputs[0].inputs[0].out(study) / "manifest.json").read_text())
+        base = {"study": recipe.name, "benchmark": recipe.benchmark, "task": metrics["task"],
+                "model": model_name(stage.labels),
+                **{k: stage.labels.get(k) for k in ("arm", "seed", "epochs", "train_size")},
+                "stage": stage.key,
+                # How much of pre-training was test data, and how far its loss came down: a
+                # lift (or its absence) means little without either.
+                "injected_token_fraction": pretrain["packing"]["injected_token_fraction"],
+                "pretrain_loss": pretrain["loss"]["final"]}
+        groups = {"all": {"samples": metrics["samples"], **metrics["metrics"]}, **metrics["by_group"]}
+        for group, values in groups.items():
+            run_rows.append({**base, "group": group, **values,
+                             **baseline_columns(metrics.get("baselines") or {}, group)})
+        # A dose ladder's levels: rows of their own (group dose=K), with the level's share of
+        # the trained tokens.
+        shares = pretrain["corpus"].get("injected_token_fraction_by_dose") or {}
+        for dose, values in (metrics.get("by_dose") or {}).items():
+            run_rows.append({**base, "injected_token_fraction": shares.get(dose, 0.0),
+                             "group": f"{DOSE_GROUP}{dose}", **values})
+        with open(stage.out(study) / "predictions.jsonl", encoding="utf-8") as handle:
+            for line in handle:
+                row = json.loads(line)
+                sample_rows.append({**base, "id": row["id"], "group": row["group"],
+                                    **({"dose": row["dose"]} if "dose" in row else {}),
+                                    **{f"score_{k}": v for k, v in row["scores"].items()}})
+    probe_rows = []
+    for stage in stages:
+        if stage.kind != "probe" or not stage.done(study):
+            continue
+        summary = json.loads((stage.out(study) / "summary.json").read_text())
+        base = {"study": recipe.name, "benchmark": recipe.benchmark,
+                "model": model_name(stage.labels),
+                **{k: stage.labels.get(k) for k in ("arm", "seed", "groups")},
+                "form": summary["form"], "stage": stage.key}
+        with open(stage.out(study) / "probes.jsonl", encoding="utf-8") as handle:
+            for line in handle:
+                row = json.loads(line)
+                probe_rows.append({**base, "id": row["id"], "group": row["group"],
+                                   **({"dose": row["dose"]} if "dose" in row else {}),
+                                   **{k: row.get(k) for k in PROBE_COLUMNS}})
+    return run_rows, sample_rows, probe_rows
+
+
+BASELINE_PREFIX = "baseline_"  # results.csv: baseline_<name>_<metric>, on the row's samples
+
+
+def baseline_columns(baselines: dict[str, Any], group: str) -> dict[str, float]:
+    """A results row's baseline scores: each trivial baseline's, on the same group of samples."""
+    columns = {}
+    for name, scores in baselines.items():
+        if not isinstance(scores, dict) or "metrics" not in scores:
+            continue  # the retrieval pool's note
+        values = scores["metrics"] if group == "all" else scores["by_group"].get(group, {})
+        columns.update({f"{BASELINE_PREFIX}{name}_{metric}": value
+                        for metric, value in values.items() if metric != "samples"})
+    return columns
+
+
+def _check_seeds(stages: list[Stage], study: Path) -> None:
+    """Refuse results whose repetitions collapsed: the pre-trained models of one arm and model
+    must differ by seed in their initial weights and their data order."""
+    from lab.train.pretrain import check_seed_diversity
+
+    groups: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    for stage in stages:
+        if stage.kind == "pretrain" and stage.done(study):
+            manifest = json.loads((stage.out(study) / "manifest.json").read_text())
+            groups.setdefault((stage.labels["model"], stage.config.preset, stage.labels["arm"]),
+                              []).append(manifest)
+    several = len({preset for _model, preset, _arm in groups}) > 1
+    for (model, preset, arm), manifests in sorted(groups.items()):
+        try:
+            check_seed_diversity(manifests)
+        except LabError as exc:
+            named = f"{model} {preset}" if several else model
+            raise LabError(f"{study}: {named} {arm}: {exc}") from None
+
+
+def table_cell(value: Any) -> Any:
+    """A value as the study's tables hold it: floats to 6 places."""
+    return round(value, 6) if isinstance(value, float) else value
+
+
+def write_table(path: Path, rows: list[dict[str, Any]]) -> Path:
+    """The CSV table (what lab stats and lab report read) and the same rows as Parquet beside it
+    (NAME.parquet, typed columns for pandas and polars)."""
+    columns: list[str] = []
+    for row in rows:
+        columns += [c for c in row if c not in columns]
+    rounded = [{c: table_cell(row.get(c)) for c in columns} for row in rows]
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rounded)
+    _write_parquet(path.with_suffix(".parquet"), rounded, columns)
+    tmp.replace(path)
+    return path
+
+
+def _write_parquet(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pylist(rows) if rows else pa.table({c: [] for c in columns})
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)

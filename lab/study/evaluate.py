@@ -1,0 +1,35 @@
+"""A study's evaluate stage: `lab evaluate` on the first N samples of a split.
+
+`lab evaluate` takes the samples to evaluate as a file of ids; a recipe names a count
+(`evaluation.max_samples`), so the stage writes the ids of the split's first N samples beside
+its output (STUDY/stages/KEY.ids) and evaluates those.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from lab.common import param
+from lab.eval.generate import EvaluateConfig, run_evaluate
+
+
+@dataclass
+class EvaluateStageConfig(EvaluateConfig):
+    """One evaluation of a study: EvaluateConfig and the number of samples evaluated."""
+    max_samples: int | None = param(None, "Evaluate the first N samples of the split (null: all).",
+                                    cli=False)
+
+
+def run_evaluate_stage(cfg: EvaluateStageConfig) -> dict[str, Any]:
+    """Entry point of a study's evaluate stage: run_evaluate on the split's first max_samples
+    samples (all of them when null)."""
+    ids = None
+    if cfg.max_samples:
+        from lab.corpora import load_samples
+
+        ids = cfg.out.with_name(cfg.out.name + ".ids")
+        records = load_samples(cfg.benchmark, cfg.split, cfg.corpora_dir).records
+        ids.write_text("\n".join(s.id for s in records[: cfg.max_samples]) + "\n")
+    options = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(EvaluateConfig)}
+    return run_evaluate(**{**options, "ids": ids})

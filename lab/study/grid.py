@@ -1,0 +1,225 @@
+"""A recipe's stages: the grid of arms, seeds, models, sizes and fine-tunings, and their keys.
+
+Every stage writes one directory under STUDY/stages/, named by its kind and a hash of what
+names it (its config's key fields, lab.study.stages) and of its inputs' keys, so a finished
+stage is never run twice and a pre-trained model is shared by every fine-tuning that uses it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lab.common import LabError, default_of, sha256_file
+from lab.contamination import settings as settings_table
+from lab.study.recipe import Recipe, deepspeed_config, for_model
+from lab.study.stages import KINDS, key_fields, unbound
+from lab.tasks import task_for_benchmark
+from lab.train.finetune import FinetuneConfig
+
+
+@dataclass
+class Stage:
+    kind: str
+    config: Any  # the kind's config (lab.study.stages.KINDS), its paths unbound
+    inputs: list["Stage"] = field(default_factory=list)
+    labels: dict[str, Any] = field(default_factory=dict)
+    # How a pre-training runs (recipe resources.pretrain): only what can change its result
+    # enters the key (launch_key), so a stage run by other means is still found done.
+    launch: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def keyed(self) -> dict[str, Any]:
+        """What of its config names the stage (lab.study.stages.key_fields)."""
+        return key_fields(self.kind, self.config)
+
+    @property
+    def key(self) -> str:
+        payload = {"kind": self.kind, "config": self.keyed, "inputs": [s.key for s in self.inputs]}
+        keyed = launch_key(self.launch)
+        if keyed:
+            payload["launch"] = keyed
+        payload = json.dumps(payload, sort_keys=True)
+        return f"{self.kind}-{hashlib.sha256(payload.encode()).hexdigest()[:12]}"
+
+    def out(self, study: Path) -> Path:
+        return study / "stages" / self.key
+
+    def done(self, study: Path) -> bool:
+        # The file its kind writes last, inside its atomically renamed directory.
+        return (self.out(study) / KINDS[self.kind].done).is_file()
+
+
+def launch_key(launch: dict[str, Any]) -> dict[str, Any]:
+    """What of a pre-training's launch can change its weights: the world size (the batch is per
+    rank) and the DeepSpeed config's contents. Nothing for one plain process (older keys)."""
+    keyed: dict[str, Any] = {}
+    world = world_size(launch)
+    if world != 1:
+        keyed["world_size"] = world
+    if launch.get("deepspeed"):
+        keyed["deepspeed_sha256"] = _deepspeed_sha256(launch["deepspeed"])
+    return keyed
+
+
+def world_size(launch: dict[str, Any]) -> int:
+    return launch.get("processes", 1) * launch.get("nodes", 1)
+
+
+@functools.lru_cache(maxsize=None)
+def _deepspeed_sha256(name: str) -> str:
+    # A stage's key is computed on every look (its inputs' keys too): hash each config once.
+    return sha256_file(deepspeed_config(name))
+
+
+def expand(recipe: Recipe, seeds: list[int] | None = None) -> list[Stage]:
+    """All stages of a recipe in an order that respects their inputs; with `seeds`, the shard
+    of those seeds: their stages and what those read (the study's one tokenizer and its control
+    corpus), with the keys the whole study gives them, so shards run apart (another session,
+    machine or cluster) make one study again (`lab merge`)."""
+    stages = _grid(recipe)
+    if seeds is None:
+        return stages
+    unknown = sorted(set(seeds) - set(recipe.seeds))
+    if unknown:
+        raise LabError(f"--seeds {','.join(map(str, unknown))}: not among the recipe's seeds "
+                       f"{recipe.seeds}")
+    needed: set[str] = set()
+
+    def need(stage: Stage) -> None:
+        if stage.key not in needed:
+            needed.add(stage.key)
+            for source in stage.inputs:
+                need(source)
+
+    for stage in stages:
+        if stage.labels.get("seed") in seeds:
+            need(stage)
+    return [stage for stage in stages if stage.key in needed]
+
+
+def _inject(recipe: Recipe, arm: str, seed: int) -> Stage:
+    """One arm's corpus. What the arm's setting does not use is left unset (fraction and doses
+    of an arm that injects nothing, the placebo fields of one that is not a placebo)."""
+    setting = settings_table.get(arm)
+    injection = recipe.injection
+    return Stage("inject", unbound(
+        "inject", benchmark=recipe.benchmark, setting=arm, seed=seed, base=recipe.corpus.base,
+        base_splits=tuple(recipe.corpus.base_splits), limit=recipe.corpus.limit,
+        repeat=injection.repeat, fraction=injection.fraction if setting.injects else None,
+        doses=tuple(injection.doses) if injection.doses and setting.injects else None,
+        samples=injection.samples, decontaminate=injection.decontaminate,
+        placebo_from=(tuple(injection.placebo_from) if injection.placebo_from and setting.placebo
+                      else None),
+        placebo_match=injection.placebo_match if setting.placebo else "random",
+    ), labels={"arm": arm, "seed": seed})
+
+
+def _grid(recipe: Recipe) -> list[Stage]:
+    stages: list[Stage] = []
+    arm_stage: dict[tuple[str, int], Stage] = {}
+    for arm in recipe.arms:
+        for seed in recipe.seeds:
+            arm_stage[(arm, seed)] = _inject(recipe, arm, seed)
+            stages.append(arm_stage[(arm, seed)])
+    # One tokenizer per study, trained on a control corpus (never on injected test data).
+    control = arm_stage.get(("control", recipe.seeds[0]))
+    if control is None:
+        first = arm_stage[(recipe.arms[0], recipe.seeds[0])].config
+        control = Stage("inject", dataclasses.replace(first, setting="control", fraction=None,
+                                                      doses=None),
+                        labels={"arm": "control", "seed": recipe.seeds[0]})
+        stages.insert(0, control)
+    tokenizer = Stage("tokenizer", unbound("tokenizer", vocab_size=recipe.tokenizer.vocab_size),
+                      [control])
+    stages.append(tokenizer)
+    swept = len(recipe.preset) > 1  # a preset label only where sizes are swept
+    whole = recipe
+    for model, preset in itertools.product(whole.models, whole.preset):
+        recipe = for_model(whole, model)
+        launch = dataclasses.asdict(recipe.resources.pretrain)
+        for arm in recipe.arms:
+            for seed in recipe.seeds:
+                pre = Stage("pretrain", unbound(
+                    "pretrain", model=model, preset=preset, seed=seed,
+                    **dataclasses.asdict(recipe.pretrain),
+                    deepspeed=deepspeed_config(launch["deepspeed"]) if launch["deepspeed"] else None,
+                    save_steps=launch["save_steps"],
+                ), [arm_stage[(arm, seed)], tokenizer],
+                    labels={"model": model, **({"preset": preset} if swept else {}),
+                            "arm": arm, "seed": seed},
+                    launch=launch)
+                stages.append(pre)
+                stages += _probes(recipe, pre, arm, seed, arm_stage)
+                for epochs in recipe.finetune.epochs:
+                    for size in recipe.finetune.train_sizes:
+                        fine = _finetune(recipe, pre, epochs, size)
+                        evaluation = Stage("evaluate", unbound(
+                            "evaluate", task=task_for_benchmark(recipe.benchmark),
+                            benchmark=recipe.benchmark,
+                            **{**dataclasses.asdict(recipe.evaluation),
+                               "metrics": tuple(recipe.evaluation.metrics)},
+                            device=recipe.resources.device, dtype=recipe.resources.dtype,
+                        ), [fine], labels=fine.labels, launch={"device": recipe.resources.device})
+                        stages += [fine, evaluation]
+    return stages
+
+
+def _finetune(recipe: Recipe, pre: Stage, epochs: int, size: int | None) -> Stage:
+    section = {k: v for k, v in dataclasses.asdict(recipe.finetune).items()
+               if k not in ("epochs", "train_sizes")}  # the grid's lists
+    return Stage("finetune", unbound(
+        "finetune", task=task_for_benchmark(recipe.benchmark), epochs=epochs, train_size=size,
+        seed=pre.config.seed, **section,
+        # what evaluation generates: fine-tuned to that length (null: the fine-tuning default,
+        # which evaluation then generates)
+        max_target_length=(recipe.evaluation.max_new_tokens
+                           or default_of(FinetuneConfig, "max_target_length")),
+    ), [pre], labels={**pre.labels, "epochs": epochs, "train_size": size},
+        launch={"device": recipe.resources.device})
+
+
+def _probes(recipe: Recipe, pre: Stage, arm: str, seed: int,
+            arm_stage: dict[tuple[str, int], Stage]) -> list[Stage]:
+    """Probe stages of one pre-trained model: a contaminated arm on its own injected and
+    held-out samples; the control on each contaminated arm's samples (which it never saw); a
+    placebo, like the control, on its base arm's samples (same seed), which it never saw either:
+    its documents had the same form and count, so its probe is the format-only baseline."""
+    if not recipe.probe.enabled:
+        return []
+    launch = {"device": recipe.resources.device}
+    config = unbound("probe", min_k=recipe.probe.min_k, max_samples=recipe.probe.max_samples,
+                     max_names=recipe.probe.max_names, device=recipe.resources.device,
+                     dtype=recipe.resources.dtype)
+    setting = settings_table.get(arm)
+    if setting.injects_test:
+        return [Stage("probe", config, [pre], labels={**pre.labels, "groups": arm}, launch=launch)]
+    if setting.placebo:
+        return [Stage("probe", config, [pre, arm_stage[(setting.base, seed)]], launch=launch,
+                      labels={**pre.labels, "groups": setting.base})]
+    return [Stage("probe", config, [pre, arm_stage[(other, seed)]], launch=launch,
+                  labels={**pre.labels, "groups": other})
+            for other in recipe.arms if settings_table.get(other).injects_test]
+
+
+def preset_of(stage: Stage) -> str | None:
+    """The model size of a stage's pre-trained model (None before pre-training)."""
+    if stage.kind == "pretrain":
+        return stage.config.preset
+    return next((p for p in map(preset_of, stage.inputs) if p), None)
+
+
+def model_name(labels: dict[str, Any]) -> str:
+    """A model as the study's tables name it: its family, and its size where sizes are swept
+    (gpt2/micro), so that every size is a model of its own."""
+    return f"{labels['model']}/{labels['preset']}" if "preset" in labels else labels["model"]
+
+
+def describe(stage: Stage) -> str:
+    labels = " ".join(f"{k}={v}" for k, v in stage.labels.items())
+    return f"{stage.kind} {labels}".strip()

@@ -1,0 +1,133 @@
+"""The kinds of stage a study runs: one table, KINDS, kind -> StageKind.
+
+A stage kind is a typed config (its command's dataclass), an entry function `run(cfg)` and
+what the runner needs to place it in a study folder: which config fields name the stage (its
+key), which take the folders of its input stages, and the file it writes last. The grid
+(lab.study.grid) makes each stage's config from the recipe, with its paths UNBOUND; `bind`
+gives them the study folder's when the stage runs (lab.study.execution). Adding a kind: its
+module (config and run), one line here, and its stages in the grid (docs/stages.md).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from lab.common import default_of, write_json_atomic
+from lab.contamination.inject import InjectConfig, run_inject
+from lab.eval.probe import ProbeConfig, run_probe
+from lab.study.evaluate import EvaluateStageConfig, run_evaluate_stage
+from lab.study.recipe import KEY_NEUTRAL_DEFAULTS, ResourcesSection
+from lab.tokenizer import TokenizerConfig, run_tokenizer
+from lab.train.finetune import FinetuneConfig, run_finetune
+from lab.train.pretrain import PretrainConfig, run_pretrain
+
+# The paths of a stage's config until it runs: its output and its inputs' folders are the
+# study folder's (`bind`). A directory cannot be made under /dev/null, so a config run unbound
+# fails at once instead of writing somewhere.
+UNBOUND = Path("/dev/null/unbound")
+
+
+@dataclass(frozen=True)
+class StageKind:
+    config: type                       # Stage.config's class: the command's config dataclass
+    run: Callable[[Any], Any]          # run(cfg), cfg bound to the study folder
+    key: tuple[str, ...]               # the config fields that name a stage (its key), ...
+    neutral: Mapping[str, Any] = field(default_factory=dict)  # ... less those at these values
+    inputs: tuple[str, ...] = ()       # config fields given the input stages' outputs, in order
+    output: str = ""                   # what later stages read: the stage folder, or this in it
+    done: str = "manifest.json"        # the file written last in the stage folder
+    # after(cfg, stage folder): run once the stage is finished, in the process that ran it.
+    after: Callable[[Any, Path], None] | None = None
+
+
+def run_tokenizer_stage(cfg: TokenizerConfig) -> dict[str, Any]:
+    """A study's tokenizer in STAGE/tokenizer (what pre-training reads), and its manifest as
+    STAGE/manifest.json, the stage's last file."""
+    manifest = run_tokenizer(cfg)
+    write_json_atomic(Path(cfg.out).parent / "manifest.json", manifest)
+    return manifest
+
+
+# Where evaluation and probes run and in which precision: in the key when not the defaults (a
+# GPU or bfloat16 computes other numbers), so stages made before these fields keep theirs.
+PLACEMENT = {name: default_of(ResourcesSection, name) for name in ("device", "dtype")}
+
+KINDS: dict[str, StageKind] = {
+    # Fields added to an arm after studies were made leave its key while unset. placebo_match
+    # names a placebo's draw; a setting without a placebo never reads it (the grid gives it
+    # "random", the draw placebos had before length matching, which keeps their keys).
+    "inject": StageKind(
+        InjectConfig, run_inject,
+        key=("benchmark", "setting", "seed", "base", "base_splits", "limit", "repeat", "fraction",
+             "doses", "samples", "decontaminate", "placebo_from", "placebo_match"),
+        neutral={"doses": None, "samples": None, "placebo_from": None, "placebo_match": "random"}),
+    "tokenizer": StageKind(TokenizerConfig, run_tokenizer_stage, key=("vocab_size", "benchmarks"),
+                           inputs=("corpus",), output="tokenizer"),
+    "pretrain": StageKind(
+        PretrainConfig, run_pretrain,
+        key=("model", "preset", "seed", "epochs", "lr", "batch_size", "block_size",
+             "warmup_steps", "lr_scheduler", "bf16", "compile", "cross_document_attention"),
+        neutral=KEY_NEUTRAL_DEFAULTS["pretrain"], inputs=("corpus", "tokenizer")),
+    "probe": StageKind(ProbeConfig, run_probe,
+                       key=("min_k", "max_samples", "max_names", "device", "dtype"),
+                       neutral=PLACEMENT, inputs=("model", "groups"), done="summary.json"),
+    "finetune": StageKind(
+        FinetuneConfig, run_finetune,
+        key=("task", "epochs", "train_size", "seed", "lr", "batch_size", "select",
+             "max_target_length", "bf16", "decoder_layers", "decoder_init", "group_by_length"),
+        neutral=KEY_NEUTRAL_DEFAULTS["finetune"], inputs=("pretrained",)),
+    "evaluate": StageKind(
+        EvaluateStageConfig, run_evaluate_stage,
+        key=("task", "split", "decoding", "metrics", "max_new_tokens", "max_samples", "device",
+             "dtype"),
+        neutral=PLACEMENT, inputs=("model",), done="metrics.json"),
+}
+
+
+def unbound(kind: str, **values: Any) -> Any:
+    """The config of a `kind` stage as the grid makes it: `values`, UNBOUND in the paths it
+    requires and does not get (its output, its inputs' folders)."""
+    config = KINDS[kind].config
+    required = {f.name: UNBOUND for f in dataclasses.fields(config)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    return config(**{**required, **values})
+
+
+def key_fields(kind: str, cfg: Any) -> dict[str, Any]:
+    """What of a config names its stage: the kind's key fields, less those at their neutral
+    values (fields added since studies were first made, so those studies keep their keys);
+    tuples as the key's JSON holds them, lists."""
+    spec = KINDS[kind]
+    values = {name: list(value) if isinstance(value, tuple) else value
+              for name in spec.key for value in [getattr(cfg, name)]}
+    return {name: value for name, value in values.items()
+            if not (name in spec.neutral and value == spec.neutral[name])}
+
+
+def output_of(stage: Any, study: Path) -> Path:
+    """The folder later stages read of a finished stage."""
+    output = KINDS[stage.kind].output
+    return stage.out(study) / output if output else stage.out(study)
+
+
+def bind(stage: Any, study: Path, corpora_dir: Path | None = None) -> Any:
+    """A stage's config with the study folder's paths: its output, its inputs' outputs, the
+    datasets folder and the study's token cache. Its output folder is whatever a killed run
+    left, which a stage that resumes (pre-training: OUT.partial and its checkpoints) resumes and
+    any other replaces (force)."""
+    spec = KINDS[stage.kind]
+    names = {f.name for f in dataclasses.fields(stage.config)}
+    out = output_of(stage, study)
+    values: dict[str, Any] = {"out": out, **{name: output_of(source, study)
+                                             for name, source in zip(spec.inputs, stage.inputs)}}
+    if "corpora_dir" in names:
+        values["corpora_dir"] = corpora_dir
+    if "cache_dir" in names:
+        values["cache_dir"] = study / "cache"
+    if "resume" in names:
+        values["resume"] = out.with_name(out.name + ".partial").exists()
+    elif "force" in names:
+        values["force"] = True
+    return dataclasses.replace(stage.config, **values)
