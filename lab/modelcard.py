@@ -24,6 +24,8 @@ from lab.models import (MANIFEST, LOADERS, WEIGHTS_SUBDIR, architecture_of, pret
                         read_stage_manifest)
 from lab.tasks import Decoding
 
+# huggingface_hub is imported where a card is made, not here: it adds seconds to the start of
+# every lab command (the CLI imports this module for ExportConfig).
 CARD = "README.md"
 LICENSE = "apache-2.0"
 MODEL_KINDS = ("lab-pretrained", "lab-finetuned")
