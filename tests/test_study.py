@@ -366,7 +366,9 @@ def _check_shareable_outputs(study: Path, summary: dict) -> None:
     import yaml
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from lab.modelcard import ids_sha256, read_card_results
+    from huggingface_hub import ModelCard
+
+    from lab.modelcard import evaluation_results, ids_sha256, model_evaluations
 
     stages = study / "stages"
     evaluated = {}
@@ -387,10 +389,13 @@ def _check_shareable_outputs(study: Path, summary: dict) -> None:
             assert f"{len(corpus['injected_ids'])} samples of the codetrans test split" in text
         else:
             assert "contamination-control" in meta["tags"] and "Control model" in text
-        results = read_card_results(folder)
-        if folder.name in evaluated:  # lab evaluate wrote its metrics into the card
-            [result] = results
-            bleu = [m["value"] for m in result["metrics"] if m["type"] == "bleu"]
+        # The stage's own card loads as the hub reads cards and holds no results: evaluating
+        # never writes into the model's folder; an exported card gathers them from beside it.
+        card = ModelCard.load(folder / "README.md")
+        assert card.data.license == "apache-2.0" and card.data.eval_results is None
+        results = evaluation_results(model_evaluations(folder, manifest))
+        if folder.name in evaluated:
+            bleu = [r.metric_value for r in results if r.metric_type == "bleu"]
             assert bleu == [pytest.approx(evaluated[folder.name]["metrics"]["bleu"], abs=1e-4)]
         else:
             assert results == []
