@@ -23,6 +23,11 @@ from lab.study.stages import KINDS, UNBOUND, bind
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "mini" / "micro.yaml"
 
 
+def test_trained_models_get_their_card_from_the_runner():
+    assert KINDS["pretrain"].after is kinds.model_card is KINDS["finetune"].after
+    assert all(KINDS[kind].after is None for kind in ("inject", "tokenizer", "probe", "evaluate"))
+
+
 def test_every_kind_has_one_row_and_one_entry_shape():
     stages = expand(load_recipe(RECIPE))
     assert {s.kind for s in stages} == set(KINDS)
@@ -76,9 +81,12 @@ def test_a_finished_training_stage_is_linked_under_a_readable_tensorboard_name(t
                                                                                 monkeypatch):
     stages = expand(load_recipe(RECIPE))
     pretrain = next(s for s in stages if s.kind == "pretrain" and s.labels["arm"] == "paired")
+    after = []  # the kind's hook (a model card), called once the stage is finished
     monkeypatch.setitem(KINDS, "pretrain", dataclasses.replace(
-        KINDS["pretrain"], run=lambda cfg: _trained(pretrain, tmp_path)))
+        KINDS["pretrain"], run=lambda cfg: _trained(pretrain, tmp_path),
+        after=lambda cfg, folder: after.append((cfg.out, folder))))
     _run_stage_unlocked(pretrain, tmp_path, None)  # as the runner runs it
+    assert after == [(pretrain.out(tmp_path), pretrain.out(tmp_path))]
     seed = pretrain.labels["seed"]
     link = tmp_path / TENSORBOARD / "gpt2" / "paired" / f"seed{seed}" / "pretrain"
     assert link.is_symlink() and not os.path.isabs(os.readlink(link))

@@ -160,8 +160,10 @@ def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None,
 
 
 def _finish(stage: Stage, study: Path, cfg: Any) -> None:
-    """What follows a finished stage in the process that ran it: its kind's `after` and its
-    TensorBoard link."""
+    """What follows a finished stage in the process that ran it: its kind's `after` (a trained
+    model's card) and its TensorBoard link."""
+    if not stage.done(study):
+        return  # its last file is missing: the scheduler says so (its inputs never finish)
     after = KINDS[stage.kind].after
     if after is not None:
         after(cfg, stage.out(study))

@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 from lab.common import default_of, write_json_atomic
 from lab.contamination.inject import InjectConfig, run_inject
 from lab.eval.probe import ProbeConfig, run_probe
+from lab.modelcard import write_model_card
 from lab.study.evaluate import EvaluateStageConfig, run_evaluate_stage
 from lab.study.recipe import KEY_NEUTRAL_DEFAULTS, ResourcesSection
 from lab.tokenizer import TokenizerConfig, run_tokenizer
@@ -50,6 +51,12 @@ def run_tokenizer_stage(cfg: TokenizerConfig) -> dict[str, Any]:
     return manifest
 
 
+def model_card(cfg: Any, folder: Path) -> None:
+    """A trained model's README.md, from the manifest its stage wrote (as `lab pretrain` and
+    `lab finetune` write it)."""
+    write_model_card(folder)
+
+
 # Where evaluation and probes run and in which precision: in the key when not the defaults (a
 # GPU or bfloat16 computes other numbers), so stages made before these fields keep theirs.
 PLACEMENT = {name: default_of(ResourcesSection, name) for name in ("device", "dtype")}
@@ -69,7 +76,8 @@ KINDS: dict[str, StageKind] = {
         PretrainConfig, run_pretrain,
         key=("model", "preset", "seed", "epochs", "lr", "batch_size", "block_size",
              "warmup_steps", "lr_scheduler", "bf16", "compile", "cross_document_attention"),
-        neutral=KEY_NEUTRAL_DEFAULTS["pretrain"], inputs=("corpus", "tokenizer")),
+        neutral=KEY_NEUTRAL_DEFAULTS["pretrain"], inputs=("corpus", "tokenizer"),
+        after=model_card),
     "probe": StageKind(ProbeConfig, run_probe,
                        key=("min_k", "max_samples", "max_names", "device", "dtype"),
                        neutral=PLACEMENT, inputs=("model", "groups"), done="summary.json"),
@@ -77,7 +85,7 @@ KINDS: dict[str, StageKind] = {
         FinetuneConfig, run_finetune,
         key=("task", "epochs", "train_size", "seed", "lr", "batch_size", "select",
              "max_target_length", "bf16", "decoder_layers", "decoder_init", "group_by_length"),
-        neutral=KEY_NEUTRAL_DEFAULTS["finetune"], inputs=("pretrained",)),
+        neutral=KEY_NEUTRAL_DEFAULTS["finetune"], inputs=("pretrained",), after=model_card),
     "evaluate": StageKind(
         EvaluateStageConfig, run_evaluate_stage,
         key=("task", "split", "decoding", "metrics", "max_new_tokens", "max_samples", "device",
