@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.test_docker import _join_continuations
+
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 MAX_README_LINES = 300
@@ -131,16 +133,7 @@ def resolve(words: list[str]):
 
 def shell_lines(text: str) -> list[str]:
     """Logical lines of a shell text: continuations joined, blank lines dropped."""
-    out, pending = [], ""
-    for line in text.splitlines():
-        if line.rstrip().endswith("\\"):
-            pending += line.rstrip()[:-1] + " "
-            continue
-        out.append(pending + line)
-        pending = ""
-    if pending:
-        out.append(pending)
-    return [line for line in out if line.strip()]
+    return [line for line in _join_continuations(text.splitlines()) if line.strip()]
 
 
 def lab_invocation_problems(line: str) -> list[str]:
