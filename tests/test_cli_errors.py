@@ -445,7 +445,7 @@ GOOD_RECIPE = ("name: t\nbenchmark: codetrans\narms: [control, paired]\nmodels: 
     (GOOD_RECIPE.replace("seeds: [0, 1]", "seeds: []"), [], "seeds: needs at least one seed"),
     (GOOD_RECIPE.replace("paired]", "pairs]"), [], "arms[1]: unknown arm 'pairs'"),
     (GOOD_RECIPE.replace("epochs: [0, 1]", "epochs: [0, -1]"), [],
-     "finetune.epochs[1]: expected int >= 0"),
+     "finetune.epochs[1]: must be >= 0, got -1"),
     (GOOD_RECIPE.replace("seeds: [0, 1]", "seeds: [0, -1]"), [], "seeds[1]: expected int in 0.."),
     (GOOD_RECIPE.replace("name: t", "name: ../../etc"), [], "name: '../../etc': must be a plain "
                                                             "folder name"),
@@ -682,7 +682,7 @@ def test_finetune_refuses_impossible_numbers_before_any_work(workdir, option, va
     (["--max-new-tokens", "0"], "--max-new-tokens 0: must be >= 1"),
     (["--decoding", "sample", "--top-p", "2"], "--top-p 2.0: must be in (0, 1]"),
     (["--decoding", "sample", "--temperature", "inf"], "--temperature inf: must be a finite"),
-    (["--metrics", "bleu,vibes"], "unknown metric 'vibes'"),
+    (["--metrics", "bleu,vibes"], "--metrics vibes: unknown metric"),
     (["--ids", "empty-ids.txt"], "--ids empty-ids.txt: no sample ids"),
     (["--split", "holdout"], "unknown split 'holdout'"),
 ])

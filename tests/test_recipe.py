@@ -33,17 +33,17 @@ def test_valid_recipe_and_defaults(recipe_file):
     ("arms=[control, unpaired]", "corpus.limit: 1000 documents cannot take 1200 injected ones"),
     ("injection.samples=5000", "injection.samples: 5000: codetrans's test split holds 1000"),
     ("pretrain.block_size=4096", "pretrain.block_size: larger than the gpt2 tiny preset's 512"),
-    ("pretrain.lr_scheduler=steep", "pretrain.lr_scheduler: unknown 'steep'"),
+    ("pretrain.lr_scheduler=steep", "pretrain.lr_scheduler: choose from linear"),
     ("tokenizer.vocab_size=100", "tokenizer.vocab_size: must be >= 262, got 100"),
     ("evaluation.split=dev", "evaluation.split: unknown split 'dev'"),
-    ("evaluation.metrics=[bleu, rouge]", "evaluation.metrics[1]: unknown metric 'rouge'"),
-    ("evaluation.decoding=beam:0", "evaluation.decoding: 'beam:0'"),
-    ("evaluation.max_samples=0", "evaluation.max_samples: expected int >= 1 or null"),
-    ("finetune.batch_size=0", "finetune.batch_size: expected int >= 1"),
-    ("pretrain.lr=0", "pretrain.lr: expected a number > 0"),
+    ("evaluation.metrics=[bleu, rouge]", "evaluation.metrics[1]: unknown metric (choose from"),
+    ("evaluation.decoding=beam:0", "evaluation.decoding: choose greedy, beam:K (K >= 1) or sample, got 'beam:0'"),
+    ("evaluation.max_samples=0", "evaluation.max_samples: must be >= 1, got 0"),
+    ("finetune.batch_size=0", "finetune.batch_size: must be >= 1, got 0"),
+    ("pretrain.lr=0", "pretrain.lr: must be > 0, got 0"),
     ("statistics.alpha=1.5", "statistics.alpha: expected a number in (0, 1)"),
     ("benchmark=csn-java", "benchmark: 'csn-java' is not a benchmark"),
-    ("finetune.epochs=[0, -1]", "finetune.epochs[1]: expected int >= 0"),
+    ("finetune.epochs=[0, -1]", "finetune.epochs[1]: must be >= 0, got -1"),
     ("bogus=1", "bogus: unknown key"),
     ("pretrain.warmup=3", "pretrain.warmup: unknown key"),
     ("seeds=[]", "seeds: needs at least one seed"),
@@ -59,7 +59,7 @@ def test_valid_recipe_and_defaults(recipe_file):
      "corpus.limit: 1000 documents cannot take 1200 injected ones (injection.samples x fraction x "
      "repeat x 2 documents per sample of 'unpaired-placebo')"),
     ("pretrain.lr=fast", "pretrain.lr: expected float"),
-    ("injection.fraction=1.5", "injection.fraction: expected a number in (0, 1]"),
+    ("injection.fraction=1.5", "injection.fraction: must be in (0, 1], got 1.5"),
     ("models=[roberta]", "finetune.epochs[0]: 0 (direct inference) is defined for GPT-2 only"),
     ("injection.placebo_from=[valid]", "injection.placebo_from: no arm is a placebo"),
     ("arms=[control, paired, paired-placebo]\ninjection.placebo_from=[test]",
@@ -197,7 +197,7 @@ def json_str(value: str) -> str:
     ("pretrain.epochs=1.0e+400", "pretrain.epochs: expected a finite number"),
     ("seeds=[0, -1]", "seeds[1]: expected int in 0..4294967295, got -1"),
     ("seeds=[4294967296]", "seeds[0]: expected int in 0..4294967295"),
-    ("pretrain.warmup_steps=-5", "pretrain.warmup_steps: expected int >= 0, got -5"),
+    ("pretrain.warmup_steps=-5", "pretrain.warmup_steps: must be >= 0, got -5"),
     ("corpus.limit=99999999999999999999999", "corpus.limit: 99999999999999999999999 is out of range"),
 ])
 def test_impossible_numbers_are_refused_at_load(recipe_file, override, message):
@@ -224,11 +224,12 @@ def test_non_utf8_recipe_is_one_error(tmp_path):
     ("models=[]", "models: needs at least one model"),
     ("models=[gpt2, gpt2]", "models: values repeat"),
     ("arms=[control, paired, paired]", "arms: values repeat"),
-    ("corpus.base=codetrans", "corpus.base: 'codetrans' is not a pre-training corpus"),
-    ("corpus.base=nothing", "corpus.base: 'nothing' is not a pre-training corpus"),
-    ("corpus.base_splits=[]", "corpus.base_splits: needs at least one split"),
-    ("corpus.base_splits=[train, bogus]", "corpus.base_splits[1]: unknown split 'bogus'"),
-    ("evaluation.metrics=[]", "evaluation.metrics: needs at least one metric"),
+    ("corpus.base=codetrans", "corpus.base: codetrans is a benchmark, not a pre-training corpus "
+                              "(choose from csn-java), got 'codetrans'"),
+    ("corpus.base=nothing", "corpus.base: not a pre-training corpus (choose from csn-java), got 'nothing'"),
+    ("corpus.base_splits=[]", "corpus.base_splits: give at least one split"),
+    ("corpus.base_splits=[train, bogus]", "corpus.base_splits[1]: unknown split of csn-java (choose from train, valid, test), got 'bogus'"),
+    ("evaluation.metrics=[]", "evaluation.metrics: give at least one metric"),
 ])
 def test_values_that_would_fail_later_are_refused_at_load(recipe_file, override, message):
     with pytest.raises(LabError) as info:
@@ -249,7 +250,7 @@ def test_by_model_overrides_are_checked_as_that_model_runs_them(recipe_file):
     for overrides, message in [
         (both, "finetune.epochs[0]: 0 (direct inference) is defined for GPT-2 only"),
         ([*both, "by_model.roberta.pretrain.lr=0", "by_model.roberta.finetune.epochs=[1]"],
-         "by_model.roberta.pretrain.lr: expected a number > 0"),
+         "by_model.roberta.pretrain.lr: must be > 0, got 0"),
         (["by_model.bert.pretrain.lr=0.001"], "by_model.bert: unknown key"),
         (["by_model.gpt2.pretrain.rate=0.001"], "by_model.gpt2.pretrain.rate: unknown key"),
         (["by_model.gpt2.finetune.epochs=[x]"], "by_model.gpt2.finetune.epochs[0]: expected int"),
@@ -277,7 +278,7 @@ PAPER = Path(__file__).resolve().parents[1] / "recipes" / "paper"
     # A ladder's placebo stands for its injecting levels only: 4 of 5 levels of 602 samples.
     (["benchmark=codetrans-paper", "injection.samples=602", "injection.doses=[0, 1, 4, 16, 64]"],
      "needs 482 placebo samples"),
-    (["injection.placebo_match=nearest"], "injection.placebo_match: 'nearest': choose from length, "
+    (["injection.placebo_match=nearest"], "injection.placebo_match: choose from length, "
                                           "random"),
 ])
 def test_a_placebo_needs_a_pool_that_exists(overrides, message):

@@ -33,8 +33,8 @@ from lab.contamination.audit import audit_samples
 from lab.contamination.overlap import CODE_LANGUAGES, OverlapIndex, SampleSideIndex
 from lab.contamination.settings import Setting
 from lab.contamination.streaming import build_streaming
-from lab.corpora import (Document, Loaded, Sample, check_references, get_spec, load_documents,
-                         load_samples)
+from lab.corpora import (DATASETS, Document, Loaded, Sample, check_references, get_spec,
+                         load_documents, load_samples)
 from lab.corpora.base import DatasetSpec
 from lab.corpora.shards import CORPUS_SUBDIR, MANIFEST, shards_digest, write_shards
 from lab.executor import ExecutorConfig, check_executor
@@ -96,6 +96,44 @@ class InjectConfig(ExecutorConfig):
     shard_size: int = param(50_000, "Documents per corpus shard (format 2: on average).",
                             cli=False)
 
+    def __post_init__(self) -> None:
+        # The rules of the options, alone and together, checked where the config is made: by
+        # `lab inject` and by a recipe's `corpus` and `injection` sections alike
+        # (lab.study.recipe names the recipe's field). What needs files, the benchmark or the
+        # machine is checked when the run starts (validate).
+        base = DATASETS.get(self.base)
+        if base is None or base.kind != "corpus":
+            corpora = [name for name, spec in DATASETS.items() if spec.kind == "corpus"]
+            what = f"{self.base} is a {base.kind}, not" if base else "not"
+            raise LabError(f"--base {self.base}: {what} a pre-training corpus (choose from "
+                           f"{', '.join(corpora)})")
+        if not self.base_splits:
+            raise LabError("--base-splits: give at least one split")
+        if len(set(self.base_splits)) != len(self.base_splits):
+            raise LabError(f"--base-splits {','.join(self.base_splits)}: a split is listed twice")
+        for split in self.base_splits:
+            if split not in base.splits:
+                raise LabError(f"--base-splits {split}: unknown split of {self.base} (choose "
+                               f"from {', '.join(base.splits)})")
+        for name, value in (("--repeat", self.repeat), ("--limit", self.limit),
+                            ("--samples", self.samples)):
+            if value is not None and value < 1:
+                raise LabError(f"{name} {value}: must be >= 1")
+        if self.fraction is not None and not 0 < self.fraction <= 1:
+            raise LabError(f"--fraction {self.fraction}: must be in (0, 1]")
+        if self.fraction is not None and self.test_ids is not None:
+            raise LabError("--fraction and --test-ids: give one of them, not both")
+        if self.samples is not None and self.test_ids is not None:
+            raise LabError("--samples and --test-ids: give one of them, not both")
+        if self.doses is not None:
+            check_doses(self)
+        if self.placebo_match not in PLACEBO_MATCHES:
+            raise LabError(f"--placebo-match {self.placebo_match}: choose from "
+                           f"{', '.join(PLACEBO_MATCHES)}")
+        if self.corpus_format not in FORMATS:
+            raise LabError(f"--format {self.corpus_format}: unknown corpus format (choose from "
+                           f"{', '.join(map(str, FORMATS))})")
+
 
 # How each corpus format makes its seeded choices; a manifest names its format, and every
 # reader takes both (they differ in which documents are removed and in the order, not in form).
@@ -121,20 +159,6 @@ def validate(cfg: InjectConfig) -> None:
     spec = get_spec(cfg.benchmark)
     if spec.kind != "benchmark":
         raise LabError(f"--benchmark {cfg.benchmark}: not a benchmark")
-    if cfg.repeat < 1:
-        raise LabError(f"--repeat {cfg.repeat}: must be >= 1")
-    if cfg.fraction is not None and not 0 < cfg.fraction <= 1:
-        raise LabError(f"--fraction {cfg.fraction}: must be in (0, 1]")
-    if cfg.fraction is not None and cfg.test_ids is not None:
-        raise LabError("--fraction and --test-ids: give one of them, not both")
-    if cfg.doses is not None:
-        check_doses(cfg)
-    if cfg.limit is not None and cfg.limit < 1:
-        raise LabError(f"--limit {cfg.limit}: must be >= 1")
-    if cfg.samples is not None and cfg.samples < 1:
-        raise LabError(f"--samples {cfg.samples}: must be >= 1")
-    if cfg.samples is not None and cfg.test_ids is not None:
-        raise LabError("--samples and --test-ids: give one of them, not both")
     if cfg.test_ids is not None and not Path(cfg.test_ids).is_file():
         raise LabError(f"--test-ids {cfg.test_ids}: no such file")
     if cfg.placebo_from is not None:
@@ -142,13 +166,7 @@ def validate(cfg: InjectConfig) -> None:
             raise LabError(f"--placebo-from: only a placebo setting draws from other splits, "
                            f"not {cfg.setting}")
         placebo_splits(cfg.benchmark, cfg.split, cfg.placebo_from)
-    if cfg.placebo_match not in PLACEBO_MATCHES:
-        raise LabError(f"--placebo-match {cfg.placebo_match}: choose from "
-                       f"{', '.join(PLACEBO_MATCHES)}")
     check_numbers(seed=cfg.seed)
-    if cfg.corpus_format not in FORMATS:
-        raise LabError(f"--format {cfg.corpus_format}: unknown corpus format (choose from "
-                       f"{', '.join(map(str, FORMATS))})")
     check_executor(cfg)
     if cfg.corpus_format == 1 and (cfg.tasks > 1 or cfg.executor != "local"):
         raise LabError(f"--executor {cfg.executor} --tasks {cfg.tasks}: format 1 builds the arm "

@@ -293,6 +293,26 @@ class EvaluateConfig:
                                         "one the model was injected with, if of the task).",
                                   cli=False)
 
+    def __post_init__(self) -> None:
+        # The rules of single options, checked where the config is made: by `lab evaluate` and
+        # by a recipe's `evaluation` section alike (lab.study.recipe names the recipe's field).
+        self.decoding_plan()
+        for name, value in (("--batch-size", self.batch_size),
+                            ("--max-new-tokens", self.max_new_tokens)):
+            if value is not None and value < 1:
+                raise LabError(f"{name} {value}: must be >= 1")
+        check_numbers(seed=self.seed)
+        if not self.metrics:
+            raise LabError("--metrics: give at least one metric")
+        unknown_metrics = [m for m in self.metrics if m not in metric_fns.METRICS]
+        if unknown_metrics:
+            raise LabError(f"--metrics {unknown_metrics[0]}: unknown metric (choose from "
+                           f"{', '.join(metric_fns.METRICS)})")
+
+    def decoding_plan(self) -> Decoding:
+        return Decoding.parse(self.decoding, temperature=self.temperature, top_p=self.top_p,
+                              top_k=self.top_k)
+
 
 def _baseline_scores(task: Task, samples: list[Sample], seen: list[Sample],
                      cfg: "EvaluateConfig", breakdown: Any) -> dict[str, Any]:
@@ -323,18 +343,8 @@ def run_evaluate(model: Path, task: str, **options: Any) -> dict[str, Any]:
 
     started = time.perf_counter()
     task = get_task(cfg.task)
-    plan = Decoding.parse(cfg.decoding, temperature=cfg.temperature, top_p=cfg.top_p,
-                          top_k=cfg.top_k)
-    if cfg.batch_size < 1:
-        raise LabError(f"--batch-size {cfg.batch_size}: must be >= 1")
-    check_numbers(seed=cfg.seed)
+    plan = cfg.decoding_plan()
     device = check_placement(cfg.device, cfg.dtype)
-    if cfg.max_new_tokens is not None and cfg.max_new_tokens < 1:
-        raise LabError(f"--max-new-tokens {cfg.max_new_tokens}: must be >= 1")
-    unknown_metrics = [m for m in cfg.metrics if m not in metric_fns.METRICS]
-    if unknown_metrics:
-        raise LabError(f"--metrics: unknown metric '{unknown_metrics[0]}' (choose from "
-                       f"{', '.join(metric_fns.METRICS)})")
     out = Path(cfg.out or Path(cfg.model) / f"eval-{task.name}-{cfg.split}-{plan.label()}")
     inputs = [cfg.model, cfg.ids, *corpora_inputs(cfg.corpora_dir)]
     check_output(out, cfg.force, "lab-evaluation", inputs)

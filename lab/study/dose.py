@@ -40,7 +40,7 @@ from lab.stats import (CLUSTER_BOOTSTRAP, DOSE_BAND, DOSE_CURVE, DOSE_CURVE_UNCO
                        starred_p, unconstrained_curve_values)
 from lab.study.questions import SAMPLE_UNIT, SEED_UNIT, seeds_for_family, sign_flip_floor
 from lab.study.report_data import train_size_order
-from lab.study.runner import DOSE_GROUP, PROBE_COLUMNS, PROBES, RESULTS, SAMPLES
+from lab.study.collect import DOSE_GROUP, PROBE_COLUMNS, PROBES, RESULTS, SAMPLES
 
 DOSE_SCALE = "copies per corpus epoch (a base document: 1)"
 TIMES_SEEN = "times seen in pre-training: copies per corpus epoch x pre-training epochs"

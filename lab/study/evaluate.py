@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from lab.common import param
+from lab.common import LabError, param
 from lab.eval.generate import EvaluateConfig, run_evaluate
 
 
@@ -19,6 +19,11 @@ class EvaluateStageConfig(EvaluateConfig):
     """One evaluation of a study: EvaluateConfig and the number of samples evaluated."""
     max_samples: int | None = param(None, "Evaluate the first N samples of the split (null: all).",
                                     cli=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_samples is not None and self.max_samples < 1:
+            raise LabError(f"--max-samples {self.max_samples}: must be >= 1")
 
 
 def run_evaluate_stage(cfg: EvaluateStageConfig) -> dict[str, Any]:

@@ -26,8 +26,7 @@ import yaml
 
 from lab.common import SEED_MAX, LabError, default_of, option_name, param
 from lab.contamination import settings as settings_table
-from lab.contamination.inject import (PLACEBO_MATCHES, InjectConfig, check_doses,
-                                     placebo_splits)
+from lab.contamination.inject import InjectConfig, placebo_splits
 from lab.eval.probe import ProbeConfig
 from lab.study.evaluate import EvaluateStageConfig
 from lab.stats import ALPHA, CONVENTIONS, DEFAULT_CONVENTION
@@ -398,8 +397,7 @@ def _check_view(recipe: Recipe) -> None:
     """A recipe as one model runs it: the study's own fields, each stage's fields, then what
     only stages together can refuse."""
     _check_study(recipe)
-    _check_stage_fields(recipe)
-    for name in CHECKED_BY_THEIR_CONFIG:
+    for name in stage_sections():
         _check_as_config(name, getattr(recipe, name))
     _check_across_stages(recipe)
 
@@ -486,118 +484,74 @@ def _check_resources(resources: ResourcesSection) -> None:
             _fail("resources.pretrain.deepspeed", str(exc))
 
 
-def _check_stage_fields(recipe: Recipe) -> None:
-    """Fields of one stage's config each, whose config does not check them itself when it is
-    made (CHECKED_BY_THEIR_CONFIG): their commands check them as they start."""
-    from lab.corpora import DATASETS, get_spec
-    from lab.eval.metrics import METRICS
-    from transformers.trainer_utils import SchedulerType
-
-    corpus, injection = recipe.corpus, recipe.injection
-    if len(set(corpus.base_splits)) != len(corpus.base_splits):
-        _fail("corpus.base_splits", "values repeat")
-    base = DATASETS.get(corpus.base)
-    if base is None or base.kind != "corpus":
-        _fail("corpus.base", f"{_show(corpus.base)} is not a pre-training corpus")
-    if not corpus.base_splits:
-        _fail("corpus.base_splits", "needs at least one split")
-    for i, split in enumerate(corpus.base_splits):
-        if split not in base.splits:
-            _fail(f"corpus.base_splits[{i}]", f"unknown split {_show(split)} of {corpus.base} "
-                  f"(choose from {', '.join(base.splits)})")
-    if corpus.limit is not None and corpus.limit < 1:
-        _fail("corpus.limit", f"expected int >= 1 or null, got {corpus.limit}")
-    if not recipe.evaluation.metrics:
-        _fail("evaluation.metrics", "needs at least one metric")
-    if recipe.pretrain.warmup_steps < 0:
-        _fail("pretrain.warmup_steps", f"expected int >= 0, got {recipe.pretrain.warmup_steps}")
-    for i, epochs in enumerate(recipe.finetune.epochs):
-        if epochs < 0:
-            _fail(f"finetune.epochs[{i}]", f"expected int >= 0, got {epochs}")
-    for i, size in enumerate(recipe.finetune.train_sizes):
-        if size is not None and size < 1:
-            _fail(f"finetune.train_sizes[{i}]", f"expected int >= 1 or null, got {size}")
-    if injection.repeat < 1:
-        _fail("injection.repeat", f"expected int >= 1, got {injection.repeat}")
-    if injection.fraction is not None and not 0 < injection.fraction <= 1:
-        _fail("injection.fraction", f"expected a number in (0, 1], got {injection.fraction}")
-    if injection.doses is not None:
-        if injection.fraction is not None or injection.repeat != 1:
-            _fail("injection.doses", "a dose ladder sets how often and which samples are "
-                  "injected: leave injection.repeat and injection.fraction out")
-        try:
-            check_doses(InjectConfig(benchmark=recipe.benchmark, setting="control", seed=0,
-                                     out=Path("."), doses=tuple(injection.doses)))
-        except LabError as exc:
-            _fail("injection.doses", str(exc).split(": ", 1)[-1])
-    if injection.placebo_match not in PLACEBO_MATCHES:
-        _fail("injection.placebo_match", f"{_show(injection.placebo_match)}: choose from "
-              f"{', '.join(PLACEBO_MATCHES)}")
-    if injection.samples is not None and injection.samples < 1:
-        _fail("injection.samples", f"expected int >= 1 or null, got {injection.samples}")
-    schedulers = [kind.value for kind in SchedulerType]
-    if recipe.pretrain.lr_scheduler not in schedulers:
-        _fail("pretrain.lr_scheduler", f"unknown '{recipe.pretrain.lr_scheduler}' (choose from "
-              f"{', '.join(schedulers)})")
-    spec = get_spec(recipe.benchmark)
-    if recipe.evaluation.split not in spec.splits:
-        _fail("evaluation.split", f"unknown split '{recipe.evaluation.split}' of "
-              f"{recipe.benchmark} (choose from {', '.join(spec.splits)})")
-    for i, metric in enumerate(recipe.evaluation.metrics):
-        if metric not in METRICS:
-            _fail(f"evaluation.metrics[{i}]", f"unknown metric '{metric}' (choose from "
-                  f"{', '.join(METRICS)})")
-    decoding = recipe.evaluation.decoding
-    if not (decoding in ("greedy", "sample") or (decoding.startswith("beam:")
-                                                  and decoding[5:].isdigit() and int(decoding[5:]) >= 1)):
-        _fail("evaluation.decoding", f"'{decoding}': choose greedy, beam:K (K >= 1) or sample")
-    for path, value in (("evaluation.max_samples", recipe.evaluation.max_samples),
-                        ("evaluation.max_new_tokens", recipe.evaluation.max_new_tokens)):
-        if value is not None and value < 1:
-            _fail(path, f"expected int >= 1 or null, got {value}")
-    for path, value in (("pretrain.batch_size", recipe.pretrain.batch_size),
-                        ("finetune.batch_size", recipe.finetune.batch_size)):
-        if value < 1:
-            _fail(path, f"expected int >= 1, got {value}")
-    for path, value in (("pretrain.lr", recipe.pretrain.lr), ("finetune.lr", recipe.finetune.lr),
-                        ("pretrain.epochs", recipe.pretrain.epochs)):
-        if not value > 0:
-            _fail(path, f"expected a number > 0, got {value}")
-    if recipe.finetune.select not in ("last", "best"):
-        _fail("finetune.select", "choose last or best")
+def stage_sections() -> list[str]:
+    """The recipe's sections made of a stage config's fields (lab.study.recipe.section)."""
+    hints = typing.get_type_hints(Recipe)
+    return [f.name for f in dataclasses.fields(Recipe)
+            if hasattr(hints[f.name], "stage_config")]
 
 
-# Sections whose stage config checks its own fields when it is made (its __post_init__, which
-# `lab COMMAND` runs too): the recipe checks them as that config, and states no rule of its own.
-CHECKED_BY_THEIR_CONFIG = ("tokenizer", "probe")
+# A section's fields that sweep a config field (each value makes its own stages), by section:
+# the section's field -> the config's.
+SWEEPS = {"finetune": {"epochs": "epochs", "train_sizes": "train_size"}}
 
 
 def _check_as_config(name: str, section: Any) -> None:
-    """A section's fields as its stage's config checks them; the error names the recipe's field
-    (`tokenizer.vocab_size: must be >= 262, got 100`, where `lab tokenizer train` says
-    `--vocab-size 100: must be >= 262`)."""
+    """A section's fields as its stage's config checks them when it is made (its __post_init__,
+    which `lab COMMAND` runs too): the recipe states no rule of its own about one stage. The
+    error names the recipe's field (`tokenizer.vocab_size: must be >= 262, got 100`, where
+    `lab tokenizer train` says `--vocab-size 100: must be >= 262`); a swept field's element
+    by its index (`finetune.epochs[1]`)."""
     config = type(section).stage_config
+    sweeps = SWEEPS.get(name, {})
     values = {f.name: getattr(section, f.name) for f in dataclasses.fields(section)
-              if f.name in config.__dataclass_fields__}
+              if f.name in config.__dataclass_fields__ and f.name not in sweeps}
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     # The fields without a default are the paths a stage is given when it runs.
-    paths = {f.name: Path() for f in dataclasses.fields(config)
+    given = {f.name: Path() for f in dataclasses.fields(config)
              if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
-    try:
-        config(**paths, **{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
-    except LabError as exc:
-        message = str(exc)
-        for field_name, value in values.items():
-            if message.startswith(option_name(config.__dataclass_fields__[field_name]) + " "):
-                _fail(f"{name}.{field_name}", f"{message.split(': ', 1)[-1]}, got {_show(value)}")
-        _fail(name, message)
+    swept = {field_name: getattr(section, field_name) for field_name in sweeps}
+    # Every element of every swept field is checked once, beside the section's other fields.
+    rounds = max((len(elements) for elements in swept.values()), default=1) or 1
+    for i in range(rounds):
+        chosen = {sweeps[f]: (elements[min(i, len(elements) - 1)], f, min(i, len(elements) - 1))
+                  for f, elements in swept.items() if elements}
+        try:
+            config(**{**given, **values,
+                      **{target: value for target, (value, _, _) in chosen.items()}})
+        except LabError as exc:
+            message = str(exc)
+            for target, option in ((f, option_name(config.__dataclass_fields__[f]))
+                                   for f in [*values, *chosen]):
+                if not message.startswith((option + " ", option + ":")):
+                    continue
+                reason = message.split(": ", 1)[-1]
+                if target in chosen:
+                    value, field_name, index = chosen[target]
+                    _fail(f"{name}.{field_name}[{index}]", f"{reason}, got {_show(value)}")
+                if message.startswith(option + ":"):
+                    _fail(f"{name}.{target}", reason)
+                value = values[target]
+                if isinstance(value, tuple):  # a list of the recipe: name the element refused
+                    shown = message[len(option) + 1:].split(": ", 1)[0]
+                    for index, element in enumerate(value):
+                        if str(element) == shown:
+                            _fail(f"{name}.{target}[{index}]", f"{reason}, got {_show(element)}")
+                    value = list(value)
+                _fail(f"{name}.{target}", f"{reason}, got {_show(value)}")
+            _fail(name, message)
 
 
 def _check_across_stages(recipe: Recipe) -> None:
     """What no single stage's config can refuse: fields of several stages (and arms) together,
     and against the datasets' recorded sizes."""
-    from lab.corpora import dataset_manifest
+    from lab.corpora import dataset_manifest, get_spec
     from lab.models import check_block_size
 
+    spec = get_spec(recipe.benchmark)
+    if recipe.evaluation.split not in spec.splits:
+        _fail("evaluation.split", f"unknown split '{recipe.evaluation.split}' of "
+              f"{recipe.benchmark} (choose from {', '.join(spec.splits)})")
     if "roberta" in recipe.models:
         for i, epochs in enumerate(recipe.finetune.epochs):
             if epochs == 0:

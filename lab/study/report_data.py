@@ -32,7 +32,7 @@ from lab.stats import (CONVENTIONS, PAIRED_SAMPLES_TEST, compare, membership_auc
                        within_model_net_of, within_model_seeds)
 from lab.study.primary import primary_table
 from lab.study.recipe import StatisticsSection
-from lab.study.runner import BASELINE_PREFIX, PROBE_COLUMNS, PROBES, RESULTS, SAMPLES
+from lab.study.collect import BASELINE_PREFIX, PROBE_COLUMNS, PROBES, RESULTS, SAMPLES
 
 SCORE_FLOOR = 5.0  # below this (BLEU-like 0-100) a lift says little: the cell is flagged
 LABELS = ("model", "task", "arm", "seed", "epochs", "train_size", "group")  # results.csv must have
@@ -639,7 +639,7 @@ def _stage_labels(study: Path) -> dict[str, dict[str, Any]]:
     """Stage key -> its labels (arm, seed, model, ...) from the study's recipe; empty for a
     folder without recipe.json (tables copied without their stages)."""
     from lab.study.recipe import recipe_from_dict
-    from lab.study.runner import expand, model_name
+    from lab.study.grid import expand, model_name
 
     path = study / "recipe.json"
     if not path.is_file():

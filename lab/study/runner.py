@@ -22,11 +22,6 @@ from lab.study.questions import power_plan, power_problem
 from lab.study.recipe import Recipe, recipe_dict, recipe_from_dict, study_differences
 from lab.study.scheduler import check_executor, default_workers, schedule, submitter
 
-# Names lab.study.report, dose, html and report_data import from here; their homes are
-# lab.study.collect (the tables) and lab.study.grid (the stages).
-from lab.study.collect import BASELINE_PREFIX, DOSE_GROUP, PROBE_COLUMNS, RESULTS, SAMPLES  # noqa: F401
-from lab.study.grid import model_name  # noqa: F401
-
 RECIPE = "recipe.json"  # the study's recipe, as recorded when it began (recipe_dict)
 SUMMARY = "study.json"
 

@@ -59,6 +59,27 @@ class FinetuneConfig:
     force: bool = param(False, "Replace an existing output directory.")
     corpora_dir: Path | None = corpora_param()
 
+    def __post_init__(self) -> None:
+        # The rules of single options, checked where the config is made: by `lab finetune` and
+        # by a recipe's `finetune` section alike (lab.study.recipe names the recipe's field).
+        if self.select not in SELECTIONS:
+            raise LabError(f"--select {self.select}: choose {' or '.join(SELECTIONS)}")
+        if self.decoder_init not in DECODER_INITS:
+            raise LabError(f"--decoder-init {self.decoder_init}: choose "
+                           f"{' or '.join(DECODER_INITS)}")
+        for name, value in (("--batch-size", self.batch_size),
+                            ("--max-source-length", self.max_source_length),
+                            ("--max-target-length", self.max_target_length),
+                            ("--decoder-layers", self.decoder_layers),
+                            ("--train-size", self.train_size)):
+            if value is not None and value < 1:
+                raise LabError(f"{name} {value}: must be >= 1")
+        check_numbers(epochs=self.epochs, lr=self.lr, seed=self.seed,
+                      warmup_steps=self.warmup_steps, weight_decay=self.weight_decay)
+
+
+SELECTIONS = ("last", "best")  # the checkpoint kept: the last, or the best on validation loss
+
 
 # --- encoding shared by training and generation -----------------------------------------------
 
@@ -220,19 +241,9 @@ def fit_lengths(cfg: FinetuneConfig, family: str, positions: int,
 
 
 def _validate(cfg: FinetuneConfig) -> None:
-    """Every check that needs no model, before any work."""
-    if cfg.select not in ("last", "best"):
-        raise LabError(f"--select {cfg.select}: choose last or best")
-    if cfg.decoder_init not in DECODER_INITS:
-        raise LabError(f"--decoder-init {cfg.decoder_init}: choose {' or '.join(DECODER_INITS)}")
+    """Every check that needs no model and that the config's own fields cannot tell (its
+    __post_init__ checked those), before any work."""
     report_targets(cfg.report_to)
-    for name, value in (("--batch-size", cfg.batch_size), ("--max-source-length", cfg.max_source_length),
-                        ("--max-target-length", cfg.max_target_length),
-                        ("--decoder-layers", cfg.decoder_layers)):
-        if value < 1:
-            raise LabError(f"{name} {value}: must be >= 1")
-    check_numbers(epochs=cfg.epochs, lr=cfg.lr, seed=cfg.seed,
-                           warmup_steps=cfg.warmup_steps, weight_decay=cfg.weight_decay)
     check_output(Path(cfg.out), cfg.force, "lab-finetuned", _inputs(cfg))
 
 

@@ -76,25 +76,32 @@ class PretrainConfig:
     tokenize_tasks: int = param(1, "Parallel tasks tokenising the corpus shards into the cache "
                                    "(datatrove's local executor; the tokens do not depend on it).")
 
+    def __post_init__(self) -> None:
+        # The rules of single options, checked where the config is made: by `lab pretrain` and
+        # by a recipe's `pretrain` section alike (lab.study.recipe names the recipe's field).
+        # What needs files or other stages (block size against the preset, the output folder,
+        # the DeepSpeed file) is checked when the run starts.
+        check_numbers(epochs=self.epochs, lr=self.lr, seed=self.seed,
+                      warmup_steps=self.warmup_steps, weight_decay=self.weight_decay,
+                      lr_scheduler=self.lr_scheduler)
+        for name, value in (("--batch-size", self.batch_size), ("--grad-accum", self.grad_accum),
+                            ("--save-steps", self.save_steps), ("--log-steps", self.log_steps),
+                            ("--tokenize-tasks", self.tokenize_tasks)):
+            if value < 1:
+                raise LabError(f"{name} {value}: must be >= 1")
+        if self.epochs <= 0 and self.max_steps <= 0:
+            raise LabError(f"--epochs {self.epochs}: must be > 0 (or give --max-steps)")
+        if not 0 < self.mlm_probability < 1:
+            raise LabError(f"--mlm-probability {self.mlm_probability}: must be in (0, 1)")
+
 
 def _validate(cfg: PretrainConfig) -> None:
+    """What the config's own fields cannot tell (its __post_init__ checked those)."""
     check_block_size(cfg.model, cfg.preset, cfg.block_size)
     report_targets(cfg.report_to)
-    check_numbers(epochs=cfg.epochs, lr=cfg.lr, seed=cfg.seed,
-                           warmup_steps=cfg.warmup_steps, weight_decay=cfg.weight_decay,
-                           lr_scheduler=cfg.lr_scheduler)
     if not cfg.dry_run and int(os.environ.get("RANK", "0")) == 0:
         check_output(Path(cfg.out), cfg.force, "lab-pretrained",
                      [cfg.corpus, cfg.tokenizer, cfg.deepspeed, cfg.cache_dir])
-    for name, value, low in (("--batch-size", cfg.batch_size, 1), ("--grad-accum", cfg.grad_accum, 1),
-                             ("--save-steps", cfg.save_steps, 1), ("--log-steps", cfg.log_steps, 1),
-                             ("--tokenize-tasks", cfg.tokenize_tasks, 1)):
-        if value < low:
-            raise LabError(f"{name} {value}: must be >= {low}")
-    if cfg.epochs <= 0 and cfg.max_steps <= 0:
-        raise LabError(f"--epochs {cfg.epochs}: must be > 0 (or give --max-steps)")
-    if not 0 < cfg.mlm_probability < 1:
-        raise LabError(f"--mlm-probability {cfg.mlm_probability}: must be in (0, 1)")
     if cfg.deepspeed is not None:
         path = Path(cfg.deepspeed)
         if not path.is_file():
