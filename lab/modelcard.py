@@ -229,11 +229,14 @@ def render_card(manifest: dict[str, Any], evaluations: list[dict[str, Any]] | No
 def write_model_card(folder: Path) -> None:
     """README.md of a lab model folder, rendered from its manifest.json: called once the folder
     is complete, after `lab pretrain` or `lab finetune` (the CLI, the study runner). Writing it
-    again gives the same card."""
+    again gives the same card (an unchanged card is not rewritten)."""
     manifest = read_stage_manifest(folder, "MODEL")
     if manifest.get("kind") not in MODEL_KINDS:
         raise LabError(f"MODEL {folder}: not a lab pre-trained or fine-tuned model")
-    write_text_atomic(Path(folder) / CARD, render_card(manifest))
+    card, text = Path(folder) / CARD, render_card(manifest)
+    if card.is_file() and card.read_text(encoding="utf-8", errors="replace") == text:
+        return  # written already (a study's end-of-run pass): left as it is
+    write_text_atomic(card, text)
 
 
 def _read_evaluation(path: Path) -> dict[str, Any] | None:

@@ -141,6 +141,18 @@ def test_every_card_loads_with_huggingface_hub(models, name):
     assert card.data.eval_results is None
 
 
+def test_writing_a_card_again_leaves_it_as_it_is(models):
+    """A study writes every finished model's card again at the end of each run (lab.study.
+    execution.finish): an unchanged card is not rewritten, a missing or stale one is."""
+    card = models / "pt-gpt2-paired" / CARD
+    text, stamp = card.read_text(), card.stat().st_mtime_ns
+    write_model_card(card.parent)
+    assert card.stat().st_mtime_ns == stamp
+    card.write_text("stale")
+    write_model_card(card.parent)
+    assert card.read_text() == text
+
+
 @pytest.mark.parametrize("name", ["pt-gpt2-paired", "ft-gpt2"])
 def test_a_models_files_are_readable_by_all(models, tmp_path, name):
     """Like every other output: safetensors saves the weights 0600 (a private temporary file),

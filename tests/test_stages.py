@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from lab.study import stages as kinds
-from lab.study.execution import (TENSORBOARD, _run_stage_unlocked, run_stage, show_in_tensorboard,
-                                 stage_lock)
+from lab.study.execution import (TENSORBOARD, _run_stage_unlocked, finish, run_stage,
+                                 show_in_tensorboard, stage_lock)
 from lab.study.grid import expand
 from lab.study.recipe import Recipe, load_recipe
 from lab.study.stages import KINDS, UNBOUND, bind
@@ -77,6 +77,20 @@ def _trained(stage, study, run_number=0):
     (out / KINDS[stage.kind].done).write_text("{}")
 
 
+def test_finish_gives_a_finished_stage_what_a_kill_left_out(tmp_path, monkeypatch):
+    """The runner calls finish for every finished stage at the end of each run: a stage killed
+    after its last file but before its card gets it then, and an unfinished one nothing."""
+    pretrain = next(s for s in expand(load_recipe(RECIPE)) if s.kind == "pretrain")
+    after = []
+    monkeypatch.setitem(KINDS, "pretrain", dataclasses.replace(KINDS["pretrain"],
+                                                               after=after.append))
+    finish(pretrain, tmp_path)
+    assert after == [] and not (tmp_path / TENSORBOARD).exists()
+    _trained(pretrain, tmp_path)
+    finish(pretrain, tmp_path)
+    assert after == [pretrain.out(tmp_path)] and (tmp_path / TENSORBOARD).is_dir()
+
+
 def test_a_finished_training_stage_is_linked_under_a_readable_tensorboard_name(tmp_path,
                                                                                 monkeypatch):
     stages = expand(load_recipe(RECIPE))
@@ -84,9 +98,9 @@ def test_a_finished_training_stage_is_linked_under_a_readable_tensorboard_name(t
     after = []  # the kind's hook (a model card), called once the stage is finished
     monkeypatch.setitem(KINDS, "pretrain", dataclasses.replace(
         KINDS["pretrain"], run=lambda cfg: _trained(pretrain, tmp_path),
-        after=lambda cfg, folder: after.append((cfg.out, folder))))
+        after=after.append))
     _run_stage_unlocked(pretrain, tmp_path, None)  # as the runner runs it
-    assert after == [(pretrain.out(tmp_path), pretrain.out(tmp_path))]
+    assert after == [pretrain.out(tmp_path)]
     seed = pretrain.labels["seed"]
     link = tmp_path / TENSORBOARD / "gpt2" / "paired" / f"seed{seed}" / "pretrain"
     assert link.is_symlink() and not os.path.isabs(os.readlink(link))

@@ -118,8 +118,14 @@ def test_study_killed_midway_resumes_to_the_same_results(tmp_path, busy_core):
                                          if p.name.startswith("finetune-"))
     threads = reference["threads"]
     assert threads == len(os.sched_getaffinity(0))  # the default: every core, for every stage
+    # A kill between a model stage's last file and its card leaves the card out: the next run
+    # of the study writes it, without running the stage again.
+    card = next((tmp_path / "whole" / "stages").glob("pretrain-*/README.md"))
+    written = card.read_text()
+    card.unlink()
     again = run_study(recipe, tmp_path / "whole", workers=2)
     assert again["ran"] == []  # every stage cached
+    assert card.read_text() == written
     rows = _rows(Path(reference["results"]))
     assert {r["arm"] for r in rows} == {"control", "paired"}
     assert {r["epochs"] for r in rows} == {"0", "1"} and {r["seed"] for r in rows} == {"0", "1"}

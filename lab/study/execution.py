@@ -156,17 +156,19 @@ def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None,
         launch_ranks(cfg, stage.launch, threads or available_cores())
     else:
         KINDS[stage.kind].run(cfg)
-    _finish(stage, study, cfg)
+    finish(stage, study)
 
 
-def _finish(stage: Stage, study: Path, cfg: Any) -> None:
-    """What follows a finished stage in the process that ran it: its kind's `after` (a trained
-    model's card) and its TensorBoard link."""
+def finish(stage: Stage, study: Path) -> None:
+    """What follows a finished stage: its kind's `after` (a trained model's card) and its
+    TensorBoard link. Run by the process that ran the stage, and again for every finished
+    stage at the end of a study run (a kill between the stage's last file and this leaves
+    nothing missing); both give the same files a second time."""
     if not stage.done(study):
         return  # its last file is missing: the scheduler says so (its inputs never finish)
     after = KINDS[stage.kind].after
     if after is not None:
-        after(cfg, stage.out(study))
+        after(stage.out(study))
     show_in_tensorboard(stage, study)
 
 
@@ -270,4 +272,4 @@ def run_rank(stage: Stage, study: Path, threads: int, resume: bool) -> None:
         _remove_leftovers(stage, study)
         with _output_to(stage_log(stage, study)), _timed(stage, study, threads):
             KINDS[stage.kind].run(cfg)
-            _finish(stage, study, cfg)
+            finish(stage, study)

@@ -15,7 +15,7 @@ from typing import Any, Callable
 from lab.common import LabError, environment_record, write_json_atomic
 from lab.study.collect import PROBES, collect
 from lab.study.cost import estimate
-from lab.study.execution import available_cores, recorded_seconds, show_in_tensorboard
+from lab.study.execution import available_cores, finish, recorded_seconds
 from lab.study.grid import expand
 from lab.study.preflight import check_ready, pending_stages, preflight, slow_settings
 from lab.study.questions import power_plan, power_problem
@@ -148,9 +148,8 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
         timings = schedule(stages, study, submit, workers, on_event or (lambda *a, **k: None))
     finally:
         shutdown()
-    for stage in stages:  # those finished by earlier runs, other runners or shards too
-        if stage.done(study):
-            show_in_tensorboard(stage, study)
+    for stage in stages:  # those finished by earlier (killed) runs, other runners or shards too
+        finish(stage, study)
     # Every finished stage's own wall time, those of earlier (killed, resumed) runs included.
     recorded = {s.key: recorded_seconds(s, study) for s in stages}
     stage_seconds = {key: seconds for key, seconds in recorded.items() if seconds is not None}

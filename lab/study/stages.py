@@ -39,8 +39,10 @@ class StageKind:
     inputs: tuple[str, ...] = ()       # config fields given the input stages' outputs, in order
     output: str = ""                   # what later stages read: the stage folder, or this in it
     done: str = "manifest.json"        # the file written last in the stage folder
-    # after(cfg, stage folder): run once the stage is finished, in the process that ran it.
-    after: Callable[[Any, Path], None] | None = None
+    # after(stage folder): what a finished stage's folder gets from its records (a model's
+    # card), in the process that ran it and again at the end of every study run, for a stage
+    # whose run was killed between its last file and this; running it twice gives the same.
+    after: Callable[[Path], None] | None = None
 
 
 def run_tokenizer_stage(cfg: TokenizerConfig) -> dict[str, Any]:
@@ -51,7 +53,7 @@ def run_tokenizer_stage(cfg: TokenizerConfig) -> dict[str, Any]:
     return manifest
 
 
-def model_card(cfg: Any, folder: Path) -> None:
+def model_card(folder: Path) -> None:
     """A trained model's README.md, from the manifest its stage wrote (as `lab pretrain` and
     `lab finetune` write it)."""
     write_model_card(folder)
