@@ -404,11 +404,31 @@ def write_error(exc: BaseException, out: Path) -> LabError | None:
 SEED_MAX = 2**32 - 1  # numpy's seeds (transformers.set_seed seeds numpy too)
 
 
-def lr_schedulers() -> list[str]:
-    """The scheduler names transformers knows (--lr-scheduler, pretrain.lr_scheduler)."""
+@functools.lru_cache(maxsize=1)
+def lr_schedulers() -> tuple[str, ...]:
+    """The scheduler names transformers knows (--lr-scheduler, pretrain.lr_scheduler): its
+    SchedulerType enum, read from transformers' source where that finds it, because importing
+    transformers.trainer_utils imports torch (about 3 s), which loading a recipe for `lab report`
+    or a dry run does not otherwise need."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("transformers")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            tree = ast.parse((Path(folder) / "trainer_utils.py").read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name == "SchedulerType":
+                names = tuple(item.value.value for item in node.body
+                              if isinstance(item, ast.Assign) and isinstance(item.value, ast.Constant)
+                              and isinstance(item.value.value, str))
+                if names:
+                    return names
     from transformers.trainer_utils import SchedulerType
 
-    return [kind.value for kind in SchedulerType]
+    return tuple(kind.value for kind in SchedulerType)
 
 
 def check_numbers(option: str = "--", **values: Any) -> None:

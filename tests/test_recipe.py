@@ -1,6 +1,9 @@
 """Recipe validation: every refusal names the file and the key's path."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -341,3 +344,20 @@ def test_only_a_length_matched_placebo_changes_its_stage_keys(monkeypatch, tmp_p
         stage = next(s for s in stages if s.kind == "inject" and s.labels["arm"] == "paired-placebo")
         _run_stage_unlocked(stage, tmp_path, None)
     assert ran == ["length", "random"]
+
+
+QUICKSTART = Path(__file__).resolve().parents[1] / "recipes" / "quickstart.yaml"
+
+
+def test_loading_a_recipe_knows_the_schedulers_without_importing_torch():
+    """The scheduler names come from transformers' SchedulerType, read from its source, so a
+    recipe loads (lab report, a dry run) without importing torch; the names are the enum's."""
+    code = ("import sys; from lab.study.recipe import load_recipe; "
+            f"load_recipe({str(QUICKSTART)!r}); print('torch' in sys.modules)")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert loaded.returncode == 0 and loaded.stdout.strip() == "False", loaded.stderr[-2000:]
+    from transformers.trainer_utils import SchedulerType
+
+    from lab.common import lr_schedulers
+    assert lr_schedulers() == tuple(kind.value for kind in SchedulerType)
