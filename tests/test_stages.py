@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.modelcard import write_model_card
 from lab.study import stages as kinds
 from lab.study.execution import (TENSORBOARD, _run_stage_unlocked, finish, run_stage,
                                  show_in_tensorboard, stage_lock)
@@ -24,7 +25,7 @@ RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "mini" / "micro.yaml"
 
 
 def test_trained_models_get_their_card_from_the_runner():
-    assert KINDS["pretrain"].after is kinds.model_card is KINDS["finetune"].after
+    assert KINDS["pretrain"].after is write_model_card is KINDS["finetune"].after
     assert all(KINDS[kind].after is None for kind in ("inject", "tokenizer", "probe", "evaluate"))
 
 

@@ -53,12 +53,6 @@ def run_tokenizer_stage(cfg: TokenizerConfig) -> dict[str, Any]:
     return manifest
 
 
-def model_card(folder: Path) -> None:
-    """A trained model's README.md, from the manifest its stage wrote (as `lab pretrain` and
-    `lab finetune` write it)."""
-    write_model_card(folder)
-
-
 # Where evaluation and probes run and in which precision: in the key when not the defaults (a
 # GPU or bfloat16 computes other numbers), so stages made before these fields keep theirs.
 PLACEMENT = {name: default_of(ResourcesSection, name) for name in ("device", "dtype")}
@@ -79,7 +73,7 @@ KINDS: dict[str, StageKind] = {
         key=("model", "preset", "seed", "epochs", "lr", "batch_size", "block_size",
              "warmup_steps", "lr_scheduler", "bf16", "compile", "cross_document_attention"),
         neutral=KEY_NEUTRAL_DEFAULTS["pretrain"], inputs=("corpus", "tokenizer"),
-        after=model_card),
+        after=write_model_card),
     "probe": StageKind(ProbeConfig, run_probe,
                        key=("min_k", "max_samples", "max_names", "device", "dtype"),
                        neutral=PLACEMENT, inputs=("model", "groups"), done="summary.json"),
@@ -87,7 +81,7 @@ KINDS: dict[str, StageKind] = {
         FinetuneConfig, run_finetune,
         key=("task", "epochs", "train_size", "seed", "lr", "batch_size", "select",
              "max_target_length", "bf16", "decoder_layers", "decoder_init", "group_by_length"),
-        neutral=KEY_NEUTRAL_DEFAULTS["finetune"], inputs=("pretrained",), after=model_card),
+        neutral=KEY_NEUTRAL_DEFAULTS["finetune"], inputs=("pretrained",), after=write_model_card),
     "evaluate": StageKind(
         EvaluateStageConfig, run_evaluate_stage,
         key=("task", "split", "decoding", "metrics", "max_new_tokens", "max_samples", "device",
