@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from lab.modelcard import write_model_card
-from lab.study import stages as kinds
 from lab.study.execution import (TENSORBOARD, _run_stage_unlocked, finish, run_stage,
                                  show_in_tensorboard, stage_lock)
 from lab.study.grid import expand
