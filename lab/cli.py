@@ -264,7 +264,7 @@ def evaluate(cfg: EvaluateConfig) -> None:
     """Generate for a split and score every sample (split into injected / held-out)."""
     from lab.eval.generate import run_evaluate
 
-    result = run_evaluate(**vars(cfg))
+    result = run_evaluate(cfg)
     rows = [{"group": "all", "samples": result["samples"], **result["metrics"]}]
     rows += [{"group": g, **v} for g, v in result["by_group"].items()]
     columns = ["group", "samples"] + [m for m in result["metrics"] if not m.startswith("codebleu_")]

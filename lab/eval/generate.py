@@ -335,10 +335,13 @@ def _baseline_scores(task: Task, samples: list[Sample], seen: list[Sample],
     return scores
 
 
-def run_evaluate(model: Path, task: str, **options: Any) -> dict[str, Any]:
-    """Entry point of `lab evaluate`: predictions.jsonl and metrics.json for one split of
-    `benchmark` (default: evaluation_benchmark). `options`: EvaluateConfig's other fields."""
-    cfg = EvaluateConfig(model=Path(model), task=task, **options)
+def run_evaluate(cfg: EvaluateConfig | Path, task: str | None = None, **options: Any
+                 ) -> dict[str, Any]:
+    """Entry point of `lab evaluate` and of a study's evaluate stages: predictions.jsonl and
+    metrics.json for one split of `benchmark` (default: evaluation_benchmark).
+    run_evaluate(model, task, **options) makes the EvaluateConfig of those fields."""
+    if not isinstance(cfg, EvaluateConfig):
+        cfg = EvaluateConfig(model=Path(cfg), task=task, **options)
     from transformers import set_seed
 
     started = time.perf_counter()

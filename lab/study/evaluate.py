@@ -37,4 +37,4 @@ def run_evaluate_stage(cfg: EvaluateStageConfig) -> dict[str, Any]:
         records = load_samples(cfg.benchmark, cfg.split, cfg.corpora_dir).records
         ids.write_text("\n".join(s.id for s in records[: cfg.max_samples]) + "\n")
     options = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(EvaluateConfig)}
-    return run_evaluate(**{**options, "ids": ids})
+    return run_evaluate(EvaluateConfig(**{**options, "ids": ids}))
