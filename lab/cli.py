@@ -169,6 +169,10 @@ def corpora_verify(name: str = typer.Argument(..., help="csn-java, codetrans, co
     if all(row["status"] == "missing" for row in rows):
         where = corpora or os.environ.get("LAB_CORPORA") or "./corpora"
         raise LabError(f"{name}: no file of it found (under {where}): nothing to verify")
+    changed = [row for row in rows if row["status"].startswith("differs")]
+    if changed:
+        raise LabError(f"{changed[0]['file']}: {changed[0]['status']} (sha256 "
+                       f"{changed[0]['sha256'][:12]}...; {len(changed)} file(s) differ)")
     console.print(_table(f"{name}: checksums", rows, ["split", "file", "status"]))
 
 

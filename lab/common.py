@@ -254,7 +254,7 @@ def dumps_json(obj: Any) -> str:
 
 
 @contextlib.contextmanager
-def _atomic_file(path: Path) -> Iterator[Any]:
+def atomic_file(path: Path) -> Iterator[Any]:
     """A binary handle on a temporary sibling of `path` that replaces it when the block ends;
     on any failure the temporary file is removed and `path` stays as it was."""
     path = Path(path)
@@ -282,12 +282,12 @@ def share_tree(folder: Path) -> None:
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    with _atomic_file(path) as handle:
+    with atomic_file(path) as handle:
         handle.write(dumps_json(obj).encode("utf-8"))
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    with _atomic_file(path) as handle:
+    with atomic_file(path) as handle:
         handle.write(text.encode("utf-8"))
 
 
@@ -298,13 +298,14 @@ def write_jsonl(path: Path, rows: Any, sort_keys: bool = True) -> None:
     import orjson
 
     option = orjson.OPT_SORT_KEYS if sort_keys else 0
-    with _atomic_file(path) as handle:
+    with atomic_file(path) as handle:
         for row in rows:
             handle.write(orjson.dumps(row, option=option) + b"\n")
 
 
 # Files in which a lab output folder records the `kind` of the command that wrote it.
-KIND_FILES = ("manifest.json", "summary.json", "metrics.json", "results.json")
+KIND_FILES = ("manifest.json", "summary.json", "metrics.json", "results.json",
+              "lab_export.json")
 
 
 # Outputs written before their command recorded a kind, recognised by their fields.
@@ -342,14 +343,14 @@ def output_kind(path: Path) -> str | None:
 
 def check_output(out: Path, force: bool, kind: str, inputs: Iterable[Any] = (),
                  what: str = "directory") -> None:
-    """Refuse an output that would destroy something other than this command's own previous
-    result, before any work.
+    """The one rule for outputs, checked before any work: an output never destroys or changes
+    anything but this command's own previous result.
 
-    `out` may never be, or contain, one of the command's `inputs` (files or folders; None
-    skipped). An existing `out` is replaced only with `force`, and only if it is a previous
+    `out` may never be one of the command's `inputs` (files or folders; None skipped), hold
+    one, or lie inside one (a model's, a corpus's or the datasets' folder stays as its command
+    wrote it). An existing `out` is replaced only with `force`, and only if it is a previous
     output of the same command (its recorded `kind`): an unrelated folder, another command's
-    output (a model, a corpus) or a bare file is refused. A previous output that lies inside an
-    input (the default MODEL/eval-*, MODEL/probe) is the command's own and may be replaced.
+    output (a model, a corpus) or a bare file is refused.
     """
     out = Path(out)
     _check_parent_is_a_folder(out)
@@ -363,6 +364,9 @@ def check_output(out: Path, force: bool, kind: str, inputs: Iterable[Any] = (),
         if real in source.parents:
             raise LabError(f"{out}: contains an input of this command ({item}); choose another "
                            "output")
+        if source in real.parents and source.is_dir():
+            raise LabError(f"{out}: lies inside an input of this command ({item}); choose "
+                           "another output")
     if not os.path.lexists(out):
         return
     if not force:
@@ -374,6 +378,14 @@ def check_output(out: Path, force: bool, kind: str, inputs: Iterable[Any] = (),
                        "--force replaces only this command's own earlier output")
     if what == "directory" and not out.is_dir():
         raise LabError(f"{out}: exists and is not a directory")
+
+
+def beside(path: Path, suffix: str) -> Path:
+    """PATH-SUFFIX next to PATH: where a command that reads a folder writes by default (never
+    inside it, check_output)."""
+    path = Path(path)
+    path = path if path.name else path.resolve()
+    return path.with_name(f"{path.name}-{suffix}")
 
 
 def _check_parent_is_a_folder(out: Path) -> None:
@@ -422,7 +434,8 @@ def lr_schedulers() -> tuple[str, ...]:
         for node in tree.body:
             if isinstance(node, ast.ClassDef) and node.name == "SchedulerType":
                 names = tuple(item.value.value for item in node.body
-                              if isinstance(item, ast.Assign) and isinstance(item.value, ast.Constant)
+                              if isinstance(item, ast.Assign)
+                              and isinstance(item.value, ast.Constant)
                               and isinstance(item.value.value, str))
                 if names:
                     return names
@@ -458,15 +471,6 @@ def check_numbers(option: str = "--", **values: Any) -> None:
             raise LabError(f"{name(key)} {value}: must be > 0")
         if key in ("epochs", "warmup_steps", "weight_decay") and value < 0:
             raise LabError(f"{name(key)} {value}: must be >= 0")
-
-
-def corpora_inputs(corpora_dir: Path | None) -> list[Path]:
-    """The dataset folders a command may read (--corpora, LAB_CORPORA, ./corpora): inputs that
-    an output must never be or contain."""
-    roots = [Path(corpora_dir)] if corpora_dir is not None else []
-    if os.environ.get("LAB_CORPORA"):
-        roots.append(Path(os.environ["LAB_CORPORA"]))
-    return roots + [Path("corpora")]
 
 
 @contextlib.contextmanager

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.common import LabError, param, share_tree, write_text_atomic
+from lab.common import (LabError, check_output, param, share_tree, write_json_atomic,
+                        write_text_atomic)
 from lab.corpora import DATASETS
 from lab.models import (MANIFEST, LOADERS, WEIGHTS_SUBDIR, architecture_of, pretraining_record,
                         read_stage_manifest)
@@ -32,6 +33,8 @@ MODEL_KINDS = ("lab-pretrained", "lab-finetuned")
 EVALUATION = "metrics.json"  # what lab evaluate writes last in its output folder
 # Files of a model folder that an exported copy keeps (the rest is lab bookkeeping).
 EXPORTED_EXTRA = (MANIFEST,)
+# What an exported folder records of the export, so that `lab export --force` knows its own.
+EXPORT_RECORD, EXPORT_KIND = "lab_export.json", "lab-export"
 PIPELINE = {"causal-lm": "text-generation", "masked-lm": "fill-mask",
             "encoder-decoder": "text2text-generation"}
 METRIC_NAMES = {"bleu": "BLEU", "meteor": "METEOR", "em": "Exact match", "codebleu": "CodeBLEU",
@@ -252,8 +255,9 @@ def _read_evaluation(path: Path) -> dict[str, Any] | None:
 
 def _evaluates(evaluation: dict[str, Any], model: Path, manifest: dict[str, Any],
                inside: bool) -> bool:
-    """Whether an evaluation is of this model: it names the model's folder (lab evaluate's
-    default output lies inside it: `inside`) and, where it recorded them, the same weights."""
+    """Whether an evaluation is of this model: it lies inside the model's folder (`inside`:
+    where an earlier lab evaluate wrote by default) or names the model's folder, and, where it
+    recorded them, it evaluated the same weights."""
     recorded = evaluation.get("model_weights_sha256")
     if recorded is not None and recorded != manifest.get("final_weights_sha256"):
         return False
@@ -263,8 +267,9 @@ def _evaluates(evaluation: dict[str, Any], model: Path, manifest: dict[str, Any]
 def model_evaluations(model: Path, manifest: dict[str, Any],
                       named: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
     """The lab evaluations a card of `model` shows: those `named` (each a lab evaluate folder
-    or its metrics.json, refused unless of this model), else those found in the model's
-    folder (lab evaluate's default output) and beside it (a study's stages). Of evaluations of
+    or its metrics.json, refused unless of this model), else those found beside the model's
+    folder (lab evaluate's default output, a study's stages) and inside it (an earlier lab
+    evaluate's default). Of evaluations of
     one task, benchmark, split and decoding, the newest stands (a rerun replaces a result)."""
     model = Path(model)
     found: list[tuple[float, dict[str, Any]]] = []
@@ -320,11 +325,12 @@ def export_model(cfg: ExportConfig) -> dict[str, Any]:
     weights = model / WEIGHTS_SUBDIR
     if not (weights / "config.json").is_file():
         raise LabError(f"MODEL {model}: no {WEIGHTS_SUBDIR}/config.json (an incomplete model?)")
-    if out.exists() and not force:
-        raise LabError(f"--out {out}: exists (use --force to replace it)")
     if out.resolve() == model.resolve() or model.resolve() in out.resolve().parents:
         raise LabError(f"--out {out}: must be outside MODEL")
     evaluations = model_evaluations(model, manifest, cfg.evaluations)
+    # --force replaces only an earlier export (its EXPORT_RECORD), never MODEL, a folder that
+    # holds it or an evaluation, nor an unrelated folder.
+    check_output(out, force, EXPORT_KIND, [model, *(cfg.evaluations or ())])
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -332,6 +338,8 @@ def export_model(cfg: ExportConfig) -> dict[str, Any]:
         for name in EXPORTED_EXTRA:
             shutil.copy2(model / name, tmp / f"lab_{name}")
         write_text_atomic(tmp / CARD, render_card(manifest, evaluations))
+        write_json_atomic(tmp / EXPORT_RECORD, {"kind": EXPORT_KIND, "model": str(model),
+                                                "evaluations": len(evaluations)})
         share_tree(tmp)  # copies of weights saved before the lab shared them keep mode 0600
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

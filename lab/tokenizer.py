@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from lab.common import (
-    DataNotFound, LabError, atomic_output_dir, check_output, corpora_inputs, environment_record,
+    DataNotFound, LabError, atomic_output_dir, check_output, environment_record,
     corpora_param, loading, param, sha256_file, write_json_atomic,
 )
 from lab.contamination import SEP_MARKER
 from lab.corpora.shards import read_corpus, read_manifest
-from lab.corpora import get_spec, load_samples
+from lab.corpora import corpora_inputs, get_spec, load_samples
 
 BOS, EOS, PAD, UNK, MASK = "<s>", "</s>", "<pad>", "<unk>", "<mask>"
 SPECIAL_TOKENS = [BOS, PAD, EOS, UNK, MASK, SEP_MARKER]  # ids 0..5, RoBERTa's order first

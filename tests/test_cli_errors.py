@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -179,6 +180,10 @@ def test_codetrans_files_of_unequal_length(workdir, tiny_corpora):
     (["--base", "concode"], ["concode is a benchmark, not a pre-training corpus"]),
     (["--seed", "seven"], ["Invalid value for '--seed'"]),
     (["--bogus-option"], ["--bogus-option"]),
+    (["--repeat", "1000000000"], ["--repeat 1000000000: at most 10,000 copies of a sample"]),
+    (["--doses", "0,1000000000"], ["--doses 0,1000000000: at most 10,000 copies"]),
+    (["--doses", "0,99999999999999999999999"], ["at most 10,000 copies"]),
+    (["--repeat", "1000000000", "--format", "2"], ["--repeat 1000000000: at most 10,000"]),
     (["--doses", "0,0"], ["--doses 0,0: a dose is listed twice"]),
     (["--doses", "0,-1"], ["--doses 0,-1: doses are whole numbers >= 0"]),
     (["--doses", "0"], ["--doses 0: no level is injected"]),
@@ -600,6 +605,50 @@ def test_tokenizer_force_never_replaces_its_corpus(workdir, tiny_corpora):
     assert sorted(p.name for p in corpus.rglob("*")) == before
 
 
+def test_no_output_lies_inside_an_input(workdir, tiny_corpora):
+    """The one rule for outputs: never inside an input folder (a corpus, a model, the
+    datasets), whatever the command; lab evaluate's and lab probe's default outputs lie beside
+    the model."""
+    corpus = workdir / "arm"
+    assert run_lab(inject_args(corpus, "codetrans", "control"), workdir, tiny_corpora).returncode == 0
+    before = sorted(p.name for p in corpus.rglob("*"))
+    model = _fake_output(workdir / "pt", "lab-pretrained")
+    for args, out in (
+            (["pretrain", "--model", "gpt2", "--corpus", corpus, "--tokenizer", model],
+             corpus / "corpus" / "x"),
+            (["tokenizer", "train", "--corpus", corpus, "--vocab-size", "300"], corpus / "tok"),
+            (["evaluate", "--model", model, "--task", "translation"], model / "eval")):
+        assert_one_line_error(run_lab([*args, "--out", out], workdir, tiny_corpora),
+                              f"{out}: lies inside an input of this command")
+    assert sorted(p.name for p in corpus.rglob("*")) == before
+    assert sorted(p.name for p in model.iterdir()) == ["manifest.json"]
+    from lab.common import beside
+    assert beside(Path("runs/pt"), "probe") == Path("runs/pt-probe")
+    assert beside(Path("runs/pt/"), "eval-translation-test-greedy") == Path(
+        "runs/pt-eval-translation-test-greedy")
+
+
+def test_baseline_out_replaces_only_its_own_file(workdir, tiny_corpora):
+    """lab baseline --out never writes over a dataset file or a file it did not write, and
+    needs --force to replace its own."""
+    dataset = next(p for p in (tiny_corpora / "codetrans").rglob("*") if p.is_file())
+    kept = dataset.read_bytes()
+    base = ["baseline", "--task", "translation", "--metrics", "em"]
+    assert_one_line_error(run_lab([*base, "--out", dataset, "--force"], workdir, tiny_corpora),
+                          f"{dataset}: lies inside an input of this command")
+    notes = workdir / "notes.json"
+    notes.write_text("{}")
+    assert_one_line_error(run_lab([*base, "--out", notes], workdir, tiny_corpora),
+                          f"{notes}: output file exists (use --force to replace it)")
+    assert_one_line_error(run_lab([*base, "--out", notes, "--force"], workdir, tiny_corpora),
+                          f"{notes}: --force refused: not a previous lab-baselines output")
+    out = workdir / "baselines.json"
+    assert run_lab([*base, "--out", out], workdir, tiny_corpora).returncode == 0
+    assert_one_line_error(run_lab([*base, "--out", out], workdir, tiny_corpora), "exists")
+    assert run_lab([*base, "--out", out, "--force"], workdir, tiny_corpora).returncode == 0
+    assert dataset.read_bytes() == kept and notes.read_text() == "{}"
+
+
 def test_single_file_outputs_replace_only_their_own_kind(workdir, tiny_corpora):
     records = workdir / "in.jsonl"
     records.write_text(json.dumps({"code": "int a = 1;", "docstring": "one"}) + "\n")
@@ -648,6 +697,8 @@ def test_audit_force_refuses_an_unrelated_folder(workdir, tiny_corpora):
     ("--warmup-steps", "-3", "--warmup-steps -3: must be >= 0"),
     ("--lr-scheduler", "bogus", "--lr-scheduler bogus: choose from linear, cosine"),
     ("--tokenize-tasks", "0", "--tokenize-tasks 0: must be >= 1"),
+    ("--max-steps", "-5", "--max-steps -5: must be >= 1 (or -1: no limit)"),
+    ("--max-steps", "0", "--max-steps 0: must be >= 1"),
 ])
 def test_pretrain_refuses_impossible_numbers_before_any_work(workdir, option, value, fragment):
     out = workdir / "pt"
@@ -734,3 +785,20 @@ def test_export_and_report_to_errors_are_one_line(tmp_path, args, fragment):
     assert_one_line_error(result, fragment)
     assert_nothing_written(tmp_path / "x")
     assert_nothing_written(tmp_path / "pt")
+
+
+def test_verify_fails_on_a_known_file_whose_bytes_differ(workdir, corpora_root):
+    """A file the lab knows by name (corpora/NAME.json) that fails its hash is an error, not
+    an "unknown version": a truncated download must not pass."""
+    copy = workdir / "corpora" / "codetrans"
+    shutil.copytree(corpora_root / "codetrans", copy)
+    for path in copy.iterdir():
+        path.chmod(0o644)
+    result = run_lab(["corpora", "verify", "codetrans", "--corpora", workdir / "corpora"],
+                     workdir, None)
+    assert result.returncode == 0 and "unknown version" not in result.stdout, result.stdout
+    truncated = copy / "test.java-cs.txt.java"
+    truncated.write_bytes(truncated.read_bytes()[:1000])
+    assert_one_line_error(run_lab(["corpora", "verify", "codetrans", "--corpora",
+                                   workdir / "corpora"], workdir, None),
+                          f"{truncated}: differs from the published test.java-cs.txt.java")

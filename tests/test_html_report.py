@@ -35,6 +35,9 @@ def test_markup_in_the_studys_text_stays_text():
     attack = "<img src=x onerror=alert(1)></script><!--"
     data = synthetic_study_data(4, seeds=1, epochs=(0,))
     data["evaluations"][0]["predictions"][0] = "{{ title }} " + attack
+    # "<!--<script>" would put the rest of the data script in the browser's double-escaped
+    # state: the closing tag is not seen and the page's own script never runs.
+    data["evaluations"][0]["predictions"][1] = "int a; <!--<script> b"
     table = {"header": ["model", "arm", "p"], "rows": [[attack, "paired", "0.5"]], "note": attack}
     markdown = f"| a |\n|---|\n| {attack} |\n\n[x](javascript:alert(1)) {attack}\n"
     page = render_html("t {{ recipe }} " + attack, "name: {% raw %}" + attack, data,
@@ -45,6 +48,7 @@ def test_markup_in_the_studys_text_stays_text():
     assert "href" not in shown and "&lt;img src=x onerror=alert(1)&gt;" in shown
     # In the data, no "</script>" ends the element early and no "<!--" changes its parsing.
     assert data_script.count("</script>") == 2 and "<!--" not in data_script
+    assert page.count("<script") == 2  # the data and the page's script, nothing from a sample
     assert page.count("const DATA = JSON.parse") == 1
     assert "t {{ recipe }} &lt;img" in page and "name: {% raw %}&lt;img" in page
     found = json.loads(re.search(r"<script type='application/json' id='lab-data'>(.*?)</script>",

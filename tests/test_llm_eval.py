@@ -262,7 +262,7 @@ def test_bad_data_is_one_line_error_naming_file_and_line(tmp_path, case):
     contaminated = write_jsonl(tmp_path / "java2csharp.json", first)
     perturbed = write_jsonl(tmp_path / "java2csharp_perturbed.json", second)
     with pytest.raises(LabError, match=message) as caught:
-        run_llm_eval(tmp_path, contaminated, perturbed, out=tmp_path / "out")
+        run_llm_eval(tmp_path / "model", contaminated, perturbed, out=tmp_path / "out")
     assert "\n" not in str(caught.value)
     assert not (tmp_path / "out").exists()
 

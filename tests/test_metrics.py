@@ -221,7 +221,8 @@ def test_evaluate_uses_the_em_of_its_task(monkeypatch: pytest.MonkeyPatch, tmp_p
     monkeypatch.setattr(generate_mod, "generate", lambda *args, **kwargs: list(predictions))
     for task, expected in (("translation", 100 / 3), ("generation", 100.0)):
         out = tmp_path / task
-        result = generate_mod.run_evaluate(tmp_path, task, metrics=("em", "em_tokens"), out=out)
+        result = generate_mod.run_evaluate(tmp_path / "model", task, metrics=("em", "em_tokens"),
+                                           out=out)
         saved = json.loads((out / "metrics.json").read_text())
         assert saved["task"] == task
         assert saved["metrics"]["em"] == pytest.approx(expected)

@@ -254,6 +254,25 @@ def test_an_exported_model_loads_with_plain_transformers(models, tmp_path, name,
         export_model(ExportConfig(model=models / name, out=out))
 
 
+def test_export_force_replaces_only_an_earlier_export(models, tmp_path):
+    """--force never deletes the folder holding MODEL, an unrelated folder or another command's
+    output: only an earlier export, which records itself (lab_export.json)."""
+    model = models / "ft-gpt2"
+    unrelated = tmp_path / "notes"
+    unrelated.mkdir()
+    (unrelated / "notes.txt").write_text("mine")
+    for out, message in ((models, "contains an input of this command"),
+                         (unrelated, "not a previous lab-export output"),
+                         (models / "pt-gpt2-paired", "must be outside MODEL|not a previous")):
+        with pytest.raises(LabError, match=message):
+            export_model(ExportConfig(model=model, out=out, force=True))
+    assert (unrelated / "notes.txt").read_text() == "mine" and (model / "manifest.json").is_file()
+    assert (models / "pt-gpt2-paired" / "manifest.json").is_file()
+    first = export_model(ExportConfig(model=model, out=tmp_path / "export"))
+    again = export_model(ExportConfig(model=model, out=tmp_path / "export", force=True))
+    assert again["files"] == first["files"] and "lab_export.json" in first["files"]
+
+
 def test_push_to_hub_uploads_the_exported_folder(models, tmp_path, monkeypatch):
     import huggingface_hub
 

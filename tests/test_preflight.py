@@ -173,6 +173,30 @@ def test_deepspeed_is_checked_when_a_config_is_requested(pf, monkeypatch, tmp_pa
     assert problem.startswith("a DeepSpeed config is requested but deepspeed does not import")
 
 
+def test_the_recipes_deepspeed_and_device_are_checked_before_any_stage(pf, monkeypatch,
+                                                                         tiny_corpora, tmp_path):
+    """resources.pretrain.deepspeed (a file that is not JSON, or DeepSpeed not installed) and a
+    resources.device this machine lacks are problems of the dry run and of check_ready, not a
+    failure at pre-training after the corpora and the tokenizer were built."""
+    monkeypatch.setitem(sys.modules, "deepspeed", None)  # not installed
+    recipe = load_recipe(QUICKSTART, ["resources.pretrain.deepspeed=zero2"])
+    assert any("deepspeed does not import" in p for p in pf.preflight(recipe, tmp_path / "a"))
+    monkeypatch.setitem(sys.modules, "deepspeed", types.ModuleType("deepspeed"))  # importable
+    passwd = tmp_path / "passwd"
+    passwd.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    recipe = load_recipe(QUICKSTART, [f"resources.pretrain.deepspeed={passwd}"])
+    assert any(f"deepspeed config {passwd}: not valid JSON" in p
+               for p in pf.preflight(recipe, tmp_path / "b"))
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    recipe = load_recipe(QUICKSTART, [f"resources.device=cuda:{count + 98}"])
+    assert any(p.startswith("resources.device: ") for p in pf.preflight(recipe, tmp_path / "c"))
+    with pytest.raises(LabError, match="resources.device"):
+        pf.check_ready(recipe, tmp_path / "c", tiny_corpora)
+    assert not (tmp_path / "c").exists()
+
+
 def test_two_problems_in_one_error(pf, monkeypatch, no_wordnet, quickstart, tiny_corpora,
                                    tmp_path):
     monkeypatch.setitem(sys.modules, "submitit", None)

@@ -324,7 +324,8 @@ def test_pretrain_bad_inputs(world, tmp_path, case, fragment):
             "--out": str(tmp_path / "out"), "--preset": "micro", "--max-steps": "2"}
     extra: list[str] = []
     if case == "corpus-not-a-corpus":
-        args["--corpus"] = str(tmp_path)
+        (tmp_path / "notes").mkdir()
+        args["--corpus"] = str(tmp_path / "notes")
     elif case == "tokenizer-not-a-tokenizer":
         args["--tokenizer"] = str(world / "paired")
     elif case == "unknown-preset":

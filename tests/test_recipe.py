@@ -63,6 +63,8 @@ def test_valid_recipe_and_defaults(recipe_file):
      "repeat x 2 documents per sample of 'unpaired-placebo')"),
     ("pretrain.lr=fast", "pretrain.lr: expected float"),
     ("injection.fraction=1.5", "injection.fraction: must be in (0, 1], got 1.5"),
+    ("injection.repeat=1000000000", "injection.repeat: at most 10,000 copies of a sample, got "
+                                    "1000000000"),
     ("models=[roberta]", "finetune.epochs[0]: 0 (direct inference) is defined for GPT-2 only"),
     ("injection.placebo_from=[valid]", "injection.placebo_from: no arm is a placebo"),
     ("arms=[control, paired, paired-placebo]\ninjection.placebo_from=[test]",

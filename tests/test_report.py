@@ -157,6 +157,11 @@ def test_report_with_a_control_and_a_split_half_arm(tmp_path):
     assert "injected" not in _cell(report["cells"], "input-only")
     assert "seeds for 80% power" in report["markdown"].split("## Secondary")[0]
     assert report["figure"][0].name == "decay-bleu.png" and report["figure"][0].stat().st_size > 0
+    # The same study gives the same figures, byte for byte: no date in the SVG, no random ids.
+    first = [path.read_bytes() for path in report["figure"]]
+    again = run_report(study, "replication-package")
+    assert [path.read_bytes() for path in again["figure"]] == first
+    assert b"<dc:date>" not in first[1]
 
 
 def test_convention_and_alpha_come_from_the_recipe_and_the_secondary_table_is_never_starred(
@@ -823,3 +828,26 @@ def test_the_html_main_table_fits_a_laptop_and_the_other_columns_open_on_request
     assert [html.unescape(h) for h in re.findall(r"<th>(.*?)</th>", behind)] == header
     assert set(header) - set(shown) and all(h in html.unescape(behind.split("</summary>")[0])
                                             for h in set(header) - set(shown))
+
+
+def test_two_runners_writing_a_table_at_once_each_leave_a_whole_file(tmp_path, monkeypatch):
+    """A second runner of the same study writes the tables while the first is between its
+    temporary file and the rename: each write has its own temporary file, so neither fails
+    and the table is whole."""
+    from lab.study import collect
+
+    path = tmp_path / "results.csv"
+    rows = [{"arm": "paired", "seed": 0, "bleu": 1.5}]
+    real = collect._write_parquet
+    nested = []
+
+    def meanwhile(*args):
+        if not nested:  # the other runner, in the middle of this one's write
+            nested.append(path)
+            collect.write_table(path, rows)
+        real(*args)
+
+    monkeypatch.setattr(collect, "_write_parquet", meanwhile)
+    collect.write_table(path, rows)
+    assert nested and path.read_bytes() == b"arm,seed,bleu\r\npaired,0,1.5\r\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.csv", "results.parquet"]

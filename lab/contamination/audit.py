@@ -11,15 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from lab.common import (DataNotFound, LabError, atomic_output_dir, check_output, corpora_inputs,
-                        corpora_param, environment_record, param, write_json_atomic, write_jsonl)
+from lab.common import (DataNotFound, LabError, atomic_output_dir, check_output, corpora_param,
+                        environment_record, param, write_json_atomic, write_jsonl)
 from lab.contamination.overlap import (
     CODE_LANGUAGES, MIN_TOKENS, MULTISET_THRESHOLD, SET_THRESHOLD, OverlapIndex, SideMatch,
     index_spec, keep_best, ranked, sample_sides, side_index,
 )
 from lab.contamination.streaming import (benchmark_unit, corpus_dir_units, count_unit,
                                          dataset_units, iter_unit, with_offsets)
-from lab.corpora import DATASETS, Sample, get_spec, load_samples
+from lab.corpora import DATASETS, Sample, corpora_inputs, get_spec, load_samples
 from lab.executor import ExecutorConfig, check_executor, iter_step, run_step
 
 MAX_LISTED = 10

@@ -25,16 +25,16 @@ import numpy as np
 
 from lab.codetokens import code_tokens, whitespace_hash
 from lab.common import (DataNotFound, LabError, atomic_output_dir, check_numbers, check_output,
-                        corpora_inputs, corpora_param, environment_record, param,
-                        read_text_file, write_json_atomic)
+                        corpora_param, environment_record, param, read_text_file,
+                        write_json_atomic)
 from lab.contamination import settings as settings_table
 from lab.contamination.arm import ArmTally, Built, too_few_documents
 from lab.contamination.audit import audit_samples
 from lab.contamination.overlap import CODE_LANGUAGES, OverlapIndex, SampleSideIndex
 from lab.contamination.settings import Setting
 from lab.contamination.streaming import build_streaming
-from lab.corpora import (DATASETS, Document, Loaded, Sample, check_references, get_spec,
-                         load_documents, load_samples)
+from lab.corpora import (DATASETS, Document, Loaded, Sample, check_references, corpora_inputs,
+                         get_spec, load_documents, load_samples)
 from lab.corpora.base import DatasetSpec
 from lab.corpora.shards import CORPUS_SUBDIR, MANIFEST, shards_digest, write_shards
 from lab.executor import ExecutorConfig, check_executor
@@ -42,6 +42,9 @@ from lab.executor import ExecutorConfig, check_executor
 
 # How a placebo picks its pool samples.
 PLACEBO_MATCHES = ("length", "random")
+# The most copies of one sample an arm injects (--repeat, a dose): the plan holds every copy,
+# so a count beyond any study's (the paper's ladder tops at 64) is refused before it is built.
+MAX_COPIES = 10_000
 # A length-matched placebo is refused when its injected share of the corpus differs from its
 # arm's by more than this, relative to the arm's share. The share is measured in characters:
 # the study's BPE tokenizer is trained after injection (on a control corpus), so no token count
@@ -119,6 +122,8 @@ class InjectConfig(ExecutorConfig):
                             ("--samples", self.samples)):
             if value is not None and value < 1:
                 raise LabError(f"{name} {value}: must be >= 1")
+        if self.repeat > MAX_COPIES:
+            raise LabError(f"--repeat {self.repeat}: at most {MAX_COPIES:,} copies of a sample")
         if self.fraction is not None and not 0 < self.fraction <= 1:
             raise LabError(f"--fraction {self.fraction}: must be in (0, 1]")
         if self.fraction is not None and self.test_ids is not None:
@@ -186,6 +191,8 @@ def check_doses(cfg: InjectConfig) -> None:
         raise LabError(f"--doses {shown}: a dose is listed twice")
     if not any(cfg.doses):
         raise LabError(f"--doses {shown}: no level is injected (every dose is 0)")
+    if max(cfg.doses) > MAX_COPIES:
+        raise LabError(f"--doses {shown}: at most {MAX_COPIES:,} copies of a sample")
     for name, value, default in (("--repeat", cfg.repeat, 1), ("--fraction", cfg.fraction, None),
                                  ("--test-ids", cfg.test_ids, None)):
         if value != default:

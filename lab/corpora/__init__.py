@@ -6,6 +6,7 @@ Entry points: `load_documents` (pre-training corpora), `load_samples` (benchmark
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,11 +172,37 @@ def verify_dataset(name: str, corpora_dir: Path | None = None) -> list[dict[str,
             if _is_empty(Path(path)):
                 raise LabError(f"{path}: empty file ({name} split '{split}' has no records)")
             digest = sha256_file(path)
-            status = f"matches {known[digest]}" if digest in known else "unknown version"
+            if digest in known:
+                status = f"matches {known[digest]}"
+            elif (published := _published_as(Path(path), known)) is not None:
+                # A file the lab knows by name whose bytes differ: truncated or changed.
+                status = f"differs from the published {published}"
+            else:
+                status = "unknown version"
             rows.append({"split": split, "file": str(path), "status": status, "sha256": digest})
         if files is None:
             rows.append({"split": split, "file": where, "status": "hub"})
     return rows
+
+
+def _published_as(path: Path, known: dict[str, str]) -> str | None:
+    """The published file (its path in corpora/NAME.json) that `path` is by its name, if any."""
+    for published in known.values():
+        if path.as_posix().endswith("/" + published) or path.name == published:
+            return published
+    return None
+
+
+def corpora_inputs(corpora_dir: Path | None) -> list[Path]:
+    """The dataset folders a command may read (each dataset's folder under --corpora,
+    LAB_CORPORA and ./corpora): inputs that no output may be, hold or lie inside
+    (lab.common.check_output). Outputs beside them, in the same root, are the user's to make."""
+    roots = [Path(corpora_dir)] if corpora_dir is not None else []
+    if os.environ.get("LAB_CORPORA"):
+        roots.append(Path(os.environ["LAB_CORPORA"]))
+    roots.append(Path("corpora"))
+    subdirs = dict.fromkeys(spec.subdir for spec in DATASETS.values())
+    return [root / subdir for root in roots for subdir in subdirs]
 
 
 def data_fingerprints(name: str, corpora_dir: Path | None = None) -> dict[str, str]:

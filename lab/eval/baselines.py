@@ -19,8 +19,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from lab.common import LabError, corpora_param, param
-from lab.corpora import Sample, load_samples
+from lab.common import LabError, check_output, corpora_param, param
+from lab.corpora import Sample, corpora_inputs, load_samples
 from lab.tasks import fine_tuning_records, get_task
 
 BASELINES = {
@@ -123,6 +123,7 @@ class BaselineConfig:
                                          "lab finetune --train-size trains on.")
     seed: int = param(0, "Seed of that subset (lab finetune --seed).")
     out: Path | None = param(None, "Also write the scores and predictions here (JSON).")
+    force: bool = param(False, "Replace an existing --out file that lab baseline wrote.")
     corpora_dir: Path | None = corpora_param()
 
 
@@ -140,6 +141,9 @@ def run_baseline(cfg: BaselineConfig) -> dict[str, Any]:
         if name not in applicable(cfg.task):
             raise LabError(f"--baselines {name}: does not apply to task {cfg.task}")
     metrics = parse_metrics(",".join(cfg.metrics), None)
+    if cfg.out is not None:  # before any work; never over a dataset file or another output
+        check_output(Path(cfg.out), cfg.force, "lab-baselines", corpora_inputs(cfg.corpora_dir),
+                     what="file")
     if "meteor" in metrics:
         ensure_wordnet()
     samples = load_samples(task.benchmark, cfg.split, cfg.corpora_dir, True).records

@@ -18,10 +18,10 @@ import orjson
 
 from lab.codetokens import whitespace_hash
 from lab.contamination import settings as settings_table
-from lab.common import (LabError, atomic_output_dir, check_numbers, check_output, corpora_inputs,
+from lab.common import (LabError, atomic_output_dir, beside, check_numbers, check_output,
                         corpora_param, environment_record, param, read_text_file,
                         write_json_atomic)
-from lab.corpora import Sample, get_spec, load_samples
+from lab.corpora import Sample, corpora_inputs, get_spec, load_samples
 from lab.eval import metrics as metric_fns
 from lab.models import (check_placement, device_param, dtype_param, lab_architecture,
                         load_lab_model, place_model, positions_of, pretraining_record,
@@ -286,7 +286,7 @@ class EvaluateConfig:
     seed: int = param(0, "Seed for sampling.")
     device: str = device_param()
     dtype: str = dtype_param()
-    out: Path | None = param(None, "Default: MODEL/eval-TASK-SPLIT-DECODING.")
+    out: Path | None = param(None, "Default: MODEL-eval-TASK-SPLIT-DECODING, beside MODEL.")
     force: bool = param(False, "Replace an existing output directory.")
     corpora_dir: Path | None = corpora_param()
     benchmark: str | None = param(None, "The benchmark whose split is evaluated (default: the "
@@ -348,7 +348,7 @@ def run_evaluate(cfg: EvaluateConfig | Path, task: str | None = None, **options:
     task = get_task(cfg.task)
     plan = cfg.decoding_plan()
     device = check_placement(cfg.device, cfg.dtype)
-    out = Path(cfg.out or Path(cfg.model) / f"eval-{task.name}-{cfg.split}-{plan.label()}")
+    out = Path(cfg.out or beside(cfg.model, f"eval-{task.name}-{cfg.split}-{plan.label()}"))
     inputs = [cfg.model, cfg.ids, *corpora_inputs(cfg.corpora_dir)]
     check_output(out, cfg.force, "lab-evaluation", inputs)
     # The manifest, the samples and the ids are checked before the weights are loaded.

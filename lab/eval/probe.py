@@ -47,13 +47,13 @@ from pathlib import Path
 from typing import Any
 
 from lab.codetokens import KEYWORDS, TOKEN_PATTERN
-from lab.common import (DataNotFound, LabError, atomic_output_dir, check_output, corpora_inputs,
+from lab.common import (DataNotFound, LabError, atomic_output_dir, beside, check_output,
                         corpora_param, environment_record, param, write_json_atomic,
                         write_jsonl)
 from lab.contamination import settings as settings_table
 from lab.corpora.shards import read_manifest
 from lab.contamination.inject import disjoint_from, split_sides_index
-from lab.corpora import Sample, get_spec, load_samples
+from lab.corpora import Sample, corpora_inputs, get_spec, load_samples
 from lab.eval import metrics as metric_fns
 from lab.eval.generate import generate, padded
 from lab.models import (check_placement, device_param, dtype_param, lab_architecture,
@@ -381,7 +381,7 @@ class ProbeConfig:
     """One probe run. Every option of `lab probe` and the fields of a recipe's `probe` section
     are declared here, once."""
     model: Path = param(help="A lab pretrain directory (GPT-2 or RoBERTa) or a fine-tuned GPT-2.")
-    out: Path | None = param(None, "Default: MODEL/probe.")
+    out: Path | None = param(None, "Default: MODEL-probe, beside MODEL.")
     groups: Path | None = param(None, "Corpus or model whose injected / held-out samples to probe "
                                       "(default: the model's own pre-training corpus; for a "
                                       "control model, a contaminated arm).")
@@ -423,7 +423,7 @@ def run_probe(cfg: ProbeConfig | Path, out: Path | None = None, **options: Any) 
     setting = settings_table.probed_form(chosen["setting"]) if cfg.form == "auto" else cfg.form
     if setting is None:
         raise LabError(f"the corpus setting '{chosen['setting']}' has no injected form to probe")
-    out = Path(cfg.out or Path(cfg.model) / "probe")
+    out = Path(cfg.out or beside(cfg.model, "probe"))
     inputs = [cfg.model, cfg.groups, *corpora_inputs(cfg.corpora_dir)]
     check_output(out, cfg.force, "lab-probe", inputs)
     model, tokenizer, manifest, family = load_probed_model(cfg.model)

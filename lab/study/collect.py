@@ -4,11 +4,12 @@ also as Parquet, collected from the finished stages."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 from typing import Any
 
-from lab.common import LabError
+from lab.common import LabError, atomic_file, write_text_atomic
 from lab.study.grid import Stage, model_name
 from lab.study.recipe import Recipe
 
@@ -127,13 +128,14 @@ def write_table(path: Path, rows: list[dict[str, Any]]) -> Path:
     for row in rows:
         columns += [c for c in row if c not in columns]
     rounded = [{c: table_cell(row.get(c)) for c in columns} for row in rows]
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rounded)
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(rounded)
+    # Each through its own temporary file (atomic_file): two runners of one study may write
+    # the tables at once, and each leaves a whole file.
     _write_parquet(path.with_suffix(".parquet"), rounded, columns)
-    tmp.replace(path)
+    write_text_atomic(path, text.getvalue())
     return path
 
 
@@ -142,6 +144,5 @@ def _write_parquet(path: Path, rows: list[dict[str, Any]], columns: list[str]) -
     import pyarrow.parquet as pq
 
     table = pa.Table.from_pylist(rows) if rows else pa.table({c: [] for c in columns})
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(path)
+    with atomic_file(path) as handle:
+        pq.write_table(table, handle)

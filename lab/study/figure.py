@@ -100,6 +100,20 @@ def plotted_cells(cells: list[Cell], metric: str) -> list[Cell]:
     return [c for c in chosen if c.arm != "control"] or chosen
 
 
+def save_figure(fig: Any, out_base: Path) -> list[Path]:
+    """OUT_BASE.png and .svg of `fig`, then closed. The same figure gives the same bytes: the
+    SVG carries no date and its element ids come from a fixed salt instead of a random one."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    paths = [out_base.with_suffix(".png"), out_base.with_suffix(".svg")]
+    with matplotlib.rc_context({"svg.hashsalt": "lab"}):
+        fig.savefig(paths[0], dpi=120)
+        fig.savefig(paths[1], dpi=120, metadata={"Date": None})
+    plt.close(fig)
+    return paths
+
+
 def decay_figure(cells: list[Cell], metric: str, out_base: Path) -> list[Path]:
     """Each arm's score against fine-tuning epochs, one panel per model, task and arm; PNG and
     SVG."""
@@ -124,11 +138,7 @@ def decay_figure(cells: list[Cell], metric: str, out_base: Path) -> list[Path]:
                      fontsize=10)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
-    paths = [out_base.with_suffix(".png"), out_base.with_suffix(".svg")]
-    for path in paths:
-        fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return paths
+    return save_figure(fig, out_base)
 
 
 # ---- entry points -------------------------------------------------------------------------
@@ -237,11 +247,7 @@ def dose_figure(found: dict[str, Any], metric: str, out_base: Path) -> list[Path
                        frameon=False)
         if probe_ax.lines:
             probe_ax.legend(fontsize=8, frameon=False)
-    paths = [out_base.with_suffix(".png"), out_base.with_suffix(".svg")]
-    for path in paths:
-        fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return paths
+    return save_figure(fig, out_base)
 
 
 def _dose_curves(ax: Any, cell: dict[str, Any], place: Any, colour: Any) -> None:

@@ -70,12 +70,13 @@ def _figures(paths: list[Path]) -> list[dict[str, str]]:
 
 
 def _json(payload: Any) -> Any:
-    """The browser's data inside <script type='application/json'>: no "</" can end the element
-    and no "<!--" change how it is parsed; JSON.parse undoes both escapes."""
+    """The browser's data inside <script type='application/json'>: every "<" written as JSON's
+    \\u003c, so no text of a sample ("</script>", "<!--<script>") can end the element or change
+    how the browser parses it; JSON.parse gives the "<" back."""
     from markupsafe import Markup
 
     text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-    return Markup(text.replace("</", "<\\/").replace("<!--", "<\\u0021--"))
+    return Markup(text.replace("<", "\\u003c"))
 
 
 def _secondary(table: dict[str, Any]) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from typing import Any
 from lab.common import DataNotFound, LabError
 from lab.study.cost import CHARS_PER_TOKEN, CSN_DOCUMENT_CHARS, base_documents, parameters
 from lab.study.grid import expand, preset_of
-from lab.study.recipe import Recipe
+from lab.study.recipe import Recipe, deepspeed_config
 
 # Bytes per parameter of a pre-training stage's output: the final fp32 weights (4) and the two
 # checkpoints the Trainer keeps (save_total_limit=2), each with weights and AdamW's two moments
@@ -71,19 +71,32 @@ def preflight(recipe: Recipe, study: Path, corpora_dir: Path | None = None,
     would stop on, one line each.
 
     `deepspeed` is the DeepSpeed config a study asks for (a JSON file or a dict), or None; a
-    recipe that carries one in `resources.deepspeed` is checked without being passed it.
+    recipe that names one in `resources.pretrain.deepspeed` is checked without being passed it.
     """
     study = Path(study)
     pending = pending_stages(recipe, study) if pending is None else pending
-    if deepspeed is None:
-        deepspeed = getattr(getattr(recipe, "resources", None), "deepspeed", None)
+    if deepspeed is None and recipe.resources.pretrain.deepspeed is not None:
+        deepspeed = deepspeed_config(recipe.resources.pretrain.deepspeed)
     folder = check_study_folder(study)
     problems = folder + check_corpora(pending, corpora_dir) + check_metrics(pending)
     problems += check_executor_packages(executor) + check_deepspeed(deepspeed)
+    if pending and executor != "slurm":  # a SLURM study's stages run on other machines
+        problems += check_device(recipe.resources.device)
     if not folder:  # free space is asked of the folder the study will be in
         problems += check_disk(recipe, pending, study)
     # One line per problem, each named once (a missing --corpora folder fails every lookup).
     return list(dict.fromkeys(" ".join(p.split()) for p in problems))
+
+
+def check_device(device: str) -> list[str]:
+    """The study's resources.device, where it is asked for here (a GPU that is not there)."""
+    from lab.models import resolve_device
+
+    try:
+        resolve_device(device)
+    except LabError as exc:
+        return [f"resources.device: {str(exc).split(': ', 1)[-1]}"]
+    return []
 
 
 def slow_settings(pending: list[Any], executor: str = "local") -> list[str]:

@@ -14,10 +14,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.common import (LabError, atomic_output_dir, check_numbers, check_output, corpora_inputs,
-                        corpora_param, environment_record, loading, param, write_json_atomic)
+from lab.common import (LabError, atomic_output_dir, check_numbers, check_output, corpora_param,
+                        environment_record, loading, param, write_json_atomic)
 from lab.contamination import SEP_MARKER
-from lab.corpora import Sample, load_samples
+from lab.corpora import Sample, corpora_inputs, load_samples
 from lab.models import MANIFEST, load_weights, positions_of, read_stage_manifest
 from lab.tasks import Task, fine_tuning_records, get_task
 from lab.train.common import (

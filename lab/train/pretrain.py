@@ -89,6 +89,8 @@ class PretrainConfig:
                             ("--tokenize-tasks", self.tokenize_tasks)):
             if value < 1:
                 raise LabError(f"{name} {value}: must be >= 1")
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise LabError(f"--max-steps {self.max_steps}: must be >= 1 (or -1: no limit)")
         if self.epochs <= 0 and self.max_steps <= 0:
             raise LabError(f"--epochs {self.epochs}: must be > 0 (or give --max-steps)")
         if not 0 < self.mlm_probability < 1:
