@@ -156,6 +156,16 @@ def test_merge_refuses_what_cannot_be_one_study(tmp_path):
         handle.write("evaluate-3,all,gpt2,codetrans,control,0,0,16,1.0,extra\n")
     with pytest.raises(LabError, match="d/results.csv: line 3 has more cells than the header"):
         merge_studies([a, broken], tmp_path / "out")
+    # Text where numbers belong, or a short line: one line each, not a TypeError or ArrowInvalid.
+    for name, line, message in (
+            ("g", "evaluate-3,all,gpt2,codetrans,control,x,0,16,1.0\n",
+             r"g/results.csv: line 3, column seed: 'x' is text, where line 2 holds a number"),
+            ("h", "evaluate-3,all,gpt2\n", r"h/results.csv: line 3 has fewer cells")):
+        damaged = _table_study(tmp_path / name, data, [row])
+        with open(damaged / "results.csv", "a", encoding="utf-8") as handle:
+            handle.write(line)
+        with pytest.raises(LabError, match=message):
+            merge_studies([a, damaged], tmp_path / "out")
     # The CLI: one line, exit 2, the merged folder as it was.
     before = (tmp_path / "out" / "results.csv").read_bytes()
     done = subprocess.run([sys.executable, "-m", "lab.cli", "merge", str(a), str(broken),

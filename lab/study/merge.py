@@ -148,14 +148,33 @@ def _read_table(path: Path, identity: tuple[str, ...], required: bool) -> list[d
             missing = [c for c in identity if c not in (reader.fieldnames or [])]
             if missing and reader.fieldnames:
                 raise LabError(f"{path}: no column {missing[0]}")
-            rows = []
+            rows, kinds = [], {}
             for row in reader:
                 if None in row:  # DictReader's place for cells beyond the header
                     raise LabError(f"{path}: line {reader.line_num} has more cells than the header")
+                if None in row.values():  # and its value for cells the line lacks
+                    raise LabError(f"{path}: line {reader.line_num} has fewer cells than the "
+                                   "header")
                 rows.append(_typed(row))
+                _check_kinds(rows[-1], kinds, path, reader.line_num)
             return rows
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise LabError(f"{path}: unreadable ({exc})") from None
+
+
+def _check_kinds(row: dict[str, Any], kinds: dict[str, tuple[bool, int]], path: Path,
+                 line: int) -> None:
+    """A column holds numbers or text, never both (a number where text belongs, or text where
+    numbers do, is a damaged table): the first line of each column sets it."""
+    for column, value in row.items():
+        if value is None:
+            continue
+        numeric = isinstance(value, (int, float))
+        first = kinds.setdefault(column, (numeric, line))
+        if first[0] != numeric:
+            raise LabError(f"{path}: line {line}, column {column}: '{value}' is "
+                           f"{'a number' if numeric else 'text'}, where line {first[1]} holds "
+                           f"{'a number' if first[0] else 'text'}")
 
 
 def _as_written(row: dict[str, Any]) -> dict[str, Any]:
