@@ -325,12 +325,10 @@ def export_model(cfg: ExportConfig) -> dict[str, Any]:
     weights = model / WEIGHTS_SUBDIR
     if not (weights / "config.json").is_file():
         raise LabError(f"MODEL {model}: no {WEIGHTS_SUBDIR}/config.json (an incomplete model?)")
-    if out.resolve() == model.resolve() or model.resolve() in out.resolve().parents:
-        raise LabError(f"--out {out}: must be outside MODEL")
-    evaluations = model_evaluations(model, manifest, cfg.evaluations)
     # --force replaces only an earlier export (its EXPORT_RECORD), never MODEL, a folder that
-    # holds it or an evaluation, nor an unrelated folder.
+    # holds it or lies inside it, an evaluation, nor an unrelated folder.
     check_output(out, force, EXPORT_KIND, [model, *(cfg.evaluations or ())])
+    evaluations = model_evaluations(model, manifest, cfg.evaluations)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
