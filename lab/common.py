@@ -84,6 +84,57 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def files_record(folder: Path, names: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+    """{relative path: {size, sha256}} of the files under `folder` (or of `names` in it): what
+    a saved artefact (model, checkpoint, token cache) records so that its loader can tell a
+    whole, unchanged copy from a damaged one."""
+    folder = Path(folder)
+    paths = ([folder / name for name in names] if names is not None
+             else sorted(p for p in folder.rglob("*") if p.is_file()))
+    return {p.relative_to(folder).as_posix(): {"size": p.stat().st_size, "sha256": sha256_file(p)}
+            for p in paths}
+
+
+_FILES_VERIFIED: set[tuple] = set()  # (folder, files' stats) whose hashes this process checked
+
+
+def files_problem(folder: Path, files: Any) -> str | None:
+    """None if every file of a files_record is in `folder` with its recorded size and sha256,
+    else what is wrong. Sizes are checked every time; the hashes (streamed, a megabyte at a
+    time) once per process and file version (path, size, mtime, inode)."""
+    folder = Path(folder)
+    if not isinstance(files, dict) or not all(isinstance(v, dict) for v in files.values()):
+        return "its record of file sizes and hashes is malformed"
+    stats = []
+    for name, expected in sorted(files.items()):
+        path = folder / name
+        if not path.is_file():
+            return f"{name} missing"
+        st = path.stat()
+        if st.st_size != expected.get("size"):
+            return f"{name} has {st.st_size} bytes, {expected.get('size')} recorded"
+        stats.append((name, st.st_size, st.st_mtime_ns, st.st_ino))
+    key = (str(folder.resolve()), tuple(stats))
+    if key not in _FILES_VERIFIED:
+        for name, expected in sorted(files.items()):
+            if sha256_file(folder / name) != expected.get("sha256"):
+                return f"{name} differs from the sha256 recorded when it was written"
+        _FILES_VERIFIED.add(key)
+    return None
+
+
+def safetensors_complete(path: Path) -> bool:
+    """The header's tensors end exactly at the end of the file (a truncated copy does not)."""
+    try:
+        with open(path, "rb") as handle:
+            length = int.from_bytes(handle.read(8), "little")
+            header = json.loads(handle.read(length))
+        ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return False
+    return Path(path).stat().st_size == 8 + length + max(ends, default=0)
+
+
 def lab_cache_dir() -> Path:
     """Derived data the lab may rebuild at any time: $LAB_CACHE, default ~/.cache/lab."""
     return Path(os.environ.get("LAB_CACHE", Path.home() / ".cache" / "lab"))

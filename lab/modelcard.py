@@ -21,8 +21,8 @@ from typing import Any
 from lab.common import (LabError, check_output, param, share_tree, write_json_atomic,
                         write_text_atomic)
 from lab.corpora import DATASETS
-from lab.models import (MANIFEST, LOADERS, WEIGHTS_SUBDIR, architecture_of, pretraining_record,
-                        read_stage_manifest)
+from lab.models import (MANIFEST, LOADERS, WEIGHTS_SUBDIR, architecture_of, check_model_files,
+                        pretraining_record, read_stage_manifest)
 from lab.tasks import Decoding
 
 # huggingface_hub is imported where a card is made, not here: it adds seconds to the start of
@@ -325,6 +325,7 @@ def export_model(cfg: ExportConfig) -> dict[str, Any]:
     weights = model / WEIGHTS_SUBDIR
     if not (weights / "config.json").is_file():
         raise LabError(f"MODEL {model}: no {WEIGHTS_SUBDIR}/config.json (an incomplete model?)")
+    check_model_files(model, "MODEL")
     # --force replaces only an earlier export (its EXPORT_RECORD), never MODEL, a folder that
     # holds it or lies inside it, an evaluation, nor an unrelated folder.
     check_output(out, force, EXPORT_KIND, [model, *(cfg.evaluations or ())])

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Iterator
 from unittest import mock
 
-from lab.common import LabError, loading, param, read_text_file
+from lab.common import LabError, files_problem, loading, param, read_text_file, safetensors_complete
 
 MODELS = ("roberta", "gpt2")
 
@@ -220,11 +220,35 @@ def lab_architecture(manifest: dict[str, Any], model_dir: Path) -> str:
     return architecture
 
 
+MODEL_FILES = "model_files"  # the manifest's files_record of WEIGHTS_SUBDIR, written at saving
+
+
+def check_model_files(model_dir: Path, option: str) -> None:
+    """A LabError unless WEIGHTS_SUBDIR holds the very files training saved (every size and
+    sha256 of the manifest's MODEL_FILES): weights overwritten in place, cut short or swapped
+    are refused before anything loads them. Models saved before the lab kept that record are
+    checked for cut-short weights only."""
+    manifest = read_stage_manifest(model_dir, option)
+    weights = Path(model_dir) / WEIGHTS_SUBDIR
+    recorded = manifest.get(MODEL_FILES)
+    if recorded is None:
+        for path in sorted(weights.glob("*.safetensors")):
+            if not safetensors_complete(path):
+                raise LabError(f"{option} {model_dir}: {WEIGHTS_SUBDIR}/{path.name} is truncated")
+        return
+    problem = files_problem(weights, recorded)
+    if problem is not None:
+        raise LabError(f"{option} {model_dir}: {WEIGHTS_SUBDIR}/{problem} (changed since it "
+                       f"was trained: restore it or train it again)")
+
+
 def load_lab_model(model_dir: Path, architecture: str, option: str = "--model") -> tuple[Any, Any]:
-    """(model in eval mode, tokenizer) of a lab model directory (its weights are in model/);
-    damaged files are one LabError naming the folder. Callers check first what they accept."""
+    """(model in eval mode, tokenizer) of a lab model directory (its weights are in model/,
+    checked against the manifest first); damaged files are one LabError naming the folder.
+    Callers check first what they accept."""
     import transformers
 
+    check_model_files(model_dir, option)
     weights = Path(model_dir) / WEIGHTS_SUBDIR
     loader = getattr(transformers, LOADERS[architecture])
     with loading(weights, option):

@@ -14,7 +14,7 @@ from typing import Any, Iterator, Sequence
 
 from lab.common import (
     DataNotFound, LabError, atomic_output_dir, check_output, environment_record,
-    corpora_param, loading, param, sha256_file, write_json_atomic,
+    corpora_param, loading, param, read_text_file, sha256_file, write_json_atomic,
 )
 from lab.contamination import SEP_MARKER
 from lab.corpora.shards import read_corpus, read_manifest
@@ -143,6 +143,10 @@ def load_tokenizer(folder: Path):
         raise LabError(f"--tokenizer {folder}: no such directory")
     if not (folder / "tokenizer.json").is_file() or not (folder / MANIFEST).is_file():
         raise LabError(f"--tokenizer {folder}: not a lab tokenizer (make one with lab tokenizer train)")
+    recorded = tokenizer_hash(folder)
+    if sha256_file(folder / "tokenizer.json") != recorded:
+        raise LabError(f"--tokenizer {folder}: tokenizer.json differs from the sha256 in its "
+                       f"{MANIFEST} (changed since it was trained: restore it or train it again)")
     with loading(folder, "--tokenizer"):
         tokenizer = PreTrainedTokenizerFast.from_pretrained(str(folder))
     for token in SPECIAL_TOKENS:
@@ -152,5 +156,12 @@ def load_tokenizer(folder: Path):
 
 
 def tokenizer_hash(folder: Path) -> str:
-    manifest = json.loads((Path(folder) / MANIFEST).read_text(encoding="utf-8"))
-    return manifest["tokenizer_sha256"]
+    """The tokenizer_sha256 its manifest records (load_tokenizer checks the file against it)."""
+    path = Path(folder) / MANIFEST
+    try:
+        recorded = json.loads(read_text_file(path, "--tokenizer")).get("tokenizer_sha256")
+    except (json.JSONDecodeError, AttributeError):
+        raise LabError(f"--tokenizer {path}: corrupt JSON") from None
+    if not isinstance(recorded, str):
+        raise LabError(f"--tokenizer {path}: field 'tokenizer_sha256' missing")
+    return recorded

@@ -18,7 +18,7 @@ import pytest
 from lab.common import LabError
 from lab.corpora.shards import read_manifest
 from lab.tokenizer import load_tokenizer, tokenizer_hash
-from lab.train import packing as packing_module
+from lab import common as common_module
 from lab.train.packing import tokenize_corpus
 from lab.train.pretrain import PretrainConfig, run_pretrain
 
@@ -165,7 +165,7 @@ def test_token_cache_overwritten_with_same_size_garbage_is_rebuilt(world, capsys
     raw[header:] = np.random.default_rng(0).integers(0, 1000, part_size,
                                                       dtype=np.uint32).tobytes()
     tokens.write_bytes(bytes(raw))
-    getattr(packing_module, "_CHECKED", set()).clear()  # as a new process would
+    common_module._FILES_VERIFIED.clear()  # as a new process would
     capsys.readouterr()
     again = tokenize_corpus(world / "paired", tok, tokenizer_hash(world / "tok"), world / "cache")
     assert np.array_equal(np.asarray(again.tokens), expected)
@@ -294,3 +294,122 @@ def test_corpora_verify_with_no_file_found_is_an_error(tmp_path):
     assert proc.returncode == 2 and proc.stdout == "", (proc.stdout, proc.stderr)
     assert proc.stderr.startswith("lab: error: codetrans: no file of it found (under empty)")
     assert len(proc.stderr.splitlines()) == 1
+
+
+# --- issue 45 (4, 6): weights and tokenizer are the files training saved ------------------------
+
+def _model_copy(world: Path, source: str, name: str) -> Path:
+    target = world / name
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(world / source, target)
+    return target
+
+
+def _overwrite_in_place(path: Path) -> None:
+    """Same size, other bytes at the end (the last tensor's values), mtime kept as it was."""
+    stat = path.stat()
+    raw = bytearray(path.read_bytes())
+    raw[-16:] = bytes((b + 1) % 256 for b in raw[-16:])
+    path.write_bytes(bytes(raw))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+@pytest.fixture(scope="module")
+def direct(world, reference):
+    """The reference model's E0 (GPT-2, no fine-tuning): a lab-finetuned folder."""
+    from lab.train.finetune import FinetuneConfig, run_finetune
+
+    manifest = run_finetune(FinetuneConfig(pretrained=world / "ck-ref", task="translation",
+                                           epochs=0, out=world / "e0"))
+    assert set(manifest["model_files"]) >= {"model.safetensors", "config.json", "tokenizer.json"}
+    return world / "e0"
+
+
+@pytest.mark.parametrize("damage", ["overwritten", "truncated"])
+def test_changed_weights_are_refused_by_every_loader(world, reference, direct, tmp_path, damage):
+    from lab.eval.generate import EvaluateConfig, run_evaluate
+    from lab.modelcard import ExportConfig, export_model
+    from lab.train.finetune import FinetuneConfig, run_finetune
+
+    pretrained = _model_copy(world, "ck-ref", f"pt-{damage}")
+    tuned = _model_copy(world, "e0", f"e0-{damage}")
+    for folder in (pretrained, tuned):
+        weights = folder / "model" / "model.safetensors"
+        if damage == "overwritten":
+            _overwrite_in_place(weights)
+        else:
+            weights.write_bytes(weights.read_bytes()[:-1000])
+    ids = world / "two-ids.txt"
+    ids.write_text("codetrans:test:0\ncodetrans:test:1\n")
+    expected = ("differs from the sha256 recorded" if damage == "overwritten"
+                else r"has \d+ bytes, \d+ recorded")
+    calls = {
+        "finetune": lambda: run_finetune(FinetuneConfig(
+            pretrained=pretrained, task="translation", epochs=0, out=tmp_path / "ft")),
+        "evaluate": lambda: run_evaluate(EvaluateConfig(
+            model=tuned, task="translation", ids=ids, max_new_tokens=4, out=tmp_path / "ev")),
+        "export pre-trained": lambda: export_model(ExportConfig(model=pretrained,
+                                                                out=tmp_path / "x1")),
+        "export fine-tuned": lambda: export_model(ExportConfig(model=tuned, out=tmp_path / "x2")),
+    }
+    for name, call in calls.items():
+        with pytest.raises(LabError, match=rf"model/model\.safetensors {expected}") as caught:
+            call()
+        assert str(pretrained if "pre" in name or name == "finetune" else tuned) in str(
+            caught.value), (name, caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_models_saved_before_the_record_are_checked_for_truncation(world, direct, tmp_path):
+    from lab.modelcard import ExportConfig, export_model
+
+    legacy = _model_copy(world, "e0", "e0-legacy")
+    manifest = json.loads((legacy / "manifest.json").read_text())
+    del manifest["model_files"]
+    (legacy / "manifest.json").write_text(json.dumps(manifest))
+    assert export_model(ExportConfig(model=legacy, out=tmp_path / "whole"))["out"]
+    weights = legacy / "model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1000])
+    with pytest.raises(LabError, match=r"e0-legacy: model/model\.safetensors is truncated"):
+        export_model(ExportConfig(model=legacy, out=tmp_path / "cut"))
+
+
+def test_a_changed_tokenizer_is_refused(world, tmp_path):
+    tok = tmp_path / "tok"
+    shutil.copytree(world / "tok", tok)
+    text = (tok / "tokenizer.json").read_text(encoding="utf-8")
+    # Same size: two vocabulary ids swapped would tokenize every document differently.
+    (tok / "tokenizer.json").write_text(text.replace('"<pad>":1', '"<pad>":2', 1)
+                                        if '"<pad>":1' in text else text[:-2] + " }",
+                                        encoding="utf-8")
+    assert (tok / "tokenizer.json").stat().st_size == (world / "tok" / "tokenizer.json").stat().st_size
+    with pytest.raises(LabError, match=r"--tokenizer .*tok: tokenizer.json differs from the sha256"):
+        pretrain(world, "tok-changed", tokenizer=tok)
+    assert not (world / "tok-changed").exists()
+
+
+# --- issue 45 (5): a resumed run logs what an uninterrupted one does ------------------------------
+
+@pytest.mark.parametrize("grad_accum", [1, 2])
+def test_a_resume_between_two_logs_logs_the_uninterrupted_losses(world, grad_accum):
+    # Checkpoints every 2 steps, a log every 5: the resume at step 4 lands inside the window of
+    # steps 1-5, which the Trainer would otherwise log over step 5 alone.
+    options = dict(max_steps=6, save_steps=2, log_steps=5, grad_accum=grad_accum, batch_size=4)
+    uninterrupted = pretrain(world, f"log-ref-{grad_accum}", **options)
+    partial = world / f"log-cut-{grad_accum}.partial"
+    shutil.copytree(world / f"log-ref-{grad_accum}", partial)
+    shutil.rmtree(partial / "checkpoints" / "checkpoint-6")
+    resumed = pretrain(world, f"log-cut-{grad_accum}", resume=True, **options)
+    assert resumed["resumed_from"] == "checkpoint-4"
+    assert resumed["final_weights_sha256"] == uninterrupted["final_weights_sha256"]
+    assert [h["step"] for h in resumed["loss"]["history"]] == [1, 5]
+    assert resumed["loss"] == uninterrupted["loss"]
+    # What a checkpoint of the old kind (no window) gives: the window of step 5 alone.
+    partial = world / f"log-old-{grad_accum}.partial"
+    shutil.copytree(world / f"log-ref-{grad_accum}", partial)
+    shutil.rmtree(partial / "checkpoints" / "checkpoint-6")
+    (partial / "checkpoints" / "checkpoint-4" / "lab_logging.json").unlink()
+    (partial / "checkpoints" / "checkpoint-4" / "lab_checkpoint.json").unlink()
+    old = pretrain(world, f"log-old-{grad_accum}", resume=True, **options)
+    assert old["final_weights_sha256"] == uninterrupted["final_weights_sha256"]
+    assert old["loss"]["history"][-1]["loss"] != uninterrupted["loss"]["history"][-1]["loss"]

@@ -12,7 +12,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
-from lab.common import LabError, sha256_file
+from lab.common import LabError, files_problem, files_record, safetensors_complete
 
 
 def state_sha256(model: Any) -> str:
@@ -39,28 +39,31 @@ def trained_weights_sha256(model: Any) -> str:
 
 
 CHECKPOINT_RECORD = "lab_checkpoint.json"
+LOGGING_RECORD = "lab_logging.json"  # a checkpoint's loss window since the last log
+
+
+def read_logging_window(checkpoint: Path) -> dict[str, Any] | None:
+    """A checkpoint's LOGGING_RECORD, None if it has none (saved before the lab wrote it: a
+    resumed run then logs its first window over the resumed steps only)."""
+    try:
+        window = json.loads((checkpoint / LOGGING_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    fields = {"pending_loss": float, "last_logged_step": int, "logged_loss_sum": float}
+    if not isinstance(window, dict) or not all(
+            isinstance(window.get(k), (int, float)) for k in fields):
+        return None
+    return {k: cast(window[k]) for k, cast in fields.items()}
 
 
 def record_checkpoint(checkpoint: Path) -> None:
     """Write CHECKPOINT_RECORD (every file's size and sha256) into a saved checkpoint, last and
     atomically: a checkpoint without it, or whose files differ from it, is incomplete."""
-    files = {str(p.relative_to(checkpoint)): {"size": p.stat().st_size, "sha256": sha256_file(p)}
-             for p in sorted(checkpoint.rglob("*")) if p.is_file() and p.name != CHECKPOINT_RECORD}
+    files = {name: entry for name, entry in files_record(checkpoint).items()
+             if name != CHECKPOINT_RECORD}
     tmp = checkpoint / (CHECKPOINT_RECORD + ".tmp")
     tmp.write_text(json.dumps({"files": files}, indent=1), encoding="utf-8")
     os.replace(tmp, checkpoint / CHECKPOINT_RECORD)
-
-
-def _safetensors_complete(path: Path) -> bool:
-    """The header's tensors end exactly at the end of the file (a truncated copy does not)."""
-    try:
-        with open(path, "rb") as handle:
-            length = int.from_bytes(handle.read(8), "little")
-            header = json.loads(handle.read(length))
-        ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
-    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
-        return False
-    return path.stat().st_size == 8 + length + max(ends, default=0)
 
 
 def checkpoint_problem(checkpoint: Path) -> str | None:
@@ -78,16 +81,7 @@ def checkpoint_problem(checkpoint: Path) -> str | None:
             files = json.loads(record_path.read_text(encoding="utf-8"))["files"]
         except (OSError, ValueError, KeyError, TypeError):
             return f"{CHECKPOINT_RECORD} unreadable"
-        for name, expected in files.items():
-            path = checkpoint / name
-            if not path.is_file():
-                return f"{name} missing"
-            if path.stat().st_size != expected.get("size"):
-                return f"{name} has {path.stat().st_size} bytes, {expected.get('size')} recorded"
-        for name, expected in files.items():
-            if sha256_file(checkpoint / name) != expected.get("sha256"):
-                return f"{name} differs from its recorded sha256"
-        return None
+        return files_problem(checkpoint, files)
     import zipfile
 
     required = ["trainer_state.json"]
@@ -105,7 +99,7 @@ def checkpoint_problem(checkpoint: Path) -> str | None:
         return "trainer_state.json truncated"
     weights = sorted(checkpoint.glob("*.safetensors"))  # model.safetensors, or its shards
     for path in weights:
-        if not _safetensors_complete(path):
+        if not safetensors_complete(path):
             return f"{path.name} truncated"
     if not weights and not any(p.stat().st_size for p in checkpoint.glob("pytorch_model*.bin")):
         return "no model weights"
@@ -260,6 +254,9 @@ def make_guarded_trainer_class():
             return super().log(logs, *args, **kwargs)
 
         def training_step(self, model, inputs, *args, **kwargs):
+            if self._resumed_window is not None and hasattr(self, "_tr_loss"):
+                # transformers 5: added before the step's own loss, in the uninterrupted order
+                self._restore_logging_window(self._tr_loss)
             loss = super().training_step(model, inputs, *args, **kwargs)
             value = torch.as_tensor(loss).detach()
             if not bool(torch.isfinite(value).all()):
@@ -285,7 +282,53 @@ def make_guarded_trainer_class():
         def _save_checkpoint(self, model, *args, **kwargs):
             if not weights_are_finite(self.model):
                 raise non_finite_error("weights", self.state.global_step, "nan/inf")
-            return super()._save_checkpoint(model, *args, **kwargs)
+            result = super()._save_checkpoint(model, *args, **kwargs)
+            self._save_logging_window()
+            return result
+
+        # A checkpoint saved between two logs holds the loss summed since the last one, which
+        # the Trainer keeps outside its state: a resumed run would log its next window over the
+        # steps after the checkpoint only (and its training loss over the resumed part). The
+        # window goes into the checkpoint (LOGGING_RECORD) and back into the Trainer on resume,
+        # so the resumed run logs what an uninterrupted one does.
+        _window_loss: Any = None  # the Trainer's running loss tensor, seen at every step's end
+        _resumed_window: dict[str, Any] | None = None
+
+        def train(self, resume_from_checkpoint=None, *args, **kwargs):
+            self._resumed_window = (read_logging_window(Path(resume_from_checkpoint))
+                                    if isinstance(resume_from_checkpoint, (str, Path)) else None)
+            return super().train(resume_from_checkpoint, *args, **kwargs)
+
+        def _restore_logging_window(self, tr_loss: Any) -> None:
+            window, self._resumed_window = self._resumed_window, None
+            tr_loss += window["pending_loss"]
+            self._globalstep_last_logged = window["last_logged_step"]
+            self._total_loss_scalar = window["logged_loss_sum"]
+
+        def _maybe_log_save_evaluate(self, tr_loss, *args, **kwargs):
+            if self._resumed_window is not None:  # transformers 4 (its running loss is local)
+                self._restore_logging_window(tr_loss)
+            self._window_loss = tr_loss
+            return super()._maybe_log_save_evaluate(tr_loss, *args, **kwargs)
+
+        def _save_logging_window(self) -> None:
+            if self._window_loss is None:
+                return
+            from transformers.trainer_pt_utils import nested_gather
+
+            pending = nested_gather(self._window_loss.detach(), self.args.parallel_mode)
+            window = {"pending_loss": pending.float().mean().item(),
+                      "last_logged_step": self._globalstep_last_logged,
+                      "logged_loss_sum": self._total_loss_scalar}
+            checkpoint = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
+            if self.args.should_save and checkpoint.is_dir():
+                (checkpoint / LOGGING_RECORD).write_text(json.dumps(window), encoding="utf-8")
+
+        def mean_training_loss(self) -> float | None:
+            """The training loss averaged over every step of the run, resumed or not (the
+            Trainer's own averages over the steps of its last train() call)."""
+            steps = self.state.global_step
+            return self._total_loss_scalar / steps if steps else None
 
     return GuardedTrainer
 

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from lab.common import (LabError, atomic_output_dir, check_numbers, check_output, corpora_param,
-                        environment_record, loading, param, write_json_atomic)
+                        environment_record, files_record, loading, param, write_json_atomic)
 from lab.contamination import SEP_MARKER
 from lab.corpora import Sample, corpora_inputs, load_samples
-from lab.models import MANIFEST, load_weights, positions_of, read_stage_manifest
+from lab.models import (MANIFEST, MODEL_FILES, WEIGHTS_SUBDIR, check_model_files, load_weights,
+                        positions_of, read_stage_manifest)
 from lab.tasks import Task, fine_tuning_records, get_task
 from lab.train.common import (
     TENSORBOARD_DIR, history_without_timing, make_guarded_trainer_class, quiet_training,
@@ -272,7 +273,8 @@ def _finetune(cfg: FinetuneConfig) -> dict[str, Any]:
 
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, set_seed
 
-    model_dir = Path(cfg.pretrained) / "model"
+    check_model_files(cfg.pretrained, "--pretrained")
+    model_dir = Path(cfg.pretrained) / WEIGHTS_SUBDIR
     with loading(model_dir, "--pretrained"):
         tokenizer = PreTrainedTokenizerFast.from_pretrained(str(model_dir))
     lengths = fit_lengths(cfg, family, model_positions(model_dir),
@@ -323,8 +325,8 @@ def _finetune(cfg: FinetuneConfig) -> dict[str, Any]:
             history = history_without_timing(trainer.state.log_history)
             model = trainer.model
             shutil.rmtree(tmp / "checkpoints", ignore_errors=True)
-        model.save_pretrained(str(tmp / "model"))
-        tokenizer.save_pretrained(str(tmp / "model"))
+        model.save_pretrained(str(tmp / WEIGHTS_SUBDIR))
+        tokenizer.save_pretrained(str(tmp / WEIGHTS_SUBDIR))
         losses = [h["loss"] for h in history if "loss" in h]
         manifest = {
             "kind": "lab-finetuned",
@@ -337,6 +339,7 @@ def _finetune(cfg: FinetuneConfig) -> dict[str, Any]:
             "seed": cfg.seed,
             "init_weights_sha256": init_sha,
             "final_weights_sha256": state_sha256(model),
+            MODEL_FILES: files_record(tmp / WEIGHTS_SUBDIR),
             "loss": {"first": losses[0] if losses else None, "final": losses[-1] if losses else None,
                      "history": history},
             "best_checkpoint_selected": cfg.select,

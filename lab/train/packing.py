@@ -33,7 +33,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from lab.common import LabError, lab_cache_dir, sha256_file
+from lab.common import LabError, files_problem, files_record, lab_cache_dir
 from lab.corpora.shards import read_shard, verify_corpus
 
 TOKENIZE_BATCH = 2000
@@ -136,35 +136,20 @@ def tokenize_shard_unit(unit: dict[str, Any]) -> dict[str, Any]:
 
 
 CACHE_FILES = ("tokens.npy", "offsets.npy", "documents.json")
-_CHECKED: set[tuple] = set()  # cache entries whose hashes this process has checked
 
 
 def _check_cache(folder: Path) -> str | None:
-    """None if a complete cache entry holds the bytes recorded in its `complete` file (sizes
-    every time, sha256 once per process and file version), else what is wrong."""
+    """None if a complete cache entry holds the bytes recorded in its `complete` file, else
+    what is wrong (see files_problem)."""
     try:
         record = json.loads((folder / "complete").read_text(encoding="utf-8") or "null")
     except (OSError, json.JSONDecodeError):
         record = None
     if not isinstance(record, dict) or not isinstance(record.get("files"), dict):
         return "no record of its files' hashes (written by an older lab)"
-    stats = []
-    for name in CACHE_FILES:
-        expected = record["files"].get(name) or {}
-        path = folder / name
-        if not path.is_file():
-            return f"{name} missing"
-        st = path.stat()
-        if st.st_size != expected.get("size"):
-            return f"{name} has {st.st_size} bytes, {expected.get('size')} recorded"
-        stats.append((name, st.st_size, st.st_mtime_ns, st.st_ino))
-    key = (str(folder.resolve()), tuple(stats))
-    if key not in _CHECKED:
-        for name in CACHE_FILES:
-            if sha256_file(folder / name) != record["files"][name].get("sha256"):
-                return f"{name} differs from the sha256 recorded when it was written"
-        _CHECKED.add(key)
-    return None
+    if sorted(record["files"]) != sorted(CACHE_FILES):
+        return f"its record lists {sorted(record['files'])}, not {list(CACHE_FILES)}"
+    return files_problem(folder, record["files"])
 
 
 def _discard(folder: Path) -> None:
@@ -208,9 +193,7 @@ def _build_cache(records: Iterator[dict[str, Any]], tokenizer: Any, folder: Path
         np.save(tmp / "tokens.npy", tokens)
         np.save(tmp / "offsets.npy", offsets)
         (tmp / "documents.json").write_text(json.dumps({"ids": ids, "injected": injected}))
-        files = {name: {"size": (tmp / name).stat().st_size, "sha256": sha256_file(tmp / name)}
-                 for name in CACHE_FILES}
-        (tmp / "complete").write_text(json.dumps({"files": files}))
+        (tmp / "complete").write_text(json.dumps({"files": files_record(tmp, CACHE_FILES)}))
         try:
             os.replace(tmp, folder)
         except OSError:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.common import (LabError, check_numbers, check_output, dumps_json, param,
+from lab.common import (LabError, check_numbers, check_output, dumps_json, files_record, param,
                         environment_record, share_tree, write_error, write_json_atomic)
 from lab.corpora.shards import read_manifest, verify_corpus
 from lab.train.common import (
@@ -27,7 +27,8 @@ from lab.train.common import (
     report_to_param, state_sha256, trained_weights_sha256, training_arguments, weights_are_finite,
 )
 from lab.models import (
-    build_config, build_model, check_block_size, count_parameters, position_offset,
+    MODEL_FILES, WEIGHTS_SUBDIR, build_config, build_model, check_block_size, count_parameters,
+    position_offset,
 )
 
 CONFIG_FILE = "lab_pretrain_config.json"
@@ -271,7 +272,7 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
     start_step = (json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
                   if checkpoint else 0)
     train_started = time.perf_counter()
-    result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     train_seconds = time.perf_counter() - train_started
     if not weights_are_finite(trainer.model):
         raise non_finite_error("weights", trainer.state.global_step, "nan/inf")
@@ -284,11 +285,11 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
     write_json_atomic(work / "ranks" / f"rank-{rank}.json", rank_record)
     trainer.accelerator.wait_for_everyone()
     # Every rank calls save_model (ZeRO-3 gathers the weights collectively); only rank 0 writes.
-    trainer.save_model(str(work / "model"))
+    trainer.save_model(str(work / WEIGHTS_SUBDIR))
     if not args.should_save:
         return rank_record
 
-    tokenizer.save_pretrained(str(work / "model"))
+    tokenizer.save_pretrained(str(work / WEIGHTS_SUBDIR))
     history = history_without_timing([h for h in trainer.state.log_history if "loss" in h])
     report = packing_report(tokenized, packing, injected_doses(corpus_manifest))
     (work / "packing.json").write_text(dumps_json(report), encoding="utf-8")
@@ -327,6 +328,7 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
         "init_weights_sha256": init_sha,
         "first_batch_sha256": trainer.first_batch_sha256,
         "final_weights_sha256": final_sha,
+        MODEL_FILES: files_record(work / WEIGHTS_SUBDIR),
         "ranks": [json.loads(p.read_text()) for p in sorted((work / "ranks").glob("rank-*.json"))],
         "world_size": args.world_size,
         "launcher": _launcher(),
@@ -335,7 +337,7 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
         "steps_this_run": steps - start_step,
         "loss": {"first": history[0]["loss"] if history else None,
                  "final": history[-1]["loss"] if history else None,
-                 "train_loss": result.training_loss, "history": history},
+                 "train_loss": trainer.mean_training_loss(), "history": history},
         "train_seconds": round(train_seconds, 2),
         "useful_tokens_per_second": round(sequences_seen * useful_per_sequence / train_seconds, 1)
         if train_seconds > 0 else None,
