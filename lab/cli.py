@@ -354,7 +354,7 @@ def study(
 ) -> None:
     """Run a whole contamination study; finished stages are reused, interrupted ones resumed."""
     from lab.study.recipe import load_recipe
-    from lab.study.runner import run_study
+    from lab.study.runner import check_study_folder, run_study
     from lab.study.scheduler import check_executor
 
     overrides = list(set_ or []) + ([f"resources.threads={threads}"] if threads is not None else [])
@@ -363,8 +363,7 @@ def study(
     check_executor(executor, workers)
     slurm_parameters = _parse_pairs(slurm or [], "--slurm")
     shard = _parse_seeds(seeds)
-    if folder.exists() and not folder.is_dir():
-        raise LabError(f"{folder}: exists and is not a study directory")
+    check_study_folder(folder, corpora)
     if dry_run:
         plan = run_study(parsed, folder, corpora, dry_run=True, executor=executor, workers=workers,
                          seeds=shard, allow_underpowered=allow_underpowered)
@@ -618,15 +617,17 @@ def merge(
     sources: List[Path] = typer.Argument(..., help="Study folders of one recipe: shards run "
                                                    "apart (lab study --seeds), killed or "
                                                    "running studies, or earlier merges."),
-    out: Path = typer.Option(..., help="The merged study folder (new, or an earlier merge)."),
+    out: Path = typer.Option(..., help="The merged study folder (new, or an earlier merge "
+                                       "with --force)."),
     seeds: Optional[str] = typer.Option(None, help="Only these seeds (0,1): e.g. a running "
                                                    "study's finished ones."),
+    force: bool = typer.Option(False, "--force", help="Replace an earlier merge at --out."),
 ) -> None:
     """One study from shards of it: the union of their finished cells, which `lab stats` and
     `lab report` read; a stage found twice must give the same numbers."""
     from lab.study.merge import merge_studies
 
-    record = merge_studies(sources, out, _parse_seeds(seeds))
+    record = merge_studies(sources, out, _parse_seeds(seeds), force)
     for given in record["sources"]:
         console.print(f"{given['source']} ({given['from']}): seeds {given['seeds']}, "
                       f"{given['evaluations']} evaluations", markup=False, highlight=False,

@@ -355,13 +355,14 @@ def write_jsonl(path: Path, rows: Any, sort_keys: bool = True) -> None:
 
 
 # Files in which a lab output folder records the `kind` of the command that wrote it.
-KIND_FILES = ("manifest.json", "summary.json", "metrics.json", "results.json",
-              "lab_export.json")
+KIND_FILES = ("manifest.json", "summary.json", "metrics.json", "results.json", "lab_tokenizer.json",
+              "lab_export.json", "merged.json")
 
 
 # Outputs written before their command recorded a kind, recognised by their fields.
 _LEGACY_KINDS = (("lab-audit", {"against", "splits_audited", "counts"}),
-                 ("lab-perturbation", {"input_sha256", "records", "fields", "code_fields"}))
+                 ("lab-perturbation", {"input_sha256", "records", "fields", "code_fields"}),
+                 ("lab-merged", {"recipe", "seeds", "evaluations", "sources"}))
 
 
 def _json_kind(path: Path) -> str | None:
@@ -405,6 +406,23 @@ def check_output(out: Path, force: bool, kind: str, inputs: Iterable[Any] = (),
     """
     out = Path(out)
     _check_parent_is_a_folder(out)
+    check_apart(out, inputs)
+    if not os.path.lexists(out):
+        return
+    if not force:
+        raise LabError(f"{out}: output {what} exists (use --force to replace it)")
+    found = output_kind(out)
+    if found != kind:
+        described = f"it holds a {found} output" if found else "no lab manifest says what it is"
+        raise LabError(f"{out}: --force refused: not a previous {kind} output ({described}); "
+                       "--force replaces only this command's own earlier output")
+    if what == "directory" and not out.is_dir():
+        raise LabError(f"{out}: exists and is not a directory")
+
+
+def check_apart(out: Path, inputs: Iterable[Any]) -> None:
+    """check_output's rule between an output and the inputs (files or folders; None skipped):
+    `out` is none of them, holds none and lies inside none."""
     real = Path(os.path.realpath(out))
     for item in inputs:
         if item is None or not os.path.lexists(item):
@@ -418,17 +436,6 @@ def check_output(out: Path, force: bool, kind: str, inputs: Iterable[Any] = (),
         if source in real.parents and source.is_dir():
             raise LabError(f"{out}: lies inside an input of this command ({item}); choose "
                            "another output")
-    if not os.path.lexists(out):
-        return
-    if not force:
-        raise LabError(f"{out}: output {what} exists (use --force to replace it)")
-    found = output_kind(out)
-    if found != kind:
-        described = f"it holds a {found} output" if found else "no lab manifest says what it is"
-        raise LabError(f"{out}: --force refused: not a previous {kind} output ({described}); "
-                       "--force replaces only this command's own earlier output")
-    if what == "directory" and not out.is_dir():
-        raise LabError(f"{out}: exists and is not a directory")
 
 
 def beside(path: Path, suffix: str) -> Path:

@@ -17,7 +17,7 @@ from lab.common import (
     corpora_param, loading, param, read_text_file, sha256_file, write_json_atomic,
 )
 from lab.contamination import SEP_MARKER
-from lab.corpora.shards import read_corpus, read_manifest
+from lab.corpora.shards import read_corpus, verify_corpus
 from lab.corpora import corpora_inputs, get_spec, load_samples
 
 BOS, EOS, PAD, UNK, MASK = "<s>", "</s>", "<pad>", "<unk>", "<mask>"
@@ -86,7 +86,7 @@ def run_tokenizer(cfg: TokenizerConfig) -> dict[str, Any]:
     corpus, out = Path(cfg.corpus), Path(cfg.out)
     inputs = [corpus, *corpora_inputs(cfg.corpora_dir)]
     check_output(out, cfg.force, "lab-tokenizer", inputs)
-    corpus_manifest = read_manifest(corpus)
+    corpus_manifest = verify_corpus(corpus)  # its shards are what its manifest says
     if corpus_manifest.get("setting") != "control" or corpus_manifest.get("counts", {}).get(
             "injected_documents"):
         raise LabError(

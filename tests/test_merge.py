@@ -94,7 +94,7 @@ def test_shards_run_apart_merge_into_the_whole_study(tmp_path):
     # found in two sources with the same numbers counts once.
     tables_only = tmp_path / "tables-only"
     shutil.copytree(merged, tables_only)
-    again = merge_studies([tables_only, tmp_path / "seed0"], tmp_path / "merged")
+    again = merge_studies([tables_only, tmp_path / "seed0"], tmp_path / "merged", force=True)
     assert again["sources"][0]["from"] == "tables" and again["evaluations"] == record["evaluations"]
     assert again["sources"][0]["git_commits"] == record["sources"][0]["git_commits"]
     assert (merged / "results.csv").read_bytes() == (tmp_path / "whole" / "results.csv").read_bytes()
@@ -137,25 +137,32 @@ def test_merge_refuses_what_cannot_be_one_study(tmp_path):
     elsewhere = _table_study(tmp_path / "c", {**data, "resources": {**data["resources"],
                                                                     "threads": 8}},
                              [{**row, "stage": "evaluate-2", "seed": 1}])
-    assert merge_studies([a, elsewhere], tmp_path / "out")["seeds"] == [0, 1]
+    assert merge_studies([a, elsewhere], tmp_path / "out", force=True)["seeds"] == [0, 1]
     # More seeds of the same study (what reaching alpha takes) merge; the record lists them all.
     more = _table_study(tmp_path / "e", {**data, "seeds": [0, 1, 2, 3]},
                         [{**row, "stage": "evaluate-3", "seed": 3}])
-    assert merge_studies([a, more], tmp_path / "out")["seeds"] == [0, 3]
+    assert merge_studies([a, more], tmp_path / "out", force=True)["seeds"] == [0, 3]
     assert json.loads((tmp_path / "out" / "recipe.json").read_text())["seeds"] == [0, 1, 2, 3]
     shifted = _table_study(tmp_path / "f", {**data, "seeds": [1, 2]}, [{**row, "seed": 1}])
     with pytest.raises(LabError, match=r"differs in seeds\[0\]"):
-        merge_studies([a, shifted], tmp_path / "out")
+        merge_studies([a, shifted], tmp_path / "out", force=True)
     (tmp_path / "plain").mkdir()
     with pytest.raises(LabError, match="plain: not a study folder"):
-        merge_studies([a, tmp_path / "plain"], tmp_path / "out")
-    with pytest.raises(LabError, match="exists and is not a merged study"):
+        merge_studies([a, tmp_path / "plain"], tmp_path / "out", force=True)
+    with pytest.raises(LabError, match="plain: output directory exists"):
         merge_studies([a], tmp_path / "plain")
+    with pytest.raises(LabError, match="plain: --force refused: not a previous lab-merged"):
+        merge_studies([a], tmp_path / "plain", force=True)
+    # An earlier merge is replaced only with --force; never a source nor a folder inside one.
+    with pytest.raises(LabError, match="out: output directory exists"):
+        merge_studies([a], tmp_path / "out")
+    with pytest.raises(LabError, match="lies inside an input"):
+        merge_studies([a], a / "merged", force=True)
     broken = _table_study(tmp_path / "d", data, [row])
     with open(broken / "results.csv", "a", encoding="utf-8") as handle:
         handle.write("evaluate-3,all,gpt2,codetrans,control,0,0,16,1.0,extra\n")
     with pytest.raises(LabError, match="d/results.csv: line 3 has more cells than the header"):
-        merge_studies([a, broken], tmp_path / "out")
+        merge_studies([a, broken], tmp_path / "out", force=True)
     # Text where numbers belong, or a short line: one line each, not a TypeError or ArrowInvalid.
     for name, line, message in (
             ("g", "evaluate-3,all,gpt2,codetrans,control,x,0,16,1.0\n",
@@ -165,11 +172,12 @@ def test_merge_refuses_what_cannot_be_one_study(tmp_path):
         with open(damaged / "results.csv", "a", encoding="utf-8") as handle:
             handle.write(line)
         with pytest.raises(LabError, match=message):
-            merge_studies([a, damaged], tmp_path / "out")
+            merge_studies([a, damaged], tmp_path / "out", force=True)
     # The CLI: one line, exit 2, the merged folder as it was.
     before = (tmp_path / "out" / "results.csv").read_bytes()
     done = subprocess.run([sys.executable, "-m", "lab.cli", "merge", str(a), str(broken),
-                           "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                           "--out", str(tmp_path / "out"), "--force"], capture_output=True,
+                          text=True,
                           env=dict(os.environ, HF_HUB_OFFLINE="1"))
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "more cells" in done.stderr

@@ -400,9 +400,9 @@ def run_perturb(input_file: Path, **options: Any) -> dict[str, Any]:
     `compare` (the manual `_perturbed` twin) also measure the study's own perturbation."""
     cfg = PerturbConfig(input_file=Path(input_file), **options)
     out = cfg.out
+    check_numbers(seed=cfg.seed, tolerance=cfg.tolerance)
     if cfg.tolerance < 0:
         raise LabError(f"--tolerance must be >= 0, got {cfg.tolerance}")
-    check_numbers(seed=cfg.seed)
     if out is not None:
         out = Path(out)
         if out.resolve() == cfg.input_file.resolve():

@@ -19,12 +19,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from lab.common import LabError, write_json_atomic
+from lab.common import LabError, check_output, write_json_atomic
 from lab.study.collect import PROBES, RESULTS, SAMPLES, collected_rows, table_cell, write_table
 from lab.study.grid import expand
 from lab.study.recipe import recipe_dict, recipe_from_dict, study_differences
 
 MERGED = "merged.json"  # written last in a merged folder: its sources and what each gave
+MERGED_KIND = "lab-merged"
 # merged.json per source: what its stages ran with (manifest environment fields). The same
 # recipe and seed give the same numbers on the same kind of CPU, not always across kinds.
 ENVIRONMENT = (("git_commits", "git_commit"), ("cpus", "cpu"),
@@ -34,20 +35,18 @@ TABLES = ((RESULTS, ("stage", "group")), (SAMPLES, ("stage", "id", "group")),
           (PROBES, ("stage", "id", "group")))
 
 
-def merge_studies(sources: list[Path], out: Path, seeds: list[int] | None = None
-                  ) -> dict[str, Any]:
+def merge_studies(sources: list[Path], out: Path, seeds: list[int] | None = None,
+                  force: bool = False) -> dict[str, Any]:
     """Entry point of `lab merge`: OUT gets the sources' recipe, the union of their results,
     samples and probes (of `seeds` only, if given: a shard's finished seeds, without the one
-    under way), and merged.json; returns that record."""
+    under way), and merged.json; returns that record. An existing OUT is replaced only with
+    `force` and only if it is an earlier merge (check_output); never a source, nor a folder
+    inside or holding one."""
     if not sources:
         raise LabError("lab merge: no study folders given")
     sources = [Path(source) for source in sources]
     out = Path(out)
-    if out.exists() and not (out / MERGED).is_file():
-        raise LabError(f"{out}: exists and is not a merged study (no {MERGED}); "
-                       "choose a new folder")
-    if any(out.resolve() == source.resolve() for source in sources):
-        raise LabError(f"{out}: is also a source; choose a new folder")
+    check_output(out, force, MERGED_KIND, sources)
     recipes = [_source_recipe(source) for source in sources]
     for source, recipe in zip(sources[1:], recipes[1:]):
         # More seeds of one study (to reach alpha) are the same study: the stages of a seed do
@@ -93,7 +92,7 @@ def merge_studies(sources: list[Path], out: Path, seeds: list[int] | None = None
     if not results:
         raise LabError(f"lab merge: no finished evaluation in {', '.join(map(str, sources))}"
                        + (f" of seeds {seeds}" if seeds is not None else ""))
-    record = {"recipe": recipes[0].name, "seeds": _seeds(results),
+    record = {"kind": MERGED_KIND, "recipe": recipes[0].name, "seeds": _seeds(results),
               "evaluations": len({row["stage"] for row in results}), "sources": given}
     merged = recipe_dict(recipes[0])
     work = out.with_name(f".{out.name}.merging-{os.getpid()}")

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from lab.common import LabError, environment_record, write_json_atomic
+from lab.common import LabError, check_apart, environment_record, write_json_atomic
+from lab.corpora import corpora_inputs
 from lab.study.collect import PROBES, collect
 from lab.study.cost import estimate
 from lab.study.execution import available_cores, finish, recorded_seconds
@@ -97,6 +98,20 @@ def check_recorded_recipe(recipe: Recipe, study: Path) -> None:
                        f"{', '.join(changed[:3])}; use a new --out)")
 
 
+def check_study_folder(study: Path, corpora_dir: Path | None) -> None:
+    """A study folder is new, empty, or one a study began (its RECIPE or SUMMARY): never a
+    corpus, a model or a user's folder, nor a dataset folder, one holding it or inside it
+    (lab.common.check_apart). The only output a study resumes instead of replacing."""
+    check_apart(study, corpora_inputs(corpora_dir))
+    if not study.exists():
+        return
+    if not study.is_dir():
+        raise LabError(f"{study}: exists and is not a study directory")
+    if any(study.iterdir()) and not ((study / RECIPE).is_file() or (study / SUMMARY).is_file()):
+        raise LabError(f"{study}: exists and is not a study directory (no {RECIPE} or "
+                       f"{SUMMARY}); use a new --out")
+
+
 def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_run: bool = False,
               executor: str = "local", workers: int | None = None,
               slurm: dict[str, Any] | None = None,
@@ -107,6 +122,7 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
     `seeds`: run only the shard of those seeds (`expand`); `allow_underpowered`: run a study
     whose primary tests can never reach alpha (lab.study.questions.power_problem)."""
     study = Path(study)
+    check_study_folder(study, corpora_dir)
     stages = expand(recipe, seeds)
     check_executor(executor, workers)
     data = study_data(recipe, corpora_dir)
@@ -129,8 +145,6 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
     if not ready_checked:
         check_ready(recipe, study, corpora_dir, executor, seeds=seeds,  # every missing piece at once
                     allow_underpowered=allow_underpowered)
-    if study.exists() and not study.is_dir():
-        raise LabError(f"{study}: exists and is not a study directory")
     study.mkdir(parents=True, exist_ok=True)
     check_recorded_recipe(recipe, study)
     previous_summary = read_summary(study)

@@ -219,9 +219,9 @@ YAML_BOMB = "\n".join(['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","
     for prev, cur in zip("abcdefgh", "bcdefghi")]) + "\nname: *i\n"
 REFUSED = "--force refused: not a previous"
 NO_DEEPSPEED = ("deepspeed",)  # preflight rows run as if DeepSpeed were not installed
-UNVERIFIED_CORPUS = ("lab tokenizer train reads its corpus without checking the shards against "
-                     "the manifest (lab.corpora.shards.verify_corpus, as lab pretrain does): it "
-                     "trains on changed data and records the manifest's corpus_sha256 as its own")
+WEIGHTS_CHANGED = "{}: model/model.safetensors differs from the sha256 recorded when it was written"
+FLIP_WEIGHTS = flip_byte("model/model.safetensors")  # same size: a weight's value changed
+CUT_WEIGHTS = truncate("model/model.safetensors")
 
 CASES = [
     # inject
@@ -281,15 +281,12 @@ CASES = [
           copy_then("control", "ctl-flip", flip_byte("corpus/*.jsonl.gz"))),
     error("tokenizer: a document of its corpus edited", [*TOKENIZER, "--corpus", "ctl-edit"],
           "ctl-edit/corpus/part-00000.jsonl.gz: sha256 differs",
-          copy_then("control", "ctl-edit", edit_document), defect=UNVERIFIED_CORPUS),
+          copy_then("control", "ctl-edit", edit_document)),
     error("tokenizer: corpus_sha256 edited", [*TOKENIZER, "--corpus", "ctl-sha"],
           "ctl-sha/manifest.json: corpus_sha256 does not match",
-          copy_then("control", "ctl-sha", set_json("manifest.json", corpus_sha256="0" * 64)),
-          defect=UNVERIFIED_CORPUS),
+          copy_then("control", "ctl-sha", set_json("manifest.json", corpus_sha256="0" * 64))),
     same("tokenizer: --force replaces its own tokenizer, byte for byte", TOKENIZER,
-         ("tokenizer.json",), again=("--force",),
-         defect="lab-tokenizer is recorded in lab_tokenizer.json, which lab.common.KIND_FILES "
-                "does not read: --force refuses the tokenizer's own earlier output"),
+         ("tokenizer.json",), again=("--force",)),
     # pretrain
     error("pretrain: unknown model family", [*PRE, "--model", "bert"], "bert"),
     error("pretrain: unknown preset", [*PRE, "--preset", "huge"], "huge"),
@@ -310,6 +307,9 @@ CASES = [
           write("ds.json", "{zero: 2")),
     error("pretrain: tokenizer.json truncated", [*PRE, "--tokenizer", "tok-cut"], "tok-cut",
           copy_then("tok", "tok-cut", truncate("tokenizer.json"))),
+    error("pretrain: tokenizer.json changed, same size", [*PRE, "--tokenizer", "tok-flip"],
+          "--tokenizer tok-flip: tokenizer.json differs from the sha256",
+          copy_then("tok", "tok-flip", flip_byte("tokenizer.json"))),
     error("pretrain: corpus manifest not JSON", [*PRE, "--corpus", "arm-badjson"], "arm-badjson",
           copy_then("paired", "arm-badjson", write("manifest.json", '{"kind":'))),
     error("pretrain: corpus shard with a corrupt JSON line", [*PRE, "--corpus", "arm-badline"],
@@ -355,6 +355,11 @@ CASES = [
           copy_then("pt", "pt-garbage", write("model/model.safetensors", b"\0" * 64))),
     error("finetune: pretrained config.json not JSON", [*FINETUNE, "--pretrained", "pt-badcfg"], "pt-badcfg",
           copy_then("pt", "pt-badcfg", write("model/config.json", "{"))),
+    error("finetune: pretrained weights changed in place", [*FINETUNE, "--pretrained", "pt-flip"],
+          WEIGHTS_CHANGED.format("--pretrained pt-flip"), copy_then("pt", "pt-flip", FLIP_WEIGHTS)),
+    error("finetune: pretrained weights cut short", [*FINETUNE, "--pretrained", "pt-cut"],
+          "--pretrained pt-cut: model/model.safetensors has 100 bytes",
+          copy_then("pt", "pt-cut", CUT_WEIGHTS)),
     error("finetune: --out is its model", [*FINETUNE, "--out", "pt", "--force"],
           "pt: is an input of this command"),
     error("finetune: --out inside its model", [*FINETUNE, "--out", "pt/model/ft"],
@@ -377,6 +382,13 @@ CASES = [
     error("evaluate: ids of another benchmark", [*EVALUATE, "--ids", "concode-ids.txt"], "concode",
           write("concode-ids.txt", "concode:test:0\n")),
     error("evaluate: model is a tokenizer folder", [*EVALUATE, "--model", "tok"], "tok"),
+    error("evaluate: weights changed in place", [*EVALUATE, "--model", "e0-flip"],
+          WEIGHTS_CHANGED.format("--model e0-flip"), copy_then("e0", "e0-flip", FLIP_WEIGHTS)),
+    error("evaluate: weights cut short", [*EVALUATE, "--model", "e0-cut"],
+          "--model e0-cut: model/model.safetensors has 100 bytes", copy_then("e0", "e0-cut", CUT_WEIGHTS)),
+    error("evaluate: its tokenizer changed in place", [*EVALUATE, "--model", "e0-tok"],
+          "--model e0-tok: model/tokenizer.json differs from the sha256",
+          copy_then("e0", "e0-tok", flip_byte("model/tokenizer.json"))),
     error("evaluate: --out is its model", [*EVALUATE, "--out", "e0", "--force"],
           "e0: is an input of this command"),
     error("evaluate: --out holds its model", [*EVALUATE, "--out", ".", "--force"],
@@ -395,6 +407,8 @@ CASES = [
     error("probe: negative samples", [*PROBE, "--max-samples", "-3"], "--max-samples -3"),
     error("probe: unknown form", [*PROBE, "--form", "sideways"], "--form"),
     error("probe: groups is not a corpus", [*PROBE, "--groups", "tok"], "tok"),
+    error("probe: weights changed in place", [*PROBE, "--model", "pt-flip"],
+          WEIGHTS_CHANGED.format("--model pt-flip"), copy_then("pt", "pt-flip", FLIP_WEIGHTS)),
     error("probe: --out is its model", [*PROBE, "--out", "pt", "--force"],
           "pt: is an input of this command"),
     error("probe: --out inside its --groups", [*PROBE, "--groups", "paired", "--out", "paired/probe"],
@@ -402,6 +416,10 @@ CASES = [
     error("probe: --force into a user's folder", [*PROBE, "--out", "userdir", "--force"],
           f"userdir: {REFUSED} lab-probe"),
     # export
+    error("export: weights changed in place", [*EXPORT[:1], "pt-flip", *EXPORT[2:]],
+          WEIGHTS_CHANGED.format("MODEL pt-flip"), copy_then("pt", "pt-flip", FLIP_WEIGHTS)),
+    error("export: weights cut short", [*EXPORT[:1], "pt-cut", *EXPORT[2:]],
+          "MODEL pt-cut: model/model.safetensors has 100 bytes", copy_then("pt", "pt-cut", CUT_WEIGHTS)),
     error("export: --out holds its model", [*EXPORT, "--out", ".", "--force"],
           ".: contains an input of this command (pt)"),
     error("export: --out is its model", [*EXPORT, "--out", "pt", "--force"],
@@ -449,14 +467,14 @@ CASES = [
           "shard-text/results.csv: line 3, column seed: 'x' is text",
           shards(table_study("shard-a"), table_study(
               "shard-text", "evaluate-3,all,gpt2,codetrans,control,x,0,16,1.0\n"))),
-    error("merge: --out is a shard", ["merge", "shard-a", "--out", "shard-a"],
-          "shard-a: exists and is not a merged study", table_study("shard-a")),
+    error("merge: --out is a shard", ["merge", "shard-a", "--out", "shard-a", "--force"],
+          "shard-a: is an input of this command", table_study("shard-a")),
     error("merge: --out a user's folder", ["merge", "shard-a", "--out", "userdir"],
-          "userdir: exists and is not a merged study", table_study("shard-a")),
+          "userdir: output directory exists (use --force", table_study("shard-a")),
+    error("merge: --force into a user's folder", ["merge", "shard-a", "--out", "userdir", "--force"],
+          f"userdir: {REFUSED} lab-merged", table_study("shard-a")),
     error("merge: --out inside a shard", ["merge", "shard-a", "--out", "shard-a/merged"],
-          "shard-a/merged: lies inside an input of this command", table_study("shard-a"),
-          defect="lab merge does not call check_output: it writes its merged study inside a "
-                 "source shard (exit 0)"),
+          "shard-a/merged: lies inside an input of this command", table_study("shard-a")),
     # study recipes
     error("study: recipe missing", [*STUDY, "nowhere.yaml"], "nowhere.yaml"),
     error("study: recipe is a list", [*STUDY, "bad.yaml"], "bad.yaml", recipe("- a\n- b\n")),
@@ -492,11 +510,13 @@ CASES = [
        absent=NO_DEEPSPEED),
     ok("study: device cuda:99 (dry run)", [*STUDY, "bad.yaml"], "cannot start here: resources.device:",
        recipe(QUICK_RECIPE + "resources:\n  device: cuda:99\n")),
-    ok("study: --out a corpus folder (dry run)", [*STUDY, "recipe.yaml", "--out", "control"],
-       "cannot start here: control",
-       defect="lab study takes any existing folder as its study folder: `lab study recipe.yaml "
-              "--out control` writes stages/, cache/, recipe.json and study.json into the "
-              "control corpus (the dry run reports no problem)"),
+    error("study: --out a corpus folder (dry run)", [*STUDY, "recipe.yaml", "--out", "control"],
+          "control: exists and is not a study directory (no recipe.json or study.json)"),
+    error("study: --out a corpus folder", ["study", "recipe.yaml", "--out", "control"],
+          "control: exists and is not a study directory"),
+    error("study: --out inside a dataset folder", [*STUDY, "recipe.yaml", "--corpora", "corp",
+                                                   "--out", "corp/codetrans/study"],
+          "corp/codetrans/study: lies inside an input of this command (corp/codetrans)"),
     # llm-eval, perturb, audit, corpora
     error("llm-eval: contaminated file missing", ["llm-eval", "--model", "e0", "--contaminated", "no.jsonl",
                                                   "--perturbed", "no2.jsonl"], "no.jsonl"),
@@ -509,9 +529,10 @@ CASES = [
           "corrupt.jsonl", write("corrupt.jsonl", '{"code": "int a;"}\n{"code": \n')),
     error("perturb: input missing", ["perturb", "no.jsonl", "--out", "out-perturb.jsonl"], "no.jsonl"),
     error("perturb: negative tolerance", [*PERTURB, "--tolerance", "-1"], "--tolerance must be >= 0"),
-    error("perturb: tolerance nan", [*PERTURB, "--tolerance", "nan"], "--tolerance",
-          defect="lab perturb takes --tolerance nan (nan < 0 is false): exit 0, every sample "
-                 "left unperturbed ('no synonym avoids collisions within tolerance nan')"),
+    error("perturb: tolerance nan", [*PERTURB, "--tolerance", "nan"],
+          "--tolerance nan: must be a finite number"),
+    error("perturb: tolerance inf", [*PERTURB, "--tolerance", "inf"],
+          "--tolerance inf: must be a finite number"),
     error("perturb: --out is its input", [*PERTURB, "--out", "records.jsonl", "--force"],
           "records.jsonl: output would overwrite the input"),
     error("perturb: --out a user's file", [*PERTURB, "--out", "userdir/notes.txt", "--force"],
