@@ -37,6 +37,11 @@ def outputs_of(argv: tuple[str, ...]) -> list[str]:
     return [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--out"]
 
 
+def outputs(case: Case) -> list[str]:
+    """What a row's command writes: its --out, else the row's `writes`."""
+    return outputs_of(case.argv) or ([case.writes] if case.writes else [])
+
+
 def with_out(argv: tuple[str, ...], out: str) -> tuple[str, ...]:
     """The same command writing to `out` instead."""
     i = argv.index("--out")
@@ -112,7 +117,7 @@ def _first_line(result: Result) -> str:
 def expect_error(case: Case, world: Path) -> Verdict:
     """Exit 2 and exactly one `lab: error:` line, the last of stderr, naming the fragment; no
     traceback; an --out that was not there is still not there, and nothing else changed."""
-    outs = outputs_of(case.argv)
+    outs = outputs(case)
     fresh = [out for out in outs if not os.path.lexists(world / out)]
     before = snapshot(world)
     result = run_lab(case.argv, world, case.env, case.absent)
@@ -137,7 +142,7 @@ def expect_error(case: Case, world: Path) -> Verdict:
 def expect_ok(case: Case, world: Path) -> Verdict:
     """Exit 0 (a fault the lab heals by itself, or a dry run reports), a line of the output
     holding the fragment, the row's own check, nothing but its outputs changed."""
-    outs = outputs_of(case.argv)
+    outs = outputs(case)
     before = snapshot(world)
     result = run_lab(case.argv, world, case.env, case.absent)
     problems = [p for p in (_escaped(result), result.rc and f"rc {result.rc}") if p]
@@ -183,7 +188,7 @@ def expect_same(case: Case, world: Path) -> Verdict:
     """The command twice gives byte-identical files (`case.files`): into a second --out, or
     again into the same --out with `case.again` (--force), or once, compared with the world's
     `case.reference`."""
-    (out,) = outputs_of(case.argv)
+    (out,) = outputs(case)
     second = out if case.again is not None else case.reference or out + "-again"
     before = snapshot(world)
     problems: list[str] = []

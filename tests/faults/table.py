@@ -10,7 +10,8 @@ Each row is one call of a constructor:
     resumed(name, argv, files, when)         killed once `when` exists, resumed: as if never killed
 
 `argv` runs with the world as working directory (control, paired, tok, pt, e0, ids.txt, ...:
-see world.py); `setup` damages a copy of something there first (write, copy_then, truncate,
+see world.py; a command without --out names what it writes with `writes=`, as `lab report`
+does); `setup` damages a copy of something there first (write, copy_then, truncate,
 flip_byte, set_json). Outcomes are judged in outcomes.py; every one also checks that nothing
 in the world but the row's own --out changed.
 
@@ -53,6 +54,7 @@ class Case:
     # same: rerun into the same --out with these (else into a second one); resumed: the resume's
     again: tuple[str, ...] | None = None
     reference: str | None = None  # same: compare with this folder of the world instead of a rerun
+    writes: str = ""  # the output of a command without --out (lab report: STUDY/report)
     when: str = ""  # resumed: the path ({out}: the --out) whose appearance triggers the signal
     kill_with: int = signal.SIGKILL  # resumed: the signal
     defect: str | None = None  # a defect this row finds, not fixed yet: a strict xfail
@@ -162,6 +164,33 @@ def table_study(name: str, extra: str = "") -> Setup:
             writer.writerow(row)
             handle.write(extra)
     return make
+
+
+def report_study(name: str, sample_id: str = "") -> Setup:
+    """A finished study's tables (two arms, five seeds, epochs 0 and 1, per-sample scores), as
+    tests/test_report.py writes them; `sample_id` is appended to every injected sample's id."""
+    def make(root: Path) -> None:
+        from test_report import CONTROL, PAIRED, write_study
+
+        shutil.rmtree(root / name, ignore_errors=True)
+        study = write_study(root / name, {"control": CONTROL, "paired": PAIRED})
+        if sample_id:
+            samples = study / "samples.csv"
+            samples.write_text(samples.read_text(encoding="utf-8").replace(
+                ",injected-", f",{sample_id}injected-"), encoding="utf-8")
+    return make
+
+
+def report_data_intact(name: str) -> Check:
+    """The HTML report's data script ends where it should and holds no `<!--` (which would put
+    the browser's parser in a state where the page's own script never runs)."""
+    def check(root: Path, result: Result) -> str | None:
+        page = (root / name / "report" / "report.html").read_text(encoding="utf-8")
+        data = page.split("<script type='application/json'", 1)[-1].split("</script>", 1)[0]
+        if "<!--" in data or page.count("<script") != 2:
+            return f"{name}/report/report.html: a sample's text changed how the page parses"
+        return None
+    return check
 
 
 def shards(*setups: Setup) -> Setup:
@@ -475,6 +504,13 @@ CASES = [
           f"userdir: {REFUSED} lab-merged", table_study("shard-a")),
     error("merge: --out inside a shard", ["merge", "shard-a", "--out", "shard-a/merged"],
           "shard-a/merged: lies inside an input of this command", table_study("shard-a")),
+    # report
+    same("report: twice, byte-identical figures and tables", ["report", "rstudy"],
+         ("decay-bleu.svg", "decay-bleu.png", "table.csv", "table.tex", "primary.csv"),
+         writes="rstudy/report", again=(), setup=report_study("rstudy")),
+    ok("report: a sample id holding <!--<script>", ["report", "rstudy-html"], "report.html",
+       report_study("rstudy-html", "<!--<script>"), writes="rstudy-html/report",
+       check=report_data_intact("rstudy-html")),
     # study recipes
     error("study: recipe missing", [*STUDY, "nowhere.yaml"], "nowhere.yaml"),
     error("study: recipe is a list", [*STUDY, "bad.yaml"], "bad.yaml", recipe("- a\n- b\n")),
