@@ -79,20 +79,34 @@ def damaged_copy(world: Path, source: str, name: str, file: str, data: bytes) ->
     ("model/tokenizer.json", b'{"version": "1.0", "trunc'),
 ])
 def test_damaged_model_files_are_one_line_for_every_command(world, file, data):
+    """A model's manifest records its files (model_files): a damaged one is refused by its
+    size before anything loads it. Models saved before that record reach the loaders, which
+    name the folder too."""
     name = "pt-" + file.replace("/", "-")
-    damaged_copy(world, "pt", name, file, data)
-    damaged_copy(world, "e0", "e0-" + name, file, data)
-    for args in (["finetune", "--pretrained", name, "--task", "translation", "--epochs", "1",
-                  "--train-size", "8", "--out", "ft-out"],
-                 ["evaluate", "--model", "e0-" + name, "--task", "translation", "--ids",
-                  "ids.txt", "--max-new-tokens", "4", "--out", "ev-out"],
-                 ["probe", "--model", name, "--max-samples", "4", "--out", "probe-out"],
-                 ["llm-eval", "--model", "e0-" + name, "--contaminated", "set.jsonl",
-                  "--perturbed", "set.jsonl", "--task", "java2cs", "--repetitions", "1",
-                  "--max-new-tokens", "4"]):
-        (world / "set.jsonl").write_text('{"question": "int a;", "answer": "int a;"}\n')
-        line = error_line(lab(args, world), name, "cannot be loaded")
-        assert "damaged or incomplete" in line
+    commands = (["finetune", "--pretrained", name, "--task", "translation", "--epochs", "1",
+                 "--train-size", "8", "--out", "ft-out"],
+                ["evaluate", "--model", "e0-" + name, "--task", "translation", "--ids",
+                 "ids.txt", "--max-new-tokens", "4", "--out", "ev-out"],
+                ["probe", "--model", name, "--max-samples", "4", "--out", "probe-out"],
+                ["llm-eval", "--model", "e0-" + name, "--contaminated", "set.jsonl",
+                 "--perturbed", "set.jsonl", "--task", "java2cs", "--repetitions", "1",
+                 "--max-new-tokens", "4"])
+    (world / "set.jsonl").write_text('{"question": "int a;", "answer": "int a;"}\n')
+    for recorded in (True, False):
+        for source, target in (("pt", name), ("e0", "e0-" + name)):
+            folder = damaged_copy(world, source, target, file, data)
+            if not recorded:
+                manifest = json.loads((folder / "manifest.json").read_text())
+                del manifest["model_files"]
+                (folder / "manifest.json").write_text(json.dumps(manifest))
+        for args in commands:
+            line = error_line(lab(args, world), name)
+            if recorded:
+                assert f"{file} has {len(data)} bytes" in line, line
+            elif file.endswith(".safetensors"):
+                assert f"{file} is truncated" in line, line
+            else:
+                assert "cannot be loaded" in line and "damaged or incomplete" in line, line
     assert not any((world / out).exists() for out in ("ft-out", "ev-out", "probe-out"))
 
 

@@ -26,8 +26,8 @@ from lab.common import (
 from lab.eval import metrics as metric_fns
 from lab.eval.generate import padded
 from lab.tasks import Decoding, check_sampling
-from lab.models import (architecture_of, check_placement, device_param, dtype_param,
-                        load_lab_model, place_model)
+from lab.models import (WEIGHTS_SUBDIR, architecture_of, check_model_files, check_placement,
+                        device_param, dtype_param, load_lab_model, place_model)
 from lab.stats import ALPHA, CONVENTIONS, compare, signed_rank_test, starred_p
 
 MARKER = "END OF CASE"
@@ -166,7 +166,8 @@ def load_causal_lm(path: Path) -> tuple[Any, Any, dict[str, Any]]:
         if architecture not in (None, "causal-lm"):
             raise LabError(f"--model {path}: a lab {architecture} model, not a causal LM")
         if architecture is not None:
-            kind, hf_dir = manifest["kind"], path / "model"
+            kind, hf_dir = manifest["kind"], path / WEIGHTS_SUBDIR
+            check_model_files(path, "--model")  # before anything reads a file of it
     if not (hf_dir / "config.json").is_file():
         raise LabError(f"--model {path}: no config.json in {hf_dir} (not a Hugging Face model "
                        "directory)")

@@ -557,6 +557,8 @@ CASES = [
     error("llm-eval: contaminated file missing", ["llm-eval", "--model", "e0", "--contaminated", "no.jsonl",
                                                   "--perturbed", "no2.jsonl"], "no.jsonl"),
     error("llm-eval: repetitions 0", [*LLM_EVAL, "--repetitions", "0"], "--repetitions"),
+    error("llm-eval: a lab model's weights changed in place", [*LLM_EVAL[:2], "e0-flip", *LLM_EVAL[3:]],
+          WEIGHTS_CHANGED.format("--model e0-flip"), copy_then("e0", "e0-flip", FLIP_WEIGHTS)),
     error("llm-eval: temperature nan", [*LLM_EVAL, "--temperature", "nan"], "--temperature nan"),
     error("llm-eval: top-p nan", [*LLM_EVAL, "--top-p", "nan"], "--top-p nan"),
     error("llm-eval: --out is its model", [*LLM_EVAL, "--out", "e0", "--force"],
