@@ -21,6 +21,7 @@ from lab.study.recipe import Recipe, deepspeed_config, for_model
 from lab.study.stages import KINDS, key_fields, unbound
 from lab.tasks import task_for_benchmark
 from lab.train.finetune import FinetuneConfig
+from lab.train.pretrain import resolve_for_device
 
 
 @dataclass
@@ -145,12 +146,12 @@ def _grid(recipe: Recipe) -> list[Stage]:
         launch = dataclasses.asdict(recipe.resources.pretrain)
         for arm in recipe.arms:
             for seed in recipe.seeds:
-                pre = Stage("pretrain", unbound(
+                pre = Stage("pretrain", resolve_for_device(unbound(
                     "pretrain", model=model, preset=preset, seed=seed,
                     **dataclasses.asdict(recipe.pretrain),
                     deepspeed=deepspeed_config(launch["deepspeed"]) if launch["deepspeed"] else None,
                     save_steps=launch["save_steps"],
-                ), [arm_stage[(arm, seed)], tokenizer],
+                ), recipe.resources.device), [arm_stage[(arm, seed)], tokenizer],
                     labels={"model": model, **({"preset": preset} if swept else {}),
                             "arm": arm, "seed": seed},
                     launch=launch)

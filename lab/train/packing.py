@@ -35,6 +35,7 @@ import numpy as np
 
 from lab.common import LabError, files_problem, files_record, lab_cache_dir
 from lab.corpora.shards import read_shard, verify_corpus
+from lab.train.attention import DOCUMENT_IDS
 
 TOKENIZE_BATCH = 2000
 
@@ -385,11 +386,13 @@ class PackedCollator:
     """
 
     def __init__(self, tokenizer: Any, mlm: bool, mlm_probability: float = 0.15, seed: int = 0,
-                 cross_document: bool = False, position_offset: int | None = None):
+                 cross_document: bool = False, position_offset: int | None = None,
+                 attention: str = "mask", rows: int | None = None):
         import torch
 
         self.mlm, self.probability, self.seed = mlm, mlm_probability, seed
         self.cross_document = cross_document
+        self.attention, self.rows = attention, rows
         self.pad = tokenizer.pad_token_id
         self.mask = tokenizer.mask_token_id
         self.vocab = len(tokenizer)
@@ -420,6 +423,8 @@ class PackedCollator:
             return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
         segments = torch.stack([f["segments"] for f in features])
+        if self.attention == "flex":
+            return self._flex_batch(input_ids, attention_mask, segments, labels)
         positions = segment_positions(segments)
         same_document = segments[:, :, None] == segments[:, None, :]
         if not self.mlm:
@@ -433,6 +438,33 @@ class PackedCollator:
                                    torch.full_like(positions, self.pad))
         return {"input_ids": input_ids, "attention_mask": same_document[:, None],
                 "position_ids": position_ids, "labels": labels}
+
+    def _flex_batch(self, input_ids: Any, attention_mask: Any, segments: Any,
+                    labels: Any) -> dict[str, Any]:
+        """The flex-path batch (lab.train.attention): document numbers beside the 2D padding
+        mask instead of the 4D mask, the same positions and labels. With `rows`, a short last
+        batch is filled up with rows of padding whose labels are all -100 (they add nothing to
+        the loss or its gradient), so a compiled model sees one shape."""
+        import torch
+
+        short = (self.rows or 0) - input_ids.shape[0]
+        if short > 0:
+            length = input_ids.shape[1]
+
+            def fill(tensor: Any, value: int) -> Any:
+                return torch.cat([tensor, torch.full((short, length), value, dtype=tensor.dtype)])
+
+            input_ids, attention_mask = fill(input_ids, self.pad), fill(attention_mask, 0)
+            segments, labels = fill(segments, 0), fill(labels, -100)
+        positions = segment_positions(segments)
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask, DOCUMENT_IDS: segments}
+        if not self.mlm:
+            labels[positions == 0] = -100  # every document's <s>: nothing precedes it
+            return {**batch, "position_ids": positions + self.position_offset, "labels": labels,
+                    "use_cache": False}
+        position_ids = torch.where(segments > 0, positions + self.position_offset,
+                                   torch.full_like(positions, self.pad))
+        return {**batch, "position_ids": position_ids, "labels": labels}
 
     def _mask_tokens(self, features: list[dict[str, Any]], input_ids: Any, labels: Any) -> None:
         import torch

@@ -26,6 +26,13 @@ from lab.train.common import (
     quiet_training, TENSORBOARD_DIR, history_without_timing, non_finite_error, report_targets,
     report_to_param, state_sha256, trained_weights_sha256, training_arguments, weights_are_finite,
 )
+from lab.train.attention import (
+    DOCUMENT_IDS, check_attention, resolve_attention, restore_attention, use_flex_attention,
+    with_document_mask,
+)
+from lab.train.speed import (
+    device_default, flops_per_token, gpu_name, make_steady_throughput_callback, training_device,
+)
 from lab.models import (
     MODEL_FILES, WEIGHTS_SUBDIR, build_config, build_model, check_block_size, count_parameters,
     position_offset,
@@ -36,7 +43,8 @@ MANIFEST = "manifest.json"
 # Settings that change the trained weights; a resume must match them exactly.
 RESUME_KEYS = ("model", "corpus_sha256", "tokenizer_sha256", "preset", "epochs", "lr", "batch_size",
                "block_size", "seed", "grad_accum", "max_steps", "warmup_steps", "weight_decay",
-               "lr_scheduler", "mlm_probability", "bf16", "cross_document_attention")
+               "lr_scheduler", "mlm_probability", "bf16", "cross_document_attention",
+               "attention")
 
 
 @dataclass
@@ -63,9 +71,15 @@ class PretrainConfig:
     log_steps: int = param(10, "Log the loss every N steps.")
     report_to: str = report_to_param()
     deepspeed: Path | None = param(None, "DeepSpeed JSON config (recipes/deepspeed/).")
-    bf16: bool = param(False, "bfloat16 autocast (changes the numbers).")
-    compile: bool = param(False, "torch.compile the model (same maths, other kernels).",
-                          flag=True)
+    bf16: bool | None = param(None, "bfloat16 autocast (changes the numbers); unset: on when "
+                                    "training on a CUDA GPU, off on a CPU (lab.train.speed).")
+    compile: bool | None = param(None, "torch.compile the model (same maths, other kernels); "
+                                       "unset: on when training on a CUDA GPU without DeepSpeed, "
+                                       "off on a CPU.")
+    attention: str | None = param(
+        None, "How packed documents are kept apart: mask (4D boolean masks, SDPA, attention "
+              "dropout as configured) or flex (a FlexAttention document kernel, no attention "
+              "dropout); unset: flex on a CUDA GPU, mask on a CPU (lab.train.attention).")
     cross_document_attention: bool = param(
         False, "Let packed documents attend to the documents before them, positions running "
                "on (HF group_texts-style context); by default each document sees only itself.",
@@ -96,6 +110,19 @@ class PretrainConfig:
             raise LabError(f"--epochs {self.epochs}: must be > 0 (or give --max-steps)")
         if not 0 < self.mlm_probability < 1:
             raise LabError(f"--mlm-probability {self.mlm_probability}: must be in (0, 1)")
+        if self.attention is not None:
+            check_attention(self.attention)
+
+
+def resolve_for_device(cfg: PretrainConfig, device: str) -> PretrainConfig:
+    """`cfg` with its device-dependent settings (bf16, compile, attention) decided for a run on
+    `device` where they are unset; lab.train.speed.DEVICE_DEFAULTS."""
+    compile_default = None if cfg.deepspeed is None else False  # DeepSpeed wraps the model itself
+    return dataclasses.replace(
+        cfg, bf16=device_default("bf16", cfg.bf16, device),
+        compile=device_default("compile", cfg.compile if cfg.compile is not None
+                               else compile_default, device),
+        attention=resolve_attention(cfg.attention, device))
 
 
 def _validate(cfg: PretrainConfig) -> None:
@@ -126,8 +153,20 @@ def _training_arguments(cfg: PretrainConfig, checkpoints: Path):
         warmup_steps=cfg.warmup_steps, weight_decay=cfg.weight_decay, logging_steps=cfg.log_steps,
         save_strategy="steps", save_steps=cfg.save_steps, seed=cfg.seed, data_seed=cfg.seed,
         bf16=cfg.bf16, torch_compile=cfg.compile,
-        deepspeed=str(cfg.deepspeed) if cfg.deepspeed else None,
+        deepspeed=str(cfg.deepspeed) if cfg.deepspeed else None, **cuda_speed_settings(),
     )
+
+
+def cuda_speed_settings() -> dict[str, Any]:
+    """What a pre-training on a CUDA GPU always gets (no option: none changes what is computed
+    beyond rounding): fused AdamW, TF32 matmuls for what runs in float32 (Ampere and later),
+    pinned host memory for batches."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {}
+    return {"optim": "adamw_torch_fused", "dataloader_pin_memory": True,
+            "tf32": torch.cuda.get_device_capability()[0] >= 8}
 
 
 def _make_trainer_class():
@@ -156,6 +195,12 @@ def _make_trainer_class():
             # --grad-accum (loss and gradients N times too large).
             if getattr(self.model.config, "model_type", "") == "roberta":
                 self.model_accepts_loss_kwargs = False
+
+        def compute_loss(self, model, inputs, *args, **kwargs):
+            if DOCUMENT_IDS in inputs:  # the flex path: its BlockMask is made on the device
+                causal = getattr(self.model.config, "model_type", "") == "gpt2"
+                inputs = with_document_mask(inputs, causal)
+            return super().compute_loss(model, inputs, *args, **kwargs)
 
         def training_step(self, model, inputs, *args, **kwargs):
             if self.first_batch_sha256 is None:
@@ -195,6 +240,8 @@ def _launcher() -> str:
 def run_pretrain(cfg: PretrainConfig) -> dict[str, Any]:
     """Entry point of `lab pretrain`."""
     started = time.perf_counter()
+    device = training_device()
+    cfg = resolve_for_device(cfg, device)
     _validate(cfg)
     from lab.tokenizer import load_tokenizer, tokenizer_hash
 
@@ -261,13 +308,19 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
     model = build_model(cfg.model, config)
     init_sha = state_sha256(model)
     parameters = count_parameters(model)  # before ZeRO-3 partitions the weights
+    flex = cfg.attention == "flex" and not cfg.cross_document_attention
+    attention_dropout = use_flex_attention(model) if flex else None
     collator = PackedCollator(tokenizer, mlm=cfg.model == "roberta",
                               mlm_probability=cfg.mlm_probability, seed=cfg.seed,
                               cross_document=cfg.cross_document_attention,
-                              position_offset=position_offset(config))
+                              position_offset=position_offset(config),
+                              attention="flex" if flex else "mask",
+                              # one batch shape for a compiled model (padding rows add nothing)
+                              rows=cfg.batch_size if flex and cfg.compile else None)
+    throughput = make_steady_throughput_callback()
     trainer = _make_trainer_class()(model=model, args=args, train_dataset=dataset,
                                     data_collator=collator, tensorboard_dir=work / TENSORBOARD_DIR,
-                                    tokens_per_sample=cfg.block_size)
+                                    tokens_per_sample=cfg.block_size, callbacks=[throughput])
     checkpoint = latest_checkpoint(work / "checkpoints") if cfg.resume else None
     start_step = (json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
                   if checkpoint else 0)
@@ -284,6 +337,8 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
     (work / "ranks").mkdir(exist_ok=True)
     write_json_atomic(work / "ranks" / f"rank-{rank}.json", rank_record)
     trainer.accelerator.wait_for_everyone()
+    if flex:  # saved for any loader: the implementation and dropout the config names
+        restore_attention(trainer.model, attention_dropout)
     # Every rank calls save_model (ZeRO-3 gathers the weights collectively); only rank 0 writes.
     trainer.save_model(str(work / WEIGHTS_SUBDIR))
     if not args.should_save:
@@ -339,8 +394,19 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
                  "final": history[-1]["loss"] if history else None,
                  "train_loss": trainer.mean_training_loss(), "history": history},
         "train_seconds": round(train_seconds, 2),
+        # Wall-clock average over the whole train() call: start-up and compilation included.
         "useful_tokens_per_second": round(sequences_seen * useful_per_sequence / train_seconds, 1)
         if train_seconds > 0 else None,
+        "throughput": throughput.record(cfg.batch_size * cfg.grad_accum * args.world_size
+                                        * cfg.block_size, flops_per_token(config, cfg.block_size)),
+        "speed": {"device": str(args.device), "gpu": gpu_name(), "bf16": cfg.bf16,
+                  "compile": cfg.compile,
+                  "attention": None if cfg.cross_document_attention else cfg.attention,
+                  # attention-probability dropout as trained (the flex kernel has none)
+                  "attention_dropout": 0.0 if flex else _attention_dropout(config),
+                  "optimizer": args.optim if isinstance(args.optim, str) else args.optim.value,
+                  "tf32": bool(getattr(args, "tf32", None)),
+                  "pin_memory": bool(args.dataloader_pin_memory and str(args.device) != "cpu")},
         "wall_seconds": round(time.perf_counter() - started, 2),
         "environment": environment_record(),
     }
@@ -350,6 +416,12 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
         shutil.rmtree(out)
     os.replace(work, out)
     return manifest
+
+
+def _attention_dropout(config: Any) -> float:
+    return float(getattr(config, "attn_pdrop", None)
+                 if getattr(config, "model_type", "") == "gpt2"
+                 else config.attention_probs_dropout_prob)
 
 
 def _leave_process_group() -> None:

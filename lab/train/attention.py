@@ -1,0 +1,178 @@
+"""Per-document attention in pre-training: which kernel keeps packed documents apart.
+
+- `mask`: the collator sends a 4D boolean mask (batch, 1, length, length) that transformers hands
+  to SDPA. Any device, and attention-probability dropout applies; but a mask keeps SDPA off its
+  flash kernel, so on a GPU it is the slow path.
+- `flex`: the collator sends each token's document number (`document_ids`, batch x length) and the
+  trainer turns it on the device into a FlexAttention `BlockMask` (document-causal for GPT-2,
+  document-bidirectional for RoBERTa): the same bits as the mask, computed by a fused kernel that
+  skips the blocks two documents never share. FlexAttention has no attention-probability dropout,
+  so that dropout is 0 on this path (the manifest says so); the config the model is saved with
+  keeps its value for fine-tuning.
+- unset (null): `flex` where pre-training runs on a CUDA GPU and torch has FlexAttention,
+  `mask` elsewhere (a CPU run computes the numbers it always did); lab.train.speed.
+
+The cross-document layout has no per-document mask and ignores this setting.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from lab.common import LabError
+
+ATTENTION_KERNELS = ("mask", "flex")
+# The name under which transformers' attention interface finds the flex kernel.
+FLEX_IMPLEMENTATION = "lab_document_flex"
+DOCUMENT_IDS = "document_ids"  # the collator's key on the flex path
+
+
+def check_attention(choice: str) -> str:
+    if choice not in ATTENTION_KERNELS:
+        raise LabError(f"--attention {choice}: choose from {', '.join(ATTENTION_KERNELS)}")
+    return choice
+
+
+def flex_attention_available() -> bool:
+    try:
+        from torch.nn.attention import flex_attention  # noqa: F401  (torch >= 2.5)
+    except ImportError:
+        return False
+    return True
+
+
+def resolve_attention(choice: str | None, device: str) -> str:
+    """`mask` or `flex` for a pre-training on `device`; None: that device's default (flex on a
+    CUDA GPU whose torch has FlexAttention, else mask)."""
+    from lab.train.speed import device_default
+
+    resolved = check_attention(device_default("attention", choice, device))
+    if resolved == "flex" and not flex_attention_available():
+        if choice is None:
+            return "mask"
+        import torch
+
+        raise LabError(f"--attention flex: this torch ({torch.__version__}) has no FlexAttention "
+                       "(torch >= 2.5 has it)")
+    if resolved == "flex" and not str(device).startswith("cuda"):
+        raise LabError(f"--attention flex: FlexAttention trains on a CUDA GPU only, and this "
+                       f"pre-training runs on {device} (use mask)")
+    return resolved
+
+
+_compiled_flex: Any = None
+
+
+def _flex_kernel() -> Any:
+    """flex_attention, compiled once: uncompiled it runs an unfused reference that is slower
+    than the mask path (inside a compiled model it is traced and fused with the model)."""
+    global _compiled_flex
+    import torch
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if torch.compiler.is_compiling():
+        return flex_attention
+    if _compiled_flex is None:
+        _compiled_flex = torch.compile(flex_attention, dynamic=False)
+    return _compiled_flex
+
+
+def _document_flex_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
+                             scaling: float | None = None, dropout: float = 0.0,
+                             document_mask: Any = None, **kwargs: Any) -> tuple[Any, None]:
+    """transformers' attention interface: (batch, heads, length, head_dim) in, (batch, length,
+    heads, head_dim) out, under the BlockMask passed as `document_mask`."""
+    if document_mask is None:
+        raise RuntimeError("document flex attention called without its document_mask")
+    if dropout:
+        raise RuntimeError("document flex attention has no attention dropout (set it to 0)")
+    kernel = _flex_kernel() if query.is_cuda else _eager_flex()
+    out = kernel(query, key, value, block_mask=document_mask, scale=scaling)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _eager_flex() -> Any:
+    """CPU (tests; inference only): the unfused reference, which computes the same function."""
+    import warnings
+
+    from torch.nn.attention.flex_attention import flex_attention
+
+    def reference(*args: Any, **kwargs: Any) -> Any:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+            return flex_attention(*args, **kwargs)
+
+    return reference
+
+
+def _no_mask(*args: Any, **kwargs: Any) -> None:
+    """The mask transformers would build for this implementation: none (the BlockMask travels
+    as `document_mask`)."""
+    return None
+
+
+def _register() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(FLEX_IMPLEMENTATION, _document_flex_attention)
+    try:
+        from transformers import AttentionMaskInterface
+    except ImportError:  # older transformers build no mask per implementation
+        return
+    AttentionMaskInterface.register(FLEX_IMPLEMENTATION, _no_mask)
+
+
+def use_flex_attention(model: Any) -> float:
+    """Switch a GPT-2 or RoBERTa model to the document flex kernel, its attention-probability
+    dropout to 0 (the modules', not the config's); returns the dropout it had."""
+    _register()
+    model._lab_attention_before = model.config._attn_implementation
+    model.set_attn_implementation(FLEX_IMPLEMENTATION)
+    had = 0.0
+    for module in _attention_dropouts(model):
+        had = max(had, module.p)
+        module.p = 0.0
+    return had
+
+
+def restore_attention(model: Any, dropout: float) -> None:
+    """Undo use_flex_attention (before saving: a loader elsewhere knows no lab kernel)."""
+    model.set_attn_implementation(getattr(model, "_lab_attention_before", None) or "sdpa")
+    for module in _attention_dropouts(model):
+        module.p = dropout
+
+
+def _attention_dropouts(model: Any) -> list[Any]:
+    import torch
+
+    # GPT-2's attention keeps it as attn_dropout, RoBERTa's self-attention as dropout
+    return [module for name, module in model.named_modules()
+            if isinstance(module, torch.nn.Dropout)
+            and (name.endswith("attn.attn_dropout") or name.endswith("attention.self.dropout"))]
+
+
+def document_block_mask(document_ids: Any, causal: bool) -> Any:
+    """The FlexAttention BlockMask of a (batch, length) tensor of document numbers: a query sees
+    the keys of its own document (and, causal, not after it). Padding (number 0) sees padding,
+    as in the 4D mask: no query row is empty."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    documents = document_ids
+
+    def same_document(b: Any, h: Any, q: Any, kv: Any) -> Any:
+        return documents[b, q] == documents[b, kv]
+
+    def same_document_causal(b: Any, h: Any, q: Any, kv: Any) -> Any:
+        return (documents[b, q] == documents[b, kv]) & (q >= kv)
+
+    batch, length = documents.shape
+    return create_block_mask(same_document_causal if causal else same_document, batch, None,
+                             length, length, device=documents.device)
+
+
+def with_document_mask(inputs: dict[str, Any], causal: bool) -> dict[str, Any]:
+    """A flex-path batch made ready for the model: its document numbers become the BlockMask
+    (its 2D padding mask stays: transformers then builds no mask of its own, _no_mask)."""
+    inputs = dict(inputs)
+    documents = inputs.pop(DOCUMENT_IDS)
+    inputs["document_mask"] = document_block_mask(documents, causal)
+    return inputs

@@ -1,0 +1,158 @@
+"""Pre-training speed: what a run on a GPU gets by default, and how fast a run went.
+
+Defaults by device. A pre-training leaves `bf16`, `compile` and `attention` unset (null) unless
+told; they are then taken from where it runs (DEVICE_DEFAULTS). On a CPU that is what the lab
+always did, so CPU numbers are unchanged; on a CUDA GPU it is bfloat16 autocast, torch.compile
+and the FlexAttention document kernel, plus what no option controls there: fused AdamW, TF32
+matmuls for what runs in float32, and pinned host memory for batches. The manifest's `speed`
+records what was used.
+
+Throughput. A run's wall-clock average includes start-up and compilation, which dominate a short
+run. `SteadyThroughput` times the steps after the first ones (STEADY_SKIP) to the end, and the
+manifest gives that rate beside the wall-clock one, with the model FLOPs utilisation (MFU) where
+the GPU's bf16 matmul rate is known (PEAK_BF16_TFLOPS).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+# setting -> (on a CUDA GPU, elsewhere)
+DEVICE_DEFAULTS: dict[str, tuple[Any, Any]] = {
+    "bf16": (True, False),
+    "compile": (True, False),
+    "attention": ("flex", "mask"),
+}
+
+# Dense bfloat16 matrix rate per GPU, in TFLOP/s, matched in this order against the name torch
+# gives the device. Hopper's are the rate an 8192^3 bf16 matmul reached on H100 and H200 machines
+# (769-798 TFLOP/s; the datasheet says 989), so MFU is against what the chip delivers; the others
+# are datasheet figures. A device not listed gets no MFU.
+PEAK_BF16_TFLOPS: tuple[tuple[str, float, str], ...] = (
+    ("H200", 790.0, "measured: 8192^3 bf16 matmul (datasheet 989)"),
+    ("H100 PCIe", 756.0, "datasheet"),
+    ("H100", 790.0, "measured: 8192^3 bf16 matmul (datasheet 989)"),
+    ("A100", 312.0, "datasheet"),
+    ("L40S", 362.0, "datasheet"),
+)
+
+# Steps left out of the steady rate: the first holds compilation and allocator warm-up.
+STEADY_SKIP_MIN, STEADY_SKIP_MAX, STEADY_MIN_STEPS = 2, 20, 3
+
+
+def training_device() -> str:
+    """Where the HF Trainer puts a pre-training: a CUDA GPU when one is visible."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def device_default(setting: str, value: Any, device: str) -> Any:
+    """`value`, or where it is None the default of `setting` on `device` (cpu, cuda, cuda:N)."""
+    if value is not None:
+        return value
+    on_gpu, elsewhere = DEVICE_DEFAULTS[setting]
+    return on_gpu if str(device).startswith("cuda") else elsewhere
+
+
+def peak_bf16_tflops(device_name: str | None) -> tuple[float, str] | None:
+    """(TFLOP/s, where the figure comes from) of a GPU named like torch names it, or None."""
+    if not device_name:
+        return None
+    for needle, tflops, source in PEAK_BF16_TFLOPS:
+        if needle.lower() in device_name.lower():
+            return tflops, source
+    return None
+
+
+def matmul_parameters(config: Any) -> int:
+    """Weights used in matrix products per token (attention, feed-forward, output head or MLM
+    decoder and its dense layer); embedding look-ups, norms and biases are not FLOPs that count."""
+    family = getattr(config, "model_type", "")
+    if family == "gpt2":
+        layers, hidden, vocab = config.n_layer, config.n_embd, config.vocab_size
+        ffn = config.n_inner or 4 * hidden
+        head = hidden * vocab
+    else:
+        layers, hidden, vocab = config.num_hidden_layers, config.hidden_size, config.vocab_size
+        ffn = config.intermediate_size
+        head = hidden * hidden + hidden * vocab
+    return layers * (4 * hidden * hidden + 2 * hidden * ffn) + head
+
+
+def flops_per_token(config: Any, block_size: int) -> int:
+    """Training FLOPs per token: 6 per matmul weight (forward and backward) plus attention's
+    scores and values, 12 x layers x hidden x block (PaLM's appendix B). Per-document attention
+    skips the blocks two documents never share, so this is what a dense run of the shape does:
+    the convention that lets MFU compare across kernels."""
+    layers = getattr(config, "n_layer", None) or config.num_hidden_layers
+    hidden = getattr(config, "n_embd", None) or config.hidden_size
+    return 6 * matmul_parameters(config) + 12 * layers * hidden * block_size
+
+
+def gpu_name() -> str | None:
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else None
+
+
+def _synchronize() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def steady_skip(total_steps: int) -> int:
+    return max(STEADY_SKIP_MIN, min(STEADY_SKIP_MAX, total_steps // 5))
+
+
+def make_steady_throughput_callback() -> Any:
+    from transformers import TrainerCallback
+
+    class SteadyThroughput(TrainerCallback):
+        """Times the optimizer steps after the first steady_skip(max_steps) to the end of
+        training, synchronising the GPU at both ends only (every step between runs ahead
+        asynchronously, as it would untimed)."""
+
+        def __init__(self) -> None:
+            self.start: tuple[float, int] | None = None
+            self.end: tuple[float, int] | None = None
+            self.began: float | None = None
+            self.first_step: int | None = None
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.began, self.first_step = time.perf_counter(), state.global_step
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.start is None and state.global_step - self.first_step >= steady_skip(
+                    state.max_steps - self.first_step):
+                _synchronize()
+                self.start = (time.perf_counter(), state.global_step)
+
+        def on_train_end(self, args, state, control, **kwargs):
+            _synchronize()
+            self.end = (time.perf_counter(), state.global_step)
+
+        def record(self, tokens_per_step: int, flops_per_token: int) -> dict[str, Any]:
+            """The steady rate in tokens (every position of every sequence) per second, the
+            seconds before it, and MFU where the GPU's rate is known."""
+            record: dict[str, Any] = {"steady_tokens_per_second": None, "steady_steps": None,
+                                      "startup_seconds": None}
+            if self.start and self.end and self.end[1] - self.start[1] >= STEADY_MIN_STEPS:
+                seconds = self.end[0] - self.start[0]
+                steps = self.end[1] - self.start[1]
+                rate = steps * tokens_per_step / seconds
+                record.update(steady_tokens_per_second=round(rate, 1),
+                              steady_steps=[self.start[1], self.end[1]],
+                              startup_seconds=round(self.start[0] - self.began, 2))
+                peak = peak_bf16_tflops(gpu_name())
+                record["flops_per_token"] = flops_per_token
+                if peak:
+                    record["mfu"] = round(rate * flops_per_token / (peak[0] * 1e12), 4)
+                    record["peak_bf16_tflops"] = {"value": peak[0], "source": peak[1]}
+                else:
+                    record["mfu"] = None
+            return record
+
+    return SteadyThroughput()

@@ -1,0 +1,181 @@
+"""Pre-training's GPU path, checked on a CPU: the FlexAttention document kernel computes what the
+4D masks compute (forward; FlexAttention trains on CUDA only, and scripts/gpu-check.sh runs the
+same comparison there in bf16), the device decides the unset speed settings (a CPU run and its
+stage keys stay what they were), and the manifest's throughput separates the steady rate from
+start-up."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lab.common import LabError
+
+REPO = Path(__file__).resolve().parents[1]
+BLOCK = 128
+
+
+@pytest.fixture(scope="module")
+def batch_world(micro_world):
+    from lab.tokenizer import load_tokenizer, tokenizer_hash
+    from lab.train.packing import PackedDataset, pack_documents, tokenize_corpus
+
+    tok = load_tokenizer(micro_world / "tok")
+    corpus = tokenize_corpus(micro_world / "paired", tok, tokenizer_hash(micro_world / "tok"),
+                             None)
+    dataset = PackedDataset(corpus, pack_documents(corpus.lengths(), BLOCK), tok.bos_token_id,
+                            tok.eos_token_id, tok.pad_token_id)
+    # the sequences holding most documents, and the last (the least full: padding)
+    most = sorted(range(len(dataset)), key=lambda i: -int(dataset[i]["segments"].max()))[:5]
+    features = [dataset[i] for i in most + [len(dataset) - 1]]
+    return tok, features
+
+
+def _model(family: str, tok):
+    import torch
+
+    from lab.models import build_config, build_model
+
+    torch.manual_seed(0)
+    return build_model(family, build_config(family, "micro", tok, BLOCK)).eval()
+
+
+@pytest.mark.parametrize("family", ["gpt2", "roberta"])
+def test_flex_document_kernel_gives_the_mask_paths_logits_per_document(batch_world, family):
+    import torch
+
+    from lab.models import position_offset
+    from lab.train.attention import use_flex_attention, with_document_mask
+    from lab.train.packing import PackedCollator
+
+    tok, features = batch_world
+    model = _model(family, tok)
+    offset = position_offset(model.config)
+    mask_batch = PackedCollator(tok, mlm=family == "roberta", seed=1,
+                                position_offset=offset)(features)
+    flex_batch = PackedCollator(tok, mlm=family == "roberta", seed=1, position_offset=offset,
+                                attention="flex", rows=8)(features)
+    rows = len(features)
+    assert flex_batch["input_ids"].shape[0] == 8  # filled up to one shape ...
+    assert (flex_batch["labels"][rows:] == -100).all()  # ... with rows that add nothing
+    for key in ("input_ids", "position_ids", "labels"):
+        assert torch.equal(flex_batch[key][:rows], mask_batch[key]), key
+    documents = flex_batch["document_ids"][:rows]
+    assert documents.max() >= 2 and (documents == 0).any()  # two documents, and padding
+
+    with torch.no_grad():
+        want = model(**{k: v for k, v in mask_batch.items() if k != "labels"}).logits
+        dropout = use_flex_attention(model)
+        assert dropout == pytest.approx(0.1)
+        flex = with_document_mask({k: v for k, v in flex_batch.items() if k != "labels"},
+                                  causal=family == "gpt2")
+        got = model(**flex).logits[:rows]
+    for row in range(rows):
+        for document in documents[row].unique().tolist():
+            if document == 0:
+                continue
+            where = documents[row] == document
+            torch.testing.assert_close(got[row][where], want[row][where], atol=1e-4, rtol=1e-4)
+    # the other documents of a row change nothing: shuffle one document's tokens in place
+    mixed = dict(flex)
+    ids = flex_batch["input_ids"].clone()
+    first = documents[0] == 1
+    ids[0, first] = ids[0, first].flip(0)
+    mixed["input_ids"] = ids[:, :]
+    with torch.no_grad():
+        again = model(**mixed).logits[:rows]
+    other = (documents[0] > 1)
+    torch.testing.assert_close(again[0][other], got[0][other], atol=1e-5, rtol=1e-5)
+
+
+def test_the_flex_model_is_saved_as_a_plain_one(batch_world, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from lab.train.attention import restore_attention, use_flex_attention
+
+    tok, _ = batch_world
+    model = _model("gpt2", tok)
+    before = model.config._attn_implementation
+    restore_attention(model, use_flex_attention(model))
+    assert model.config._attn_implementation == before
+    assert model.transformer.h[0].attn.attn_dropout.p == pytest.approx(0.1)
+    model.save_pretrained(tmp_path / "m")
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "m")
+    assert loaded.config._attn_implementation != "lab_document_flex"
+
+
+def test_the_device_decides_what_is_unset():
+    from lab.train.pretrain import PretrainConfig, resolve_for_device
+
+    base = PretrainConfig(model="gpt2", corpus=Path("c"), tokenizer=Path("t"), out=Path("o"))
+    assert (base.bf16, base.compile, base.attention) == (None, None, None)
+    cpu = resolve_for_device(base, "cpu")
+    assert (cpu.bf16, cpu.compile, cpu.attention) == (False, False, "mask")
+    gpu = resolve_for_device(base, "cuda")
+    assert (gpu.bf16, gpu.compile, gpu.attention) == (True, True, "flex")
+    pinned = PretrainConfig(model="gpt2", corpus=Path("c"), tokenizer=Path("t"), out=Path("o"),
+                            bf16=False, compile=False, attention="mask")
+    assert resolve_for_device(pinned, "cuda:1") == pinned
+    deep = PretrainConfig(model="gpt2", corpus=Path("c"), tokenizer=Path("t"), out=Path("o"),
+                          deepspeed=Path("z.json"))
+    assert resolve_for_device(deep, "cuda").compile is False  # DeepSpeed wraps the model itself
+    with pytest.raises(LabError, match="--attention flex: FlexAttention trains on a CUDA GPU only"):
+        resolve_for_device(pinned.__class__(**{**pinned.__dict__, "attention": "flex"}), "cpu")
+    with pytest.raises(LabError, match="--attention dense: choose from mask, flex"):
+        PretrainConfig(model="gpt2", corpus=Path("c"), tokenizer=Path("t"), out=Path("o"),
+                       attention="dense")
+
+
+def test_a_gpu_study_keys_its_pretraining_by_the_gpu_defaults():
+    from lab.study.grid import expand
+    from lab.study.recipe import load_recipe
+
+    recipe = REPO / "recipes" / "quickstart.yaml"
+    cpu = next(s for s in expand(load_recipe(recipe)) if s.kind == "pretrain")
+    # a CPU study keeps the keys it had before these settings existed
+    assert not {"bf16", "compile", "attention"} & set(cpu.keyed)
+    gpu = next(s for s in expand(load_recipe(recipe, ["resources.device=cuda"]))
+               if s.kind == "pretrain")
+    assert (gpu.config.bf16, gpu.config.compile, gpu.config.attention) == (True, True, "flex")
+    assert gpu.key != cpu.key
+    pinned = next(s for s in expand(load_recipe(recipe, [
+        "resources.device=cuda", "pretrain.bf16=false", "pretrain.compile=false",
+        "pretrain.attention=mask"])) if s.kind == "pretrain")
+    assert pinned.key == cpu.key
+
+
+def test_flops_per_token_and_the_peak_table():
+    from transformers import GPT2Config, RobertaConfig
+
+    from lab.train.speed import flops_per_token, matmul_parameters, peak_bf16_tflops
+
+    gpt2 = GPT2Config(n_layer=12, n_embd=768, n_head=12, n_inner=3072, vocab_size=16000)
+    per_layer = 4 * 768 * 768 + 2 * 768 * 3072
+    assert matmul_parameters(gpt2) == 12 * per_layer + 768 * 16000
+    assert flops_per_token(gpt2, 512) == 6 * (12 * per_layer + 768 * 16000) + 12 * 12 * 768 * 512
+    roberta = RobertaConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=256,
+                            vocab_size=100)
+    assert matmul_parameters(roberta) == 2 * (4 * 64 * 64 + 2 * 64 * 256) + 64 * 64 + 64 * 100
+    assert peak_bf16_tflops("NVIDIA H200")[0] == 790.0
+    assert peak_bf16_tflops("NVIDIA H100 80GB HBM3")[0] == 790.0
+    assert peak_bf16_tflops("NVIDIA H100 PCIe")[0] == 756.0
+    assert peak_bf16_tflops("NVIDIA A100-SXM4-80GB")[0] == 312.0
+    assert peak_bf16_tflops("Tesla T4") is None and peak_bf16_tflops(None) is None
+
+
+def test_a_cpu_run_records_its_speed_settings_and_steady_rate(micro_world, tmp_path):
+    from lab.train.pretrain import PretrainConfig, run_pretrain
+
+    manifest = run_pretrain(PretrainConfig(
+        model="gpt2", corpus=micro_world / "paired", tokenizer=micro_world / "tok",
+        out=tmp_path / "pt", preset="micro", max_steps=12, batch_size=4, block_size=BLOCK,
+        log_steps=4, save_steps=100, report_to="none", cache_dir=tmp_path / "cache"))
+    speed = manifest["speed"]
+    assert (speed["bf16"], speed["compile"], speed["attention"]) == (False, False, "mask")
+    assert speed["device"] == "cpu" and speed["gpu"] is None and speed["tf32"] is False
+    assert speed["attention_dropout"] == pytest.approx(0.1)
+    assert manifest["config"]["bf16"] is False and manifest["config"]["attention"] == "mask"
+    throughput = manifest["throughput"]
+    assert throughput["steady_steps"] == [2, 12]  # the first steps are start-up
+    assert throughput["steady_tokens_per_second"] > 0 and throughput["startup_seconds"] >= 0
+    assert throughput["mfu"] is None  # no GPU, no peak
