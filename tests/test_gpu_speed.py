@@ -111,13 +111,16 @@ def test_the_device_decides_what_is_unset():
     assert (base.bf16, base.compile, base.attention) == (None, None, None)
     cpu = resolve_for_device(base, "cpu")
     assert (cpu.bf16, cpu.compile, cpu.attention) == (False, False, "mask")
-    gpu = resolve_for_device(base, "cuda")
+    tiny = resolve_for_device(base, "cuda")  # compiling costs more than a tiny run takes
+    assert (tiny.bf16, tiny.compile, tiny.attention) == (True, False, "mask")
+    gpu = resolve_for_device(PretrainConfig(model="gpt2", corpus=Path("c"), tokenizer=Path("t"),
+                                            out=Path("o"), preset="paper"), "cuda")
     assert (gpu.bf16, gpu.compile, gpu.attention) == (True, True, "flex")
     pinned = PretrainConfig(model="gpt2", corpus=Path("c"), tokenizer=Path("t"), out=Path("o"),
                             bf16=False, compile=False, attention="mask")
     assert resolve_for_device(pinned, "cuda:1") == pinned
     deep = PretrainConfig(model="gpt2", corpus=Path("c"), tokenizer=Path("t"), out=Path("o"),
-                          deepspeed=Path("z.json"))
+                          preset="paper", deepspeed=Path("z.json"))
     assert resolve_for_device(deep, "cuda").compile is False  # DeepSpeed wraps the model itself
     with pytest.raises(LabError, match="--attention flex: FlexAttention trains on a CUDA GPU only"):
         resolve_for_device(pinned.__class__(**{**pinned.__dict__, "attention": "flex"}), "cpu")
@@ -136,11 +139,13 @@ def test_a_gpu_study_keys_its_pretraining_by_the_gpu_defaults():
     assert not {"bf16", "compile", "attention"} & set(cpu.keyed)
     gpu = next(s for s in expand(load_recipe(recipe, ["resources.device=cuda"]))
                if s.kind == "pretrain")
-    assert (gpu.config.bf16, gpu.config.compile, gpu.config.attention) == (True, True, "flex")
+    assert (gpu.config.bf16, gpu.config.compile, gpu.config.attention) == (True, False, "mask")
     assert gpu.key != cpu.key
+    paper = next(s for s in expand(load_recipe(recipe, ["resources.device=cuda", "preset=paper"]))
+                 if s.kind == "pretrain")
+    assert (paper.config.bf16, paper.config.compile, paper.config.attention) == (True, True, "flex")
     pinned = next(s for s in expand(load_recipe(recipe, [
-        "resources.device=cuda", "pretrain.bf16=false", "pretrain.compile=false",
-        "pretrain.attention=mask"])) if s.kind == "pretrain")
+        "resources.device=cuda", "pretrain.bf16=false"])) if s.kind == "pretrain")
     assert pinned.key == cpu.key
 
 

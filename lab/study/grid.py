@@ -20,6 +20,8 @@ from lab.contamination import settings as settings_table
 from lab.study.recipe import Recipe, deepspeed_config, for_model
 from lab.study.stages import KINDS, key_fields, unbound
 from lab.tasks import task_for_benchmark
+from lab.eval.probe import ProbeConfig
+from lab.study.evaluate import EvaluateStageConfig
 from lab.train.finetune import FinetuneConfig
 from lab.train.pretrain import resolve_for_device
 
@@ -166,9 +168,20 @@ def _grid(recipe: Recipe) -> list[Stage]:
                             **{**dataclasses.asdict(recipe.evaluation),
                                "metrics": tuple(recipe.evaluation.metrics)},
                             device=recipe.resources.device, dtype=recipe.resources.dtype,
+                            batch_size=batch_size_on(recipe.resources.device, EvaluateStageConfig),
                         ), [fine], labels=fine.labels, launch={"device": recipe.resources.device})
                         stages += [fine, evaluation]
     return stages
+
+
+# Samples per generation or probe batch on a GPU: a small model's batch of 16 is launch-bound
+# there (each decoding step a few short kernels), and more rows cost almost nothing. Not in the
+# stage key: a batch's rows are computed apart (padding masked).
+GPU_BATCH_SIZE = 64
+
+
+def batch_size_on(device: str, config: Any) -> int:
+    return GPU_BATCH_SIZE if device.startswith("cuda") else default_of(config, "batch_size")
 
 
 def _finetune(recipe: Recipe, pre: Stage, epochs: int, size: int | None) -> Stage:
@@ -196,7 +209,8 @@ def _probes(recipe: Recipe, pre: Stage, arm: str, seed: int,
     launch = {"device": recipe.resources.device}
     config = unbound("probe", min_k=recipe.probe.min_k, max_samples=recipe.probe.max_samples,
                      max_names=recipe.probe.max_names, device=recipe.resources.device,
-                     dtype=recipe.resources.dtype)
+                     dtype=recipe.resources.dtype,
+                     batch_size=batch_size_on(recipe.resources.device, ProbeConfig))
     setting = settings_table.get(arm)
     if setting.injects_test:
         return [Stage("probe", config, [pre], labels={**pre.labels, "groups": arm}, launch=launch)]

@@ -252,6 +252,11 @@ class ResourcesSection:
                                       "where a resumed run finds them); split evenly among the "
                                       "ranks of a multi-process pre-training.")
     pretrain: PretrainResources = field(default_factory=PretrainResources)
+    stages_per_gpu: int | None = param(
+        None, "Stages that share one GPU at once when resources.device is a GPU (null: as many "
+              "as its memory holds for the study's largest preset, at most 8 and half the "
+              "cores); the threads then default to the cores shared among them. Ignored on a "
+              "CPU.")
     # Where evaluation and probes run, and in which precision: part of their stage keys when
     # not the defaults (a GPU or bfloat16 computes other numbers).
     device: str = device_param()
@@ -463,6 +468,9 @@ def _check_study(recipe: Recipe) -> None:
 def _check_resources(resources: ResourcesSection) -> None:
     if resources.threads is not None and resources.threads < 1:
         _fail("resources.threads", f"expected int >= 1 or null, got {resources.threads}")
+    if resources.stages_per_gpu is not None and not 1 <= resources.stages_per_gpu <= 64:
+        _fail("resources.stages_per_gpu", f"expected int 1..64 or null, got "
+                                          f"{resources.stages_per_gpu}")
     launch = resources.pretrain
     for path, value in (("resources.pretrain.processes", launch.processes),
                         ("resources.pretrain.nodes", launch.nodes)):

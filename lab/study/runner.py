@@ -53,7 +53,31 @@ def study_threads(recipe: Recipe, study: Path, summary: dict[str, Any] | None = 
         raise LabError(f"{study / SUMMARY}: the study's stages run on {recorded} threads; "
                        f"resources.threads {requested} would compute other numbers "
                        f"(use --threads {recorded} or a new --out)")
-    return requested or recorded or available_cores()
+    return requested or recorded or max(1, available_cores() // stages_per_gpu(recipe))
+
+
+# GPU memory one stage may take, by the largest preset of the study (GiB; the CUDA context and
+# allocator slack included): what sizes resources.stages_per_gpu when it is null.
+STAGE_GPU_GIB = {"micro": 2, "tiny": 3, "small": 8, "paper": 40}
+MAX_STAGES_PER_GPU = 8
+
+
+def stages_per_gpu(recipe: Recipe) -> int:
+    """Stages at a time on the study's GPU: the recipe's count, else as many as the GPU's memory
+    holds (at most MAX_STAGES_PER_GPU and half the cores); 1 for a CPU study."""
+    device = recipe.resources.device
+    if not device.startswith("cuda"):
+        return 1
+    if recipe.resources.stages_per_gpu:
+        return recipe.resources.stages_per_gpu
+    import torch
+
+    if not torch.cuda.is_available():
+        return 1
+    index = int(device.split(":")[1]) if ":" in device else 0
+    gib = torch.cuda.get_device_properties(index).total_memory / 2**30
+    need = max(STAGE_GPU_GIB.get(preset, 40) for preset in recipe.preset)
+    return max(1, min(MAX_STAGES_PER_GPU, int(gib // need), available_cores() // 2))
 
 
 def study_data(recipe: Recipe, corpora_dir: Path | None) -> dict[str, dict[str, str]]:

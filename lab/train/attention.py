@@ -9,8 +9,9 @@
   skips the blocks two documents never share. FlexAttention has no attention-probability dropout,
   so that dropout is 0 on this path (the manifest says so); the config the model is saved with
   keeps its value for fine-tuning.
-- unset (null): `flex` where pre-training runs on a CUDA GPU and torch has FlexAttention,
-  `mask` elsewhere (a CPU run computes the numbers it always did); lab.train.speed.
+- unset (null): `flex` where pre-training of a small or paper model runs on a CUDA GPU and
+  torch has FlexAttention, `mask` elsewhere (a CPU run computes the numbers it always did);
+  lab.train.speed.
 
 The cross-document layout has no per-document mask and ignores this setting.
 """
@@ -40,12 +41,13 @@ def flex_attention_available() -> bool:
     return True
 
 
-def resolve_attention(choice: str | None, device: str) -> str:
-    """`mask` or `flex` for a pre-training on `device`; None: that device's default (flex on a
-    CUDA GPU whose torch has FlexAttention, else mask)."""
+def resolve_attention(choice: str | None, device: str, preset: str = "paper") -> str:
+    """`mask` or `flex` for a pre-training of a `preset` model on `device`; None: the default
+    there (flex on a CUDA GPU whose torch has FlexAttention, for the presets worth compiling;
+    else mask)."""
     from lab.train.speed import device_default
 
-    resolved = check_attention(device_default("attention", choice, device))
+    resolved = check_attention(device_default("attention", choice, device, preset))
     if resolved == "flex" and not flex_attention_available():
         if choice is None:
             return "mask"

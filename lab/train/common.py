@@ -240,6 +240,8 @@ def make_guarded_trainer_class():
             """Adds the throughput since the previous log to each training-loss log."""
             import time
 
+            self._stop_if_a_loss_was_not_finite()
+
             now, step = time.perf_counter(), self.state.global_step
             if "loss" in logs and self._last_log is not None and step > self._last_log[1]:
                 seconds = now - self._last_log[0]
@@ -259,11 +261,26 @@ def make_guarded_trainer_class():
                 self._restore_logging_window(self._tr_loss)
             loss = super().training_step(model, inputs, *args, **kwargs)
             value = torch.as_tensor(loss).detach()
-            if not bool(torch.isfinite(value).all()):
-                # global_step counts finished optimizer steps: this one is the next.
-                raise non_finite_error("loss", self.state.global_step + 1,
-                                       value.float().flatten()[0].item())
+            # global_step counts finished optimizer steps: this one is the next.
+            step = self.state.global_step + 1
+            if value.is_cuda:
+                # Reading the loss every step would make the host wait for the GPU each step
+                # (no batch prepared, no kernel queued meanwhile): the first bad step is kept on
+                # the device and read at the next log, checkpoint or the end of training.
+                bad = ~torch.isfinite(value).all()
+                if self._first_bad_step is None:
+                    self._first_bad_step = torch.zeros((), dtype=torch.long, device=value.device)
+                self._first_bad_step = torch.where(bad & (self._first_bad_step == 0), step,
+                                                   self._first_bad_step)
+            elif not bool(torch.isfinite(value).all()):
+                raise non_finite_error("loss", step, value.float().flatten()[0].item())
             return loss
+
+        _first_bad_step: Any = None
+
+        def _stop_if_a_loss_was_not_finite(self) -> None:
+            if self._first_bad_step is not None and int(self._first_bad_step):
+                raise non_finite_error("loss", int(self._first_bad_step), "nan/inf")
 
         def _issue_warnings_after_load(self, load_result):
             """transformers 5 reports RoBERTa's MLM decoder, which shares the word embeddings'
@@ -280,6 +297,7 @@ def make_guarded_trainer_class():
             return super()._issue_warnings_after_load(load_result)
 
         def _save_checkpoint(self, model, *args, **kwargs):
+            self._stop_if_a_loss_was_not_finite()
             if not weights_are_finite(self.model):
                 raise non_finite_error("weights", self.state.global_step, "nan/inf")
             result = super()._save_checkpoint(model, *args, **kwargs)
@@ -297,7 +315,9 @@ def make_guarded_trainer_class():
         def train(self, resume_from_checkpoint=None, *args, **kwargs):
             self._resumed_window = (read_logging_window(Path(resume_from_checkpoint))
                                     if isinstance(resume_from_checkpoint, (str, Path)) else None)
-            return super().train(resume_from_checkpoint, *args, **kwargs)
+            result = super().train(resume_from_checkpoint, *args, **kwargs)
+            self._stop_if_a_loss_was_not_finite()
+            return result
 
         def _restore_logging_window(self, tr_loss: Any) -> None:
             window, self._resumed_window = self._resumed_window, None

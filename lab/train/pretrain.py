@@ -74,12 +74,13 @@ class PretrainConfig:
     bf16: bool | None = param(None, "bfloat16 autocast (changes the numbers); unset: on when "
                                     "training on a CUDA GPU, off on a CPU (lab.train.speed).")
     compile: bool | None = param(None, "torch.compile the model (same maths, other kernels); "
-                                       "unset: on when training on a CUDA GPU without DeepSpeed, "
-                                       "off on a CPU.")
+                                       "unset: on when training a small or paper model on a CUDA "
+                                       "GPU without DeepSpeed, else off.")
     attention: str | None = param(
         None, "How packed documents are kept apart: mask (4D boolean masks, SDPA, attention "
               "dropout as configured) or flex (a FlexAttention document kernel, no attention "
-              "dropout); unset: flex on a CUDA GPU, mask on a CPU (lab.train.attention).")
+              "dropout); unset: flex for a small or paper model on a CUDA GPU, else mask "
+              "(lab.train.attention).")
     cross_document_attention: bool = param(
         False, "Let packed documents attend to the documents before them, positions running "
                "on (HF group_texts-style context); by default each document sees only itself.",
@@ -121,8 +122,8 @@ def resolve_for_device(cfg: PretrainConfig, device: str) -> PretrainConfig:
     return dataclasses.replace(
         cfg, bf16=device_default("bf16", cfg.bf16, device),
         compile=device_default("compile", cfg.compile if cfg.compile is not None
-                               else compile_default, device),
-        attention=resolve_attention(cfg.attention, device))
+                               else compile_default, device, cfg.preset),
+        attention=resolve_attention(cfg.attention, device, cfg.preset))
 
 
 def _validate(cfg: PretrainConfig) -> None:

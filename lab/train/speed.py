@@ -2,9 +2,9 @@
 
 Defaults by device. A pre-training leaves `bf16`, `compile` and `attention` unset (null) unless
 told; they are then taken from where it runs (DEVICE_DEFAULTS). On a CPU that is what the lab
-always did, so CPU numbers are unchanged; on a CUDA GPU it is bfloat16 autocast, torch.compile
-and the FlexAttention document kernel, plus what no option controls there: fused AdamW, TF32
-matmuls for what runs in float32, and pinned host memory for batches. The manifest's `speed`
+always did, so CPU numbers are unchanged; on a CUDA GPU it is bfloat16 autocast, and for the
+small and paper presets torch.compile and the FlexAttention document kernel, plus what no option
+controls there: fused AdamW, TF32 matmuls for what runs in float32, and pinned host memory. The manifest's `speed`
 records what was used.
 
 Throughput. A run's wall-clock average includes start-up and compilation, which dominate a short
@@ -17,12 +17,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-# setting -> (on a CUDA GPU, elsewhere)
+# setting -> (on a CUDA GPU, elsewhere). Compilation (tens of seconds for each new shape) and the
+# flex kernel (compiled too) pay back only where steps are costly: on a GPU they are the default
+# for the presets in COMPILED_PRESETS; a tiny model's whole run is shorter than its compilation.
 DEVICE_DEFAULTS: dict[str, tuple[Any, Any]] = {
     "bf16": (True, False),
     "compile": (True, False),
     "attention": ("flex", "mask"),
 }
+COMPILED_PRESETS = ("small", "paper")
 
 # Dense bfloat16 matrix rate per GPU, in TFLOP/s, matched in this order against the name torch
 # gives the device. Hopper's are the rate an 8192^3 bf16 matmul reached on H100 and H200 machines
@@ -47,11 +50,14 @@ def training_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def device_default(setting: str, value: Any, device: str) -> Any:
-    """`value`, or where it is None the default of `setting` on `device` (cpu, cuda, cuda:N)."""
+def device_default(setting: str, value: Any, device: str, preset: str = "paper") -> Any:
+    """`value`, or where it is None the default of `setting` for a `preset` model on `device`
+    (cpu, cuda, cuda:N)."""
     if value is not None:
         return value
     on_gpu, elsewhere = DEVICE_DEFAULTS[setting]
+    if setting in ("compile", "attention") and preset not in COMPILED_PRESETS:
+        return elsewhere
     return on_gpu if str(device).startswith("cuda") else elsewhere
 
 
