@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parents[1]
-PARTS = ("peak", "data", "correctness", "plain-gpt2", "lab-gpt2", "quickstart", "plain-roberta",
-         "lab-roberta", "deepspeed")
+PARTS = ("peak", "data", "correctness", "plain-gpt2", "lab-gpt2", "plain-roberta", "lab-roberta",
+         "quickstart", "deepspeed")
 # Seconds each part may take on a GPU (compilation included).
 LIMITS = {"peak": 60, "data": 120, "correctness": 150, "plain-gpt2": 150, "lab-gpt2": 240,
           "quickstart": 300, "plain-roberta": 150, "lab-roberta": 240, "deepspeed": 240}
@@ -43,6 +43,10 @@ SHAPE = {"preset": "paper", "layers": 12, "hidden": 768, "heads": 12, "ffn": 307
          "batch": 32, "vocab": 16000, "steps": 160, "plain_steps": 40}
 DRY_SHAPE = {"preset": "micro", "layers": 2, "hidden": 64, "heads": 2, "ffn": 128, "block": 128,
              "batch": 4, "vocab": 1200, "steps": 8, "plain_steps": 3}
+# Seconds each part is expected to take on an H100/H200 (what --budget plans with).
+EXPECTED = {"peak": 15, "data": 30, "correctness": 40, "plain-gpt2": 50, "lab-gpt2": 80,
+            "quickstart": 90, "plain-roberta": 50, "lab-roberta": 80, "deepspeed": 60,
+            "lab-gpt2-mask": 70}
 TARGETS = {"ratio": 0.95, "mfu": 0.40, "quickstart_seconds": 60.0}
 
 
@@ -64,12 +68,16 @@ class Check:
         tmp.write_text(json.dumps(self.results, indent=1, default=str))
         os.replace(tmp, self.results_path)
 
+    deadline: float | None = None  # perf_counter() by which every part must have ended
+
     def run(self, part: str, command: list[str], env: dict[str, str] | None = None
             ) -> tuple[int, float]:
         """A part's process, its output in OUT/PART.log; (exit code, seconds); 124 on time out."""
         log = self.out / f"{part}.log"
         started = time.perf_counter()
-        limit = LIMITS[part] * (3 if self.dry_run else 1)
+        limit = LIMITS.get(part.removesuffix("-mask"), 240) * (3 if self.dry_run else 1)
+        if self.deadline is not None:
+            limit = max(1.0, min(limit, self.deadline - started))
         with open(log, "a") as handle:
             handle.write("$ " + " ".join(command) + "\n")
             handle.flush()
@@ -333,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="tiny shapes and a few steps on whatever device is here")
     parser.add_argument("--parts", default=",".join(PARTS),
                         help=f"comma-separated, of {', '.join(PARTS)}, lab-gpt2-mask")
+    parser.add_argument("--budget", type=float, default=None,
+                        help="seconds for all parts: a part expected to need more than is left "
+                             "is skipped, one running at the end is stopped")
     parser.add_argument("--correctness-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -349,8 +360,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"gpu-check: torch {torch.__version__}, "
           f"{torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU'}, "
           f"out {args.out}{' (dry run)' if args.dry_run else ''}", flush=True)
+    began = time.perf_counter()
+    if args.budget:
+        check.deadline = began + args.budget
     for part in wanted:
         started = time.perf_counter()
+        if check.deadline is not None and not args.dry_run and (
+                check.deadline - started < EXPECTED.get(part, 60)):
+            print(f"[skipped] {part}: {check.deadline - started:.0f} s of the budget left, "
+                  f"about {EXPECTED.get(part, 60)} s needed", flush=True)
+            continue
         try:
             result = parts[part]()
         except Exception as exc:  # noqa: BLE001  (a part's failure must not stop the others)

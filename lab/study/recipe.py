@@ -799,8 +799,25 @@ def study_differences(old: Recipe, new: Recipe) -> list[str]:
     a launch that changes results changes the stage keys) and `statistics` (how the finished
     results are read: a study may be re-read under other declarations, and recipe.json records
     the latest)."""
-    return [d for d in _differences(recipe_dict(old), recipe_dict(new))
+    return [d for d in _differences(_device_settings_resolved(old), _device_settings_resolved(new))
             if not d.startswith(("resources.", "statistics."))]
+
+
+def _device_settings_resolved(recipe: Recipe) -> dict[str, Any]:
+    """recipe_dict, with the pre-training settings a CPU study leaves unset (bf16, compile,
+    attention: lab.train.speed) as the values they take there, which are those studies made
+    before they could be unset recorded: such a study and today's recipe are the same study."""
+    record = recipe_dict(recipe)
+    if recipe.resources.device.startswith("cuda"):
+        return record
+    sections = [record["pretrain"]] + [model.get("pretrain", {})
+                                       for model in record.get("by_model", {}).values()
+                                       if isinstance(model, dict)]
+    for section in sections:
+        for name, neutral in KEY_NEUTRAL_DEFAULTS["pretrain"].items():
+            if name in section and section[name] is None:
+                section[name] = neutral
+    return record
 
 
 # --- the reference recipe: every field, generated from the declarations above -----------------
