@@ -166,8 +166,10 @@ def cuda_speed_settings() -> dict[str, Any]:
 
     if not torch.cuda.is_available():
         return {}
-    return {"optim": "adamw_torch_fused", "dataloader_pin_memory": True,
-            "tf32": torch.cuda.get_device_capability()[0] >= 8}
+    tf32 = torch.cuda.get_device_capability()[0] >= 8
+    if tf32:  # also where a transformers version has no `tf32` training argument
+        torch.set_float32_matmul_precision("high")
+    return {"optim": "adamw_torch_fused", "dataloader_pin_memory": True, "tf32": tf32}
 
 
 def _make_trainer_class():
@@ -406,7 +408,7 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
                   # attention-probability dropout as trained (the flex kernel has none)
                   "attention_dropout": 0.0 if flex else _attention_dropout(config),
                   "optimizer": args.optim if isinstance(args.optim, str) else args.optim.value,
-                  "tf32": bool(getattr(args, "tf32", None)),
+                  "tf32": _tf32_matmuls(),
                   "pin_memory": bool(args.dataloader_pin_memory and str(args.device) != "cpu")},
         "wall_seconds": round(time.perf_counter() - started, 2),
         "environment": environment_record(),
@@ -417,6 +419,12 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
         shutil.rmtree(out)
     os.replace(work, out)
     return manifest
+
+
+def _tf32_matmuls() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.get_float32_matmul_precision() != "highest"
 
 
 def _attention_dropout(config: Any) -> float:
