@@ -184,3 +184,65 @@ def test_a_cpu_run_records_its_speed_settings_and_steady_rate(micro_world, tmp_p
     assert throughput["steady_steps"] == [2, 12]  # the first steps are start-up
     assert throughput["steady_tokens_per_second"] > 0 and throughput["startup_seconds"] >= 0
     assert throughput["mfu"] is None  # no GPU, no peak
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("length", [128, 200, 512])
+def test_document_block_mask_matches_torchs_create_block_mask(causal, length):
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from lab.train.attention import document_block_mask
+
+    generator = torch.Generator().manual_seed(length)
+    rows = []
+    for _ in range(3):
+        cuts = sorted(torch.randperm(length - 1, generator=generator)[:4].add(1).tolist())
+        row = torch.zeros(length, dtype=torch.long)
+        for number, (start, end) in enumerate(zip([0] + cuts, cuts[1:] + [length - 7]), start=1):
+            row[start:end] = number
+        rows.append(row)  # the first and last stretches: padding (0)
+    rows.append(torch.ones(length, dtype=torch.long))  # one document filling the row
+    documents = torch.stack(rows)
+
+    def mask_mod(b, h, q, kv):
+        same = documents[b, q] == documents[b, kv]
+        return same & (q >= kv) if causal else same
+
+    want = create_block_mask(mask_mod, documents.shape[0], None, length, length, device="cpu")
+    got = document_block_mask(documents, causal)
+    assert torch.equal(got.to_dense(), want.to_dense())
+    for counts, indices in (("kv_num_blocks", "kv_indices"),
+                            ("full_kv_num_blocks", "full_kv_indices")):
+        assert torch.equal(getattr(got, counts), getattr(want, counts)), counts
+        valid = torch.arange(getattr(want, indices).shape[-1]) < getattr(want, counts)[..., None]
+        assert torch.equal(getattr(got, indices)[valid], getattr(want, indices)[valid]), indices
+    dense = documents[:, :, None] == documents[:, None, :]
+    if causal:
+        dense &= torch.ones(length, length, dtype=torch.bool).tril()
+    q, kv = torch.meshgrid(torch.arange(length), torch.arange(length), indexing="ij")
+    for b in range(documents.shape[0]):
+        assert torch.equal(got.mask_mod(b, 0, q, kv), dense[b])
+
+
+def test_loader_workers_train_the_same_weights(micro_world, tmp_path, monkeypatch):
+    """A GPU run collates in loader processes (cuda_speed_settings): the masks a RoBERTa batch
+    draws depend on its sequence, the seed and the epoch, so two epochs end in the same weights
+    as with no workers."""
+    import lab.train.pretrain as pretrain_module
+    from lab.train.pretrain import PretrainConfig, run_pretrain
+
+    def run(name: str) -> dict:
+        return run_pretrain(PretrainConfig(
+            model="roberta", corpus=micro_world / "paired", tokenizer=micro_world / "tok",
+            out=tmp_path / name, preset="micro", epochs=2, batch_size=32, block_size=BLOCK,
+            log_steps=50, save_steps=1000, report_to="none", cache_dir=tmp_path / "cache"))
+
+    plain = run("plain")
+    monkeypatch.setattr(pretrain_module, "cuda_speed_settings", lambda: {
+        "dataloader_num_workers": 2, "dataloader_prefetch_factor": 4})
+    workers = run("workers")
+    assert workers["speed"]["loader_workers"] == 2 and plain["speed"]["loader_workers"] == 0
+    assert plain["steps"] > 20 and plain["config"]["epochs"] == 2
+    assert workers["final_weights_sha256"] == plain["final_weights_sha256"]
+    assert workers["first_batch_sha256"] == plain["first_batch_sha256"]

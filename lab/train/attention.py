@@ -87,9 +87,15 @@ def _document_flex_attention(module: Any, query: Any, key: Any, value: Any, atte
         raise RuntimeError("document flex attention called without its document_mask")
     if dropout:
         raise RuntimeError("document flex attention has no attention dropout (set it to 0)")
-    kernel = _flex_kernel() if query.is_cuda else _eager_flex()
+    kernel = _flex_kernel() if query.is_cuda or _compiling() else _eager_flex()
     out = kernel(query, key, value, block_mask=document_mask, scale=scaling)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _compiling() -> bool:
+    import torch
+
+    return torch.compiler.is_compiling()
 
 
 def _eager_flex() -> Any:
@@ -152,13 +158,40 @@ def _attention_dropouts(model: Any) -> list[Any]:
             and (name.endswith("attn.attn_dropout") or name.endswith("attention.self.dropout"))]
 
 
+# FlexAttention's tile: a BlockMask says, per tile of BLOCK x BLOCK queries and keys, whether
+# none, some (the mask function decides) or all of its pairs attend.
+BLOCK = 128
+
+
 def document_block_mask(document_ids: Any, causal: bool) -> Any:
     """The FlexAttention BlockMask of a (batch, length) tensor of document numbers: a query sees
     the keys of its own document (and, causal, not after it). Padding (number 0) sees padding,
-    as in the 4D mask: no query row is empty."""
-    from torch.nn.attention.flex_attention import create_block_mask
+    as in the 4D mask: no query row is empty.
+
+    torch's create_block_mask evaluates the mask function through vmap, which costs the host
+    more than a paper-size step costs the GPU; here the tiles come from the dense mask in a few
+    tensor operations on the device (tests check them against create_block_mask)."""
+    import torch
+    from torch.nn.attention.flex_attention import BlockMask
 
     documents = document_ids
+    batch, length = documents.shape
+    same = documents[:, :, None] == documents[:, None, :]
+    if causal:
+        same &= torch.ones(length, length, dtype=torch.bool, device=documents.device).tril()
+    tiles = -(-length // BLOCK)
+    edge = tiles * BLOCK - length
+    if edge:  # keys and queries beyond the length attend nowhere
+        same = torch.nn.functional.pad(same, (0, edge, 0, edge), value=False)
+    grid = same.view(batch, tiles, BLOCK, tiles, BLOCK)
+    some = grid.any(dim=4).any(dim=2)
+    full = grid.all(dim=4).all(dim=2)
+
+    def ordered(tile_mask: Any) -> tuple[Any, Any]:
+        tile_mask = tile_mask[:, None].to(torch.int32)  # (batch, heads=1, q tiles, kv tiles)
+        counts = tile_mask.sum(dim=-1).to(torch.int32)
+        indices = torch.argsort(tile_mask, dim=-1, descending=True, stable=True)
+        return counts, indices.to(torch.int32)
 
     def same_document(b: Any, h: Any, q: Any, kv: Any) -> Any:
         return documents[b, q] == documents[b, kv]
@@ -166,9 +199,11 @@ def document_block_mask(document_ids: Any, causal: bool) -> Any:
     def same_document_causal(b: Any, h: Any, q: Any, kv: Any) -> Any:
         return (documents[b, q] == documents[b, kv]) & (q >= kv)
 
-    batch, length = documents.shape
-    return create_block_mask(same_document_causal if causal else same_document, batch, None,
-                             length, length, device=documents.device)
+    partial_counts, partial_indices = ordered(some & ~full)
+    full_counts, full_indices = ordered(full)
+    return BlockMask.from_kv_blocks(
+        partial_counts, partial_indices, full_counts, full_indices, BLOCK_SIZE=BLOCK,
+        mask_mod=same_document_causal if causal else same_document, seq_lengths=(length, length))
 
 
 def with_document_mask(inputs: dict[str, Any], causal: bool) -> dict[str, Any]:

@@ -117,9 +117,9 @@ def make_steady_throughput_callback() -> Any:
     from transformers import TrainerCallback
 
     class SteadyThroughput(TrainerCallback):
-        """Times the optimizer steps after the first steady_skip(max_steps) to the end of
-        training, synchronising the GPU at both ends only (every step between runs ahead
-        asynchronously, as it would untimed)."""
+        """Times the optimizer steps after the first steady_skip(max_steps) to the last one,
+        synchronising the GPU at both ends only (every step between runs ahead asynchronously,
+        as it would untimed). Checkpoints saved between them count; the final save does not."""
 
         def __init__(self) -> None:
             self.start: tuple[float, int] | None = None
@@ -135,10 +135,15 @@ def make_steady_throughput_callback() -> Any:
                     state.max_steps - self.first_step):
                 _synchronize()
                 self.start = (time.perf_counter(), state.global_step)
+            elif state.global_step >= state.max_steps:
+                # the last step: the final checkpoint, written after it, is not training
+                _synchronize()
+                self.end = (time.perf_counter(), state.global_step)
 
         def on_train_end(self, args, state, control, **kwargs):
-            _synchronize()
-            self.end = (time.perf_counter(), state.global_step)
+            if self.end is None:
+                _synchronize()
+                self.end = (time.perf_counter(), state.global_step)
 
         def record(self, tokens_per_step: int, flops_per_token: int) -> dict[str, Any]:
             """The steady rate in tokens (every position of every sequence) per second, the
