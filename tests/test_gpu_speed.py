@@ -229,8 +229,19 @@ def test_loader_workers_train_the_same_weights(micro_world, tmp_path, monkeypatc
     """A GPU run collates in loader processes (cuda_speed_settings): the masks a RoBERTa batch
     draws depend on its sequence, the seed and the epoch, so two epochs end in the same weights
     as with no workers."""
+    import torch
+
     import lab.train.pretrain as pretrain_module
     from lab.train.pretrain import PretrainConfig, run_pretrain
+
+    # what a GPU run gets, read with a GPU pretended (its loader settings apply on a CPU too)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(torch, "set_float32_matmul_precision", lambda *a: None)
+    cuda_settings = pretrain_module.cuda_speed_settings()
+    monkeypatch.undo()
+    assert not cuda_settings.get("dataloader_persistent_workers")
+    assert cuda_settings["dataloader_num_workers"] == pretrain_module.LOADER_WORKERS
 
     def run(name: str) -> dict:
         return run_pretrain(PretrainConfig(
@@ -240,7 +251,8 @@ def test_loader_workers_train_the_same_weights(micro_world, tmp_path, monkeypatc
 
     plain = run("plain")
     monkeypatch.setattr(pretrain_module, "cuda_speed_settings", lambda: {
-        "dataloader_num_workers": 2, "dataloader_prefetch_factor": 4})
+        key: value for key, value in cuda_settings.items() if key.startswith("dataloader_")
+        and key != "dataloader_pin_memory"})
     workers = run("workers")
     assert workers["speed"]["loader_workers"] == 2 and plain["speed"]["loader_workers"] == 0
     assert plain["steps"] > 20 and plain["config"]["epochs"] == 2

@@ -174,6 +174,9 @@ def cuda_speed_settings() -> dict[str, Any]:
         torch.set_float32_matmul_precision("high")
     # Two loader processes collate the next batches while the GPU trains (a batch depends only
     # on its sequences, the seed and the epoch, which the workers, started each epoch, copy).
+    # Kept across epochs they would save each epoch's restart, but the seed a new epoch's
+    # workers draw from the global RNG would then not be drawn, and dropout on a CPU would
+    # differ from a run without them.
     return {"optim": "adamw_torch_fused", "dataloader_pin_memory": True, "tf32": tf32,
             "dataloader_num_workers": LOADER_WORKERS, "dataloader_prefetch_factor": 4}
 

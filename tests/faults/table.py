@@ -326,6 +326,8 @@ CASES = [
     error("pretrain: save every 0 steps", [*PRE, "--save-steps", "0"], "--save-steps"),
     error("pretrain: max steps -5", [*PRE, "--max-steps", "-5"], "--max-steps -5: must be >= 1"),
     error("pretrain: max steps 0", [*PRE, "--max-steps", "0"], "--max-steps 0: must be >= 1"),
+    error("pretrain: unknown attention kernel", [*PRE, "--attention", "dense"],
+          "--attention dense: choose from mask, flex"),
     error("pretrain: lr nan", [*PRE, "--lr", "nan"], "--lr nan: must be a finite number"),
     error("pretrain: lr inf", [*PRE, "--lr", "inf"], "--lr inf: must be a finite number"),
     error("pretrain: negative lr", [*PRE, "--lr", "-1"], "--lr -1.0: must be > 0"),
