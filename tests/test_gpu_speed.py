@@ -258,3 +258,31 @@ def test_loader_workers_train_the_same_weights(micro_world, tmp_path, monkeypatc
     assert plain["steps"] > 20 and plain["config"]["epochs"] == 2
     assert workers["final_weights_sha256"] == plain["final_weights_sha256"]
     assert workers["first_batch_sha256"] == plain["first_batch_sha256"]
+
+
+def test_a_run_checkpointed_before_the_attention_setting_resumes(micro_world, tmp_path):
+    import json
+    import shutil
+
+    from lab.train.pretrain import CONFIG_FILE, PretrainConfig, run_pretrain
+
+    def config(name: str, **more) -> PretrainConfig:
+        return PretrainConfig(model="gpt2", corpus=micro_world / "paired",
+                              tokenizer=micro_world / "tok", out=tmp_path / name, preset="micro",
+                              max_steps=4, save_steps=2, batch_size=4, block_size=BLOCK,
+                              report_to="none", cache_dir=tmp_path / "cache", **more)
+
+    done = run_pretrain(config("done"))
+    partial = tmp_path / "old.partial"
+    shutil.copytree(tmp_path / "done", partial)
+    shutil.rmtree(partial / "model")
+    saved = json.loads((partial / CONFIG_FILE).read_text())
+    del saved["attention"]  # as the lab wrote it before the setting existed
+    (partial / CONFIG_FILE).write_text(json.dumps(saved))
+    resumed = run_pretrain(config("old", resume=True))
+    assert resumed["resumed_from"] == "checkpoint-4" and done["steps"] == 4
+    saved["bf16"] = True  # a setting that does change the weights is still refused
+    (tmp_path / "old2.partial").mkdir()
+    (tmp_path / "old2.partial" / CONFIG_FILE).write_text(json.dumps(saved))
+    with pytest.raises(LabError, match="another config.*bf16"):
+        run_pretrain(config("old2", resume=True))

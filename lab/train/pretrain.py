@@ -45,6 +45,8 @@ RESUME_KEYS = ("model", "corpus_sha256", "tokenizer_sha256", "preset", "epochs",
                "block_size", "seed", "grad_accum", "max_steps", "warmup_steps", "weight_decay",
                "lr_scheduler", "mlm_probability", "bf16", "cross_document_attention",
                "attention")
+# Keys added to RESUME_KEYS since runs were first checkpointed, with the value those runs had.
+RESUME_KEYS_ADDED = {"attention": "mask"}
 
 
 @dataclass
@@ -465,7 +467,8 @@ def _prepare_work_dir(cfg: PretrainConfig, out: Path, work: Path, run_config: di
         if not saved.is_file():
             raise LabError(f"{work}: no {CONFIG_FILE}, cannot resume (use --force to restart)")
         previous = json.loads(saved.read_text(encoding="utf-8"))
-        changed = [k for k in RESUME_KEYS if previous.get(k) != run_config.get(k)]
+        changed = [k for k in RESUME_KEYS
+                   if previous.get(k, RESUME_KEYS_ADDED.get(k)) != run_config.get(k)]
         if changed:
             raise LabError(
                 f"{saved}: --resume from a checkpoint of another config ({', '.join(changed)} "
