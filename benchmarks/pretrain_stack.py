@@ -137,7 +137,8 @@ def main() -> None:
     from lab.models import build_config, build_model, position_offset
     from lab.tokenizer import tokenizer_hash
     from lab.train.packing import PackedCollator, PackedDataset, pack_documents, tokenize_corpus
-    from lab.train.pretrain import PretrainConfig
+    from lab.train.pretrain import PretrainConfig, resolve_for_device
+    from lab.train.speed import training_device
 
     hf_logging.set_verbosity_error()
     with tempfile.TemporaryDirectory(prefix="lab-stack-") as tmp_name:
@@ -147,7 +148,8 @@ def main() -> None:
                              preset=opts.preset, batch_size=opts.batch_size,
                              block_size=opts.block_size, seed=opts.seed,
                              max_steps=opts.warmup + opts.steps, save_steps=10 ** 6,
-                             log_steps=10 ** 6)
+                             log_steps=10 ** 6, report_to="none")
+        cfg = resolve_for_device(cfg, training_device())  # what `lab pretrain` runs with
         corpus = tokenize_corpus(arm, tokenizer, tokenizer_hash(tok_dir), tmp / "cache")
         packing = pack_documents(corpus.lengths(), cfg.block_size, samples=corpus.injected)
         dataset = PackedDataset(corpus, packing, tokenizer.bos_token_id, tokenizer.eos_token_id,
