@@ -76,7 +76,7 @@ def options_of(config: Any) -> Callable[[Callable[[Any], None]], Callable[..., N
             default = ... if required else (",".join(f.default) if is_list and f.default
                                              else f.default)
             name = option_name(f)
-            if kind is bool and not f.metadata.get("flag"):
+            if bool in (kind, _without_none(kind)) and not f.metadata.get("flag"):
                 name = f"{name}/--no-{name[2:]}"
             meaning = f.metadata.get("help", "") + (" Comma-separated." if is_list else "")
             option = (typer.Argument(default, help=meaning) if f.metadata.get("argument")

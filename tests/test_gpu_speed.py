@@ -286,3 +286,29 @@ def test_a_run_checkpointed_before_the_attention_setting_resumes(micro_world, tm
     (tmp_path / "old2.partial" / CONFIG_FILE).write_text(json.dumps(saved))
     with pytest.raises(LabError, match="another config.*bf16"):
         run_pretrain(config("old2", resume=True))
+
+
+@pytest.mark.parametrize("options, expected", [
+    ([], (None, None, None)),
+    (["--bf16", "--compile", "--attention", "flex"], (True, True, "flex")),
+    (["--no-bf16", "--no-compile", "--attention", "mask"], (False, False, "mask")),
+])
+def test_the_command_line_leaves_unset_what_it_is_not_given(monkeypatch, options, expected):
+    """A launcher hands a resolved config to its ranks as options (lab.common.command_line),
+    --no-bf16 included; what no option names stays unset for the device to decide."""
+    from typer.testing import CliRunner
+
+    import lab.train.pretrain as pretrain_module
+    from lab.cli import app
+    from lab.common import command_line
+
+    seen = []
+    monkeypatch.setattr(pretrain_module, "run_pretrain",
+                        lambda cfg: seen.append(cfg) or {"dry_run": True})
+    result = CliRunner().invoke(app, ["pretrain", "--model", "gpt2", "--corpus", "c",
+                                      "--tokenizer", "t", "--out", "o", "--dry-run", *options])
+    assert seen, result.output
+    cfg = seen[0]
+    assert (cfg.bf16, cfg.compile, cfg.attention) == expected
+    again = CliRunner().invoke(app, ["pretrain", *command_line(cfg)])
+    assert (seen[1].bf16, seen[1].compile, seen[1].attention) == expected, again.output
