@@ -38,18 +38,6 @@ def _worker_init() -> None:
     # takes the workers down (above); a worker's own KeyboardInterrupt traceback would only add
     # noise to the terminal.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # What every training or evaluation stage imports first (torch and transformers' Trainer,
-    # seconds each): done while the pool starts, beside the first stages, instead of at the
-    # start of each stage a fresh worker takes.
-    import lab.study.stages  # noqa: F401
-    import torch  # noqa: F401
-    from transformers import Trainer  # noqa: F401
-
-
-def _started() -> None:
-    """A pool task that does nothing: submitting one per worker starts every worker (and its
-    imports) at once; a spawn-context pool otherwise starts them one by one, when a stage
-    finds none idle."""
 
 
 class _Finished:
@@ -102,8 +90,6 @@ def submitter(executor: str, workers: int, threads: int, study: Path, corpora_di
 
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=_worker_init)
-        for _ in range(workers):
-            pool.submit(_started)
         return (lambda stage: pool.submit(run_stage, stage, study, corpora_dir, threads),
                 lambda: pool.shutdown(wait=True, cancel_futures=True))
     try:
