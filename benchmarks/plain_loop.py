@@ -9,9 +9,10 @@ Quick CPU smoke run (tiny shapes):
     python benchmarks/plain_loop.py --model gpt2 --layers 2 --hidden 128 --heads 2 --ffn 512 \\
         --vocab 2000 --block 128 --batch 4 --steps 5 --warmup 2 --compile
 
-No HF Trainer and no transformers: one file, torch only. Two model families with the same maths
-per token as the lab's transformers models of the same shape (defaults: the `paper` preset,
-12 layers, hidden 768, 12 heads, FFN 3072, block 512, vocabulary 16,000):
+No HF Trainer and no transformers: torch, and the lab's FLOPs count (lab.train.speed). Two
+model families with the same maths per token as the lab's transformers models of the same
+shape (defaults: the `paper` preset, 12 layers, hidden 768, 12 heads, FFN 3072, block 512,
+vocabulary 16,000):
 
   gpt2     GPT2LMHeadModel (untied head, as the lab's paper preset): learned token + position
            embeddings -> dropout; pre-LN blocks (LN -> causal SDPA self-attention -> proj ->
@@ -70,6 +71,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the lab, run from a checkout
+from lab.train.speed import shape_flops_per_token, shape_matmul_parameters  # noqa: E402
+
 MODELS = ("gpt2", "roberta")
 # The lab's `paper` preset (lab/models.py) and the shapes of the GPU check.
 DEFAULTS: dict[str, Any] = dict(
@@ -87,29 +91,11 @@ INIT_STD = 0.02          # initializer_range of both configs
 
 # --- FLOPs ---------------------------------------------------------------------------------
 
-def matmul_parameters(model: str = "gpt2", layers: int = 12, hidden: int = 768, ffn: int = 3072,
-                      vocab: int = 16000) -> int:
-    """Weights that take part in matrix multiplications, once per token: per layer q, k, v and
-    the attention output projection (4 * hidden^2) and the FFN's two matrices
-    (2 * hidden * ffn); then GPT-2's output head (vocab * hidden; untied, but a tied head would
-    count the same, since the product happens either way), or RoBERTa's MLM head dense
-    (hidden^2) and decoder (vocab * hidden, tied to the word embeddings). Embedding lookups,
-    LayerNorms and biases are not matmuls and are left out."""
-    if model not in MODELS:
-        raise ValueError(f"model {model!r}: choose from {', '.join(MODELS)}")
-    per_layer = 4 * hidden * hidden + 2 * hidden * ffn
-    head = vocab * hidden + (hidden * hidden if model == "roberta" else 0)
-    return layers * per_layer + head
-
-
-def flops_per_token(layers: int, hidden: int, block: int, matmul_params: int) -> int:
-    """Training FLOPs per token (forward + backward), PaLM's appendix B: 6 per matmul weight
-    (2 forward, 4 backward) plus 12 * layers * hidden * block for attention (QK^T and AV, each
-    2 * block * hidden per token and layer forward, times 3 with the backward pass). For causal
-    models the usual convention (PaLM, nanoGPT, Megatron's MFU) does not halve the attention
-    term, although a causal kernel skips about half of that work; we keep that convention for
-    both families, so a GPT-2 and a RoBERTa of one shape have the same attention FLOPs."""
-    return 6 * matmul_params + 12 * layers * hidden * block
+# The counts are the lab's own (lab.train.speed), so the plain loop's MFU and `lab pretrain`'s
+# are one formula: matmul_parameters(model, layers, hidden, ffn, vocab) and
+# flops_per_token(layers, hidden, block, matmul_params).
+matmul_parameters = shape_matmul_parameters
+flops_per_token = shape_flops_per_token
 
 
 # --- models --------------------------------------------------------------------------------

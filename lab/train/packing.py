@@ -423,48 +423,42 @@ class PackedCollator:
             return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
         segments = torch.stack([f["segments"] for f in features])
-        if self.attention == "flex":
-            return self._flex_batch(input_ids, attention_mask, segments, labels)
+        flex = self.attention == "flex"
+        if flex:
+            input_ids, attention_mask, segments, labels = self._fill_rows(
+                input_ids, attention_mask, segments, labels)
         positions = segment_positions(segments)
-        same_document = segments[:, :, None] == segments[:, None, :]
-        if not self.mlm:
+        if self.mlm:
+            position_ids = torch.where(segments > 0, positions + self.position_offset,
+                                       torch.full_like(positions, self.pad))
+            rest: dict[str, Any] = {}
+        else:
             labels[positions == 0] = -100  # every document's <s>: nothing precedes it
-            length = segments.shape[1]
-            causal = torch.ones(length, length, dtype=torch.bool).tril()
-            return {"input_ids": input_ids, "attention_mask": (same_document & causal)[:, None],
-                    "position_ids": positions + self.position_offset, "labels": labels,
-                    "use_cache": False}
-        position_ids = torch.where(segments > 0, positions + self.position_offset,
-                                   torch.full_like(positions, self.pad))
-        return {"input_ids": input_ids, "attention_mask": same_document[:, None],
-                "position_ids": position_ids, "labels": labels}
+            position_ids, rest = positions + self.position_offset, {"use_cache": False}
+        if flex:  # the document numbers, from which the trainer builds the BlockMask
+            keep_apart = {"attention_mask": attention_mask, DOCUMENT_IDS: segments}
+        else:
+            same_document = segments[:, :, None] == segments[:, None, :]
+            if not self.mlm:
+                length = segments.shape[1]
+                same_document &= torch.ones(length, length, dtype=torch.bool).tril()
+            keep_apart = {"attention_mask": same_document[:, None]}
+        return {"input_ids": input_ids, **keep_apart, "position_ids": position_ids,
+                "labels": labels, **rest}
 
-    def _flex_batch(self, input_ids: Any, attention_mask: Any, segments: Any,
-                    labels: Any) -> dict[str, Any]:
-        """The flex-path batch (lab.train.attention): document numbers beside the 2D padding
-        mask instead of the 4D mask, the same positions and labels. With `rows`, a short last
-        batch is filled up with rows of padding whose labels are all -100 (they add nothing to
-        the loss or its gradient), so a compiled model sees one shape."""
+    def _fill_rows(self, *tensors: Any) -> tuple[Any, ...]:
+        """(input_ids, attention_mask, segments, labels) of a short batch, filled up to `rows`
+        with rows of padding whose labels are all -100 (they add nothing to the loss or its
+        gradient), so a compiled model sees one shape. The flex path only (lab.train.attention:
+        it sends document numbers beside the 2D padding mask instead of the 4D mask)."""
         import torch
 
-        short = (self.rows or 0) - input_ids.shape[0]
-        if short > 0:
-            length = input_ids.shape[1]
-
-            def fill(tensor: Any, value: int) -> Any:
-                return torch.cat([tensor, torch.full((short, length), value, dtype=tensor.dtype)])
-
-            input_ids, attention_mask = fill(input_ids, self.pad), fill(attention_mask, 0)
-            segments, labels = fill(segments, 0), fill(labels, -100)
-        positions = segment_positions(segments)
-        batch = {"input_ids": input_ids, "attention_mask": attention_mask, DOCUMENT_IDS: segments}
-        if not self.mlm:
-            labels[positions == 0] = -100  # every document's <s>: nothing precedes it
-            return {**batch, "position_ids": positions + self.position_offset, "labels": labels,
-                    "use_cache": False}
-        position_ids = torch.where(segments > 0, positions + self.position_offset,
-                                   torch.full_like(positions, self.pad))
-        return {**batch, "position_ids": position_ids, "labels": labels}
+        short = (self.rows or 0) - tensors[0].shape[0]
+        if short <= 0:
+            return tensors
+        length = tensors[0].shape[1]
+        return tuple(torch.cat([tensor, torch.full((short, length), value, dtype=tensor.dtype)])
+                     for tensor, value in zip(tensors, (self.pad, 0, 0, -100)))
 
     def _mask_tokens(self, features: list[dict[str, Any]], input_ids: Any, labels: Any) -> None:
         import torch

@@ -71,29 +71,43 @@ def peak_bf16_tflops(device_name: str | None) -> tuple[float, str] | None:
     return None
 
 
-def matmul_parameters(config: Any) -> int:
-    """Weights used in matrix products per token (attention, feed-forward, output head or MLM
-    decoder and its dense layer); embedding look-ups, norms and biases are not FLOPs that count."""
-    family = getattr(config, "model_type", "")
-    if family == "gpt2":
-        layers, hidden, vocab = config.n_layer, config.n_embd, config.vocab_size
-        ffn = config.n_inner or 4 * hidden
-        head = hidden * vocab
-    else:
-        layers, hidden, vocab = config.num_hidden_layers, config.hidden_size, config.vocab_size
-        ffn = config.intermediate_size
-        head = hidden * hidden + hidden * vocab
+def shape_matmul_parameters(family: str, layers: int, hidden: int, ffn: int, vocab: int) -> int:
+    """Weights used in matrix products once per token: per layer q, k, v and the attention
+    output (4 x hidden^2) and the feed-forward's two matrices (2 x hidden x ffn); then GPT-2's
+    output head (vocab x hidden, tied or not: the product happens either way) or RoBERTa's MLM
+    dense layer (hidden^2) and decoder (vocab x hidden). Embedding look-ups, norms and biases
+    are not matmuls. The one count for the lab's MFU and benchmarks/plain_loop.py."""
+    if family not in ("gpt2", "roberta"):
+        raise ValueError(f"model {family!r}: choose from gpt2, roberta")
+    head = vocab * hidden + (hidden * hidden if family == "roberta" else 0)
     return layers * (4 * hidden * hidden + 2 * hidden * ffn) + head
 
 
+def shape_flops_per_token(layers: int, hidden: int, block: int, matmul_params: int) -> int:
+    """Training FLOPs per token: 6 per matmul weight (2 forward, 4 backward) plus attention's
+    scores and values, 12 x layers x hidden x block (PaLM's appendix B), not halved for causal
+    models (PaLM's, nanoGPT's and Megatron's convention), so both families of one shape have
+    the same attention FLOPs. Per-document attention skips the tiles two documents never share:
+    this is what a dense run of the shape does, the convention that lets MFU compare kernels."""
+    return 6 * matmul_params + 12 * layers * hidden * block
+
+
+def _shape(config: Any) -> tuple[str, int, int, int, int]:
+    """(family, layers, hidden, ffn, vocab) of a GPT-2 or RoBERTa config."""
+    if getattr(config, "model_type", "") == "gpt2":
+        return ("gpt2", config.n_layer, config.n_embd, config.n_inner or 4 * config.n_embd,
+                config.vocab_size)
+    return ("roberta", config.num_hidden_layers, config.hidden_size, config.intermediate_size,
+            config.vocab_size)
+
+
+def matmul_parameters(config: Any) -> int:
+    return shape_matmul_parameters(*_shape(config))
+
+
 def flops_per_token(config: Any, block_size: int) -> int:
-    """Training FLOPs per token: 6 per matmul weight (forward and backward) plus attention's
-    scores and values, 12 x layers x hidden x block (PaLM's appendix B). Per-document attention
-    skips the blocks two documents never share, so this is what a dense run of the shape does:
-    the convention that lets MFU compare across kernels."""
-    layers = getattr(config, "n_layer", None) or config.num_hidden_layers
-    hidden = getattr(config, "n_embd", None) or config.hidden_size
-    return 6 * matmul_parameters(config) + 12 * layers * hidden * block_size
+    _, layers, hidden, _, _ = _shape(config)
+    return shape_flops_per_token(layers, hidden, block_size, matmul_parameters(config))
 
 
 def gpu_name() -> str | None:
