@@ -153,7 +153,8 @@ def _grid(recipe: Recipe) -> list[Stage]:
                     **dataclasses.asdict(recipe.pretrain),
                     deepspeed=deepspeed_config(launch["deepspeed"]) if launch["deepspeed"] else None,
                     save_steps=launch["save_steps"],
-                ), recipe.resources.device), [arm_stage[(arm, seed)], tokenizer],
+                ), recipe.resources.device, launch["processes"] * launch["nodes"]),
+                    [arm_stage[(arm, seed)], tokenizer],
                     labels={"model": model, **({"preset": preset} if swept else {}),
                             "arm": arm, "seed": seed},
                     launch=launch)

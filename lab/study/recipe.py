@@ -133,13 +133,14 @@ TokenizerSection = section("TokenizerSection", TokenizerConfig, ["vocab_size"],
 # from cross-document to per-document attention, so stages made before it get new keys.
 PretrainSection = section("PretrainSection", PretrainConfig,
                           ["epochs", "lr", "batch_size", "block_size", "warmup_steps",
-                           "lr_scheduler", "bf16", "compile", "attention",
+                           "lr_scheduler", "bf16", "compile", "attention", "loop",
                            "cross_document_attention"],
                           STUDY_DEFAULTS["pretrain"])
 
 # Fields added to a section after studies were made with it: left out of a stage's key while
 # they hold these values, so an existing study folder keeps its stage keys and resumes.
-KEY_NEUTRAL_DEFAULTS = {"pretrain": {"bf16": False, "compile": False, "attention": "mask"},
+KEY_NEUTRAL_DEFAULTS = {"pretrain": {"bf16": False, "compile": False, "attention": "mask",
+                                     "loop": "trainer"},
                         "finetune": {"bf16": False, "decoder_layers": 6, "decoder_init": "random",
                                      "group_by_length": False}}
 

@@ -71,7 +71,7 @@ KINDS: dict[str, StageKind] = {
     "pretrain": StageKind(
         PretrainConfig, run_pretrain,
         key=("model", "preset", "seed", "epochs", "lr", "batch_size", "block_size",
-             "warmup_steps", "lr_scheduler", "bf16", "compile", "attention",
+             "warmup_steps", "lr_scheduler", "bf16", "compile", "attention", "loop",
              "cross_document_attention"),
         neutral=KEY_NEUTRAL_DEFAULTS["pretrain"], inputs=("corpus", "tokenizer"),
         after=write_model_card),

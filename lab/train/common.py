@@ -124,6 +124,33 @@ def non_finite_error(what: str, step: int, value: Any) -> LabError:
                     "(diverged; lower --lr?)")
 
 
+class NonFiniteWatch:
+    """Stops training with a LabError naming the first step whose loss was not finite. On a GPU
+    the check stays on the device (reading the loss every step would make the host wait for the
+    GPU each step, with no batch prepared and no kernel queued meanwhile) and is read at the next
+    log, checkpoint or the end (check); on a CPU it is read at once."""
+
+    def __init__(self) -> None:
+        self.first_bad_step: Any = None
+
+    def see(self, loss: Any, step: int) -> None:
+        import torch
+
+        value = torch.as_tensor(loss).detach()
+        if value.is_cuda:
+            bad = ~torch.isfinite(value).all()
+            if self.first_bad_step is None:
+                self.first_bad_step = torch.zeros((), dtype=torch.long, device=value.device)
+            self.first_bad_step = torch.where(bad & (self.first_bad_step == 0), step,
+                                              self.first_bad_step)
+        elif not bool(torch.isfinite(value).all()):
+            raise non_finite_error("loss", step, value.float().flatten()[0].item())
+
+    def check(self) -> None:
+        if self.first_bad_step is not None and int(self.first_bad_step):
+            raise non_finite_error("loss", int(self.first_bad_step), "nan/inf")
+
+
 def weights_are_finite(model: Any) -> bool:
     import torch
 
@@ -230,6 +257,7 @@ def make_guarded_trainer_class():
             self.tokens_per_sample = tokens_per_sample
             self.add_callback(CheckpointRecorder())
             self._last_log: tuple[float, int] | None = None
+            self._watch = NonFiniteWatch()
             if "tensorboard" in self.args.report_to:
                 if tensorboard_dir is None:
                     raise ValueError("report_to tensorboard needs a tensorboard_dir")
@@ -260,27 +288,12 @@ def make_guarded_trainer_class():
                 # transformers 5: added before the step's own loss, in the uninterrupted order
                 self._restore_logging_window(self._tr_loss)
             loss = super().training_step(model, inputs, *args, **kwargs)
-            value = torch.as_tensor(loss).detach()
             # global_step counts finished optimizer steps: this one is the next.
-            step = self.state.global_step + 1
-            if value.is_cuda:
-                # Reading the loss every step would make the host wait for the GPU each step
-                # (no batch prepared, no kernel queued meanwhile): the first bad step is kept on
-                # the device and read at the next log, checkpoint or the end of training.
-                bad = ~torch.isfinite(value).all()
-                if self._first_bad_step is None:
-                    self._first_bad_step = torch.zeros((), dtype=torch.long, device=value.device)
-                self._first_bad_step = torch.where(bad & (self._first_bad_step == 0), step,
-                                                   self._first_bad_step)
-            elif not bool(torch.isfinite(value).all()):
-                raise non_finite_error("loss", step, value.float().flatten()[0].item())
+            self._watch.see(loss, self.state.global_step + 1)
             return loss
 
-        _first_bad_step: Any = None
-
         def _stop_if_a_loss_was_not_finite(self) -> None:
-            if self._first_bad_step is not None and int(self._first_bad_step):
-                raise non_finite_error("loss", int(self._first_bad_step), "nan/inf")
+            self._watch.check()
 
         def _issue_warnings_after_load(self, load_result):
             """transformers 5 reports RoBERTa's MLM decoder, which shares the word embeddings'

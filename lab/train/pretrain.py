@@ -1,11 +1,13 @@
 """Pre-training from scratch: RoBERTa (masked LM) or GPT-2 (causal LM) on one arm's corpus.
 
 The HF Trainer runs the loop, so the same code path serves one CPU process, DDP under torchrun
-and DeepSpeed ZeRO on GPU nodes. Work happens in `OUT.partial/` (checkpoints survive a kill and
+and DeepSpeed ZeRO on GPU nodes; one process on a CUDA GPU runs the plain loop instead
+(lab.train.loop: the Trainer's semantics without its per-step work). Work happens in `OUT.partial/` (checkpoints survive a kill and
 `--resume` continues from the newest complete one); `OUT` appears only when training finished.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -30,6 +32,7 @@ from lab.train.attention import (
     DOCUMENT_IDS, check_attention, resolve_attention, restore_attention, use_flex_attention,
     with_document_mask,
 )
+from lab.train.loop import LOOPS
 from lab.train.speed import (
     device_default, flops_per_token, gpu_name, make_steady_throughput_callback, training_device,
 )
@@ -44,9 +47,9 @@ MANIFEST = "manifest.json"
 RESUME_KEYS = ("model", "corpus_sha256", "tokenizer_sha256", "preset", "epochs", "lr", "batch_size",
                "block_size", "seed", "grad_accum", "max_steps", "warmup_steps", "weight_decay",
                "lr_scheduler", "mlm_probability", "bf16", "cross_document_attention",
-               "attention")
+               "attention", "loop")
 # Keys added to RESUME_KEYS since runs were first checkpointed, with the value those runs had.
-RESUME_KEYS_ADDED = {"attention": "mask"}
+RESUME_KEYS_ADDED = {"attention": "mask", "loop": "trainer"}
 
 
 @dataclass
@@ -83,6 +86,12 @@ class PretrainConfig:
               "dropout as configured) or flex (a FlexAttention document kernel, no attention "
               "dropout); unset: flex for a small or paper model on a CUDA GPU, else mask "
               "(lab.train.attention).")
+    loop: str | None = param(
+        None, "What runs the training steps: trainer (the HF Trainer: one process, DDP or "
+              "DeepSpeed) or plain (lab.train.loop: one process, the Trainer's data order, "
+              "optimizer, schedule, logs and checkpoints without its per-step work); unset: "
+              "plain for one process on a CUDA GPU without DeepSpeed that reports to "
+              "tensorboard or nowhere, else trainer.")
     cross_document_attention: bool = param(
         False, "Let packed documents attend to the documents before them, positions running "
                "on (HF group_texts-style context); by default each document sees only itself.",
@@ -115,23 +124,50 @@ class PretrainConfig:
             raise LabError(f"--mlm-probability {self.mlm_probability}: must be in (0, 1)")
         if self.attention is not None:
             check_attention(self.attention)
+        if self.loop is not None and self.loop not in LOOPS:
+            raise LabError(f"--loop {self.loop}: choose from {', '.join(LOOPS)}")
 
 
-def resolve_for_device(cfg: PretrainConfig, device: str) -> PretrainConfig:
-    """`cfg` with its device-dependent settings (bf16, compile, attention) decided for a run on
-    `device` where they are unset; lab.train.speed.DEVICE_DEFAULTS."""
+def resolve_for_device(cfg: PretrainConfig, device: str,
+                       processes: int | None = None) -> PretrainConfig:
+    """`cfg` with its device-dependent settings (bf16, compile, attention, loop) decided for a
+    run on `device` in `processes` ranks (None: WORLD_SIZE) where they are unset;
+    lab.train.speed.DEVICE_DEFAULTS."""
     compile_default = None if cfg.deepspeed is None else False  # DeepSpeed wraps the model itself
+    if processes is None:
+        processes = int(os.environ.get("WORLD_SIZE", "1"))
+    loop = cfg.loop
+    if loop is None:
+        trainer_only = (processes > 1 or cfg.deepspeed is not None
+                        or _named_reporters(cfg.report_to) - PLAIN_LOOP_REPORTS)
+        loop = "trainer" if trainer_only else device_default("loop", None, device)
     return dataclasses.replace(
         cfg, bf16=device_default("bf16", cfg.bf16, device),
         compile=device_default("compile", cfg.compile if cfg.compile is not None
                                else compile_default, device, cfg.preset),
-        attention=resolve_attention(cfg.attention, device, cfg.preset))
+        attention=resolve_attention(cfg.attention, device, cfg.preset), loop=loop)
+
+
+PLAIN_LOOP_REPORTS = {"tensorboard"}  # the reporters lab.train.loop writes to
+
+
+def _named_reporters(report_to: str) -> set[str]:
+    return {t.strip() for t in str(report_to).split(",") if t.strip()} - {"none"}
 
 
 def _validate(cfg: PretrainConfig) -> None:
     """What the config's own fields cannot tell (its __post_init__ checked those)."""
     check_block_size(cfg.model, cfg.preset, cfg.block_size)
-    report_targets(cfg.report_to)
+    targets = report_targets(cfg.report_to)
+    if cfg.loop == "plain":
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        reason = ("runs one process" if world > 1 else "has no DeepSpeed" if cfg.deepspeed
+                  else None)
+        unsupported = sorted(set(targets) - PLAIN_LOOP_REPORTS)
+        if reason is None and unsupported:
+            reason = f"reports to tensorboard only, not {unsupported[0]}"
+        if reason:
+            raise LabError(f"--loop plain: the plain loop {reason} (use --loop trainer)")
     if not cfg.dry_run and int(os.environ.get("RANK", "0")) == 0:
         check_output(Path(cfg.out), cfg.force, "lab-pretrained",
                      [cfg.corpus, cfg.tokenizer, cfg.deepspeed, cfg.cache_dir])
@@ -294,6 +330,27 @@ def injected_doses(corpus_manifest: dict[str, Any]) -> dict[str, int] | None:
             for sample in level.get("placebo_ids", level["ids"])}
 
 
+@dataclass
+class _Trained:
+    """What either loop leaves for the manifest."""
+    model: Any
+    steps: int
+    start_step: int
+    history: list[dict[str, Any]]
+    train_loss: float | None
+    first_batch_sha256: str | None
+    resumed_from: Path | None
+    rank: int
+    world_size: int
+    is_main: bool
+    device: str
+    optimizer: str
+    pin_memory: bool
+    loader_workers: int
+    wait_for_everyone: Any
+    save_model: Any  # (model folder) -> None, on every rank
+
+
 def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
            run_config: dict[str, Any], out: Path, work: Path, started: float) -> dict[str, Any]:
     from transformers import set_seed
@@ -302,10 +359,11 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
         PackedCollator, PackedDataset, pack_documents, packing_report, tokenize_corpus,
     )
 
-    args = _training_arguments(cfg, work / "checkpoints")
+    args = _training_arguments(cfg, work / "checkpoints") if cfg.loop == "trainer" else None
     # local=False: global rank 0 fills the token cache before any other rank (on any node) reads
     # it, so nodes sharing a cache on a common filesystem never build it concurrently.
-    with args.main_process_first(local=False, desc="tokenise corpus"):
+    with (args.main_process_first(local=False, desc="tokenise corpus") if args
+          else contextlib.nullcontext()):
         tokenized = tokenize_corpus(cfg.corpus, tokenizer, run_config["tokenizer_sha256"],
                                     cfg.cache_dir, tasks=cfg.tokenize_tasks)
     # No sequence holds two documents of one injected sample (copies, or an unpaired sample's
@@ -332,39 +390,38 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
                               # one batch shape for a compiled model (padding rows add nothing)
                               rows=cfg.batch_size if flex and cfg.compile else None)
     throughput = make_steady_throughput_callback()
-    trainer = _make_trainer_class()(model=model, args=args, train_dataset=dataset,
-                                    data_collator=collator, tensorboard_dir=work / TENSORBOARD_DIR,
-                                    tokens_per_sample=cfg.block_size, callbacks=[throughput])
     checkpoint = latest_checkpoint(work / "checkpoints") if cfg.resume else None
-    start_step = (json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
-                  if checkpoint else 0)
     train_started = time.perf_counter()
-    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    if args is None:
+        trained = _train_plain(cfg, model, dataset, collator, work, checkpoint, throughput)
+    else:
+        trained = _train_with_trainer(cfg, args, model, dataset, collator, work, checkpoint,
+                                      throughput)
     train_seconds = time.perf_counter() - train_started
-    if not weights_are_finite(trainer.model):
-        raise non_finite_error("weights", trainer.state.global_step, "nan/inf")
+    if not weights_are_finite(trained.model):
+        raise non_finite_error("weights", trained.steps, "nan/inf")
 
-    rank = args.process_index
-    final_sha = trained_weights_sha256(trainer.model)
-    rank_record = {"rank": rank, "first_batch_sha256": trainer.first_batch_sha256,
+    rank = trained.rank
+    final_sha = trained_weights_sha256(trained.model)
+    rank_record = {"rank": rank, "first_batch_sha256": trained.first_batch_sha256,
                    "final_weights_sha256": final_sha}
     (work / "ranks").mkdir(exist_ok=True)
     write_json_atomic(work / "ranks" / f"rank-{rank}.json", rank_record)
-    trainer.accelerator.wait_for_everyone()
+    trained.wait_for_everyone()
     if flex:  # saved for any loader: the implementation and dropout the config names
-        restore_attention(trainer.model, attention_dropout)
-    # Every rank calls save_model (ZeRO-3 gathers the weights collectively); only rank 0 writes.
-    trainer.save_model(str(work / WEIGHTS_SUBDIR))
-    if not args.should_save:
+        restore_attention(trained.model, attention_dropout)
+    # Every rank saves (ZeRO-3 gathers the weights collectively); only rank 0 writes.
+    trained.save_model(work / WEIGHTS_SUBDIR)
+    if not trained.is_main:
         return rank_record
 
     tokenizer.save_pretrained(str(work / WEIGHTS_SUBDIR))
-    history = history_without_timing([h for h in trainer.state.log_history if "loss" in h])
+    history = history_without_timing([h for h in trained.history if "loss" in h])
     report = packing_report(tokenized, packing, injected_doses(corpus_manifest))
     (work / "packing.json").write_text(dumps_json(report), encoding="utf-8")
-    steps = trainer.state.global_step
+    steps, start_step, world_size = trained.steps, trained.start_step, trained.world_size
     # Only the steps this process trained (after a resume, not those of the checkpoint).
-    sequences_seen = (steps - start_step) * cfg.batch_size * cfg.grad_accum * args.world_size
+    sequences_seen = (steps - start_step) * cfg.batch_size * cfg.grad_accum * world_size
     useful_per_sequence = report["useful_tokens"] / max(1, report["sequences"])
     manifest = {
         "kind": "lab-pretrained",
@@ -395,33 +452,31 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
         "packing": {k: v for k, v in report.items() if not k.endswith("_ids")},
         "seed": cfg.seed,
         "init_weights_sha256": init_sha,
-        "first_batch_sha256": trainer.first_batch_sha256,
+        "first_batch_sha256": trained.first_batch_sha256,
         "final_weights_sha256": final_sha,
         MODEL_FILES: files_record(work / WEIGHTS_SUBDIR),
         "ranks": [json.loads(p.read_text()) for p in sorted((work / "ranks").glob("rank-*.json"))],
-        "world_size": args.world_size,
+        "world_size": world_size,
         "launcher": _launcher(),
-        "resumed_from": checkpoint.name if checkpoint else None,
+        "resumed_from": trained.resumed_from.name if trained.resumed_from else None,
         "steps": steps,
         "steps_this_run": steps - start_step,
         "loss": {"first": history[0]["loss"] if history else None,
                  "final": history[-1]["loss"] if history else None,
-                 "train_loss": trainer.mean_training_loss(), "history": history},
+                 "train_loss": trained.train_loss, "history": history},
         "train_seconds": round(train_seconds, 2),
         # Wall-clock average over the whole train() call: start-up and compilation included.
         "useful_tokens_per_second": round(sequences_seen * useful_per_sequence / train_seconds, 1)
         if train_seconds > 0 else None,
-        "throughput": throughput.record(cfg.batch_size * cfg.grad_accum * args.world_size
+        "throughput": throughput.record(cfg.batch_size * cfg.grad_accum * world_size
                                         * cfg.block_size, flops_per_token(config, cfg.block_size)),
-        "speed": {"device": str(args.device), "gpu": gpu_name(), "bf16": cfg.bf16,
-                  "compile": cfg.compile,
+        "speed": {"device": trained.device, "gpu": gpu_name(), "bf16": cfg.bf16,
+                  "compile": cfg.compile, "loop": cfg.loop,
                   "attention": None if cfg.cross_document_attention else cfg.attention,
                   # attention-probability dropout as trained (the flex kernel has none)
                   "attention_dropout": 0.0 if flex else _attention_dropout(config),
-                  "optimizer": args.optim if isinstance(args.optim, str) else args.optim.value,
-                  "tf32": _tf32_matmuls(),
-                  "pin_memory": bool(args.dataloader_pin_memory and str(args.device) != "cpu"),
-                  "loader_workers": args.dataloader_num_workers},
+                  "optimizer": trained.optimizer, "tf32": _tf32_matmuls(),
+                  "pin_memory": trained.pin_memory, "loader_workers": trained.loader_workers},
         "wall_seconds": round(time.perf_counter() - started, 2),
         "environment": environment_record(),
     }
@@ -431,6 +486,56 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
         shutil.rmtree(out)
     os.replace(work, out)
     return manifest
+
+
+def _train_with_trainer(cfg: PretrainConfig, args: Any, model: Any, dataset: Any, collator: Any,
+                        work: Path, checkpoint: Path | None, throughput: Any) -> _Trained:
+    trainer = _make_trainer_class()(model=model, args=args, train_dataset=dataset,
+                                    data_collator=collator, tensorboard_dir=work / TENSORBOARD_DIR,
+                                    tokens_per_sample=cfg.block_size, callbacks=[throughput])
+    start_step = (json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
+                  if checkpoint else 0)
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    return _Trained(
+        model=trainer.model, steps=trainer.state.global_step, start_step=start_step,
+        history=trainer.state.log_history, train_loss=trainer.mean_training_loss(),
+        first_batch_sha256=trainer.first_batch_sha256, resumed_from=checkpoint,
+        rank=args.process_index, world_size=args.world_size, is_main=args.should_save,
+        device=str(args.device),
+        optimizer=args.optim if isinstance(args.optim, str) else args.optim.value,
+        pin_memory=bool(args.dataloader_pin_memory and str(args.device) != "cpu"),
+        loader_workers=args.dataloader_num_workers,
+        wait_for_everyone=trainer.accelerator.wait_for_everyone,
+        save_model=lambda folder: trainer.save_model(str(folder)))
+
+
+def _train_plain(cfg: PretrainConfig, model: Any, dataset: Any, collator: Any, work: Path,
+                 checkpoint: Path | None, throughput: Any) -> _Trained:
+    from lab.train.loop import LoopSettings, train_plain
+
+    device = training_device()
+    speed = cuda_speed_settings()
+    fused = speed.get("optim") == "adamw_torch_fused"
+    settings = LoopSettings(
+        batch_size=cfg.batch_size, grad_accum=cfg.grad_accum, epochs=cfg.epochs,
+        max_steps=cfg.max_steps, lr=cfg.lr, weight_decay=cfg.weight_decay,
+        lr_scheduler=cfg.lr_scheduler, warmup_steps=cfg.warmup_steps, seed=cfg.seed,
+        save_steps=cfg.save_steps, log_steps=cfg.log_steps, bf16=bool(cfg.bf16),
+        compile=bool(cfg.compile), causal=cfg.model == "gpt2", block_size=cfg.block_size,
+        fused_adamw=fused, loader_workers=speed.get("dataloader_num_workers", 0),
+        pin_memory=bool(speed.get("dataloader_pin_memory")),
+        tensorboard_dir=(work / TENSORBOARD_DIR if "tensorboard" in report_targets(cfg.report_to)
+                         else None))
+    result = train_plain(model, dataset, collator, settings, device, work / "checkpoints",
+                         checkpoint, throughput)
+    return _Trained(
+        model=model, steps=result.steps, start_step=result.start_step, history=result.history,
+        train_loss=result.train_loss, first_batch_sha256=result.first_batch_sha256,
+        resumed_from=result.resumed_from, rank=0, world_size=1, is_main=True, device=device,
+        optimizer="adamw_torch_fused" if fused else "adamw_torch",
+        pin_memory=settings.pin_memory and device != "cpu",
+        loader_workers=settings.loader_workers, wait_for_everyone=lambda: None,
+        save_model=lambda folder: model.save_pretrained(str(folder)))
 
 
 def _tf32_matmuls() -> bool:

@@ -4,7 +4,8 @@ Defaults by device. A pre-training leaves `bf16`, `compile` and `attention` unse
 told; they are then taken from where it runs (DEVICE_DEFAULTS). On a CPU that is what the lab
 always did, so CPU numbers are unchanged; on a CUDA GPU it is bfloat16 autocast, and for the
 small and paper presets torch.compile and the FlexAttention document kernel, plus what no option
-controls there: fused AdamW, TF32 matmuls for what runs in float32, and pinned host memory. The manifest's `speed`
+controls there: fused AdamW, TF32 matmuls for what runs in float32, and pinned host memory. One process there
+trains in the plain loop (lab.train.loop) instead of the HF Trainer. The manifest's `speed`
 records what was used.
 
 Throughput. A run's wall-clock average includes start-up and compilation, which dominate a short
@@ -24,6 +25,8 @@ DEVICE_DEFAULTS: dict[str, tuple[Any, Any]] = {
     "bf16": (True, False),
     "compile": (True, False),
     "attention": ("flex", "mask"),
+    # lab.train.loop; one process without DeepSpeed only (pretrain.resolve_for_device)
+    "loop": ("plain", "trainer"),
 }
 COMPILED_PRESETS = ("small", "paper")
 
