@@ -10,7 +10,9 @@ and the last lines printed are one verdict per target of issue 46:
   correctness   the FlexAttention document kernel against the 4D-mask path, per document: logits
                 in float32 and in bf16 autocast, and the gradients of one backward pass
   plain-gpt2    a plain compiled loop of the paper GPT-2 shape (benchmarks/plain_loop.py)
-  lab-gpt2      `lab pretrain` of the same shape with the GPU defaults; its steady rate
+  lab-gpt2      `lab pretrain` of the same shape with the GPU defaults (one process: the plain
+                loop, lab.train.loop); its steady rate
+  lab-gpt2-trainer  the same through the HF Trainer (--loop trainer), for comparison
   quickstart    `lab study recipes/quickstart.yaml` on the GPU, timed whole, stages included
   plain-roberta, lab-roberta    the same pair for RoBERTa
   deepspeed     `lab pretrain` under DeepSpeed ZeRO-2 in bf16, one GPU (world size 1)
@@ -46,7 +48,7 @@ DRY_SHAPE = {"preset": "micro", "layers": 2, "hidden": 64, "heads": 2, "ffn": 12
 # Seconds each part is expected to take on an H100/H200 (what --budget plans with).
 EXPECTED = {"peak": 15, "data": 30, "correctness": 40, "plain-gpt2": 50, "lab-gpt2": 80,
             "quickstart": 90, "plain-roberta": 50, "lab-roberta": 80, "deepspeed": 60,
-            "lab-gpt2-mask": 70}
+            "lab-gpt2-mask": 70, "lab-gpt2-trainer": 80}
 TARGETS = {"ratio": 0.95, "mfu": 0.40, "quickstart_seconds": 60.0}
 
 
@@ -75,7 +77,8 @@ class Check:
         """A part's process, its output in OUT/PART.log; (exit code, seconds); 124 on time out."""
         log = self.out / f"{part}.log"
         started = time.perf_counter()
-        limit = LIMITS.get(part.removesuffix("-mask"), 240) * (3 if self.dry_run else 1)
+        limit = LIMITS.get(part.removesuffix("-mask").removesuffix("-trainer"), 240) * (
+            3 if self.dry_run else 1)
         if self.deadline is not None:
             limit = max(1.0, min(limit, self.deadline - started))
         with open(log, "a") as handle:
@@ -151,6 +154,8 @@ class Check:
         part = part or f"lab-{family}"
         out = self.out / part
         s = self.shape
+        if self.dry_run and "--loop" not in extra:  # a CPU's default is the Trainer
+            extra = (*extra, "--loop", "plain")
         code, seconds = self.run(part, lab_command(
             "pretrain", "--model", family, "--preset", s["preset"], "--corpus",
             str(self.out / "corpus"), "--tokenizer", str(self.out / "tokenizer"), "--out", str(out),
@@ -219,7 +224,9 @@ class Check:
                 "quickstart": self.quickstart, "plain-roberta": lambda: self.plain("roberta"),
                 "lab-roberta": lambda: self.lab("roberta"), "deepspeed": self.deepspeed,
                 "lab-gpt2-mask": lambda: self.lab("gpt2", ("--attention", "mask"),
-                                                  "lab-gpt2-mask")}
+                                                  "lab-gpt2-mask"),
+                "lab-gpt2-trainer": lambda: self.lab("gpt2", ("--loop", "trainer"),
+                                                     "lab-gpt2-trainer")}
 
     def verdicts(self) -> list[str]:
         r = self.results
@@ -238,6 +245,11 @@ class Check:
                              + ("MET" if ratio >= TARGETS["ratio"] else "NOT MET"))
             else:
                 lines.append(f"{family}: ratio not measured (lab {lab}, plain {plain})")
+        trainer, plain = get("lab-gpt2-trainer", "steady_tokens_per_second"), get(
+            "plain-gpt2", "tokens_per_second")
+        if trainer and plain:
+            lines.append(f"gpt2 through the HF Trainer (--loop trainer): {trainer:,.0f} tokens/s "
+                         f"= {trainer / plain:.3f}x the plain compiled loop")
         mfu = get("lab-gpt2", "mfu")
         lines.append(f"gpt2 MFU: {mfu if mfu is None else f'{mfu:.1%}'} (target >= "
                      f"{TARGETS['mfu']:.0%} of the table's rate): "
@@ -343,7 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true",
                         help="tiny shapes and a few steps on whatever device is here")
     parser.add_argument("--parts", default=",".join(PARTS),
-                        help=f"comma-separated, of {', '.join(PARTS)}, lab-gpt2-mask")
+                        help=f"comma-separated, of {', '.join(PARTS)}, lab-gpt2-mask, "
+                             "lab-gpt2-trainer")
     parser.add_argument("--budget", type=float, default=None,
                         help="seconds for all parts: a part expected to need more than is left "
                              "is skipped, one running at the end is stopped")

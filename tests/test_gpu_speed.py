@@ -110,14 +110,14 @@ def test_the_device_decides_what_is_unset():
     base = PretrainConfig(model="gpt2", corpus=Path("c"), tokenizer=Path("t"), out=Path("o"))
     assert (base.bf16, base.compile, base.attention) == (None, None, None)
     cpu = resolve_for_device(base, "cpu")
-    assert (cpu.bf16, cpu.compile, cpu.attention) == (False, False, "mask")
+    assert (cpu.bf16, cpu.compile, cpu.attention, cpu.loop) == (False, False, "mask", "trainer")
     tiny = resolve_for_device(base, "cuda")  # compiling costs more than a tiny run takes
-    assert (tiny.bf16, tiny.compile, tiny.attention) == (True, False, "mask")
+    assert (tiny.bf16, tiny.compile, tiny.attention, tiny.loop) == (True, False, "mask", "plain")
     gpu = resolve_for_device(PretrainConfig(model="gpt2", corpus=Path("c"), tokenizer=Path("t"),
                                             out=Path("o"), preset="paper"), "cuda")
     assert (gpu.bf16, gpu.compile, gpu.attention) == (True, True, "flex")
     pinned = PretrainConfig(model="gpt2", corpus=Path("c"), tokenizer=Path("t"), out=Path("o"),
-                            bf16=False, compile=False, attention="mask")
+                            bf16=False, compile=False, attention="mask", loop="trainer")
     assert resolve_for_device(pinned, "cuda:1") == pinned
     deep = PretrainConfig(model="gpt2", corpus=Path("c"), tokenizer=Path("t"), out=Path("o"),
                           preset="paper", deepspeed=Path("z.json"))
@@ -136,17 +136,22 @@ def test_a_gpu_study_keys_its_pretraining_by_the_gpu_defaults():
     recipe = REPO / "recipes" / "quickstart.yaml"
     cpu = next(s for s in expand(load_recipe(recipe)) if s.kind == "pretrain")
     # a CPU study keeps the keys it had before these settings existed
-    assert not {"bf16", "compile", "attention"} & set(cpu.keyed)
+    assert not {"bf16", "compile", "attention", "loop"} & set(cpu.keyed)
     gpu = next(s for s in expand(load_recipe(recipe, ["resources.device=cuda"]))
                if s.kind == "pretrain")
-    assert (gpu.config.bf16, gpu.config.compile, gpu.config.attention) == (True, False, "mask")
+    assert (gpu.config.bf16, gpu.config.compile, gpu.config.attention, gpu.config.loop) == (
+        True, False, "mask", "plain")
     assert gpu.key != cpu.key
     paper = next(s for s in expand(load_recipe(recipe, ["resources.device=cuda", "preset=paper"]))
                  if s.kind == "pretrain")
     assert (paper.config.bf16, paper.config.compile, paper.config.attention) == (True, True, "flex")
     pinned = next(s for s in expand(load_recipe(recipe, [
-        "resources.device=cuda", "pretrain.bf16=false"])) if s.kind == "pretrain")
+        "resources.device=cuda", "pretrain.bf16=false", "pretrain.loop=trainer"]))
+        if s.kind == "pretrain")
     assert pinned.key == cpu.key
+    ranks = next(s for s in expand(load_recipe(recipe, [
+        "resources.device=cuda", "resources.pretrain.processes=2"])) if s.kind == "pretrain")
+    assert ranks.config.loop == "trainer"  # the plain loop runs one process
 
 
 def test_flops_per_token_and_the_peak_table():
@@ -225,10 +230,11 @@ def test_document_block_mask_matches_torchs_create_block_mask(causal, length):
         assert torch.equal(got.mask_mod(b, 0, q, kv), dense[b])
 
 
-def test_loader_workers_train_the_same_weights(micro_world, tmp_path, monkeypatch):
+@pytest.mark.parametrize("loop", ["trainer", "plain"])
+def test_loader_workers_train_the_same_weights(micro_world, tmp_path, monkeypatch, loop):
     """A GPU run collates in loader processes (cuda_speed_settings): the masks a RoBERTa batch
     draws depend on its sequence, the seed and the epoch, so two epochs end in the same weights
-    as with no workers."""
+    as with no workers, dropout included, in either loop."""
     import torch
 
     import lab.train.pretrain as pretrain_module
@@ -247,7 +253,8 @@ def test_loader_workers_train_the_same_weights(micro_world, tmp_path, monkeypatc
         return run_pretrain(PretrainConfig(
             model="roberta", corpus=micro_world / "paired", tokenizer=micro_world / "tok",
             out=tmp_path / name, preset="micro", epochs=2, batch_size=32, block_size=BLOCK,
-            log_steps=50, save_steps=1000, report_to="none", cache_dir=tmp_path / "cache"))
+            log_steps=50, save_steps=1000, report_to="none", cache_dir=tmp_path / "cache",
+            loop=loop))
 
     plain = run("plain")
     monkeypatch.setattr(pretrain_module, "cuda_speed_settings", lambda: {

@@ -146,6 +146,10 @@ class NonFiniteWatch:
         elif not bool(torch.isfinite(value).all()):
             raise non_finite_error("loss", step, value.float().flatten()[0].item())
 
+    def device_flag(self) -> Any:
+        """The first bad step so far (0: none), without reading it."""
+        return 0 if self.first_bad_step is None else self.first_bad_step
+
     def check(self) -> None:
         if self.first_bad_step is not None and int(self.first_bad_step):
             raise non_finite_error("loss", int(self.first_bad_step), "nan/inf")

@@ -226,15 +226,14 @@ def train_plain(model: Any, dataset: Any, collator: Any, settings: LoopSettings,
             if first_batch_sha256 is None:
                 first_batch_sha256 = hashlib.sha256(
                     fetched[0][1]["input_ids"].numpy().tobytes()).hexdigest()
+            fetched = [(index, {k: v.to(device_, non_blocking=True) if torch.is_tensor(v) else v
+                                for k, v in inputs.items()}) for index, inputs in fetched]
             # GPT-2's loss is a sum over the step's predicted tokens divided by their number
-            # (the Trainer's num_items_in_batch); RoBERTa's the mean of each batch's divided by
-            # the batches.
-            predicted = (torch.tensor(sum(int((inputs["labels"][:, 1:] != -100).sum())
-                                          for _, inputs in fetched), device=device_)
+            # (the Trainer's num_items_in_batch; counted on the device, so nothing waits);
+            # RoBERTa's the mean of each batch divided by the batches.
+            predicted = (sum((inputs["labels"][:, 1:] != -100).sum() for _, inputs in fetched)
                          if settings.causal else None)
             for batch_index, inputs in fetched:
-                inputs = {k: v.to(device_, non_blocking=True) if torch.is_tensor(v) else v
-                          for k, v in inputs.items()}
                 if DOCUMENT_IDS in inputs:
                     inputs = with_document_mask(inputs, settings.causal)
                 with autocast:
@@ -257,9 +256,9 @@ def train_plain(model: Any, dataset: Any, collator: Any, settings: LoopSettings,
             throughput.on_step_end(None, state, None)
             epoch_progress = epoch + (batch_index + 1) / batches_per_epoch
             if step == 1 or step % settings.log_steps == 0:
-                window.pending.append((step, epoch_progress, window.loss.clone(),
-                                       grad_norm.detach().clone(), learning_rate,
-                                       window.last_logged_step))
+                window.pending.append((step, epoch_progress, learning_rate,
+                                       window.last_logged_step,
+                                       *_to_host_later(window.loss, grad_norm, watch.device_flag())))
                 window.last_logged_step = step
                 window.loss.zero_()
             if step % settings.save_steps == 0 or step == last_step:
@@ -280,13 +279,31 @@ def train_plain(model: Any, dataset: Any, collator: Any, settings: LoopSettings,
                       start_step=start_step)
 
 
+def _to_host_later(*values: Any) -> tuple[Any, Any]:
+    """The values copied to host memory without waiting: (host tensor, the CUDA event after
+    which it holds them, or None on a CPU)."""
+    import torch
+
+    stacked = torch.stack([torch.as_tensor(v, device=values[0].device).float() for v in values])
+    if not stacked.is_cuda:
+        return stacked, None
+    host = torch.empty(stacked.shape, dtype=stacked.dtype, pin_memory=True)
+    host.copy_(stacked, non_blocking=True)
+    event = torch.cuda.Event()
+    event.record()
+    return host, event
+
+
 def _write_log(entry: tuple, window: _LogWindow, history: list[dict[str, Any]],
                watch: NonFiniteWatch, writer: Any, settings: LoopSettings) -> None:
-    step, epoch, loss, grad_norm, learning_rate, since = entry
-    watch.check()
-    total = float(loss)
+    step, epoch, learning_rate, since, host, event = entry
+    if event is not None:
+        event.synchronize()  # the logged step's work only: later steps stay queued
+    total, grad_norm, first_bad = host.tolist()
+    if first_bad:
+        raise non_finite_error("loss", int(first_bad), "nan/inf")
     window.logged_loss_sum += total
-    record = {"loss": round(total / (step - since), 4), "grad_norm": float(grad_norm),
+    record = {"loss": round(total / (step - since), 4), "grad_norm": grad_norm,
               "learning_rate": learning_rate, "epoch": epoch, "step": step}
     now = time.perf_counter()
     if window.last_time is not None and step > window.last_time[1]:
