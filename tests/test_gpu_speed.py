@@ -217,8 +217,10 @@ def test_document_block_mask_matches_torchs_create_block_mask(causal, length):
     want = create_block_mask(mask_mod, documents.shape[0], None, length, length, device="cpu")
     got = document_block_mask(documents, causal)
     assert torch.equal(got.to_dense(), want.to_dense())
+    # the kv side (forward) and the q side (the backward pass reads it)
     for counts, indices in (("kv_num_blocks", "kv_indices"),
-                            ("full_kv_num_blocks", "full_kv_indices")):
+                            ("full_kv_num_blocks", "full_kv_indices"),
+                            ("q_num_blocks", "q_indices"), ("full_q_num_blocks", "full_q_indices")):
         assert torch.equal(getattr(got, counts), getattr(want, counts)), counts
         valid = torch.arange(getattr(want, indices).shape[-1]) < getattr(want, counts)[..., None]
         assert torch.equal(getattr(got, indices)[valid], getattr(want, indices)[valid]), indices
