@@ -177,3 +177,12 @@ def test_the_plain_loop_refuses_what_it_does_not_do(micro_world, tmp_path, monke
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(LabError, match="--loop plain: the plain loop runs one process"):
         run_pretrain(config(micro_world, tmp_path / "y", loop="plain"))
+
+
+def test_a_recipe_cannot_ask_the_plain_loop_for_ranks():
+    from lab.study.recipe import load_recipe
+
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "quickstart.yaml"
+    with pytest.raises(LabError, match="pretrain.loop: plain runs one process"):
+        load_recipe(recipe, ["pretrain.loop=plain", "resources.pretrain.processes=2"])
+    assert load_recipe(recipe, ["pretrain.loop=plain"]).pretrain.loop == "plain"

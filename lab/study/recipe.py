@@ -464,6 +464,12 @@ def _check_study(recipe: Recipe) -> None:
     if recipe.statistics.convention not in CONVENTIONS:
         _fail("statistics.convention", f"choose from {', '.join(CONVENTIONS)}")
     _check_resources(recipe.resources)
+    launch = recipe.resources.pretrain
+    if recipe.pretrain.loop == "plain" and (launch.processes * launch.nodes > 1
+                                            or launch.deepspeed is not None):
+        _fail("pretrain.loop", "plain runs one process without DeepSpeed; resources.pretrain "
+                               "asks for " + ("DeepSpeed" if launch.deepspeed else "several ranks")
+              + " (use trainer or null)")
 
 
 def _check_resources(resources: ResourcesSection) -> None:
