@@ -314,6 +314,8 @@ def _write_log(entry: tuple, window: _LogWindow, history: list[dict[str, Any]],
             sequences * settings.block_size / seconds, 1)
     window.last_time = (now, step)
     history.append(record)
+    # printed as the Trainer prints its logs, so either loop's progress reads the same
+    print({k: f"{v:.4g}" for k, v in record.items() if k != "step"}, flush=True)
     if writer is not None:
         for name in ("loss", "grad_norm", "learning_rate", "epoch"):
             writer.add_scalar(f"train/{name}", record[name], step)
