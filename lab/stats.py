@@ -178,6 +178,43 @@ def membership_auc(injected: Sequence[float], held_out: Sequence[float], higher_
     return float(result.statistic) / (len(a) * len(b)), float(result.pvalue)
 
 
+def roc_points(members: Sequence[float], nonmembers: Sequence[float]
+               ) -> tuple[list[float], list[float]]:
+    """(false positive rates, true positive rates) of calling a sample a member when its score
+    is >= t, for t at every distinct score from the highest down, after (0, 0): the points of
+    scikit-learn's roc_curve(drop_intermediate=False). Higher scores mean member."""
+    import numpy as np
+
+    m, n = np.sort(np.asarray(members, float)), np.sort(np.asarray(nonmembers, float))
+    thresholds = np.unique(np.concatenate([m, n]))[::-1]
+    tpr = 1.0 - np.searchsorted(m, thresholds, side="left") / len(m)
+    fpr = 1.0 - np.searchsorted(n, thresholds, side="left") / len(n)
+    return [0.0, *fpr.tolist()], [0.0, *tpr.tolist()]
+
+
+def roc_auc(members: Sequence[float], nonmembers: Sequence[float]) -> float | None:
+    """The probability that a member scores above a non-member, ties counting half (the area
+    under roc_points; scikit-learn's roc_auc_score). None without both groups."""
+    if not len(members) or not len(nonmembers):
+        return None
+    from scipy.stats import rankdata
+
+    ranks = rankdata([*members, *nonmembers])
+    wins = float(ranks[:len(members)].sum()) - len(members) * (len(members) + 1) / 2
+    return wins / (len(members) * len(nonmembers))
+
+
+def tpr_at_fpr(members: Sequence[float], nonmembers: Sequence[float], fpr: float
+               ) -> float | None:
+    """The highest true positive rate of a threshold whose false positive rate is at most `fpr`
+    (Carlini et al., "Membership Inference Attacks From First Principles", S&P 2022: the
+    low-FPR regime an attack is judged by). None without both groups."""
+    if not len(members) or not len(nonmembers):
+        return None
+    rates, hits = roc_points(members, nonmembers)
+    return max(t for f, t in zip(rates, hits) if f <= fpr + 1e-12)
+
+
 def holm(p_values: Sequence[float]) -> list[float]:
     """Holm-Bonferroni adjusted p-values, in the input order."""
     order = sorted(range(len(p_values)), key=lambda i: p_values[i])

@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("contamination", ("lab.contamination",)),
     ("tokenizer", ("lab.tokenizer",)),
     ("train", ("lab.train",)),
-    ("eval", ("lab.eval", "lab.llm")),
+    ("eval", ("lab.eval", "lab.llm", "lab.detect")),
     ("publish", ("lab.modelcard",)),
     ("study", ("lab.study",)),
     ("cli", ("lab.cli", "lab.__main__")),

@@ -54,6 +54,8 @@ from lab.contamination import settings as settings_table
 from lab.corpora.shards import read_manifest
 from lab.contamination.inject import disjoint_from, split_sides_index
 from lab.corpora import Sample, corpora_inputs, get_spec, load_samples
+from lab.detect.context import PLL_PASSES  # RoBERTa's pseudo-likelihood passes
+from lab.detect.min_k import lowest_mean as min_k_score  # Min-K% (Shi et al.)
 from lab.eval import metrics as metric_fns
 from lab.eval.generate import generate, padded
 from lab.models import (check_placement, device_param, dtype_param, lab_architecture,
@@ -75,7 +77,6 @@ FORMS = ("auto", *settings_table.FORMS)
 # The form in which each setting that injects test samples put them into the corpus (the
 # settings table's; a placebo's corpus holds no test sample: probe its base arm's).
 SETTING_FORMS = {s.name: s.form for s in settings_table.SETTINGS.values() if s.injects_test}
-PLL_PASSES = 7  # RoBERTa pseudo-likelihood: token i is masked in pass i % 7
 # The seed of the reference draw: a fixed string, so every model probed on the same groups (arm,
 # control, placebo) is compared with the same validation samples whenever its eligible list is
 # the same.
@@ -288,12 +289,6 @@ def _masked_scores(model: Any, tokenizer: Any, docs: list[tuple[list[int], list[
                 else:
                     hits[d] += int(bool((scores.argmax(-1) == truth).all()))
     return [(token_lp[d], hits[d], len(names)) for d, (_doc, names) in enumerate(docs)]
-
-
-def min_k_score(token_logprobs: list[float], k: float) -> float:
-    """Mean log-probability of the ceil(k * n) least likely tokens."""
-    lowest = sorted(token_logprobs)[: max(1, math.ceil(k * len(token_logprobs)))]
-    return sum(lowest) / len(lowest)
 
 
 BASELINES = ("held_out", "reference")  # never-seen groups an injected group is compared with

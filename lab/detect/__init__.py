@@ -1,0 +1,65 @@
+"""Contamination detectors: one small module each, one function shape, one table.
+
+Every detector is `score(ctx, samples) -> list[float]`: one score per sample, from the model in
+`ctx` (lab.detect.context.DetectContext) and the samples in the form they were injected in;
+higher means more member-like (a loss is negated). DETECTORS names them, with the families they
+apply to and what else they need. `lab detect` (and a study's detect stage) scores samples whose
+membership the study fixed, so each detector is judged on ground truth: injected against
+held-out halves, at every dose of a ladder, before and after fine-tuning.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from lab.common import LabError
+from lab.detect import (extraction, loss, min_k, min_k_plus, neighbourhood, peakedness,
+                        reference, zlib_ratio)
+
+
+@dataclass(frozen=True)
+class Detector:
+    name: str
+    score: Callable[..., list[float]]
+    families: tuple[str, ...]  # the model families it applies to
+    needs: str = ""  # what it needs beyond the model: "reference", "output"
+    summary: str = ""
+
+
+BOTH, CAUSAL = ("gpt2", "roberta"), ("gpt2",)
+DETECTORS: dict[str, Detector] = {d.name: d for d in (
+    Detector("loss", loss.score, BOTH, summary="mean token log-probability (minus the loss)"),
+    Detector("zlib", zlib_ratio.score, BOTH, summary="minus the loss over the zlib size"),
+    Detector("min_k", min_k.score, BOTH, summary="mean of the k% lowest token log-probabilities"),
+    Detector("min_k_plus_plus", min_k_plus.score, BOTH,
+             summary="Min-K% of log-probabilities standardised by the model's distribution"),
+    Detector("reference", reference.score, BOTH, needs="reference",
+             summary="loss under a never-exposed reference model minus the model's loss"),
+    Detector("neighbourhood", neighbourhood.score, BOTH,
+             summary="mean loss of identifier-renamed twins minus the sample's loss"),
+    Detector("extraction", extraction.score, CAUSAL, needs="output",
+             summary="sentence BLEU of the greedy continuation of the input"),
+    Detector("peakedness", peakedness.score, CAUSAL, needs="output",
+             summary="share of sampled outputs near the greedy one (CDD)"),
+)}
+
+
+def check_detectors(names: Sequence[str]) -> list[Detector]:
+    unknown = [n for n in names if n not in DETECTORS]
+    if unknown:
+        raise LabError(f"--detectors {unknown[0]}: unknown detector (choose from "
+                       f"{', '.join(DETECTORS)})")
+    return [DETECTORS[n] for n in names]
+
+
+def applicable(detectors: Sequence[Detector], family: str, has_reference: bool
+               ) -> list[Detector]:
+    return [d for d in detectors if family in d.families
+            and (d.needs != "reference" or has_reference)]
+
+
+def score_all(ctx: Any, samples: Sequence[Any], detectors: Sequence[Detector]
+              ) -> dict[str, list[float]]:
+    """Every applicable detector's scores of the samples (the token statistics computed once)."""
+    return {d.name: d.score(ctx, samples)
+            for d in applicable(detectors, ctx.family, ctx.reference is not None)}
