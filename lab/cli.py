@@ -21,6 +21,7 @@ from lab.contamination.audit import AuditConfig, run_audit
 from lab.contamination.inject import InjectConfig  # the configs declare their commands' options
 from lab.eval.baselines import BaselineConfig
 from lab.eval.generate import EvaluateConfig
+from lab.detect.run import DetectConfig
 from lab.eval.probe import ProbeConfig
 from lab.llm.llm_eval import LlmEvalConfig
 from lab.llm.perturb import PerturbConfig
@@ -321,6 +322,30 @@ def probe(cfg: ProbeConfig) -> None:
     if missing:
         console.print(f"no never-seen baseline: {missing}", markup=False, soft_wrap=True)
     console.print(f"per-sample probes and summary: {result['out']}", markup=False, soft_wrap=True)
+
+
+@app.command()
+@options_of(DetectConfig)
+def detect(cfg: DetectConfig) -> None:
+    """Contamination detectors judged on known membership: AUC and TPR at low FPR."""
+    from lab.detect.run import run_detect
+
+    result = run_detect(cfg)
+    rows = [{"detector": name, "auc": _fmt(m["auc"]), "tpr@1%": _fmt(m["tpr_at_1pct_fpr"]),
+             "tpr@5%": _fmt(m["tpr_at_5pct_fpr"]), "p": _fmt(m["p"], ".2g"),
+             "members": _fmt(m["member_mean"], ".4g"), "non-members": _fmt(m["nonmember_mean"], ".4g"),
+             "samples": f"{m['members']}/{m['nonmembers']}"}
+            for name, m in result["detectors"].items()]
+    console.print(_table(f"{result['family']}, {result['form']} form: injected vs "
+                         f"{result['baseline'].replace('_', '-')} samples", rows,
+                         ["detector", "auc", "tpr@1%", "tpr@5%", "p", "members", "non-members",
+                          "samples"]))
+    console.print("AUC 0.5: no signal; scores are higher for member-like samples; p: one-sided "
+                  "Mann-Whitney U, asymptotic, per sample (a description, not a test over seeds).",
+                  markup=False)
+    if result["skipped"]:
+        console.print(f"not applicable here: {', '.join(result['skipped'])}", markup=False)
+    console.print(f"per-sample scores and summary: {result['out']}", markup=False, soft_wrap=True)
 
 
 def _fmt(value: Any, spec: str = ".3f") -> str:

@@ -58,8 +58,16 @@ def applicable(detectors: Sequence[Detector], family: str, has_reference: bool
             and (d.needs != "reference" or has_reference)]
 
 
-def score_all(ctx: Any, samples: Sequence[Any], detectors: Sequence[Detector]
-              ) -> dict[str, list[float]]:
-    """Every applicable detector's scores of the samples (the token statistics computed once)."""
-    return {d.name: d.score(ctx, samples)
-            for d in applicable(detectors, ctx.family, ctx.reference is not None)}
+def score_all(ctx: Any, samples: Sequence[Any], detectors: Sequence[Detector],
+              seconds: dict[str, float] | None = None) -> dict[str, list[float]]:
+    """Every applicable detector's scores of the samples (the token statistics computed once,
+    by the first detector that needs them); `seconds` receives each detector's time."""
+    import time
+
+    scores = {}
+    for detector in applicable(detectors, ctx.family, ctx.reference is not None):
+        started = time.perf_counter()
+        scores[detector.name] = detector.score(ctx, samples)
+        if seconds is not None:
+            seconds[detector.name] = round(time.perf_counter() - started, 2)
+    return scores

@@ -1,0 +1,207 @@
+"""`lab detect MODEL`: every detector on a lab model whose training membership is known.
+
+The model's own pre-training corpus (or --groups, for a control or placebo model) says which
+test samples were injected, in which form and at which dose: those are the members. Non-members
+are the held-out half of a split-half arm or, for an arm that injected every sample, never-seen
+samples of the validation split drawn as `lab probe` draws them (lab.eval.probe). Each sample is
+scored in the form it was injected in. Per detector, the summary gives the ROC AUC of telling
+members from non-members, the TPR at 1% and 5% FPR (the low-FPR regime membership inference is
+judged by), the one-sided Mann-Whitney p and both groups' means; with a dose ladder, the same per
+dose against the held-out level. `--reference` (a model that never saw the samples, with the
+same tokenizer and family: the study's control or placebo model) adds the reference detector.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from lab.common import (LabError, atomic_output_dir, beside, check_output, corpora_param,
+                        environment_record, param, write_json_atomic, write_jsonl)
+from lab.contamination import settings as settings_table
+from lab.corpora import corpora_inputs, load_samples
+from lab.detect import DETECTORS, applicable, check_detectors, score_all
+from lab.detect.context import DetectContext
+from lab.models import (check_placement, device_param, dtype_param, place_model, positions_of,
+                        pretraining_record, read_stage_manifest)
+from lab.stats import membership_auc, roc_auc, tpr_at_fpr
+
+FPRS = (0.01, 0.05)  # the false positive rates TPR is reported at
+
+
+@dataclass
+class DetectConfig:
+    """One detection run. Every option of `lab detect` is declared here, once."""
+    model: Path = param(help="A lab pretrain directory (GPT-2 or RoBERTa) or a fine-tuned GPT-2.")
+    out: Path | None = param(None, "Default: MODEL-detect, beside MODEL.")
+    detectors: tuple[str, ...] = param(tuple(DETECTORS), "Detectors to run (lab.detect): "
+                                       + ", ".join(DETECTORS) + ".")
+    reference: Path | None = param(None, "A model that never saw the samples (a study's control "
+                                         "or placebo model, same tokenizer and family): enables "
+                                         "the reference detector.")
+    groups: Path | None = param(None, "Corpus or model whose injected / held-out samples to score "
+                                      "(default: the model's own pre-training corpus).")
+    form: str = param("auto", "auto (the injection setting), input, output, unpaired, paired.")
+    k: float = param(0.2, "k of Min-K% and Min-K%++.")
+    neighbours: int = param(4, "Renamed twins per sample (neighbourhood).")
+    cdd_samples: int = param(10, "Sampled outputs per input (peakedness).")
+    max_samples: int | None = param(None, "Score the first N members and N non-members only.")
+    batch_size: int = param(16, "Documents per forward pass.")
+    device: str = device_param()
+    dtype: str = dtype_param()
+    force: bool = param(False, "Replace an existing output directory.")
+    corpora_dir: Path | None = corpora_param()
+
+    def __post_init__(self) -> None:
+        check_detectors(self.detectors)
+        if self.form not in ("auto", *settings_table.FORMS):
+            raise LabError(f"--form {self.form}: choose from auto, "
+                           f"{', '.join(settings_table.FORMS)}")
+        if not 0 < self.k <= 1:
+            raise LabError(f"--k {self.k}: expected a fraction in (0, 1]")
+        for option, value in (("--neighbours", self.neighbours),
+                              ("--cdd-samples", self.cdd_samples),
+                              ("--max-samples", self.max_samples),
+                              ("--batch-size", self.batch_size)):
+            if value is not None and value < 1:
+                raise LabError(f"{option} {value}: must be >= 1")
+
+
+def detection_metrics(members: Sequence[float], nonmembers: Sequence[float]) -> dict[str, Any]:
+    """AUC, TPR at FPRS, the one-sided Mann-Whitney p and the groups' means and sizes."""
+    _auc, p = membership_auc(members, nonmembers, True)
+    return {"auc": roc_auc(members, nonmembers),
+            **{f"tpr_at_{round(f * 100)}pct_fpr": tpr_at_fpr(members, nonmembers, f)
+               for f in FPRS},
+            "p": p, "member_mean": sum(members) / len(members) if members else None,
+            "nonmember_mean": sum(nonmembers) / len(nonmembers) if nonmembers else None,
+            "members": len(members), "nonmembers": len(nonmembers)}
+
+
+def summarise(rows: list[dict[str, Any]], names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    return {name: detection_metrics([r[name] for r in rows if r["member"]],
+                                    [r[name] for r in rows if not r["member"]])
+            for name in names}
+
+
+def _load(path: Path, option: str) -> tuple[Any, Any, dict[str, Any], str]:
+    from lab.eval.probe import load_probed_model
+
+    try:
+        return load_probed_model(path)
+    except LabError as exc:
+        raise LabError(str(exc).replace("--model", option, 1)) from None
+
+
+def _reference_context(cfg: DetectConfig, family: str, manifest: dict[str, Any], form: str,
+                       max_tokens: int) -> DetectContext | None:
+    if cfg.reference is None:
+        return None
+    model, tokenizer, theirs, their_family = _load(cfg.reference, "--reference")
+    if their_family != family:
+        raise LabError(f"--reference {cfg.reference}: a {their_family} model; the detected model "
+                       f"is {family} (the reference must be of the same family)")
+    sha = [pretraining_record(m).get("tokenizer", {}).get("sha256") for m in (manifest, theirs)]
+    if sha[0] != sha[1]:
+        raise LabError(f"--reference {cfg.reference}: trained with another tokenizer "
+                       "(its tokenizer sha256 differs), so its losses do not compare")
+    return DetectContext(model=place_model(model, cfg.device, cfg.dtype), tokenizer=tokenizer,
+                         family=family, form=form, max_tokens=max_tokens,
+                         batch_size=cfg.batch_size)
+
+
+def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
+               ) -> dict[str, Any]:
+    """Entry point of `lab detect`: scores.jsonl (per sample) and summary.json (per detector)."""
+    if not isinstance(cfg, DetectConfig):
+        cfg = DetectConfig(model=Path(cfg), out=out, **options)
+    import torch
+
+    from lab.eval.probe import probe_groups, reference_samples
+
+    started = time.perf_counter()
+    device = check_placement(cfg.device, cfg.dtype)
+    detectors = check_detectors(cfg.detectors)
+    chosen = probe_groups(read_stage_manifest(cfg.model, "--model"), cfg.groups)
+    form = settings_table.probed_form(chosen["setting"]) if cfg.form == "auto" else cfg.form
+    if form is None:
+        raise LabError(f"the corpus setting '{chosen['setting']}' has no injected form to score")
+    out = Path(cfg.out or beside(cfg.model, "detect"))
+    inputs = [cfg.model, cfg.groups, cfg.reference, *corpora_inputs(cfg.corpora_dir)]
+    check_output(out, cfg.force, "lab-detection", inputs)
+    model, tokenizer, manifest, family = _load(cfg.model, "--model")
+    positions = positions_of(model.config)
+    block = int(pretraining_record(manifest).get("config", {}).get("block_size") or positions)
+    max_tokens = min(block, positions)
+    reference_ctx = _reference_context(cfg, family, manifest, form, max_tokens)
+    model = place_model(model, cfg.device, cfg.dtype)
+
+    tests = load_samples(chosen["benchmark"], chosen["split"], cfg.corpora_dir,
+                         require_references=True).records
+    injected = set(chosen["injected"])
+    members = [s for s in tests if s.id in injected][:cfg.max_samples]
+    held = set(chosen["held_out"])
+    nonmembers = [s for s in tests if s.id in held][:cfg.max_samples]
+    baseline, reference_record = "held_out", None
+    if not held:
+        nonmembers, reference_record = reference_samples(chosen, tests, len(members), True,
+                                                         manifest, cfg.corpora_dir)
+        baseline = "reference"
+        if not nonmembers:
+            raise LabError(f"{chosen['source']}: no never-seen samples to compare the injected "
+                           f"ones with ({reference_record.get('missing')})")
+    spec_languages = _languages(chosen["benchmark"])
+    ctx = DetectContext(model=model, tokenizer=tokenizer, family=family, form=form,
+                        max_tokens=max_tokens, batch_size=cfg.batch_size, k=cfg.k,
+                        reference=reference_ctx, languages=spec_languages,
+                        neighbours=cfg.neighbours, cdd_samples=cfg.cdd_samples)
+    used = applicable(detectors, family, reference_ctx is not None)
+    torch.manual_seed(0)
+    samples = members + nonmembers
+    seconds: dict[str, float] = {}
+    scores = score_all(ctx, samples, used, seconds)
+    rows = []
+    for i, sample in enumerate(samples):
+        row = {"id": sample.id, "member": i < len(members),
+               "group": "injected" if i < len(members) else baseline,
+               **{name: values[i] for name, values in scores.items()}}
+        if sample.id in chosen["doses"]:
+            row["dose"] = chosen["doses"][sample.id]
+        rows.append(row)
+    names = [d.name for d in used]
+    summary = {
+        "kind": "lab-detection", "model": str(cfg.model), "family": family,
+        "groups": chosen["source"], "benchmark": chosen["benchmark"], "split": chosen["split"],
+        "form": form, "baseline": baseline, "reference_samples": reference_record,
+        "reference_model": str(cfg.reference) if cfg.reference else None,
+        "detectors": summarise(rows, names),
+        "skipped": sorted(d.name for d in detectors if d not in used),
+        "detector_seconds": seconds,
+        "settings": {"k": cfg.k, "neighbours": cfg.neighbours, "cdd_samples": cfg.cdd_samples,
+                     "fprs": list(FPRS)},
+        "placement": {"device": device, "dtype": cfg.dtype},
+        **({"by_dose": _by_dose(rows, names)} if chosen["doses"] else {}),
+        "wall_seconds": round(time.perf_counter() - started, 2),
+        "environment": environment_record(),
+    }
+    with atomic_output_dir(out, force=cfg.force, kind="lab-detection", inputs=inputs) as tmp:
+        write_jsonl(tmp / "scores.jsonl", rows)
+        write_json_atomic(tmp / "summary.json", summary)
+    summary["out"] = str(out)
+    return summary
+
+
+def _by_dose(rows: list[dict[str, Any]], names: Sequence[str]) -> dict[str, Any]:
+    """Each injected dose's members against the held-out level (dose 0)."""
+    held = [r for r in rows if r.get("dose") == 0 or not r["member"]]
+    doses = sorted({r["dose"] for r in rows if r.get("dose") and r["member"]})
+    return {str(d): summarise([r for r in rows if r.get("dose") == d and r["member"]] + held,
+                              names) for d in doses}
+
+
+def _languages(benchmark: str) -> tuple[str, str]:
+    from lab.corpora import get_spec
+
+    spec = get_spec(benchmark)
+    return spec.input_language, spec.output_language

@@ -1,0 +1,79 @@
+"""`lab detect` on micro models of the real corpora: a model that memorised its injected samples,
+a control model that never saw them, and what is refused."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.common import LabError
+from lab.detect.run import run_detect
+from lab.stats import roc_auc
+
+pytestmark = pytest.mark.skipif(not os.environ.get("LAB_CORPORA"), reason="needs LAB_CORPORA")
+
+FAST = ("loss", "zlib", "min_k", "min_k_plus_plus", "reference")
+
+
+@pytest.fixture(scope="module")
+def models(micro_world, tmp_path_factory):
+    """Micro GPT-2s on the paired arm (each injected sample 4 times over, several epochs: it
+    memorises) and on the control corpus, same steps; a micro RoBERTa of the control."""
+    from lab.contamination.inject import InjectConfig, run_inject
+    from lab.train.pretrain import PretrainConfig, run_pretrain
+
+    root = tmp_path_factory.mktemp("detect")
+    run_inject(InjectConfig(setting="paired", fraction=0.1, repeat=4, benchmark="codetrans",
+                            seed=3, base_splits=("valid",), limit=700, out=root / "paired"))
+    common = dict(tokenizer=micro_world / "tok", preset="micro", max_steps=240, lr=3e-3,
+                  batch_size=16, block_size=128, seed=0, report_to="none",
+                  cache_dir=root / "cache", save_steps=1000)
+    for name, corpus, family in (("arm", root / "paired", "gpt2"),
+                                 ("control", micro_world / "control", "gpt2"),
+                                 ("roberta", micro_world / "control", "roberta")):
+        run_pretrain(PretrainConfig(model=family, corpus=corpus, out=root / name,
+                                    **{**common, **({"max_steps": 4} if family == "roberta"
+                                                    else {})}))
+    return root
+
+
+def test_a_model_that_memorised_is_found_and_a_control_is_not(models, tmp_path):
+    arm = run_detect(models / "arm", tmp_path / "arm", detectors=FAST,
+                     reference=models / "control")
+    assert arm["baseline"] == "held_out"
+    assert arm["detectors"]["loss"]["auc"] >= 0.9
+    # the micro control is a weak reference, but the ratio still finds the members
+    assert arm["detectors"]["reference"]["auc"] > 0.7
+    control = run_detect(models / "control", tmp_path / "control", detectors=FAST,
+                         groups=models / "arm")
+    assert 0.4 <= control["detectors"]["loss"]["auc"] <= 0.6
+    assert "reference" in control["skipped"]  # no reference model given
+    # the summary is the scores' own AUC, per sample
+    rows = [json.loads(line) for line in (tmp_path / "arm" / "scores.jsonl").open()]
+    members = [r["loss"] for r in rows if r["member"]]
+    others = [r["loss"] for r in rows if not r["member"]]
+    assert len(members) == arm["detectors"]["loss"]["members"] > 0
+    assert arm["detectors"]["loss"]["auc"] == pytest.approx(roc_auc(members, others))
+    assert set(arm["detector_seconds"]) == set(FAST)
+
+
+def test_what_is_refused_gets_one_line(models, tmp_path):
+    with pytest.raises(LabError, match="--reference .*roberta model; the detected model is gpt2"):
+        run_detect(models / "arm", tmp_path / "a", detectors=FAST, reference=models / "roberta")
+    with pytest.raises(LabError, match="injected no test samples"):
+        run_detect(models / "control", tmp_path / "b", detectors=FAST)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    for args, fragment in ((["--detectors", "loss,bleu"], "--detectors bleu: unknown detector"),
+                           (["--k", "0"], "--k 0.0: expected a fraction"),
+                           (["--model", str(tmp_path / "none")], "none")):
+        command = [sys.executable, "-m", "lab.cli", "detect", "--model", str(models / "arm"),
+                   "--out", str(tmp_path / "c"), *args]
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 2, done.stderr
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and fragment in lines[0] and "Traceback" not in done.stderr
