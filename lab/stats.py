@@ -215,6 +215,24 @@ def tpr_at_fpr(members: Sequence[float], nonmembers: Sequence[float], fpr: float
     return max(t for f, t in zip(rates, hits) if f <= fpr + 1e-12)
 
 
+def seed_mean_interval(values: Sequence[float], level: float = 0.95
+                       ) -> tuple[float | None, float | None, float | None]:
+    """(mean, low, high) of a per-seed quantity (the seed is the unit): Student's t interval
+    with k - 1 degrees of freedom; one seed gives no interval (None, None)."""
+    import numpy as np
+    from scipy.stats import t as t_distribution
+
+    values = np.asarray([v for v in values if v is not None], dtype=float)
+    if not len(values):
+        return None, None, None
+    mean = float(values.mean())
+    if len(values) < 2:
+        return mean, None, None
+    half = float(t_distribution.ppf((1 + level) / 2, len(values) - 1)
+                 * values.std(ddof=1) / math.sqrt(len(values)))
+    return mean, mean - half, mean + half
+
+
 def holm(p_values: Sequence[float]) -> list[float]:
     """Holm-Bonferroni adjusted p-values, in the input order."""
     order = sorted(range(len(p_values)), key=lambda i: p_values[i])

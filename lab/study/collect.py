@@ -18,6 +18,9 @@ SAMPLES = "samples.csv"
 DOSE_GROUP = "dose="  # results.csv group of a dose ladder's level: dose=0, dose=4, ...
 PROBES = "probes.csv"  # per pre-trained model and probed sample: the memorisation probes
 PROBE_COLUMNS = ("tokens", "loss", "min_k", "infill", "extraction_em", "extraction_bleu")
+# per scored model, detector and dose (all: every member), its membership metrics
+DETECTIONS = "detect.csv"
+LEADERBOARD = "detect_leaderboard.csv"  # per detector and condition, over seeds
 
 
 def collect(recipe: Recipe, stages: list[Stage], study: Path) -> tuple[Path, Path]:
@@ -25,6 +28,12 @@ def collect(recipe: Recipe, stages: list[Stage], study: Path) -> tuple[Path, Pat
     probes.csv, from the finished stages."""
     run_rows, sample_rows, probe_rows = collected_rows(recipe, stages, study)
     write_table(study / PROBES, probe_rows)
+    detections = detection_rows(recipe, stages, study)
+    if detections:
+        from lab.detect.leaderboard import leaderboard
+
+        write_table(study / DETECTIONS, detections)
+        write_table(study / LEADERBOARD, leaderboard(detections))
     return write_table(study / RESULTS, run_rows), write_table(study / SAMPLES, sample_rows)
 
 
@@ -79,6 +88,25 @@ def collected_rows(recipe: Recipe, stages: list[Stage], study: Path
                                    **({"dose": row["dose"]} if "dose" in row else {}),
                                    **{k: row.get(k) for k in PROBE_COLUMNS}})
     return run_rows, sample_rows, probe_rows
+
+
+def detection_rows(recipe: Recipe, stages: list[Stage], study: Path) -> list[dict[str, Any]]:
+    """One row per finished detect stage, detector and dose ('all': every member), with the
+    stage's labels (model, arm, seed, groups, epochs: None for the pre-trained model)."""
+    rows = []
+    for stage in stages:
+        if stage.kind != "detect" or not stage.done(study):
+            continue
+        summary = json.loads((stage.out(study) / "summary.json").read_text())
+        base = {"study": recipe.name, "benchmark": recipe.benchmark,
+                "model": model_name(stage.labels),
+                **{k: stage.labels.get(k) for k in ("arm", "seed", "groups", "epochs")},
+                "form": summary["form"], "baseline": summary["baseline"], "stage": stage.key}
+        levels = {"all": summary["detectors"], **(summary.get("by_dose") or {})}
+        for dose, detectors in levels.items():
+            for name, metrics in detectors.items():
+                rows.append({**base, "detector": name, "dose": dose, **metrics})
+    return rows
 
 
 BASELINE_PREFIX = "baseline_"  # results.csv: baseline_<name>_<metric>, on the row's samples

@@ -37,9 +37,10 @@ INJECT_SECONDS_PER_BASE_DOCUMENT = 6e-5  # 7 s for the full 120k-document corpus
 GPU_PEAK_BF16 = {"A100": 312e12, "H100": 989e12}
 # Model FLOPs utilisation assumed per kind of work (see the module docstring for the anchor).
 MFU = {"train": 0.25, "generate": 0.02}
-WORK = {"pretrain": "train", "finetune": "train", "evaluate": "generate", "probe": "generate"}
+WORK = {"pretrain": "train", "finetune": "train", "evaluate": "generate", "probe": "generate",
+        "detect": "generate"}
 STAGE_OVERHEAD_SECONDS = {"inject": 2, "tokenizer": 5, "pretrain": 10, "finetune": 8, "evaluate": 5,
-                          "probe": 5}
+                          "probe": 5, "detect": 5}
 
 
 def parameters(recipe: Recipe, model: str, preset_name: str) -> int:
@@ -165,6 +166,21 @@ def estimate(recipe: Recipe, stages: list[Any], study: Path) -> list[dict[str, A
             passes = 1 if model == "gpt2" else 7 + cfg.max_names // 2
             tokens = samples * (test_in + test_out) / CHARS_PER_TOKEN
             flops = 2 * parameters(recipe, model, preset_of(stage)) * tokens * passes
+            seconds += flops / GENERATE_FLOPS_PER_SECOND
+        elif stage.kind == "detect":
+            # Members and as many non-members: scoring passes (RoBERTa: 7 masked ones) over the
+            # samples, their renamed twins and the reference model; GPT-2 also generates each
+            # output once greedily (extraction) and the CDD samples.
+            samples = 2 * min(cfg.max_samples or test_n, test_n)
+            model, chosen = stage.labels["model"], set(cfg.detectors)
+            copies = (1 + ("reference" in chosen)
+                      + (cfg.neighbours if "neighbourhood" in chosen else 0))
+            generations = (("extraction" in chosen)
+                           + (cfg.cdd_samples + 1 if "peakedness" in chosen else 0)
+                           if model == "gpt2" else 0)
+            tokens = samples * (test_in + test_out) / CHARS_PER_TOKEN * (
+                copies * (1 if model == "gpt2" else 7) + generations)
+            flops = 2 * parameters(recipe, model, preset_of(stage)) * tokens
             seconds += flops / GENERATE_FLOPS_PER_SECOND
         row["tokens"] += tokens
         row["flops"] += flops

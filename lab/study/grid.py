@@ -20,6 +20,7 @@ from lab.contamination import settings as settings_table
 from lab.study.recipe import Recipe, deepspeed_config, for_model
 from lab.study.stages import KINDS, key_fields, unbound
 from lab.tasks import task_for_benchmark
+from lab.detect.run import DetectConfig
 from lab.eval.probe import ProbeConfig
 from lab.study.evaluate import EvaluateStageConfig
 from lab.train.finetune import FinetuneConfig
@@ -146,6 +147,7 @@ def _grid(recipe: Recipe) -> list[Stage]:
     for model, preset in itertools.product(whole.models, whole.preset):
         recipe = for_model(whole, model)
         launch = dataclasses.asdict(recipe.resources.pretrain)
+        scored: dict[tuple[str, int, int | None], Stage] = {}  # (arm, seed, E): detect's models
         for arm in recipe.arms:
             for seed in recipe.seeds:
                 pre = Stage("pretrain", resolve_for_device(unbound(
@@ -159,6 +161,7 @@ def _grid(recipe: Recipe) -> list[Stage]:
                             "arm": arm, "seed": seed},
                     launch=launch)
                 stages.append(pre)
+                scored[(arm, seed, None)] = pre
                 stages += _probes(recipe, pre, arm, seed, arm_stage)
                 for epochs in recipe.finetune.epochs:
                     for size in recipe.finetune.train_sizes:
@@ -172,7 +175,39 @@ def _grid(recipe: Recipe) -> list[Stage]:
                             batch_size=batch_size_on(recipe.resources.device, EvaluateStageConfig),
                         ), [fine], labels=fine.labels, launch={"device": recipe.resources.device})
                         stages += [fine, evaluation]
+                        if size == recipe.finetune.train_sizes[0]:
+                            scored[(arm, seed, epochs)] = fine
+        stages += _detects(recipe, scored)
     return stages
+
+
+def _detects(recipe: Recipe, scored: dict[tuple[str, int, int | None], Stage]) -> list[Stage]:
+    """Detect stages of one model family: every pre-trained model, and the fine-tuned GPT-2 at
+    detect.epochs. A contaminated arm's model is scored on its own samples, a placebo's and the
+    control's on the samples of each arm they stand beside (as the probe does); the reference
+    model is the control's of the same seed and stage (pre-trained or fine-tuned at that E)."""
+    if not recipe.detect.enabled:
+        return []
+    config = unbound("detect", detectors=tuple(recipe.detect.detectors), k=recipe.detect.k,
+                     neighbours=recipe.detect.neighbours, cdd_samples=recipe.detect.cdd_samples,
+                     max_samples=recipe.detect.max_samples, device=recipe.resources.device,
+                     dtype=recipe.resources.dtype,
+                     batch_size=batch_size_on(recipe.resources.device, DetectConfig))
+    launch = {"device": recipe.resources.device}
+    out = []
+    for (arm, seed, epochs), model in scored.items():
+        if epochs is not None and (epochs not in recipe.detect.epochs
+                                   or model.labels["model"] != "gpt2"):
+            continue  # a fine-tuned RoBERTa is an encoder-decoder: nothing to score
+        setting = settings_table.get(arm)
+        groups = ([arm] if setting.injects_test else [setting.base] if setting.placebo
+                  else [a for a in recipe.arms if settings_table.get(a).injects_test])
+        reference = scored.get(("control", seed, epochs)) if arm != "control" else None
+        for group in groups:
+            inputs = [model, scored[(group, seed, None)]] + ([reference] if reference else [])
+            out.append(Stage("detect", config, inputs, launch=launch,
+                             labels={**model.labels, "groups": group}))
+    return out
 
 
 # Samples per generation or probe batch on a GPU: a small model's batch of 16 is launch-bound

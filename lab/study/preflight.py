@@ -168,6 +168,9 @@ def required_splits(pending: list[Any]) -> dict[tuple[str, str], list[str]]:
         elif stage.kind == "probe":
             inject = stage.inputs[0].inputs[0].config  # probe <- pretrain <- inject
             need(inject.benchmark, inject.split, "probe")
+        elif stage.kind == "detect":
+            inject = stage.inputs[1].inputs[0].config  # detect <- groups' pretrain <- inject
+            need(inject.benchmark, inject.split, "detect")
         elif stage.kind == "finetune":
             task = get_task(cfg.task)
             if task.benchmark != "concode":

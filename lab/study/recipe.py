@@ -27,6 +27,7 @@ import yaml
 from lab.common import SEED_MAX, LabError, default_of, option_name, param
 from lab.contamination import settings as settings_table
 from lab.contamination.inject import InjectConfig, placebo_splits
+from lab.detect.run import DetectConfig
 from lab.eval.probe import ProbeConfig
 from lab.study.evaluate import EvaluateStageConfig
 from lab.stats import ALPHA, CONVENTIONS, DEFAULT_CONVENTION
@@ -117,6 +118,7 @@ STUDY_DEFAULTS = {
     "tokenizer": {"vocab_size": 8000},
     # Probing every sample of every model costs more than the rest of a CPU study.
     "probe": {"max_samples": 200},
+    "detect": {"max_samples": 200},
 }
 
 CorpusSection = section("CorpusSection", InjectConfig, ["base", "base_splits", "limit"])
@@ -209,6 +211,20 @@ ProbeSection = section("ProbeSection", ProbeConfig, ["min_k", "max_samples", "ma
 ])
 
 
+DetectSection = section("DetectSection", DetectConfig,
+                        ["detectors", "k", "neighbours", "cdd_samples", "max_samples"],
+                        STUDY_DEFAULTS["detect"], own=[
+    ("enabled", bool, field(default=False, metadata={
+        "help": "Run the contamination detectors (lab detect) on every pre-trained model: "
+                "published detectors judged on the study's known members; a contaminated or "
+                "placebo model gets its seed's control model as the reference."})),
+    ("epochs", list[int], field(default_factory=list, metadata={
+        "help": "Also score the fine-tuned GPT-2 of these fine-tuning epochs (each one of "
+                "finetune.epochs; its first train size): does fine-tuning hide pre-training "
+                "contamination?"})),
+])
+
+
 @dataclass
 class StatisticsSection:
     convention: str = param(DEFAULT_CONVENTION, "Mann-Whitney U convention: "
@@ -288,6 +304,7 @@ class Recipe:
         "help": "Per-model pretrain/finetune fields that replace the sections' own"})
     evaluation: EvaluationSection = field(default_factory=EvaluationSection)
     probe: ProbeSection = field(default_factory=ProbeSection)
+    detect: DetectSection = field(default_factory=DetectSection)
     statistics: StatisticsSection = field(default_factory=StatisticsSection)
     resources: ResourcesSection = field(default_factory=ResourcesSection)
 
@@ -464,6 +481,10 @@ def _check_study(recipe: Recipe) -> None:
     if recipe.statistics.convention not in CONVENTIONS:
         _fail("statistics.convention", f"choose from {', '.join(CONVENTIONS)}")
     _check_resources(recipe.resources)
+    stray = [e for e in recipe.detect.epochs if e not in recipe.finetune.epochs]
+    if stray:
+        _fail("detect.epochs", f"{stray[0]} is not one of finetune.epochs "
+                               f"({', '.join(map(str, recipe.finetune.epochs))})")
     launch = recipe.resources.pretrain
     if recipe.pretrain.loop == "plain" and (launch.processes * launch.nodes > 1
                                             or launch.deepspeed is not None):
@@ -880,6 +901,12 @@ def reference_yaml() -> str:
             expect = item.metadata.get("expect")
             comment = f"{expect or _type_text(kind)}: {meaning}".rstrip(": ")
             start = max(COMMENT_COLUMN, len(text) + 2)
+            if WIDTH - start < 40:  # a long default: its comment goes on the lines below it
+                lines.append(text)
+                start = COMMENT_COLUMN
+                wrapped = textwrap.wrap(comment, WIDTH - start - 2, break_on_hyphens=False)
+                lines.extend(f"{'':<{start}}# {line}" for line in wrapped)
+                continue
             wrapped = textwrap.wrap(comment, WIDTH - start - 2, break_on_hyphens=False) or [""]
             lines.append(f"{text:<{start}}# {wrapped[0]}")
             lines.extend(f"{'':<{start}}#   {more}" for more in wrapped[1:])

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping
 
 from lab.common import default_of, write_json_atomic
 from lab.contamination.inject import InjectConfig, run_inject
+from lab.detect.run import DetectConfig, run_detect
 from lab.eval.probe import ProbeConfig, run_probe
 from lab.modelcard import write_model_card
 from lab.study.evaluate import EvaluateStageConfig, run_evaluate_stage
@@ -78,6 +79,13 @@ KINDS: dict[str, StageKind] = {
     "probe": StageKind(ProbeConfig, run_probe,
                        key=("min_k", "max_samples", "max_names", "device", "dtype"),
                        neutral=PLACEMENT, inputs=("model", "groups"), done="summary.json"),
+    # inputs: the scored model, the model or corpus whose samples are the members, the
+    # reference model (the seed's control; none for the control itself)
+    "detect": StageKind(DetectConfig, run_detect,
+                        key=("detectors", "k", "neighbours", "cdd_samples", "max_samples",
+                             "device", "dtype"),
+                        neutral=PLACEMENT, inputs=("model", "groups", "reference"),
+                        done="summary.json"),
     "finetune": StageKind(
         FinetuneConfig, run_finetune,
         key=("task", "epochs", "train_size", "seed", "lr", "batch_size", "select",
