@@ -1,0 +1,67 @@
+"""A study's detect stages: which models are scored on which samples with which reference, that
+studies without them keep their stages, and the leaderboard over seeds."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from lab.common import LabError
+from lab.detect.leaderboard import leaderboard
+from lab.study.grid import expand
+from lab.study.recipe import load_recipe
+from lab.stats import seed_mean_interval
+
+MICRO = Path(__file__).resolve().parents[1] / "recipes" / "mini" / "micro.yaml"
+
+
+def test_detect_stages_score_every_model_with_the_controls_as_reference():
+    plain = expand(load_recipe(MICRO))
+    planned = expand(load_recipe(MICRO, ["detect.enabled=true", "detect.epochs=[1]"]))
+    assert {s.key for s in plain} == {s.key for s in planned if s.kind != "detect"}
+    assert not [s for s in plain if s.kind == "detect"]
+    detects = [s for s in planned if s.kind == "detect"]
+    # per seed: the paired model and the control, pre-trained and fine-tuned at E = 1
+    assert len(detects) == 2 * 2 * 2
+    for stage in detects:
+        model, groups = stage.inputs[0], stage.inputs[1]
+        assert stage.labels["groups"] == "paired" and groups.labels["arm"] == "paired"
+        assert groups.kind == "pretrain" and groups.labels["seed"] == stage.labels["seed"]
+        assert model.labels.get("epochs") in (None, 1)
+        if stage.labels["arm"] == "paired":
+            reference = stage.inputs[2]
+            assert reference.labels["arm"] == "control"
+            assert reference.labels["seed"] == stage.labels["seed"]
+            assert reference.kind == model.kind and reference.labels.get("epochs") == \
+                model.labels.get("epochs")
+        else:
+            assert len(stage.inputs) == 2  # the control has no reference but itself
+    assert len({s.key for s in detects}) == len(detects)
+
+
+def test_detect_epochs_must_be_fine_tuned():
+    with pytest.raises(LabError, match=r"detect.epochs: 3 is not one of finetune.epochs \(0, 1\)"):
+        load_recipe(MICRO, ["detect.enabled=true", "detect.epochs=[3]"])
+    with pytest.raises(LabError, match="unknown detector"):
+        load_recipe(MICRO, ["detect.detectors=[loss, bleu]"])
+
+
+def test_the_leaderboard_averages_auc_over_seeds_with_a_t_interval():
+    rows = [{"model": "gpt2", "arm": "paired", "groups": "paired", "epochs": None,
+             "dose": "all", "detector": "loss", "seed": seed, "auc": auc,
+             "tpr_at_1pct_fpr": 0.1 * seed, "tpr_at_5pct_fpr": 0.5}
+            for seed, auc in enumerate([0.8, 0.9, 1.0])]
+    rows.append({**rows[0], "detector": "zlib", "auc": 0.7})
+    board = {r["detector"]: r for r in leaderboard(rows)}
+    half = 4.302652729911275 * 0.1 / math.sqrt(3)  # t(0.975, 2 df) x sd / sqrt(k)
+    assert board["loss"]["auc"] == pytest.approx(0.9)
+    assert (board["loss"]["auc_low"], board["loss"]["auc_high"]) == pytest.approx(
+        (0.9 - half, 0.9 + half))
+    assert board["loss"]["seeds"] == 3 and board["loss"]["tpr_at_1pct_fpr_mean"] == \
+        pytest.approx(0.1)
+    wide = leaderboard([{**rows[0], "auc": 0.2}, {**rows[1], "auc": 1.0}])[0]
+    assert (wide["auc_low"], wide["auc_high"]) == (0.0, 1.0)  # cut to where an AUC can be
+    # one seed: a mean, no interval
+    assert (board["zlib"]["auc"], board["zlib"]["auc_low"]) == (0.7, None)
+    assert seed_mean_interval([]) == (None, None, None)
