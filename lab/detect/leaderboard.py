@@ -1,8 +1,7 @@
 """The detectors' leaderboard over a study's seeds: one row per detector and condition (the
 scored model's arm and the samples' arm, the fine-tuning epochs E, the dose), the AUC averaged
 over seeds with its seed-level interval (lab.stats.seed_mean_interval, cut to [0, 1]), and the
-mean TPR at 1%
-and 5% FPR. Its input is a study's detect.csv (lab.study.collect.detection_rows)."""
+mean TPR at 1% and 5% FPR. Its input is a study's detect.csv (lab.study.collect.detection_rows)."""
 from __future__ import annotations
 
 from collections import defaultdict
