@@ -65,3 +65,20 @@ def test_the_leaderboard_averages_auc_over_seeds_with_a_t_interval():
     # one seed: a mean, no interval
     assert (board["zlib"]["auc"], board["zlib"]["auc_low"]) == (0.7, None)
     assert seed_mean_interval([]) == (None, None, None)
+
+
+def test_the_leaderboard_table_has_detectors_as_rows_and_conditions_as_columns():
+    from lab.detect.leaderboard import leaderboard_markdown
+
+    base = {"model": "gpt2", "groups": "paired", "dose": "all", "seeds": 3,
+            "auc_low": 0.7, "auc_high": 0.9}
+    rows = [{**base, "arm": "paired", "epochs": None, "detector": "loss", "auc": 0.8},
+            {**base, "arm": "paired", "epochs": 5, "detector": "loss", "auc": 0.6},
+            {**base, "arm": "control", "epochs": None, "detector": "min_k", "auc": 0.5,
+             "auc_low": None}]
+    table = leaderboard_markdown(rows).splitlines()
+    assert table[0] == ("| detector | gpt2 paired, pre-trained | gpt2 paired, E=5 | "
+                        "gpt2 control on paired, pre-trained |")
+    assert table[2] == "| loss | 0.80 [0.70, 0.90] | 0.60 [0.70, 0.90] | - |"
+    assert table[3] == "| min_k | - | - | 0.50 |"
+    assert "averaged over 3 seeds" in table[-1]

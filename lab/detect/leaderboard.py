@@ -31,3 +31,44 @@ def leaderboard(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def _mean(values: Sequence[float | None]) -> float | None:
     kept = [v for v in values if v is not None]
     return sum(kept) / len(kept) if kept else None
+
+
+def _number(value: Any) -> float | None:
+    if value in (None, ""):
+        return None
+    return float(value)
+
+
+def _condition(row: dict[str, Any]) -> str:
+    scored = row["arm"] if row["arm"] == row["groups"] else f"{row['arm']} on {row['groups']}"
+    stage = "pre-trained" if row.get("epochs") in (None, "") else f"E={int(float(row['epochs']))}"
+    dose = "" if str(row.get("dose")) in ("all", "") else f", dose {row['dose']}"
+    return f"{row['model']} {scored}, {stage}{dose}"
+
+
+def leaderboard_markdown(rows: Sequence[dict[str, Any]]) -> str:
+    """Detectors as rows, conditions as columns: AUC over seeds [its interval]; the legend
+    below. `rows` as leaderboard() makes them or as detect_leaderboard.csv holds them."""
+    conditions = list(dict.fromkeys(_condition(r) for r in rows))
+    detectors = list(dict.fromkeys(r["detector"] for r in rows))
+    cell = {(r["detector"], _condition(r)): r for r in rows}
+    lines = ["| detector | " + " | ".join(conditions) + " |",
+             "|---|" + "---|" * len(conditions)]
+    for detector in detectors:
+        values = []
+        for condition in conditions:
+            row = cell.get((detector, condition))
+            auc = _number(row.get("auc")) if row else None
+            if auc is None:
+                values.append("-")
+                continue
+            low, high = _number(row.get("auc_low")), _number(row.get("auc_high"))
+            values.append(f"{auc:.2f}" + (f" [{low:.2f}, {high:.2f}]" if low is not None else ""))
+        lines.append(f"| {detector} | " + " | ".join(values) + " |")
+    seeds = sorted({int(float(r["seeds"])) for r in rows})
+    lines += ["", "ROC AUC of telling the samples a model was trained on from those it never saw "
+              "(0.5: no signal), averaged over "
+              + "/".join(map(str, seeds)) + " seeds, with a Student-t interval over seeds "
+              "(none with one seed), cut to [0, 1]. 'arm on groups': a model that never saw the "
+              "groups' samples (a control or placebo): it should stay near 0.5."]
+    return "\n".join(lines) + "\n"

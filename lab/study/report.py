@@ -80,6 +80,22 @@ def run_stats(study: Path, convention: str | None = None, alpha: float | None = 
             **stats_table(cells, study)}
 
 
+def _detectors_markdown(study: Path) -> str:
+    """The detectors' leaderboard of a study with detect stages (STUDY/detect_leaderboard.csv),
+    else ''."""
+    from lab.detect.leaderboard import leaderboard_markdown
+    from lab.study.collect import LEADERBOARD
+
+    path = Path(study) / LEADERBOARD
+    if not path.is_file():
+        return ""
+    numeric = {"seeds", "auc", "auc_low", "auc_high", "tpr_at_1pct_fpr_mean",
+               "tpr_at_5pct_fpr_mean"}
+    rows = read_csv(path, ("model", "arm", "groups", "detector", "auc", "seeds"),
+                    numeric.__contains__)
+    return leaderboard_markdown(rows) if rows else ""
+
+
 def run_report(study: Path, convention: str | None = None, metric: str = "bleu",
                alpha: float | None = None, html: bool = True) -> dict[str, Any]:
     """Entry point of `lab report`: tables (md, tex, csv), stats.json, the decay figure and
@@ -109,9 +125,15 @@ def run_report(study: Path, convention: str | None = None, metric: str = "bleu",
     for name, text in outputs.items():
         written.append(study / "report" / name)
         write_text_atomic(written[-1], text)
+    detectors_markdown = _detectors_markdown(study)
+    if detectors_markdown:
+        write_text_atomic(study / "report" / "detect.md", detectors_markdown)
+        written.append(study / "report" / "detect.md")
     sections = primary_sections(primary) + [
         {"heading": SECONDARY, "markdown": secondary["md"], "table": secondary}] + (
-        [{"heading": "Dose-response", "markdown": dose_markdown}] if dose_markdown else [])
+        [{"heading": "Dose-response", "markdown": dose_markdown}] if dose_markdown else []) + (
+        [{"heading": "Contamination detectors", "markdown": detectors_markdown}]
+        if detectors_markdown else [])
     # The returned cells are the compared arms (the control's own rows are in stats.json).
     result = {"cells": [c.record() for c in cells if c.arm != "control"], "tables": written,
               "stats": path, "figure": figure, "doses": doses, "primary": primary,
