@@ -25,11 +25,12 @@ RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "mini" / "micro.yaml"
 
 def test_trained_models_get_their_card_from_the_runner():
     assert KINDS["pretrain"].after is write_model_card is KINDS["finetune"].after
-    assert all(KINDS[kind].after is None for kind in ("inject", "tokenizer", "probe", "evaluate"))
+    assert all(KINDS[kind].after is None
+               for kind in ("inject", "tokenizer", "probe", "evaluate", "detect"))
 
 
 def test_every_kind_has_one_row_and_one_entry_shape():
-    stages = expand(load_recipe(RECIPE))
+    stages = expand(load_recipe(RECIPE, ["detect.enabled=true", "detect.epochs=[1]"]))
     assert {s.kind for s in stages} == set(KINDS)
     for stage in stages:
         spec = KINDS[stage.kind]
@@ -43,7 +44,7 @@ def test_every_field_a_recipe_sets_names_its_stage():
     study could set without changing the key would find another study's stages done)."""
     sections = {"corpus": "inject", "injection": "inject", "tokenizer": "tokenizer",
                 "pretrain": "pretrain", "finetune": "finetune", "evaluation": "evaluate",
-                "probe": "probe"}
+                "probe": "probe", "detect": "detect"}
     for section, kind in sections.items():
         fields = {f.name for f in dataclasses.fields(type(getattr(Recipe(), section)))}
         shared = fields & {f.name for f in dataclasses.fields(KINDS[kind].config)}
