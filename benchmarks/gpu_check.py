@@ -161,7 +161,7 @@ class Check:
             str(self.out / "corpus"), "--tokenizer", str(self.out / "tokenizer"), "--out", str(out),
             "--block-size", str(s["block"]), "--batch-size", str(s["batch"]), "--max-steps",
             str(s["steps"]), "--lr", "5e-4", "--warmup-steps", "10", "--save-steps", "100000",
-            "--log-steps", "50", "--report-to", "none", "--cache-dir", str(self.out / "cache"),
+            "--log-steps", "20", "--report-to", "none", "--cache-dir", str(self.out / "cache"),
             "--force", *extra))
         manifest_path = out / "manifest.json"
         if not manifest_path.is_file():
