@@ -204,6 +204,27 @@ def roc_auc(members: Sequence[float], nonmembers: Sequence[float]) -> float | No
     return wins / (len(members) * len(nonmembers))
 
 
+def auc_interval(members: Sequence[float], nonmembers: Sequence[float], level: float = 0.95,
+                 resamples: int | None = None, seed: int = 0) -> tuple[float, float] | None:
+    """A percentile bootstrap interval of roc_auc over the samples, members and non-members
+    resampled apart (SAMPLE_BOOTSTRAP: what the samples say of this one model, not of training
+    runs). None without both groups."""
+    import numpy as np
+    from scipy.stats import rankdata
+
+    if not len(members) or not len(nonmembers):
+        return None
+    resamples = resamples or BOOTSTRAP_RESAMPLES
+    m, n = np.asarray(members, float), np.asarray(nonmembers, float)
+    rng = np.random.default_rng(seed)
+    drawn = np.concatenate([m[rng.integers(0, len(m), (resamples, len(m)))],
+                            n[rng.integers(0, len(n), (resamples, len(n)))]], axis=1)
+    ranks = rankdata(drawn, axis=1)
+    aucs = (ranks[:, :len(m)].sum(axis=1) - len(m) * (len(m) + 1) / 2) / (len(m) * len(n))
+    low, high = np.percentile(aucs, [100 * (1 - level) / 2, 100 * (1 + level) / 2])
+    return float(low), float(high)
+
+
 def tpr_at_fpr(members: Sequence[float], nonmembers: Sequence[float], fpr: float
                ) -> float | None:
     """The highest true positive rate of a threshold whose false positive rate is at most `fpr`

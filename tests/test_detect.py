@@ -231,3 +231,23 @@ def test_auc_and_tpr_at_fpr_follow_scikit_learns_definitions(members, nonmembers
         assert tpr_at_fpr(members, nonmembers, target) == pytest.approx(
             float(np.max(tpr[fpr <= target])))
     assert roc_auc(members, []) is None and tpr_at_fpr([], nonmembers, 0.05) is None
+
+
+def test_the_auc_interval_over_samples_brackets_the_auc_and_narrows_with_more_samples():
+    import random
+
+    from lab.stats import auc_interval, roc_auc
+
+    generator = random.Random(1)
+    small = ([generator.gauss(1, 1) for _ in range(20)], [generator.gauss(0, 1) for _ in range(20)])
+    large = ([generator.gauss(1, 1) for _ in range(400)],
+             [generator.gauss(0, 1) for _ in range(400)])
+    for members, others in (small, large):
+        low, high = auc_interval(members, others)
+        assert low <= roc_auc(members, others) <= high
+    assert auc_interval(*large)[1] - auc_interval(*large)[0] < \
+        (auc_interval(*small)[1] - auc_interval(*small)[0]) / 2
+    assert auc_interval(*small) == auc_interval(*small)  # seeded: the same interval
+    # separated groups: every resample separates them too
+    assert auc_interval([2.0, 3.0, 4.0], [0.0, 1.0]) == (1.0, 1.0)
+    assert auc_interval([], [1.0]) is None

@@ -52,7 +52,8 @@ def test_the_leaderboard_averages_auc_over_seeds_with_a_t_interval():
              "dose": "all", "detector": "loss", "seed": seed, "auc": auc,
              "tpr_at_1pct_fpr": 0.1 * seed, "tpr_at_5pct_fpr": 0.5}
             for seed, auc in enumerate([0.8, 0.9, 1.0])]
-    rows.append({**rows[0], "detector": "zlib", "auc": 0.7})
+    rows.append({**rows[0], "detector": "zlib", "auc": 0.7, "auc_sample_low": 0.6,
+                 "auc_sample_high": 0.8})
     board = {r["detector"]: r for r in leaderboard(rows)}
     half = 4.302652729911275 * 0.1 / math.sqrt(3)  # t(0.975, 2 df) x sd / sqrt(k)
     assert board["loss"]["auc"] == pytest.approx(0.9)
@@ -64,6 +65,8 @@ def test_the_leaderboard_averages_auc_over_seeds_with_a_t_interval():
     assert (wide["auc_low"], wide["auc_high"]) == (0.0, 1.0)  # cut to where an AUC can be
     # one seed: a mean, no interval
     assert (board["zlib"]["auc"], board["zlib"]["auc_low"]) == (0.7, None)
+    assert (board["zlib"]["auc_sample_low"], board["zlib"]["auc_sample_high"]) == (0.6, 0.8)
+    assert board["loss"]["auc_sample_low"] is None  # three seeds: the interval is over seeds
     assert seed_mean_interval([]) == (None, None, None)
 
 
@@ -73,6 +76,8 @@ def test_the_leaderboard_table_has_detectors_as_rows_and_conditions_as_columns()
     base = {"model": "gpt2", "groups": "paired", "dose": "all", "seeds": 3,
             "auc_low": 0.7, "auc_high": 0.9}
     rows = [{**base, "arm": "paired", "epochs": None, "detector": "loss", "auc": 0.8},
+            {**base, "arm": "paired", "epochs": None, "detector": "zlib", "auc": 0.7,
+             "seeds": 1, "auc_low": None, "auc_sample_low": 0.6, "auc_sample_high": 0.8},
             {**base, "arm": "paired", "epochs": 5, "detector": "loss", "auc": 0.6},
             {**base, "arm": "control", "epochs": None, "detector": "min_k", "auc": 0.5,
              "auc_low": None}]
@@ -80,5 +85,6 @@ def test_the_leaderboard_table_has_detectors_as_rows_and_conditions_as_columns()
     assert table[0] == ("| detector | gpt2 paired, pre-trained | gpt2 paired, E=5 | "
                         "gpt2 control on paired, pre-trained |")
     assert table[2] == "| loss | 0.80 [0.70, 0.90] | 0.60 [0.70, 0.90] | - |"
-    assert table[3] == "| min_k | - | - | 0.50 |"
-    assert "averaged over 3 seeds" in table[-1]
+    assert table[3] == "| zlib | 0.70 (0.60-0.80) | - | - |"
+    assert table[4] == "| min_k | - | - | 0.50 |"
+    assert "averaged over 1/3 seeds" in table[-1]

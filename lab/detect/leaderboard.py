@@ -21,8 +21,12 @@ def leaderboard(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         auc, low, high = seed_mean_interval([r.get("auc") for r in members])
         if low is not None:  # an AUC lies in [0, 1]; so does its interval
             low, high = max(0.0, low), min(1.0, high)
+        one = members[0] if len(members) == 1 else {}
         out.append({**dict(zip(CONDITION, condition)), "seeds": len(members), "auc": auc,
                     "auc_low": low, "auc_high": high,
+                    # one seed: the interval over that model's samples instead
+                    "auc_sample_low": one.get("auc_sample_low"),
+                    "auc_sample_high": one.get("auc_sample_high"),
                     **{f"{name}_mean": _mean([r.get(name) for r in members])
                        for name in ("tpr_at_1pct_fpr", "tpr_at_5pct_fpr")}})
     return out
@@ -63,12 +67,18 @@ def leaderboard_markdown(rows: Sequence[dict[str, Any]]) -> str:
                 values.append("-")
                 continue
             low, high = _number(row.get("auc_low")), _number(row.get("auc_high"))
-            values.append(f"{auc:.2f}" + (f" [{low:.2f}, {high:.2f}]" if low is not None else ""))
+            s_low, s_high = (_number(row.get("auc_sample_low")),
+                             _number(row.get("auc_sample_high")))
+            values.append(f"{auc:.2f}" + (f" [{low:.2f}, {high:.2f}]" if low is not None else
+                                          f" ({s_low:.2f}-{s_high:.2f})" if s_low is not None
+                                          else ""))
         lines.append(f"| {detector} | " + " | ".join(values) + " |")
     seeds = sorted({int(float(r["seeds"])) for r in rows})
     lines += ["", "ROC AUC of telling the samples a model was trained on from those it never saw "
               "(0.5: no signal), averaged over "
               + "/".join(map(str, seeds)) + " seeds, with a Student-t interval over seeds "
-              "(none with one seed), cut to [0, 1]. 'arm on groups': a model that never saw the "
-              "groups' samples (a control or placebo): it should stay near 0.5."]
+              "[in square brackets], cut to [0, 1]; with one seed, (in round brackets) a "
+              "percentile bootstrap over that model's samples instead: about the model, not "
+              "training runs. 'arm on groups': a model that never saw the groups' samples (a "
+              "control or placebo): it should stay near 0.5."]
     return "\n".join(lines) + "\n"

@@ -25,7 +25,7 @@ from lab.detect import DETECTORS, applicable, check_detectors, score_all
 from lab.detect.context import DetectContext
 from lab.models import (check_placement, device_param, dtype_param, place_model, positions_of,
                         pretraining_record, read_stage_manifest)
-from lab.stats import membership_auc, roc_auc, tpr_at_fpr
+from lab.stats import auc_interval, membership_auc, roc_auc, tpr_at_fpr
 
 FPRS = (0.01, 0.05)  # the false positive rates TPR is reported at
 
@@ -69,9 +69,14 @@ class DetectConfig:
 
 
 def detection_metrics(members: Sequence[float], nonmembers: Sequence[float]) -> dict[str, Any]:
-    """AUC, TPR at FPRS, the one-sided Mann-Whitney p and the groups' means and sizes."""
+    """AUC with its interval over this model's samples, TPR at FPRS, the one-sided
+    Mann-Whitney p and the groups' means and sizes."""
     _auc, p = membership_auc(members, nonmembers, True)
+    interval = auc_interval(members, nonmembers)
     return {"auc": roc_auc(members, nonmembers),
+            # over this model's samples (a percentile bootstrap), not over seeds
+            "auc_sample_low": interval[0] if interval else None,
+            "auc_sample_high": interval[1] if interval else None,
             **{f"tpr_at_{round(f * 100)}pct_fpr": tpr_at_fpr(members, nonmembers, f)
                for f in FPRS},
             "p": p, "member_mean": sum(members) / len(members) if members else None,
