@@ -570,3 +570,13 @@ def atomic_output_dir(out: Path, force: bool = False, kind: str | None = None,
         shutil.rmtree(trash, ignore_errors=True)
     else:
         os.replace(tmp, out)
+
+
+def write_rows_and_summary(out: Path, rows_file: str, rows: list[dict[str, Any]],
+                           summary: dict[str, Any], *, force: bool, kind: str,
+                           inputs: Iterable[Any]) -> None:
+    """A result folder made whole or not at all (atomic_output_dir): one JSON line per row in
+    `rows_file`, and summary.json."""
+    with atomic_output_dir(Path(out), force=force, kind=kind, inputs=inputs) as tmp:
+        write_jsonl(tmp / rows_file, rows)
+        write_json_atomic(tmp / "summary.json", summary)

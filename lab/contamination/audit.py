@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from lab.common import (DataNotFound, LabError, atomic_output_dir, check_output, corpora_param,
-                        environment_record, param, write_json_atomic, write_jsonl)
+from lab.common import (DataNotFound, LabError, check_output, corpora_param,
+                        environment_record, param, write_rows_and_summary)
 from lab.contamination.overlap import (
     CODE_LANGUAGES, MIN_TOKENS, MULTISET_THRESHOLD, SET_THRESHOLD, OverlapIndex, SideMatch,
     index_spec, keep_best, ranked, sample_sides, side_index,
@@ -211,9 +211,8 @@ def run_audit(benchmark: str, splits: list[str] | None = None, against: str = "c
         "environment": environment_record(),
     }
     if out is not None:
-        with atomic_output_dir(Path(out), force=force, kind="lab-audit", inputs=inputs) as tmp:
-            write_jsonl(tmp / "report.jsonl", rows)
-            write_json_atomic(tmp / "summary.json", summary)
+        write_rows_and_summary(out, "report.jsonl", rows, summary, force=force,
+                               kind="lab-audit", inputs=inputs)
     summary["rows"] = rows
     summary["matched_documents"] = matched_documents
     return summary

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from lab.common import (LabError, atomic_output_dir, beside, check_output, corpora_param,
-                        environment_record, param, write_json_atomic, write_jsonl)
+from lab.common import (LabError, beside, check_output, corpora_param, environment_record,
+                        param, write_rows_and_summary)
 from lab.contamination import settings as settings_table
 from lab.corpora import corpora_inputs, load_samples
 from lab.detect import DETECTORS, applicable, check_detectors, score_all
@@ -190,9 +190,8 @@ def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
         "wall_seconds": round(time.perf_counter() - started, 2),
         "environment": environment_record(),
     }
-    with atomic_output_dir(out, force=cfg.force, kind="lab-detection", inputs=inputs) as tmp:
-        write_jsonl(tmp / "scores.jsonl", rows)
-        write_json_atomic(tmp / "summary.json", summary)
+    write_rows_and_summary(out, "scores.jsonl", rows, summary, force=cfg.force,
+                           kind="lab-detection", inputs=inputs)
     summary["out"] = str(out)
     return summary
 

@@ -47,9 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from lab.codetokens import KEYWORDS, TOKEN_PATTERN
-from lab.common import (DataNotFound, LabError, atomic_output_dir, beside, check_output,
-                        corpora_param, environment_record, param, write_json_atomic,
-                        write_jsonl)
+from lab.common import (DataNotFound, LabError, beside, check_output, corpora_param,
+                        environment_record, param, write_rows_and_summary)
 from lab.contamination import settings as settings_table
 from lab.corpora.shards import read_manifest
 from lab.contamination.inject import disjoint_from, split_sides_index
@@ -462,8 +461,7 @@ def run_probe(cfg: ProbeConfig | Path, out: Path | None = None, **options: Any) 
         "wall_seconds": round(time.perf_counter() - started, 2),
         "environment": environment_record(),
     }
-    with atomic_output_dir(out, force=cfg.force, kind="lab-probe", inputs=inputs) as tmp:
-        write_jsonl(tmp / "probes.jsonl", rows)
-        write_json_atomic(tmp / "summary.json", summary)
+    write_rows_and_summary(out, "probes.jsonl", rows, summary, force=cfg.force,
+                           kind="lab-probe", inputs=inputs)
     summary["out"] = str(out)
     return summary

@@ -77,10 +77,7 @@ def collected_rows(recipe: Recipe, stages: list[Stage], study: Path
         if stage.kind != "probe" or not stage.done(study):
             continue
         summary = json.loads((stage.out(study) / "summary.json").read_text())
-        base = {"study": recipe.name, "benchmark": recipe.benchmark,
-                "model": model_name(stage.labels),
-                **{k: stage.labels.get(k) for k in ("arm", "seed", "groups")},
-                "form": summary["form"], "stage": stage.key}
+        base = _stage_columns(recipe, stage, ("arm", "seed", "groups"), form=summary["form"])
         with open(stage.out(study) / "probes.jsonl", encoding="utf-8") as handle:
             for line in handle:
                 row = json.loads(line)
@@ -88,6 +85,15 @@ def collected_rows(recipe: Recipe, stages: list[Stage], study: Path
                                    **({"dose": row["dose"]} if "dose" in row else {}),
                                    **{k: row.get(k) for k in PROBE_COLUMNS}})
     return run_rows, sample_rows, probe_rows
+
+
+def _stage_columns(recipe: Recipe, stage: Stage, labels: tuple[str, ...], **more: Any
+                   ) -> dict[str, Any]:
+    """The columns a probe or detect stage's rows begin with: the study, the model, the stage's
+    labels, what its summary says (`more`) and its key."""
+    return {"study": recipe.name, "benchmark": recipe.benchmark,
+            "model": model_name(stage.labels), **{k: stage.labels.get(k) for k in labels},
+            **more, "stage": stage.key}
 
 
 def detection_rows(recipe: Recipe, stages: list[Stage], study: Path) -> list[dict[str, Any]]:
@@ -98,10 +104,8 @@ def detection_rows(recipe: Recipe, stages: list[Stage], study: Path) -> list[dic
         if stage.kind != "detect" or not stage.done(study):
             continue
         summary = json.loads((stage.out(study) / "summary.json").read_text())
-        base = {"study": recipe.name, "benchmark": recipe.benchmark,
-                "model": model_name(stage.labels),
-                **{k: stage.labels.get(k) for k in ("arm", "seed", "groups", "epochs")},
-                "form": summary["form"], "baseline": summary["baseline"], "stage": stage.key}
+        base = _stage_columns(recipe, stage, ("arm", "seed", "groups", "epochs"),
+                              form=summary["form"], baseline=summary["baseline"])
         levels = {"all": summary["detectors"], **(summary.get("by_dose") or {})}
         for dose, detectors in levels.items():
             for name, metrics in detectors.items():

@@ -231,7 +231,6 @@ def make_guarded_trainer_class():
     """HF Trainer that stops with a LabError (one line, naming the step) on a non-finite loss,
     and writes CHECKPOINT_RECORD into every checkpoint it saves (refusing to save non-finite
     weights). Shared by pre-training and fine-tuning."""
-    import torch
     from transformers import Trainer, TrainerCallback
     from transformers.integrations import TensorBoardCallback
 

@@ -40,7 +40,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from lab.common import write_json_atomic
 from lab.train.attention import DOCUMENT_IDS, with_document_mask
 from lab.train.common import (
     LOGGING_RECORD, NonFiniteWatch, checkpoints_newest_first, non_finite_error, read_logging_window,
