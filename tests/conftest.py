@@ -200,6 +200,21 @@ def build_tiny_corpora(root: Path) -> Path:
     return root
 
 
+@pytest.fixture(scope="session", autouse=True)
+def own_torch_extensions_dir(tmp_path_factory):
+    """DeepSpeed builds its CPU comm op under torch's extensions folder, behind a lock file that a
+    build killed midway leaves behind; every later run then waits on it forever. The tests (and the
+    ranks they start, which inherit os.environ) build in a folder of their own session instead:
+    one build a session, about a minute, and never a lock from another run."""
+    saved = os.environ.get("TORCH_EXTENSIONS_DIR")
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(tmp_path_factory.mktemp("torch-extensions"))
+    yield
+    if saved is None:
+        os.environ.pop("TORCH_EXTENSIONS_DIR", None)
+    else:
+        os.environ["TORCH_EXTENSIONS_DIR"] = saved
+
+
 @pytest.fixture
 def corpora_root() -> Path:
     """The real shared corpora, only through $LAB_CORPORA (never copied into the repo)."""

@@ -148,3 +148,22 @@ def test_masked_lm_loss_is_not_scaled_by_world_size(trained):
     assert [r["rank"] for r in manifest["ranks"]] == [0, 1]
     first = manifest["loss"]["history"][0]["loss"]
     assert abs(first - math.log(manifest["model"]["vocab_size"])) < 1.0, first
+
+
+def test_a_stale_deepspeed_build_lock_is_named(tmp_path, monkeypatch, capsys):
+    """A lock left by a build killed midway makes every later DeepSpeed run wait without a word;
+    lab pretrain names it (and leaves a fresh one, which may be a build running now, alone)."""
+    import time
+
+    from lab.train.common import STALE_BUILD_LOCK_S, warn_of_stale_build_locks
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    fresh, stale = tmp_path / "deepspeed_shm_comm" / "lock", tmp_path / "cpu_adam" / "lock"
+    for lock in (fresh, stale):
+        lock.parent.mkdir()
+        lock.touch()
+    old = time.time() - STALE_BUILD_LOCK_S - 60
+    os.utime(stale, (old, old))
+    assert warn_of_stale_build_locks() == [stale]
+    err = capsys.readouterr().err
+    assert str(stale) in err and "delete it if no build is running" in err and str(fresh) not in err

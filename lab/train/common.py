@@ -8,6 +8,7 @@ import json
 import os
 import platform
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
@@ -426,3 +427,27 @@ def training_arguments(output_dir: Path, **settings: Any):
         print(f"lab: warning: {slow_bf16('bf16')}", file=sys.stderr, flush=True)
     known = {f.name for f in dataclasses.fields(TrainingArguments)}
     return TrainingArguments(**{k: v for k, v in wanted.items() if k in known})
+
+
+STALE_BUILD_LOCK_S = 15 * 60  # a DeepSpeed op build takes about a minute on two cores
+
+
+def warn_of_stale_build_locks(now: float | None = None) -> list[Path]:
+    """Names each lock file in torch's extensions folder older than STALE_BUILD_LOCK_S.
+
+    DeepSpeed builds its ops (on CPU, the shared-memory comm op) there on a first run, behind a
+    lock file; a build killed midway leaves the lock, and every later run waits on it forever
+    without a word. Deleting it is the user's call: a build may be running in another process."""
+    from torch.utils.cpp_extension import get_default_build_root
+
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
+    now = time.time() if now is None else now
+    stale = sorted(lock for pattern in ("*/lock", "*/*/lock") for lock in root.glob(pattern)
+                   if now - lock.stat().st_mtime > STALE_BUILD_LOCK_S)
+    for lock in stale:
+        minutes = (now - lock.stat().st_mtime) / 60
+        print(f"lab: warning: {lock} is {minutes:.0f} min old: a DeepSpeed op build killed midway "
+              "leaves it, and this run will wait on it; delete it if no build is running",
+              file=sys.stderr, flush=True)
+    return stale
+

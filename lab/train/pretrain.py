@@ -26,7 +26,8 @@ from lab.corpora.shards import read_manifest, verify_corpus
 from lab.train.common import (
     checkpoint_problem, checkpoints_newest_first, latest_checkpoint, make_guarded_trainer_class,
     quiet_training, TENSORBOARD_DIR, history_without_timing, non_finite_error, report_targets,
-    report_to_param, state_sha256, trained_weights_sha256, training_arguments, weights_are_finite,
+    report_to_param, state_sha256, trained_weights_sha256, training_arguments, warn_of_stale_build_locks,
+    weights_are_finite,
 )
 from lab.train.attention import (
     DOCUMENT_IDS, check_attention, resolve_attention, restore_attention, use_flex_attention,
@@ -181,6 +182,8 @@ def _validate(cfg: PretrainConfig) -> None:
             raise LabError(f"--deepspeed {path}: not valid JSON ({exc})") from None
         if not isinstance(parsed, dict):
             raise LabError(f"--deepspeed {path}: must hold a JSON object")
+        if not cfg.dry_run and int(os.environ.get("RANK", "0")) == 0:
+            warn_of_stale_build_locks()
 
 
 def _training_arguments(cfg: PretrainConfig, checkpoints: Path):
