@@ -343,6 +343,15 @@ def detect(cfg: DetectConfig) -> None:
     console.print("AUC 0.5: no signal; scores are higher for member-like samples; p: one-sided "
                   "Mann-Whitney U, asymptotic, per sample (a description, not a test over seeds).",
                   markup=False)
+    shift = result.get("shift")
+    if shift and shift["detectors"]:
+        aucs = ", ".join(f"{name} {_fmt(m['auc'])}" for name, m in shift["detectors"].items())
+        console.print(f"distribution shift, AUC of held-out test against {shift['samples']['count']} "
+                      f"{shift['samples']['split']} samples (neither seen; 0.5: same distribution): "
+                      f"{aucs}", markup=False, soft_wrap=True)
+    elif shift:
+        console.print(f"no distribution-shift check: {shift['samples']['missing']}", markup=False,
+                      soft_wrap=True)
     if result["skipped"]:
         console.print(f"not applicable here: {', '.join(result['skipped'])}", markup=False)
     console.print(f"per-sample scores and summary: {result['out']}", markup=False, soft_wrap=True)

@@ -53,11 +53,19 @@ def test_a_model_that_memorised_is_found_and_a_control_is_not(models, tmp_path):
     assert "reference" in control["skipped"]  # no reference model given
     # the summary is the scores' own AUC, per sample
     rows = [json.loads(line) for line in (tmp_path / "arm" / "scores.jsonl").open()]
-    members = [r["loss"] for r in rows if r["member"]]
-    others = [r["loss"] for r in rows if not r["member"]]
+    members = [r["loss"] for r in rows if r["role"] == "member"]
+    others = [r["loss"] for r in rows if r["role"] == "nonmember"]
     assert len(members) == arm["detectors"]["loss"]["members"] > 0
     assert arm["detectors"]["loss"]["auc"] == pytest.approx(roc_auc(members, others))
     assert set(arm["detector_seconds"]) == set(FAST)
+    # the distribution-shift check: never-seen test (the held-out half) against never-seen
+    # valid samples, as many, for the same model; neither was trained on
+    valid = [r["loss"] for r in rows if r["role"] == "shift"]
+    assert len(valid) == len(others) and {r["group"] for r in rows if r["role"] == "shift"} == {"valid"}
+    shift = arm["shift"]["detectors"]["loss"]
+    assert shift["auc"] == pytest.approx(roc_auc(others, valid))
+    assert arm["shift"]["samples"]["split"] == "valid"
+    assert 0.3 <= control["shift"]["detectors"]["loss"]["auc"] <= 0.7
 
 
 def test_what_is_refused_gets_one_line(models, tmp_path):

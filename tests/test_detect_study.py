@@ -88,3 +88,60 @@ def test_the_leaderboard_table_has_detectors_as_rows_and_conditions_as_columns()
     assert table[3] == "| zlib | 0.70 (0.60-0.80) | - | - |"
     assert table[4] == "| min_k | - | - | 0.50 |"
     assert "averaged over 1/3 seeds" in table[-1]
+
+
+def test_a_study_with_no_contaminated_arm_cannot_ask_for_detectors():
+    with pytest.raises(LabError, match=r"detect.enabled: no arm injects test samples "
+                                       r"\(arms: control\)"):
+        load_recipe(MICRO, ["detect.enabled=true", "arms=[control]"])
+
+
+def test_detection_rows_carry_the_shift_check_as_its_own_comparison(tmp_path):
+    """collect's rows: the membership AUCs (every member, then each dose) and the shift check
+    (held-out test against never-seen valid) apart, so the leaderboard never averages them."""
+    import json
+
+    from lab.detect.leaderboard import leaderboard_markdown
+    from lab.study.collect import detection_rows
+
+    recipe = load_recipe(MICRO, ["detect.enabled=true"])
+    stage = next(s for s in expand(recipe) if s.kind == "detect" and s.labels["arm"] == "paired")
+    folder = stage.out(tmp_path)
+    folder.mkdir(parents=True)
+    metrics = {"auc": 0.9, "members": 10, "nonmembers": 10}
+    (folder / "summary.json").write_text(json.dumps({
+        "form": "paired", "baseline": "held_out", "detectors": {"loss": metrics},
+        "by_dose": {"2": {"loss": {**metrics, "auc": 0.95}}},
+        "shift": {"samples": {"split": "valid"}, "detectors": {"loss": {**metrics, "auc": 0.55}}},
+    }))
+    assert stage.done(tmp_path)
+    rows = detection_rows(recipe, [stage], tmp_path)
+    assert [(r["comparison"], r["dose"], r["auc"]) for r in rows] == [
+        ("membership", "all", 0.9), ("membership", "2", 0.95), ("shift", "all", 0.55)]
+    board = leaderboard(rows)
+    assert len(board) == 3
+    header = leaderboard_markdown(board).splitlines()[0]
+    assert "gpt2 paired, pre-trained: held-out test vs valid" in header
+    assert "gpt2 paired, pre-trained, dose 2" in header
+
+
+def test_the_detect_figure_draws_auc_against_dose_and_stage(tmp_path):
+    from lab.study.figure import detect_figure
+
+    base = {"model": "gpt2/tiny", "arm": "paired", "groups": "paired", "comparison": "membership",
+            "seeds": 3}
+    rows = [{**base, "epochs": epochs, "dose": dose, "detector": detector, "auc": auc,
+             "auc_low": auc - 0.05, "auc_high": min(1.0, auc + 0.05)}
+            for detector, lift in (("loss", 0.1), ("min_k", 0.15))
+            for epochs in (None, 1, 5)
+            for dose, auc in (("all", 0.8), ("1", 0.6 + lift), ("4", 0.7 + lift))
+            if epochs is None or dose == "all"]
+    paths = detect_figure(rows, tmp_path / "detect-auc")
+    assert [p.name for p in paths] == ["detect-auc.png", "detect-auc.svg"]
+    assert all(p.stat().st_size > 1000 for p in paths)
+    again = detect_figure(rows, tmp_path / "again")
+    assert again[1].read_bytes() == paths[1].read_bytes()  # the same rows, the same SVG
+    # neither a ladder nor a fine-tuned model: nothing to draw beyond the table
+    assert detect_figure([r for r in rows if r["epochs"] is None and r["dose"] == "all"],
+                         tmp_path / "none") == []
+    assert not (tmp_path / "none.png").exists()

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 from lab.stats import seed_mean_interval
 
-CONDITION = ("model", "arm", "groups", "epochs", "dose", "detector")
+CONDITION = ("model", "arm", "groups", "epochs", "comparison", "dose", "detector")
 
 
 def leaderboard(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -47,6 +47,8 @@ def _condition(row: dict[str, Any]) -> str:
     scored = row["arm"] if row["arm"] == row["groups"] else f"{row['arm']} on {row['groups']}"
     stage = "pre-trained" if row.get("epochs") in (None, "") else f"E={int(float(row['epochs']))}"
     dose = "" if str(row.get("dose")) in ("all", "") else f", dose {row['dose']}"
+    if row.get("comparison") == "shift":
+        return f"{row['model']} {scored}, {stage}: held-out test vs valid"
     return f"{row['model']} {scored}, {stage}{dose}"
 
 
@@ -80,5 +82,7 @@ def leaderboard_markdown(rows: Sequence[dict[str, Any]]) -> str:
               "[in square brackets], cut to [0, 1]; with one seed, (in round brackets) a "
               "percentile bootstrap over that model's samples instead: about the model, not "
               "training runs. 'arm on groups': a model that never saw the groups' samples (a "
-              "control or placebo): it should stay near 0.5."]
+              "control or placebo): it should stay near 0.5. 'held-out test vs valid': the "
+              "distribution-shift check, two groups of samples neither of which the model saw "
+              "(its AUC away from 0.5 is a detector reading the split, not membership)."]
     return "\n".join(lines) + "\n"

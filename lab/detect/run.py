@@ -47,6 +47,9 @@ class DetectConfig:
     neighbours: int = param(4, "Renamed twins per sample (neighbourhood).")
     cdd_samples: int = param(10, "Sampled outputs per input (peakedness).")
     max_samples: int | None = param(None, "Score the first N members and N non-members only.")
+    shift: bool = param(True, "Also score never-seen validation samples, as many as the held-out "
+                              "test samples: the distribution-shift check (held-out test against "
+                              "valid, neither seen: AUC near 0.5 unless the splits differ).")
     batch_size: int = param(16, "Documents per forward pass.")
     device: str = device_param()
     dtype: str = dtype_param()
@@ -84,9 +87,11 @@ def detection_metrics(members: Sequence[float], nonmembers: Sequence[float]) -> 
             "members": len(members), "nonmembers": len(nonmembers)}
 
 
-def summarise(rows: list[dict[str, Any]], names: Sequence[str]) -> dict[str, dict[str, Any]]:
-    return {name: detection_metrics([r[name] for r in rows if r["member"]],
-                                    [r[name] for r in rows if not r["member"]])
+def summarise(rows: list[dict[str, Any]], names: Sequence[str],
+              positive: str = "member", negative: str = "nonmember") -> dict[str, dict[str, Any]]:
+    """Per detector, the metrics of telling rows of role `positive` from those of `negative`."""
+    return {name: detection_metrics([r[name] for r in rows if r["role"] == positive],
+                                    [r[name] for r in rows if r["role"] == negative])
             for name in names}
 
 
@@ -156,6 +161,13 @@ def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
         if not nonmembers:
             raise LabError(f"{chosen['source']}: no never-seen samples to compare the injected "
                            f"ones with ({reference_record.get('missing')})")
+    shift, shift_record = [], None
+    if cfg.shift and baseline == "held_out":
+        shift, shift_record = reference_samples(chosen, tests, len(nonmembers), True, manifest,
+                                                cfg.corpora_dir)
+    elif cfg.shift:
+        shift_record = {"missing": "every scored test sample was injected: no never-seen test "
+                                   "samples to set against never-seen valid ones"}
     spec_languages = _languages(chosen["benchmark"])
     ctx = DetectContext(model=model, tokenizer=tokenizer, family=family, form=form,
                         max_tokens=max_tokens, batch_size=cfg.batch_size, k=cfg.k,
@@ -163,18 +175,26 @@ def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
                         neighbours=cfg.neighbours, cdd_samples=cfg.cdd_samples)
     used = applicable(detectors, family, reference_ctx is not None)
     torch.manual_seed(0)
-    samples = members + nonmembers
+    samples = members + nonmembers + shift
     seconds: dict[str, float] = {}
     scores = score_all(ctx, samples, used, seconds)
+    roles = (["member"] * len(members) + ["nonmember"] * len(nonmembers)
+             + ["shift"] * len(shift))
+    groups = {"member": "injected", "nonmember": baseline, "shift": "valid"}
     rows = []
-    for i, sample in enumerate(samples):
-        row = {"id": sample.id, "member": i < len(members),
-               "group": "injected" if i < len(members) else baseline,
+    for i, (sample, role) in enumerate(zip(samples, roles)):
+        row = {"id": sample.id, "member": role == "member", "role": role, "group": groups[role],
                **{name: values[i] for name, values in scores.items()}}
-        if sample.id in chosen["doses"]:
+        if sample.id in chosen["doses"] and role != "shift":
             row["dose"] = chosen["doses"][sample.id]
         rows.append(row)
     names = [d.name for d in used]
+    shift_summary = None
+    if shift_record is not None:
+        shift_summary = {"samples": shift_record,
+                         # the never-seen test samples (positives) against never-seen valid ones
+                         "detectors": summarise(rows, names, "nonmember", "shift") if shift
+                         else {}}
     summary = {
         "kind": "lab-detection", "model": str(cfg.model), "family": family,
         "groups": chosen["source"], "benchmark": chosen["benchmark"], "split": chosen["split"],
@@ -187,6 +207,7 @@ def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
                      "fprs": list(FPRS)},
         "placement": {"device": device, "dtype": cfg.dtype},
         **({"by_dose": _by_dose(rows, names)} if chosen["doses"] else {}),
+        **({"shift": shift_summary} if shift_summary is not None else {}),
         "wall_seconds": round(time.perf_counter() - started, 2),
         "environment": environment_record(),
     }
@@ -198,10 +219,10 @@ def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
 
 def _by_dose(rows: list[dict[str, Any]], names: Sequence[str]) -> dict[str, Any]:
     """Each injected dose's members against the held-out level (dose 0)."""
-    held = [r for r in rows if r.get("dose") == 0 or not r["member"]]
-    doses = sorted({r["dose"] for r in rows if r.get("dose") and r["member"]})
-    return {str(d): summarise([r for r in rows if r.get("dose") == d and r["member"]] + held,
-                              names) for d in doses}
+    held = [r for r in rows if r["role"] == "nonmember"]
+    doses = sorted({r["dose"] for r in rows if r.get("dose") and r["role"] == "member"})
+    return {str(d): summarise([r for r in rows if r.get("dose") == d and r["role"] == "member"]
+                              + held, names) for d in doses}
 
 
 def _languages(benchmark: str) -> tuple[str, str]:

@@ -97,8 +97,10 @@ def _stage_columns(recipe: Recipe, stage: Stage, labels: tuple[str, ...], **more
 
 
 def detection_rows(recipe: Recipe, stages: list[Stage], study: Path) -> list[dict[str, Any]]:
-    """One row per finished detect stage, detector and dose ('all': every member), with the
-    stage's labels (model, arm, seed, groups, epochs: None for the pre-trained model)."""
+    """One row per finished detect stage, comparison, detector and dose ('all': every member),
+    with the stage's labels (model, arm, seed, groups, epochs: None for the pre-trained model).
+    Comparison 'membership': injected against never-seen samples; 'shift': the never-seen test
+    samples against never-seen valid ones (the distribution-shift check)."""
     rows = []
     for stage in stages:
         if stage.kind != "detect" or not stage.done(study):
@@ -106,10 +108,15 @@ def detection_rows(recipe: Recipe, stages: list[Stage], study: Path) -> list[dic
         summary = json.loads((stage.out(study) / "summary.json").read_text())
         base = _stage_columns(recipe, stage, ("arm", "seed", "groups", "epochs"),
                               form=summary["form"], baseline=summary["baseline"])
-        levels = {"all": summary["detectors"], **(summary.get("by_dose") or {})}
-        for dose, detectors in levels.items():
+        levels = [("membership", "all", summary["detectors"])] + [
+            ("membership", dose, detectors)
+            for dose, detectors in (summary.get("by_dose") or {}).items()] + [
+            # held-out test against never-seen valid samples: no member on either side
+            ("shift", "all", (summary.get("shift") or {}).get("detectors") or {})]
+        for comparison, dose, detectors in levels:
             for name, metrics in detectors.items():
-                rows.append({**base, "detector": name, "dose": dose, **metrics})
+                rows.append({**base, "comparison": comparison, "detector": name, "dose": dose,
+                             **metrics})
     return rows
 
 

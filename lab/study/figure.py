@@ -266,3 +266,76 @@ def _dose_curves(ax: Any, cell: dict[str, Any], place: Any, colour: Any) -> None
         ax.plot(at, curve["unconstrained"], ls="--", color=colour, lw=1.2)
     if cell.get("threshold") is not None:
         ax.axvline(place(cell["threshold"]), color=colour, lw=0.8, ls=(0, (1, 3)))
+
+
+def _value(value: Any) -> float | None:
+    """A number of a leaderboard row, as leaderboard() or its CSV holds it."""
+    return None if value in (None, "") else float(value)
+
+
+def detect_figure(rows: list[dict[str, Any]], out_base: Path) -> list[Path]:
+    """Each detector's ROC AUC on a model's own members, one row of panels per model and
+    contaminated arm: against the dose (pre-trained model, a ladder's levels) and against the
+    fine-tuning stage (every member); error bars are the interval over seeds, else over the
+    model's samples. `rows`: the leaderboard's (lab.detect.leaderboard). [] when there is
+    neither a ladder nor a fine-tuned model to draw."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    own = [r for r in rows if r.get("comparison", "membership") == "membership"
+           and r["arm"] == r["groups"] and _value(r.get("auc")) is not None]
+    panels = []
+    for model, arm in sorted({(r["model"], r["arm"]) for r in own}):
+        mine = [r for r in own if (r["model"], r["arm"]) == (model, arm)]
+        pre = [r for r in mine if _value(r.get("epochs")) is None]
+        if {str(r["dose"]) for r in pre} - {"all"}:
+            panels.append((model, arm, "dose", [r for r in pre if str(r["dose"]) != "all"]))
+        if any(_value(r.get("epochs")) is not None for r in mine):
+            panels.append((model, arm, "stage", [r for r in mine if str(r["dose"]) == "all"]))
+    if not panels:
+        return []
+    columns = min(2, len(panels))
+    fig, axes = plt.subplots(math.ceil(len(panels) / columns), columns,
+                             figsize=(6.5 * columns, 4.6 * math.ceil(len(panels) / columns)),
+                             squeeze=False, layout="constrained")
+    detectors = list(dict.fromkeys(r["detector"] for r in own))
+    colours = {d: plt.cm.tab10(i % 10) for i, d in enumerate(detectors)}
+    for ax, (model, arm, axis, chosen) in zip(axes.flat, panels):
+        if axis == "dose":
+            place = _dose_axis(ax, [0.0] + [float(r["dose"]) for r in chosen])
+            ax.plot([place(0.0)], [0.5], marker="o", ms=4, color="grey")  # no member: 0.5
+            ax.set_xlabel("copies per corpus epoch; log (0: the never-seen level)")
+            position = lambda r: place(float(r["dose"]))  # noqa: E731
+        else:
+            stages = sorted({_value(r.get("epochs")) for r in chosen},
+                            key=lambda e: -1 if e is None else e)
+            ax.set_xticks(range(len(stages)), ["pre-trained" if e is None else f"E={e:g}"
+                                               for e in stages])
+            ax.set_xlabel("fine-tuning epochs (every member)")
+            position = lambda r: stages.index(_value(r.get("epochs")))  # noqa: E731
+        for detector in detectors:
+            points = sorted((r for r in chosen if r["detector"] == detector), key=position)
+            if not points:
+                continue
+            auc = [_value(r["auc"]) for r in points]
+            low = [_value(r.get("auc_low")) if _value(r.get("auc_low")) is not None
+                   else _value(r.get("auc_sample_low")) for r in points]
+            high = [_value(r.get("auc_high")) if _value(r.get("auc_high")) is not None
+                    else _value(r.get("auc_sample_high")) for r in points]
+            ax.errorbar([position(r) for r in points], auc,
+                        yerr=[[max(0.0, a - lo) if lo is not None else 0.0
+                               for a, lo in zip(auc, low)],
+                              [max(0.0, hi - a) if hi is not None else 0.0
+                               for a, hi in zip(auc, high)]],
+                        marker="o", ms=4, capsize=3, color=colours[detector], label=detector)
+        ax.axhline(0.5, color="grey", lw=0.6)
+        ax.set_ylim(0.3, 1.02)
+        ax.set_ylabel("ROC AUC, members vs never seen")
+        ax.set_title(f"{model}, {arm}: " + ("pre-trained, per dose" if axis == "dose"
+                                           else "before and after fine-tuning"), fontsize=10)
+        ax.legend(fontsize=8, frameon=False)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    return save_figure(fig, out_base)

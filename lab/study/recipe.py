@@ -481,6 +481,10 @@ def _check_study(recipe: Recipe) -> None:
     if recipe.statistics.convention not in CONVENTIONS:
         _fail("statistics.convention", f"choose from {', '.join(CONVENTIONS)}")
     _check_resources(recipe.resources)
+    if recipe.detect.enabled and not any(settings_table.get(arm).injects_test
+                                         for arm in recipe.arms):
+        _fail("detect.enabled", "no arm injects test samples (arms: "
+              f"{', '.join(recipe.arms)}), so no model has members for the detectors to find")
     stray = [e for e in recipe.detect.epochs if e not in recipe.finetune.epochs]
     if stray:
         _fail("detect.epochs", f"{stray[0]} is not one of finetune.epochs "

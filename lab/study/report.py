@@ -13,7 +13,7 @@ from typing import Any
 from lab.common import LabError, write_json_atomic, write_text_atomic
 from lab.stats import CONVENTIONS, CROSSOVER_TEST, PAIRED_SAMPLES_TEST, SEEDS_TEST
 from lab.study.dose import dose_stats, dose_table
-from lab.study.figure import decay_figure, dose_figure, plotted_cells
+from lab.study.figure import decay_figure, detect_figure, dose_figure, plotted_cells
 from lab.study.html import write_html_report
 from lab.study.primary import render as render_primary
 from lab.study.report_data import (WITHIN_TEST, Cell, read_csv, study_cells, study_page_data,
@@ -80,20 +80,18 @@ def run_stats(study: Path, convention: str | None = None, alpha: float | None = 
             **stats_table(cells, study)}
 
 
-def _detectors_markdown(study: Path) -> str:
+def _leaderboard_rows(study: Path) -> list[dict[str, Any]]:
     """The detectors' leaderboard of a study with detect stages (STUDY/detect_leaderboard.csv),
-    else ''."""
-    from lab.detect.leaderboard import leaderboard_markdown
+    else []."""
     from lab.study.collect import LEADERBOARD
 
     path = Path(study) / LEADERBOARD
     if not path.is_file():
-        return ""
-    numeric = {"seeds", "auc", "auc_low", "auc_high", "tpr_at_1pct_fpr_mean",
-               "tpr_at_5pct_fpr_mean"}
-    rows = read_csv(path, ("model", "arm", "groups", "detector", "auc", "seeds"),
+        return []
+    numeric = {"seeds", "auc", "auc_low", "auc_high", "auc_sample_low", "auc_sample_high",
+               "tpr_at_1pct_fpr_mean", "tpr_at_5pct_fpr_mean"}
+    return read_csv(path, ("model", "arm", "groups", "detector", "auc", "seeds"),
                     numeric.__contains__)
-    return leaderboard_markdown(rows) if rows else ""
 
 
 def run_report(study: Path, convention: str | None = None, metric: str = "bleu",
@@ -125,10 +123,14 @@ def run_report(study: Path, convention: str | None = None, metric: str = "bleu",
     for name, text in outputs.items():
         written.append(study / "report" / name)
         write_text_atomic(written[-1], text)
-    detectors_markdown = _detectors_markdown(study)
+    from lab.detect.leaderboard import leaderboard_markdown
+
+    leaderboard_rows = _leaderboard_rows(study)
+    detectors_markdown = leaderboard_markdown(leaderboard_rows) if leaderboard_rows else ""
     if detectors_markdown:
         write_text_atomic(study / "report" / "detect.md", detectors_markdown)
         written.append(study / "report" / "detect.md")
+        figure += detect_figure(leaderboard_rows, study / "report" / "detect-auc")
     sections = primary_sections(primary) + [
         {"heading": SECONDARY, "markdown": secondary["md"], "table": secondary}] + (
         [{"heading": "Dose-response", "markdown": dose_markdown}] if dose_markdown else []) + (
