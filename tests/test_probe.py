@@ -10,7 +10,8 @@ import pytest
 
 from lab.common import LabError
 from lab.stats import membership_auc as auc_and_p
-from lab.eval.probe import (_causal_scores, _encode, _name_positions, load_probed_model,
+from lab.detect.context import DetectContext
+from lab.eval.probe import (_causal_name_hits, _encode, _name_positions, load_probed_model,
                             min_k_score, name_spans, run_probe)
 from lab.train.pretrain import PretrainConfig, run_pretrain
 
@@ -50,8 +51,12 @@ def test_greedy_infill_equals_generation_from_the_prefix(models):
     text = "public int getCount() { return count; } <SEP> public int GetCount() { return count; }"
     ids, offsets = _encode(tokenizer, text, 128)
     names = _name_positions(offsets, name_spans(text, 32))
-    [(logprobs, hits, total)] = _causal_scores(model, [(ids, names)], batch_size=4)
-    assert total == len(names) > 3 and len(logprobs) == len(ids) - 1
+    ctx = DetectContext(model=model, tokenizer=tokenizer, family="gpt2", form="paired",
+                        max_tokens=128, batch_size=4)
+    assert ctx.encode(text) == ids
+    [stats] = ctx.text_stats([text])
+    hits = _causal_name_hits(stats, names)
+    assert len(names) > 3 and len(stats.logprob) == len(stats.greedy) == len(ids) - 1
     brute = 0
     for positions in names:
         start, length = positions[0], len(positions)
@@ -92,11 +97,12 @@ def test_probe_each_family(models, tmp_path, name):
 ])
 def test_each_setting_is_probed_in_the_form_it_was_injected(setting, form, texts):
     from lab.corpora import Sample
-    from lab.eval.probe import SETTING_FORMS, documents
+    from lab.eval.probe import SETTING_FORMS
 
     assert SETTING_FORMS[setting] == form
     sample = Sample(id="x:test:0", split="test", index=0, input="int a;", output="int b;")
-    assert documents(sample, form) == texts
+    ctx = DetectContext(model=None, tokenizer=None, family="gpt2", form=form)
+    assert ctx.documents(sample) == texts
 
 
 def test_control_model_needs_and_takes_the_groups_of_an_arm(models, micro_world, tmp_path):

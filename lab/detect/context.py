@@ -4,9 +4,10 @@ statistics many detectors share, computed once per text.
 For each scored text, `<s> text </s>` (cut to max_tokens) gives, per predicted token t:
 - `logprob`: log p(x_t | context), the model's probability of the true token;
 - `mean`: E_{z~p}[log p(z | context)] over the vocabulary at that position;
-- `std`: the standard deviation of log p(z | context) under the same distribution.
+- `std`: the standard deviation of log p(z | context) under the same distribution;
+- `greedy`: whether the true token is the model's most likely one there.
 A causal model (GPT-2) predicts tokens 1..n-1 from their prefixes. A masked model (RoBERTa)
-scores each inner token masked, in PLL_PASSES strided passes (the probe's pseudo-likelihood),
+scores each inner token masked, in PLL_PASSES strided passes (a pseudo-likelihood; lab probe's too),
 seeing both sides.
 """
 from __future__ import annotations
@@ -17,7 +18,10 @@ from typing import Any, Sequence
 
 from lab.corpora import Sample
 
-PLL_PASSES = 7  # RoBERTa: token i is masked in pass i % 7 (lab.eval.probe's too)
+PLL_PASSES = 7  # RoBERTa: token i is masked in pass i % 7
+
+
+STATS = ("logprob", "mean", "std", "greedy")  # TokenStats' fields, in order
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,7 @@ class TokenStats:
     logprob: tuple[float, ...]
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    greedy: tuple[bool, ...]
 
 
 @dataclass
@@ -59,7 +64,7 @@ class DetectContext:
             parts = per_doc[at:at + len(self.documents(sample))]
             at += len(parts)
             out.append(TokenStats(*(tuple(v for p in parts for v in getattr(p, name))
-                                    for name in ("logprob", "mean", "std"))))
+                                    for name in STATS)))
         return out
 
     def text_stats(self, texts: Sequence[str]) -> list[TokenStats]:
@@ -80,15 +85,16 @@ class DetectContext:
         return [self.tokenizer.bos_token_id, *ids, self.tokenizer.eos_token_id]
 
 
-def _distribution_stats(logprobs: Any, targets: Any) -> tuple[Any, Any, Any]:
-    """(log p of the targets, mean and std of log p under p) at each position."""
+def _distribution_stats(logprobs: Any, targets: Any) -> tuple[Any, Any, Any, Any]:
+    """(log p of the targets, mean and std of log p under p, target == argmax) at each
+    position."""
     import torch
 
     probs = logprobs.exp()
     mean = (probs * logprobs).sum(-1)
     var = (probs * logprobs.square()).sum(-1) - mean.square()
     return (logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1), mean,
-            torch.clamp(var, min=0.0).sqrt())
+            torch.clamp(var, min=0.0).sqrt(), logprobs.argmax(-1) == targets)
 
 
 def _padded(docs: list[list[int]], pad: int) -> tuple[Any, Any]:
@@ -113,11 +119,10 @@ def _causal_stats(model: Any, docs: list[list[int]], batch_size: int) -> list[To
         device = next(model.parameters()).device
         logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
         logprobs = torch.log_softmax(logits.float()[:, :-1], dim=-1)
-        lp, mean, std = _distribution_stats(logprobs, ids[:, 1:].to(device))
+        found = _distribution_stats(logprobs, ids[:, 1:].to(device))
         for row, doc in enumerate(batch):
             n = len(doc) - 1
-            out.append(TokenStats(tuple(lp[row, :n].tolist()), tuple(mean[row, :n].tolist()),
-                                  tuple(std[row, :n].tolist())))
+            out.append(TokenStats(*(tuple(values[row, :n].tolist()) for values in found)))
     return out
 
 
@@ -128,7 +133,7 @@ def _masked_stats(model: Any, tokenizer: Any, docs: list[list[int]], batch_size:
     jobs = [(d, doc, [p for p in range(1, len(doc) - 1) if p % PLL_PASSES == r])
             for d, doc in enumerate(docs) for r in range(PLL_PASSES)]
     jobs = [job for job in jobs if job[2]]
-    found: list[dict[int, tuple[float, float, float]]] = [{} for _ in docs]
+    found: list[dict[int, tuple[float, float, float, bool]]] = [{} for _ in docs]
     device = next(model.parameters()).device
     for start in range(0, len(jobs), batch_size):
         batch = jobs[start:start + batch_size]
@@ -139,13 +144,13 @@ def _masked_stats(model: Any, tokenizer: Any, docs: list[list[int]], batch_size:
         logprobs = torch.log_softmax(logits.float(), dim=-1)
         for row, (d, doc, positions) in enumerate(batch):
             truth = torch.tensor([doc[p] for p in positions], device=device)
-            lp, mean, std = _distribution_stats(logprobs[row, positions], truth)
+            lp, mean, std, greedy = _distribution_stats(logprobs[row, positions], truth)
             for i, p in enumerate(positions):
-                found[d][p] = (float(lp[i]), float(mean[i]), float(std[i]))
+                found[d][p] = (float(lp[i]), float(mean[i]), float(std[i]), bool(greedy[i]))
     out = []
     for values in found:
         ordered = [values[p] for p in sorted(values)]
-        out.append(TokenStats(*(tuple(v[i] for v in ordered) for i in range(3))))
+        out.append(TokenStats(*(tuple(v[i] for v in ordered) for i in range(len(STATS)))))
     return out
 
 

@@ -53,10 +53,11 @@ from lab.contamination import settings as settings_table
 from lab.corpora.shards import read_manifest
 from lab.contamination.inject import disjoint_from, split_sides_index
 from lab.corpora import Sample, corpora_inputs, get_spec, load_samples
-from lab.detect.context import PLL_PASSES  # RoBERTa's pseudo-likelihood passes
+from lab.detect import extraction
+from lab.detect.context import DetectContext
 from lab.detect.min_k import lowest_mean as min_k_score  # Min-K% (Shi et al.)
 from lab.eval import metrics as metric_fns
-from lab.eval.generate import generate, padded
+from lab.eval.generate import padded
 from lab.models import (check_placement, device_param, dtype_param, lab_architecture,
                         load_lab_model, place_model, positions_of, pretraining_record,
                         read_stage_manifest)
@@ -194,11 +195,6 @@ def reference_samples(chosen: dict[str, Any], tests: list[Sample], count: int,
     return reference, record
 
 
-def documents(sample: Sample, form: str) -> list[str]:
-    """The texts a sample was injected as in a form: the settings table's, as the injector."""
-    return [text for _side, text in settings_table.form_documents(form, sample)]
-
-
 def name_spans(text: str, limit: int) -> list[tuple[int, int]]:
     """Character spans of the first `limit` identifiers (not keywords) and string literals."""
     spans = [(m.start(), m.end()) for m in TOKEN_PATTERN.finditer(text)
@@ -230,64 +226,31 @@ def _batched(items: list[Any], size: int):
         yield items[start:start + size]
 
 
-def _causal_scores(model: Any, docs: list[tuple[list[int], list[list[int]]]], batch_size: int
-                   ) -> list[tuple[list[float], int, int]]:
-    """Per document: token log-probabilities (tokens 1..n-1), and names filled exactly / names."""
+def _causal_name_hits(stats: Any, names: list[list[int]]) -> int:
+    """GPT-2: the names filled exactly. The token at position p is predicted at p - 1; a name
+    is filled exactly when every one of its tokens is the greedy choice given the true prefix."""
+    return sum(all(stats.greedy[p - 1] for p in positions) for positions in names)
+
+
+def _masked_name_hits(model: Any, tokenizer: Any, docs: list[list[int]],
+                      names: list[list[list[int]]], batch_size: int) -> list[int]:
+    """RoBERTa: per document, the names whose tokens, all masked at once, are all recovered."""
     import torch
 
-    results = []
-    for batch in _batched(docs, batch_size):
-        ids, mask = padded([doc for doc, _names in batch], 0, left=False)
-        ids, mask = ids.to(model.device), mask.to(model.device)
-        with torch.no_grad():
-            logits = model(input_ids=ids, attention_mask=mask).logits.float()
-        logprobs = torch.log_softmax(logits[:, :-1], dim=-1)
-        targets = ids[:, 1:]
-        token_lp = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-        correct = logprobs.argmax(-1) == targets
-        for row, (doc, names) in enumerate(batch):
-            n = len(doc) - 1
-            # Token at position p is predicted at p - 1; a name is filled exactly when every
-            # one of its tokens is the greedy choice.
-            hits = sum(all(bool(correct[row, p - 1]) for p in positions) for positions in names)
-            results.append((token_lp[row, :n].tolist(), hits, len(names)))
-    return results
-
-
-def _masked_scores(model: Any, tokenizer: Any, docs: list[tuple[list[int], list[list[int]]]],
-                   batch_size: int) -> list[tuple[list[float], int, int]]:
-    """RoBERTa: pseudo-log-likelihood over strided masks, and names recovered from <mask>s."""
-    import torch
-
-    mask_id = tokenizer.mask_token_id
-    jobs: list[tuple[int, list[int], list[int]]] = []  # (document, ids, masked positions)
-    for d, (doc, names) in enumerate(docs):
-        inner = range(1, len(doc) - 1)
-        for r in range(PLL_PASSES):
-            positions = [p for p in inner if p % PLL_PASSES == r]
-            if positions:
-                jobs.append((d, doc, positions))
-    name_jobs = [(d, doc, positions) for d, (doc, names) in enumerate(docs) for positions in names]
-    token_lp: list[list[float]] = [[] for _ in docs]
+    jobs = [(d, doc, positions) for d, doc in enumerate(docs) for positions in names[d]]
     hits = [0] * len(docs)
-    for kind, work in (("pll", jobs), ("names", name_jobs)):
-        for batch in _batched(work, batch_size):
-            ids, attention = padded([doc for _d, doc, _p in batch], tokenizer.pad_token_id,
-                                    left=False)
-            for row, (_d, _doc, positions) in enumerate(batch):
-                ids[row, positions] = mask_id
-            ids, attention = ids.to(model.device), attention.to(model.device)
-            with torch.no_grad():
-                logprobs = torch.log_softmax(model(input_ids=ids, attention_mask=attention)
-                                             .logits.float(), dim=-1)
-            for row, (d, doc, positions) in enumerate(batch):
-                truth = torch.tensor([doc[p] for p in positions], device=model.device)
-                scores = logprobs[row, positions]
-                if kind == "pll":
-                    token_lp[d] += scores.gather(-1, truth.unsqueeze(-1)).squeeze(-1).tolist()
-                else:
-                    hits[d] += int(bool((scores.argmax(-1) == truth).all()))
-    return [(token_lp[d], hits[d], len(names)) for d, (_doc, names) in enumerate(docs)]
+    for batch in _batched(jobs, batch_size):
+        ids, attention = padded([doc for _d, doc, _p in batch], tokenizer.pad_token_id,
+                                left=False)
+        for row, (_d, _doc, positions) in enumerate(batch):
+            ids[row, positions] = tokenizer.mask_token_id
+        ids, attention = ids.to(model.device), attention.to(model.device)
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=attention).logits
+        for row, (d, doc, positions) in enumerate(batch):
+            truth = torch.tensor([doc[p] for p in positions], device=model.device)
+            hits[d] += int(bool((logits[row, positions].argmax(-1) == truth).all()))
+    return hits
 
 
 BASELINES = ("held_out", "reference")  # never-seen groups an injected group is compared with
@@ -332,39 +295,42 @@ def by_dose(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def _probe_rows(model: Any, tokenizer: Any, family: str, samples: list[Sample],
                 group_of: dict[str, str], setting: str, min_k: float, max_names: int,
                 max_tokens: int, batch_size: int) -> list[dict[str, Any]]:
-    """One row per sample: every probe, on the documents of the sample's injected form."""
+    """One row per sample: every probe, on the documents of the sample's injected form. The
+    token statistics and the greedy continuation are the detectors' (lab.detect)."""
     if not samples:
         return []
-    docs, owner = [], []
-    for index, sample in enumerate(samples):
-        for text in documents(sample, setting):
-            ids, offsets = _encode(tokenizer, text, max_tokens)
-            docs.append((ids, _name_positions(offsets, name_spans(text, max_names))))
-            owner.append(index)
-    scored = (_causal_scores(model, docs, batch_size) if family == "gpt2"
-              else _masked_scores(model, tokenizer, docs, batch_size))
+    ctx = DetectContext(model=model, tokenizer=tokenizer, family=family, form=setting,
+                        max_tokens=max_tokens, batch_size=batch_size, k=min_k)
+    texts = [ctx.documents(sample) for sample in samples]
+    flat = [text for doc_texts in texts for text in doc_texts]
+    stats = ctx.text_stats(flat)
+    names = [_name_positions(_encode(tokenizer, text, max_tokens)[1],
+                             name_spans(text, max_names)) for text in flat]
+    if family == "gpt2":
+        hits = [_causal_name_hits(stat, doc_names) for stat, doc_names in zip(stats, names)]
+    else:
+        hits = _masked_name_hits(model, tokenizer, [ctx.encode(text) for text in flat], names,
+                                 batch_size)
     rows: list[dict[str, Any]] = []
-    for index, sample in enumerate(samples):
-        parts = [scored[d] for d in range(len(docs)) if owner[d] == index]
-        token_lp = [lp for part in parts for lp in part[0]]
-        hits, names = sum(p[1] for p in parts), sum(p[2] for p in parts)
+    at = 0
+    for sample, doc_texts in zip(samples, texts):
+        mine = range(at, at + len(doc_texts))
+        at += len(doc_texts)
+        token_lp = [lp for d in mine for lp in stats[d].logprob]
+        found, count = sum(hits[d] for d in mine), sum(len(names[d]) for d in mine)
         loss = -sum(token_lp) / len(token_lp)
         rows.append({"id": sample.id, "group": group_of[sample.id], "tokens": len(token_lp),
                      "loss": loss, "perplexity": math.exp(min(loss, 50.0)),
-                     "min_k": min_k_score(token_lp, min_k), "names": names,
-                     "infill": 100.0 * hits / names if names else None})
+                     "min_k": min_k_score(token_lp, min_k), "names": count,
+                     "infill": 100.0 * found / count if count else None})
     if family == "gpt2":
-        positions = positions_of(model.config)
-        max_source = (positions - 3) // 2
+        max_source = (min(positions_of(model.config), max_tokens) - 3) // 2
         prompts = [causal_prompt(tokenizer, s.input, max_source) for s in samples]
-        longest = max(len(tokenizer(" " + s.output, add_special_tokens=False)["input_ids"])
-                      for s in samples)
-        continuations = generate(model, tokenizer, "causal-lm", [s.input for s in samples],
-                                 Decoding(), max_source, longest + 1, batch_size)
+        continued = extraction.continuations(ctx, samples, Decoding())
         references = [s.output for s in samples]
-        em = metric_fns.exact_match_tokens_per_sample(references, continuations)
-        bleu = metric_fns.bleu_per_sample(references, continuations)
-        for row, prompt, text, e, b in zip(rows, prompts, continuations, em, bleu):
+        em = metric_fns.exact_match_tokens_per_sample(references, continued)
+        bleu = metric_fns.bleu_per_sample(references, continued)
+        for row, prompt, text, e, b in zip(rows, prompts, continued, em, bleu):
             row.update(extraction=text, extraction_em=e, extraction_bleu=b,
                        prompt_tokens=len(prompt))
     return rows
