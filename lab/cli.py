@@ -336,13 +336,20 @@ def detect(cfg: DetectConfig) -> None:
              "members": _fmt(m["member_mean"], ".4g"), "non-members": _fmt(m["nonmember_mean"], ".4g"),
              "samples": f"{m['members']}/{m['nonmembers']}"}
             for name, m in result["detectors"].items()]
-    console.print(_table(f"{result['family']}, {result['form']} form: injected vs "
+    audited = "audited" if result["membership"] == "unknown" else "injected"
+    console.print(_table(f"{result['described']}, {result['form']} form: {audited} vs "
                          f"{result['baseline'].replace('_', '-')} samples", rows,
                          ["detector", "auc", "tpr@1%", "tpr@5%", "p", "members", "non-members",
                           "samples"]))
     console.print("AUC 0.5: no signal; scores are higher for member-like samples; p: one-sided "
                   "Mann-Whitney U, asymptotic, per sample (a description, not a test over seeds).",
                   markup=False)
+    if result["membership"] == "unknown":
+        console.print(f"membership unknown: an AUC above 0.5 says the {result['split']} samples "
+                      "are scored as more seen than the valid ones, which contamination or a "
+                      "difference between the splits can cause (a study's shift check measures "
+                      "the latter on models whose membership is known)", markup=False,
+                      soft_wrap=True)
     shift = result.get("shift")
     if shift and shift["detectors"]:
         aucs = ", ".join(f"{name} {_fmt(m['auc'])}" for name, m in shift["detectors"].items())

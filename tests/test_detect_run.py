@@ -3,6 +3,7 @@ a control model that never saw them, and what is refused."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -41,14 +42,15 @@ def models(micro_world, tmp_path_factory):
 
 
 def test_a_model_that_memorised_is_found_and_a_control_is_not(models, tmp_path):
+    # every member (100) and as many held-out and valid samples as there are eligible ones
     arm = run_detect(models / "arm", tmp_path / "arm", detectors=FAST,
-                     reference=models / "control")
+                     reference=models / "control", max_samples=150)
     assert arm["baseline"] == "held_out"
     assert arm["detectors"]["loss"]["auc"] >= 0.9
     # the micro control is a weak reference, but the ratio still finds the members
     assert arm["detectors"]["reference"]["auc"] > 0.7
     control = run_detect(models / "control", tmp_path / "control", detectors=FAST,
-                         groups=models / "arm")
+                         groups=models / "arm", max_samples=150)
     assert 0.4 <= control["detectors"]["loss"]["auc"] <= 0.6
     assert "reference" in control["skipped"]  # no reference model given
     # the summary is the scores' own AUC, per sample
@@ -61,7 +63,8 @@ def test_a_model_that_memorised_is_found_and_a_control_is_not(models, tmp_path):
     # the distribution-shift check: never-seen test (the held-out half) against never-seen
     # valid samples, as many, for the same model; neither was trained on
     valid = [r["loss"] for r in rows if r["role"] == "shift"]
-    assert len(valid) == len(others) and {r["group"] for r in rows if r["role"] == "shift"} == {"valid"}
+    assert len(valid) == arm["shift"]["samples"]["count"] == len(others)
+    assert {r["group"] for r in rows if r["role"] == "shift"} == {"valid"}
     shift = arm["shift"]["detectors"]["loss"]
     assert shift["auc"] == pytest.approx(roc_auc(others, valid))
     assert arm["shift"]["samples"]["split"] == "valid"
@@ -84,3 +87,49 @@ def test_what_is_refused_gets_one_line(models, tmp_path):
         assert done.returncode == 2, done.stderr
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and fragment in lines[0] and "Traceback" not in done.stderr
+
+
+def test_an_outside_causal_lm_is_audited_on_a_benchmark_split(models, tmp_path):
+    """`lab detect --model HF_DIR --benchmark B`: a Hugging Face folder without a lab manifest
+    (here a lab GPT-2's weights copied out) scores B's test samples against never-seen-assumed
+    valid ones, with the likelihood detectors; its membership is unknown and said so."""
+    import shutil
+
+    outside = tmp_path / "hf-gpt2"
+    shutil.copytree(models / "arm" / "model", outside)
+    assert not (outside / "manifest.json").exists()
+    result = run_detect(outside, tmp_path / "audit", benchmark="codetrans", max_samples=24,
+                        detectors=("loss", "min_k", "extraction"))
+    assert result["membership"] == "unknown" and result["baseline"] == "reference"
+    assert result["form"] == "unpaired" and "outside model" in result["described"]
+    assert list(result["detectors"]) == ["loss", "min_k"] and result["skipped"] == ["extraction"]
+    assert "shift" not in result  # the audit is itself test against valid
+    rows = [json.loads(line) for line in (tmp_path / "audit" / "scores.jsonl").open()]
+    audited = [r["loss"] for r in rows if r["group"] == "audited"]
+    valid = [r["loss"] for r in rows if r["group"] == "reference"]
+    assert len(audited) == 24 and len(valid) == 24
+    assert all(r["id"].split(":")[1] == "valid" for r in rows if r["group"] == "reference")
+    assert result["detectors"]["loss"]["auc"] == pytest.approx(roc_auc(audited, valid))
+
+
+def test_what_an_outside_model_is_refused(models, tmp_path):
+    import shutil
+
+    outside = tmp_path / "hf-gpt2"
+    shutil.copytree(models / "arm" / "model", outside)
+    masked = tmp_path / "hf-roberta"
+    shutil.copytree(models / "roberta" / "model", masked)
+    for model, options, fragment in (
+            (outside, {}, "not a lab model (no manifest.json): name the audited samples with "
+                          "--benchmark"),
+            (outside, {"benchmark": "codetrans", "split": "dev"}, "--split dev: the validation "
+                                                                  "split is the audit's comparison"),
+            (outside, {"benchmark": "codetrans", "split": "eval"}, "--split eval: codetrans: "
+                                                                   "unknown split 'eval'"),
+            (outside, {"benchmark": "codetrans", "groups": models / "arm"}, "--groups"),
+            (masked, {"benchmark": "codetrans"}, "a masked LM (roberta)"),
+            (models / "arm", {"benchmark": "codetrans"}, "--benchmark codetrans: only for a model "
+                                                         "that is not a lab model")):
+        with pytest.raises(LabError, match=re.escape(fragment)):
+            run_detect(model, tmp_path / "out", **options)
+        assert not (tmp_path / "out").exists()

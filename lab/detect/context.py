@@ -81,8 +81,12 @@ class DetectContext:
         return [self._stats[t] for t in texts]
 
     def encode(self, text: str) -> list[int]:
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"][: self.max_tokens - 2]
-        return [self.tokenizer.bos_token_id, *ids, self.tokenizer.eos_token_id]
+        """`<s> text </s>` cut to max_tokens; an outside tokenizer without those tokens gets
+        the text alone."""
+        bos, eos = self.tokenizer.bos_token_id, self.tokenizer.eos_token_id
+        room = self.max_tokens - (bos is not None) - (eos is not None)
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"][:room]
+        return [*([bos] if bos is not None else []), *ids, *([eos] if eos is not None else [])]
 
 
 def _distribution_stats(logprobs: Any, targets: Any) -> tuple[Any, Any, Any, Any]:

@@ -33,7 +33,12 @@ FPRS = (0.01, 0.05)  # the false positive rates TPR is reported at
 @dataclass
 class DetectConfig:
     """One detection run. Every option of `lab detect` is declared here, once."""
-    model: Path = param(help="A lab pretrain directory (GPT-2 or RoBERTa) or a fine-tuned GPT-2.")
+    model: Path = param(help="A lab pretrain directory (GPT-2 or RoBERTa), a fine-tuned GPT-2, "
+                             "or a local Hugging Face causal LM (with --benchmark).")
+    benchmark: str | None = param(None, "A model that is not a lab model: the benchmark whose "
+                                        "samples to audit (its membership unknown).")
+    split: str = param("test", "With --benchmark: the audited split; never-seen-assumed "
+                               "samples of the validation split are the comparison.")
     out: Path | None = param(None, "Default: MODEL-detect, beside MODEL.")
     detectors: tuple[str, ...] = param(tuple(DETECTORS), "Detectors to run (lab.detect): "
                                        + ", ".join(DETECTORS) + ".")
@@ -42,7 +47,8 @@ class DetectConfig:
                                          "the reference detector.")
     groups: Path | None = param(None, "Corpus or model whose injected / held-out samples to score "
                                       "(default: the model's own pre-training corpus).")
-    form: str = param("auto", "auto (the injection setting), input, output, unpaired, paired.")
+    form: str = param("auto", "auto (the injection setting; unpaired for an outside model), "
+                              "input, output, unpaired, paired.")
     k: float = param(0.2, "k of Min-K% and Min-K%++.")
     neighbours: int = param(4, "Renamed twins per sample (neighbourhood).")
     cdd_samples: int = param(10, "Sampled outputs per input (peakedness).")
@@ -121,6 +127,85 @@ def _reference_context(cfg: DetectConfig, family: str, manifest: dict[str, Any],
                          batch_size=cfg.batch_size)
 
 
+@dataclass
+class _Subject:
+    """The scored model and what its members are."""
+    model: Any
+    tokenizer: Any
+    manifest: dict[str, Any]  # {} for a model that is not a lab model
+    family: str  # the detectors' families: gpt2 (any causal LM) or roberta
+    chosen: dict[str, Any]  # lab.eval.probe.probe_groups' record
+    form: str
+    max_tokens: int
+    reference: DetectContext | None
+    described: str  # what the console names the model
+
+
+OUTSIDE_MAX_TOKENS = 2048  # an outside model's documents are cut there (or at its positions)
+
+
+def _lab_subject(cfg: DetectConfig, check: Any) -> _Subject:
+    from lab.eval.probe import probe_groups
+
+    if cfg.benchmark is not None:
+        raise LabError(f"--benchmark {cfg.benchmark}: only for a model that is not a lab model; "
+                       "a lab model's members come from its corpus (or --groups)")
+    chosen = probe_groups(read_stage_manifest(cfg.model, "--model"), cfg.groups)
+    form = settings_table.probed_form(chosen["setting"]) if cfg.form == "auto" else cfg.form
+    if form is None:
+        raise LabError(f"the corpus setting '{chosen['setting']}' has no injected form to score")
+    check()
+    model, tokenizer, manifest, family = _load(cfg.model, "--model")
+    positions = positions_of(model.config)
+    block = int(pretraining_record(manifest).get("config", {}).get("block_size") or positions)
+    max_tokens = min(block, positions)
+    reference = _reference_context(cfg, family, manifest, form, max_tokens)
+    return _Subject(model, tokenizer, manifest, family, chosen, form, max_tokens, reference,
+                    family)
+
+
+def _outside_subject(cfg: DetectConfig, check: Any) -> _Subject:
+    """A local Hugging Face causal LM (as `lab llm-eval` loads it): the benchmark split's
+    samples are scored against never-seen-assumed validation samples. Nobody knows its
+    training membership, so this is an audit, not a ground-truth judgement."""
+    from lab.corpora import get_spec
+    from lab.eval.probe import reference_split
+    from lab.llm.llm_eval import load_causal_lm
+
+    if cfg.benchmark is None:
+        raise LabError(f"--model {cfg.model}: not a lab model (no manifest.json): name the "
+                       "audited samples with --benchmark (and --split)")
+    if cfg.groups is not None:
+        raise LabError(f"--groups {cfg.groups}: only for a lab model (an outside model's "
+                       "samples are --benchmark's --split)")
+    spec = get_spec(cfg.benchmark)
+    try:
+        split = spec.canonical_split(cfg.split)
+    except LabError as exc:
+        raise LabError(f"--split {cfg.split}: {exc}") from None
+    if split == reference_split(cfg.benchmark, split) or split not in ("train", "test"):
+        raise LabError(f"--split {cfg.split}: the validation split is the audit's comparison "
+                       "(audit test or train)")
+    check()
+    model, tokenizer, info = load_causal_lm(cfg.model)
+    max_tokens = min(info["positions"] or OUTSIDE_MAX_TOKENS, OUTSIDE_MAX_TOKENS)
+    form = "unpaired" if cfg.form == "auto" else cfg.form
+    reference = None
+    if cfg.reference is not None:
+        theirs, their_tokenizer, _info = load_causal_lm(cfg.reference)
+        if their_tokenizer.get_vocab() != tokenizer.get_vocab():
+            raise LabError(f"--reference {cfg.reference}: another tokenizer (its vocabulary "
+                           "differs), so its losses do not compare")
+        reference = DetectContext(model=place_model(theirs, cfg.device, cfg.dtype),
+                                  tokenizer=their_tokenizer, family="gpt2", form=form,
+                                  max_tokens=max_tokens, batch_size=cfg.batch_size)
+    chosen = {"benchmark": cfg.benchmark, "split": split,
+              "setting": None, "injected": None, "held_out": [], "doses": {},
+              "source": f"{cfg.benchmark} {cfg.split} (membership unknown)"}
+    return _Subject(model, tokenizer, {}, "gpt2", chosen, form, max_tokens, reference,
+                    f"{info['model_type']} (outside model)")
+
+
 def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
                ) -> dict[str, Any]:
     """Entry point of `lab detect`: scores.jsonl (per sample) and summary.json (per detector)."""
@@ -128,28 +213,25 @@ def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
         cfg = DetectConfig(model=Path(cfg), out=out, **options)
     import torch
 
-    from lab.eval.probe import probe_groups, reference_samples
+    from lab.eval.probe import reference_samples
 
     started = time.perf_counter()
     device = check_placement(cfg.device, cfg.dtype)
     detectors = check_detectors(cfg.detectors)
-    chosen = probe_groups(read_stage_manifest(cfg.model, "--model"), cfg.groups)
-    form = settings_table.probed_form(chosen["setting"]) if cfg.form == "auto" else cfg.form
-    if form is None:
-        raise LabError(f"the corpus setting '{chosen['setting']}' has no injected form to score")
     out = Path(cfg.out or beside(cfg.model, "detect"))
     inputs = [cfg.model, cfg.groups, cfg.reference, *corpora_inputs(cfg.corpora_dir)]
-    check_output(out, cfg.force, "lab-detection", inputs)
-    model, tokenizer, manifest, family = _load(cfg.model, "--model")
-    positions = positions_of(model.config)
-    block = int(pretraining_record(manifest).get("config", {}).get("block_size") or positions)
-    max_tokens = min(block, positions)
-    reference_ctx = _reference_context(cfg, family, manifest, form, max_tokens)
-    model = place_model(model, cfg.device, cfg.dtype)
+    outside = Path(cfg.model).is_dir() and not (Path(cfg.model) / "manifest.json").exists()
+    subject = (_outside_subject if outside else _lab_subject)(
+        cfg, lambda: check_output(out, cfg.force, "lab-detection", inputs))
+    chosen, form, family, manifest = (subject.chosen, subject.form, subject.family,
+                                      subject.manifest)
+    tokenizer, max_tokens, reference_ctx = (subject.tokenizer, subject.max_tokens,
+                                            subject.reference)
+    model = place_model(subject.model, cfg.device, cfg.dtype)
 
     tests = load_samples(chosen["benchmark"], chosen["split"], cfg.corpora_dir,
                          require_references=True).records
-    injected = set(chosen["injected"])
+    injected = {s.id for s in tests} if chosen["injected"] is None else set(chosen["injected"])
     members = [s for s in tests if s.id in injected][:cfg.max_samples]
     held = set(chosen["held_out"])
     nonmembers = [s for s in tests if s.id in held][:cfg.max_samples]
@@ -165,7 +247,7 @@ def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
     if cfg.shift and baseline == "held_out":
         shift, shift_record = reference_samples(chosen, tests, len(nonmembers), True, manifest,
                                                 cfg.corpora_dir)
-    elif cfg.shift:
+    elif cfg.shift and not outside:
         shift_record = {"missing": "every scored test sample was injected: no never-seen test "
                                    "samples to set against never-seen valid ones"}
     spec_languages = _languages(chosen["benchmark"])
@@ -174,13 +256,16 @@ def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
                         reference=reference_ctx, languages=spec_languages,
                         neighbours=cfg.neighbours, cdd_samples=cfg.cdd_samples)
     used = applicable(detectors, family, reference_ctx is not None)
+    if outside:  # they prompt `<s> input <SEP>`, the lab's injected format, not the model's
+        used = [d for d in used if d.needs != "output"]
     torch.manual_seed(0)
     samples = members + nonmembers + shift
     seconds: dict[str, float] = {}
     scores = score_all(ctx, samples, used, seconds)
     roles = (["member"] * len(members) + ["nonmember"] * len(nonmembers)
              + ["shift"] * len(shift))
-    groups = {"member": "injected", "nonmember": baseline, "shift": "valid"}
+    groups = {"member": "audited" if outside else "injected", "nonmember": baseline,
+              "shift": "valid"}
     rows = []
     for i, (sample, role) in enumerate(zip(samples, roles)):
         row = {"id": sample.id, "member": role == "member", "role": role, "group": groups[role],
@@ -197,6 +282,9 @@ def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
                          else {}}
     summary = {
         "kind": "lab-detection", "model": str(cfg.model), "family": family,
+        "described": subject.described,
+        # an outside model's training data is unknown: its AUC is an audit, not ground truth
+        "membership": "unknown" if outside else "known",
         "groups": chosen["source"], "benchmark": chosen["benchmark"], "split": chosen["split"],
         "form": form, "baseline": baseline, "reference_samples": reference_record,
         "reference_model": str(cfg.reference) if cfg.reference else None,

@@ -190,7 +190,8 @@ def _detects(recipe: Recipe, scored: dict[tuple[str, int, int | None], Stage]) -
         return []
     config = unbound("detect", detectors=tuple(recipe.detect.detectors), k=recipe.detect.k,
                      neighbours=recipe.detect.neighbours, cdd_samples=recipe.detect.cdd_samples,
-                     max_samples=recipe.detect.max_samples, device=recipe.resources.device,
+                     max_samples=recipe.detect.max_samples, shift=recipe.detect.shift,
+                     device=recipe.resources.device,
                      dtype=recipe.resources.dtype,
                      batch_size=batch_size_on(recipe.resources.device, DetectConfig))
     launch = {"device": recipe.resources.device}

@@ -212,7 +212,7 @@ ProbeSection = section("ProbeSection", ProbeConfig, ["min_k", "max_samples", "ma
 
 
 DetectSection = section("DetectSection", DetectConfig,
-                        ["detectors", "k", "neighbours", "cdd_samples", "max_samples"],
+                        ["detectors", "k", "neighbours", "cdd_samples", "max_samples", "shift"],
                         STUDY_DEFAULTS["detect"], own=[
     ("enabled", bool, field(default=False, metadata={
         "help": "Run the contamination detectors (lab detect) on every pre-trained model: "

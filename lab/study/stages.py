@@ -81,10 +81,13 @@ KINDS: dict[str, StageKind] = {
                        neutral=PLACEMENT, inputs=("model", "groups"), done="summary.json"),
     # inputs: the scored model, the model or corpus whose samples are the members, the
     # reference model (the seed's control; none for the control itself)
+    # shift: on by default since the shift check came; a stage scored before it reads as on
+    # and lacks the check's rows (collect leaves them out)
     "detect": StageKind(DetectConfig, run_detect,
                         key=("detectors", "k", "neighbours", "cdd_samples", "max_samples",
-                             "device", "dtype"),
-                        neutral=PLACEMENT, inputs=("model", "groups", "reference"),
+                             "shift", "device", "dtype"),
+                        neutral={**PLACEMENT, "shift": True},
+                        inputs=("model", "groups", "reference"),
                         done="summary.json"),
     "finetune": StageKind(
         FinetuneConfig, run_finetune,
