@@ -145,3 +145,16 @@ def test_the_detect_figure_draws_auc_against_dose_and_stage(tmp_path):
     assert detect_figure([r for r in rows if r["epochs"] is None and r["dose"] == "all"],
                          tmp_path / "none") == []
     assert not (tmp_path / "none.png").exists()
+
+
+def test_detectors_can_be_added_to_a_finished_study():
+    """`lab study RECIPE --out STUDY --set detect.enabled=true` on a study run without them is
+    the same study: its folder is reused, and only detect stages are added."""
+    from lab.study.recipe import study_differences
+
+    plain = load_recipe(MICRO)
+    with_detect = load_recipe(MICRO, ["detect.enabled=true", "detect.epochs=[1]", "detect.k=0.1"])
+    assert study_differences(plain, with_detect) == []
+    assert study_differences(plain, load_recipe(MICRO, ["seeds=[0]"])) == ["seeds"]
+    before = {s.key for s in expand(plain)}
+    assert before < {s.key for s in expand(with_detect)}

@@ -828,11 +828,12 @@ def _differences(old: Any, new: Any, path: str = "") -> list[str]:
 
 def study_differences(old: Recipe, new: Recipe) -> list[str]:
     """Fields in which two recipes make other studies: all but `resources` (where a stage runs;
-    a launch that changes results changes the stage keys) and `statistics` (how the finished
-    results are read: a study may be re-read under other declarations, and recipe.json records
-    the latest)."""
+    a launch that changes results changes the stage keys), `statistics` (how the finished
+    results are read: a study may be re-read under other declarations) and `detect` (detect
+    stages read the study's models and change nothing else: `--set detect.enabled=true` on a
+    finished study scores every model it trained). recipe.json records the latest."""
     return [d for d in _differences(_device_settings_resolved(old), _device_settings_resolved(new))
-            if not d.startswith(("resources.", "statistics."))]
+            if not d.startswith(("resources.", "statistics.", "detect."))]
 
 
 def _device_settings_resolved(recipe: Recipe) -> dict[str, Any]:
