@@ -16,8 +16,9 @@ once, in variants that each add one thing of what `lab pretrain` does, in this o
     python benchmarks/gpu_step_probe.py --corpus C --tokenizer T      # on a GPU
     python benchmarks/gpu_step_probe.py --dry-run --corpus C --tokenizer T   # CPU: micro, forward
                                                                       # only (lab-loop: mask path)
-Without --corpus only `random` and what needs no corpus runs. Prints ms per step and tokens/s
-per variant (total tokens over total time, after two untimed steps).
+Without --corpus only `random` and what needs no corpus runs. Prints ms per step, tokens/s
+per variant (total tokens over total time, after two untimed steps) and its ratio to `random`
+(the model alone; benchmarks/gpu_check.py's plain-gpt2 is the bare loop to compare `random` with).
 """
 from __future__ import annotations
 
@@ -197,10 +198,14 @@ def _settings(batch: int, block: int, causal: bool, steps: int, **more: Any) -> 
 
 def _report(result: dict[str, Any], name: str, seconds: float, tokens: int, family: str,
             preset: str) -> None:
+    first = next(iter(result["variants"].values()), None)  # `random`: the model alone
+    ratio = first["tokens_per_second"] and tokens / seconds / first["tokens_per_second"] \
+        if first else 1.0
     result["variants"][name] = {"ms_per_step": round(seconds * 1e3, 2),
-                                "tokens_per_second": round(tokens / seconds, 1)}
+                                "tokens_per_second": round(tokens / seconds, 1),
+                                "x_random": round(ratio, 3)}
     print(f"{family} {preset} {name:8s}: {seconds * 1e3:7.2f} ms/step, "
-          f"{tokens / seconds:,.0f} tokens/s", flush=True)
+          f"{tokens / seconds:,.0f} tokens/s, {ratio:.3f}x random", flush=True)
 
 
 def _lab_loop(model: Any, had_dropout: Any, dataset: Any, tok: Any, batch: int, block: int,
