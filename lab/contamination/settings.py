@@ -31,6 +31,8 @@ FORMS: dict[str, tuple[tuple[str, ...], ...]] = {
     "unpaired": (("input",), ("output",)),
     "paired": (("input", "output"),),
 }
+# Each side a document of its own: how code sits on the web, so an outside model is audited so
+SIDES_APART = next(form for form, docs in FORMS.items() if docs == tuple((s,) for s in SIDES))
 PLACEBO_SUFFIX = "-placebo"
 
 

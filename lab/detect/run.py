@@ -189,7 +189,7 @@ def _outside_subject(cfg: DetectConfig, check: Any) -> _Subject:
     check()
     model, tokenizer, info = load_causal_lm(cfg.model)
     max_tokens = min(info["positions"] or OUTSIDE_MAX_TOKENS, OUTSIDE_MAX_TOKENS)
-    form = "unpaired" if cfg.form == "auto" else cfg.form
+    form = settings_table.SIDES_APART if cfg.form == "auto" else cfg.form
     reference = None
     if cfg.reference is not None:
         theirs, their_tokenizer, _info = load_causal_lm(cfg.reference)
