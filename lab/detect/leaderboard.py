@@ -37,7 +37,8 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return sum(kept) / len(kept) if kept else None
 
 
-def _number(value: Any) -> float | None:
+def number(value: Any) -> float | None:
+    """A number of a leaderboard row, as leaderboard() or its CSV holds it."""
     if value in (None, ""):
         return None
     return float(value)
@@ -64,13 +65,13 @@ def leaderboard_markdown(rows: Sequence[dict[str, Any]]) -> str:
         values = []
         for condition in conditions:
             row = cell.get((detector, condition))
-            auc = _number(row.get("auc")) if row else None
+            auc = number(row.get("auc")) if row else None
             if auc is None:
                 values.append("-")
                 continue
-            low, high = _number(row.get("auc_low")), _number(row.get("auc_high"))
-            s_low, s_high = (_number(row.get("auc_sample_low")),
-                             _number(row.get("auc_sample_high")))
+            low, high = number(row.get("auc_low")), number(row.get("auc_high"))
+            s_low, s_high = (number(row.get("auc_sample_low")),
+                             number(row.get("auc_sample_high")))
             values.append(f"{auc:.2f}" + (f" [{low:.2f}, {high:.2f}]" if low is not None else
                                           f" ({s_low:.2f}-{s_high:.2f})" if s_low is not None
                                           else ""))

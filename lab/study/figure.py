@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.common import LabError
+from lab.detect.leaderboard import number
 from lab.study.report_data import Cell, train_size_order
 
 
@@ -268,11 +269,6 @@ def _dose_curves(ax: Any, cell: dict[str, Any], place: Any, colour: Any) -> None
         ax.axvline(place(cell["threshold"]), color=colour, lw=0.8, ls=(0, (1, 3)))
 
 
-def _value(value: Any) -> float | None:
-    """A number of a leaderboard row, as leaderboard() or its CSV holds it."""
-    return None if value in (None, "") else float(value)
-
-
 def detect_figure(rows: list[dict[str, Any]], out_base: Path) -> list[Path]:
     """Each detector's ROC AUC on a model's own members, one row of panels per model and
     contaminated arm: against the dose (pre-trained model, a ladder's levels) and against the
@@ -285,14 +281,14 @@ def detect_figure(rows: list[dict[str, Any]], out_base: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     own = [r for r in rows if r.get("comparison", "membership") == "membership"
-           and r["arm"] == r["groups"] and _value(r.get("auc")) is not None]
+           and r["arm"] == r["groups"] and number(r.get("auc")) is not None]
     panels = []
     for model, arm in sorted({(r["model"], r["arm"]) for r in own}):
         mine = [r for r in own if (r["model"], r["arm"]) == (model, arm)]
-        pre = [r for r in mine if _value(r.get("epochs")) is None]
+        pre = [r for r in mine if number(r.get("epochs")) is None]
         if {str(r["dose"]) for r in pre} - {"all"}:
             panels.append((model, arm, "dose", [r for r in pre if str(r["dose"]) != "all"]))
-        if any(_value(r.get("epochs")) is not None for r in mine):
+        if any(number(r.get("epochs")) is not None for r in mine):
             panels.append((model, arm, "stage", [r for r in mine if str(r["dose"]) == "all"]))
     if not panels:
         return []
@@ -309,21 +305,21 @@ def detect_figure(rows: list[dict[str, Any]], out_base: Path) -> list[Path]:
             ax.set_xlabel("copies per corpus epoch; log (0: the never-seen level)")
             position = lambda r: place(float(r["dose"]))  # noqa: E731
         else:
-            stages = sorted({_value(r.get("epochs")) for r in chosen},
+            stages = sorted({number(r.get("epochs")) for r in chosen},
                             key=lambda e: -1 if e is None else e)
             ax.set_xticks(range(len(stages)), ["pre-trained" if e is None else f"E={e:g}"
                                                for e in stages])
             ax.set_xlabel("fine-tuning epochs (every member)")
-            position = lambda r: stages.index(_value(r.get("epochs")))  # noqa: E731
+            position = lambda r: stages.index(number(r.get("epochs")))  # noqa: E731
         for detector in detectors:
             points = sorted((r for r in chosen if r["detector"] == detector), key=position)
             if not points:
                 continue
-            auc = [_value(r["auc"]) for r in points]
-            low = [_value(r.get("auc_low")) if _value(r.get("auc_low")) is not None
-                   else _value(r.get("auc_sample_low")) for r in points]
-            high = [_value(r.get("auc_high")) if _value(r.get("auc_high")) is not None
-                    else _value(r.get("auc_sample_high")) for r in points]
+            auc = [number(r["auc"]) for r in points]
+            low = [number(r.get("auc_low")) if number(r.get("auc_low")) is not None
+                   else number(r.get("auc_sample_low")) for r in points]
+            high = [number(r.get("auc_high")) if number(r.get("auc_high")) is not None
+                    else number(r.get("auc_sample_high")) for r in points]
             ax.errorbar([position(r) for r in points], auc,
                         yerr=[[max(0.0, a - lo) if lo is not None else 0.0
                                for a, lo in zip(auc, low)],
