@@ -14,7 +14,7 @@ import pytest
 import typer
 
 from lab.common import LabError
-from lab.study.recipe import (STUDY_DEFAULTS, Recipe, load_recipe, recipe_dict, recipe_from_dict,
+from lab.study.recipe import (STUDY_DEFAULTS, SWEEPS, Recipe, load_recipe, recipe_dict, recipe_from_dict,
                               reference_yaml, study_differences)
 from lab.study.grid import expand
 
@@ -250,7 +250,9 @@ def test_recipe_sections_take_the_command_defaults_except_the_study_defaults(sec
     config = _configs()[command]
     fields = config.__dataclass_fields__
     study_defaults = STUDY_DEFAULTS.get(section, {})
-    grid = {"finetune": {"epochs"}}.get(section, set())  # a list of the config's values
+    grid = set(SWEEPS.get(section, {}))  # a list of the config's values
+    if section == "pretrain":  # its sweep's default: the command's one value
+        assert Recipe().pretrain.weight_decay == [fields["weight_decay"].default]
     shared = [f for f in dataclasses.fields(type(getattr(Recipe(), section)))
               if f.name in fields and f.name not in grid]
     assert shared

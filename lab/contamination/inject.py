@@ -28,6 +28,7 @@ from lab.common import (DataNotFound, LabError, atomic_output_dir, check_numbers
                         corpora_param, environment_record, param, read_text_file,
                         write_json_atomic)
 from lab.contamination import settings as settings_table
+from lab.contamination import timing as timing_table
 from lab.contamination.arm import ArmTally, Built, too_few_documents
 from lab.contamination.audit import audit_samples
 from lab.contamination.overlap import CODE_LANGUAGES, OverlapIndex, SampleSideIndex
@@ -76,6 +77,11 @@ class InjectConfig(ExecutorConfig):
               "what fraction 0.5 with repeat K does.")
     samples: int | None = param(None, "Only the split's first N samples take part (a benchmark "
                                       "subset).")
+    timing: tuple[str, ...] = param(
+        timing_table.DEFAULT, "When in pre-training the injected copies are trained on: "
+        + timing_table.SPEC_HELP + ". Several timings split the injected samples into as many "
+        "seeded, equal-size levels (duplicates kept together), each in its own window "
+        "(lab.contamination.timing).")
     test_ids: Path | None = param(None, "File of sample ids to inject.")
     decontaminate: bool = param(False, "First drop base near-duplicates of the test set.")
     placebo_from: tuple[str, ...] | None = param(
@@ -132,6 +138,7 @@ class InjectConfig(ExecutorConfig):
             raise LabError("--samples and --test-ids: give one of them, not both")
         if self.doses is not None:
             check_doses(self)
+        timing_table.check_timing(tuple(self.timing), self.doses)
         if self.placebo_match not in PLACEBO_MATCHES:
             raise LabError(f"--placebo-match {self.placebo_match}: choose from "
                            f"{', '.join(PLACEBO_MATCHES)}")
@@ -455,6 +462,7 @@ class Plan:
     samples: list[Sample]           # the samples taking part (--samples)
     setting: Setting
     levels: list[list[int]] | None  # a dose ladder's levels (sample indices)
+    timing_levels: list[list[int]] | None  # positions in `selected` of each timing level
     selected: list[int]             # samples the setting selects (a placebo matches their count)
     chosen: list[int]               # test samples injected
     pool: PlaceboPool | None
@@ -498,7 +506,23 @@ def plan_injection(cfg: InjectConfig) -> Plan:
                     "id": f"inject:{sample.id}:{side}:{copy}", "text": text,
                     "sample": sample.id, "side": side, "copy": copy,
                 })
-    return Plan(bench, samples, setting, levels, selected, chosen, pool, sources, copies, injected)
+    timing_levels = None
+    if setting.injects and not timing_table.is_uniform(cfg.timing):
+        timing_levels = plan_timing(cfg, samples, selected)
+    return Plan(bench, samples, setting, levels, timing_levels, selected, chosen, pool, sources,
+                copies, injected)
+
+
+def plan_timing(cfg: InjectConfig, samples: list[Sample], selected: list[int]) -> list[list[int]]:
+    """Positions in `selected` (a placebo's sources stand at the same positions) of each timing
+    level: seeded, near-equal groups that keep duplicate groups whole."""
+    groups = _duplicate_groups([samples[i] for i in selected])  # positions in `selected`
+    levels = timing_table.timing_groups(groups, len(cfg.timing), cfg.seed)
+    empty = [cfg.timing[k] for k, level in enumerate(levels) if not level]
+    if empty:
+        raise LabError(f"--timing {','.join(cfg.timing)}: {len(selected)} injected samples leave "
+                       f"timing {empty[0]} without samples")
+    return levels
 
 
 def build_in_memory(cfg: InjectConfig, plan: Plan, tmp: Path) -> Built:
@@ -584,6 +608,7 @@ def _manifest(cfg: InjectConfig, plan: Plan, built: Built, guards: dict[str, Any
             "base": cfg.base, "base_splits": list(cfg.base_splits), "limit": cfg.limit,
             "repeat": cfg.repeat, "fraction": cfg.fraction, "samples": cfg.samples,
             **({"doses": list(cfg.doses)} if cfg.doses else {}),
+            **({"timing": list(cfg.timing)} if not timing_table.is_uniform(cfg.timing) else {}),
             "test_ids": str(cfg.test_ids) if cfg.test_ids else None,
             "decontaminate": cfg.decontaminate, "shard_size": cfg.shard_size,
             **({"placebo_from": list(cfg.placebo_from)} if cfg.placebo_from else {}),
@@ -614,6 +639,7 @@ def _manifest(cfg: InjectConfig, plan: Plan, built: Built, guards: dict[str, Any
         **({"dose_levels": dose_record(cfg, plan.setting, samples, plan.levels, plan.sources,
                                        plan.copies, injected)}
            if plan.levels is not None else {}),
+        **({"timing_levels": timing_record(cfg, plan)} if plan.timing_levels is not None else {}),
         "pre_existing_verbatim": pre_existing,
         "guards": guards,
         "inputs": {
@@ -654,6 +680,19 @@ def dose_record(cfg: InjectConfig, setting: Setting, samples: list[Sample], leve
         if setting.placebo and dose:
             record["placebo_ids"] = [s.id for s, times in zip(sources, copies) if times == dose]
         records.append(record)
+    return records
+
+
+def timing_record(cfg: InjectConfig, plan: Plan) -> list[dict[str, Any]]:
+    """Per timing level, in the order given: its window, the test sample ids it holds and the
+    sample ids whose documents pre-training keeps inside the window (`sources`: a placebo's own
+    samples, else the same ids)."""
+    records = []
+    for spec, positions in zip(cfg.timing, plan.timing_levels or []):
+        timing = timing_table.parse_timing(spec)
+        records.append({**timing.record(), "samples": len(positions),
+                        "ids": [plan.samples[plan.selected[k]].id for k in positions],
+                        "sources": [plan.sources[k].id for k in positions]})
     return records
 
 

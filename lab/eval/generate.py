@@ -243,6 +243,13 @@ def dose_levels(manifest: dict[str, Any]) -> dict[str, int]:
     return {sample: level["dose"] for level in levels for sample in level["ids"]}
 
 
+def timing_levels(manifest: dict[str, Any]) -> dict[str, str]:
+    """Test sample id -> its timing level (injection.timing), for a model pre-trained on timing
+    levels (else empty)."""
+    levels = pretraining_record(manifest).get("corpus", {}).get("timing_levels") or []
+    return {sample: level["timing"] for level in levels for sample in level["ids"]}
+
+
 def assign_groups(samples: list[Sample], membership: dict[str, set[str]]) -> dict[str, str]:
     """Sample id -> its group: the first of GROUPS whose ids hold it, else unknown."""
     return {s.id: next((g for g in GROUPS if s.id in membership.get(g, ())), UNKNOWN)
@@ -383,6 +390,8 @@ def run_evaluate(cfg: EvaluateConfig | Path, task: str | None = None, **options:
     # fine-tuning data, pre-existing or cut at the block size.
     doses = {s.id: dose for s, dose in ((s, dose_levels(manifest).get(s.id)) for s in samples)
              if dose is not None and groups[s.id] in ("injected", "held_out")}
+    timings = {s.id: timing for s, timing in ((s, timing_levels(manifest).get(s.id)) for s in samples)
+               if timing is not None and groups[s.id] == "injected"}
 
     config = manifest.get("config", {})
     limit = _position_limit(model, architecture, manifest)
@@ -421,15 +430,20 @@ def run_evaluate(cfg: EvaluateConfig | Path, task: str | None = None, **options:
         for dose in sorted(set(doses.values())):
             chosen = [i for i, s in enumerate(samples) if doses.get(s.id) == dose]
             by_dose[str(dose)] = {"samples": len(chosen), **scored(chosen, plain)}
+        by_timing: dict[str, dict[str, Any]] = {}
+        for timing in dict.fromkeys(timings.values()):  # in the ladder's order
+            chosen = [i for i, s in enumerate(samples) if timings.get(s.id) == timing]
+            by_timing[timing] = {"samples": len(chosen), **scored(chosen, plain)}
         by_group[CLEAN] = {"samples": len(clean),
                            **(overall if len(clean) == len(samples) else
                               scored(clean, metrics) if clean else {})}
         return {"metrics": overall, "per_sample": per_sample, "by_group": by_group,
-                "by_dose": by_dose}
+                "by_dose": by_dose, "by_timing": by_timing}
 
     model_scores = breakdown(predictions, list(cfg.metrics))
     overall, per_sample = model_scores["metrics"], model_scores["per_sample"]
     by_group, by_dose = model_scores["by_group"], model_scores["by_dose"]
+    by_timing = model_scores["by_timing"]
     baselines = _baseline_scores(task, samples, seen, cfg, breakdown)
     counts = {g: sum(1 for s in samples if groups[s.id] == g) for g in (*GROUPS, UNKNOWN)}
     result = {
@@ -439,6 +453,7 @@ def run_evaluate(cfg: EvaluateConfig | Path, task: str | None = None, **options:
         "model_weights_sha256": manifest.get("final_weights_sha256"),
         "decoding": plan.__dict__, "samples": len(samples),
         "metrics": overall, "by_group": by_group, **({"by_dose": by_dose} if by_dose else {}),
+        **({"by_timing": by_timing} if by_timing else {}),
         "baselines": baselines,
         "groups": {
             "precedence": [*GROUPS, UNKNOWN], "counts": counts,
@@ -465,6 +480,7 @@ def run_evaluate(cfg: EvaluateConfig | Path, task: str | None = None, **options:
                        "prediction": predictions[i], "group": groups[sample.id],
                        "injected": sample.id in membership["injected"],
                        **({"dose": doses.get(sample.id)} if by_dose else {}),
+                       **({"timing": timings.get(sample.id)} if by_timing else {}),
                        "in_finetune_data": overlap.get(sample.id, []),
                        "scores": {m: values[i] for m, values in per_sample.items()}}
                 handle.write(orjson.dumps(row, option=orjson.OPT_SORT_KEYS) + b"\n")

@@ -16,6 +16,7 @@ from lab.study.recipe import Recipe
 RESULTS = "results.csv"
 SAMPLES = "samples.csv"
 DOSE_GROUP = "dose="  # results.csv group of a dose ladder's level: dose=0, dose=4, ...
+TIMING_GROUP = "timing="  # results.csv group of a timing level: timing=early:0.2, ...
 PROBES = "probes.csv"  # per pre-trained model and probed sample: the memorisation probes
 PROBE_COLUMNS = ("tokens", "loss", "min_k", "infill", "extraction_em", "extraction_bleu")
 # per scored model, detector and dose (all: every member), its membership metrics
@@ -66,11 +67,21 @@ def collected_rows(recipe: Recipe, stages: list[Stage], study: Path
         for dose, values in (metrics.get("by_dose") or {}).items():
             run_rows.append({**base, "injected_token_fraction": shares.get(dose, 0.0),
                              "group": f"{DOSE_GROUP}{dose}", **values})
+        for timing, values in (metrics.get("by_timing") or {}).items():
+            run_rows.append({**base, "group": f"{TIMING_GROUP}{timing}", **values})
+        # A timed arm's samples: when each was last trained on (lab.train.schedule)
+        timed = pretrain["corpus"].get("timing_levels")
+        exposed = pretrain.get("exposures", {}).get("by_sample", {}) if timed else {}
         with open(stage.out(study) / "predictions.jsonl", encoding="utf-8") as handle:
             for line in handle:
                 row = json.loads(line)
+                last = exposed.get(row["id"])
                 sample_rows.append({**base, "id": row["id"], "group": row["group"],
                                     **({"dose": row["dose"]} if "dose" in row else {}),
+                                    **({"timing": row.get("timing"),
+                                        "steps_since_last_exposure":
+                                            pretrain["exposures"]["steps"] - last[-1] if last
+                                            else None} if timed else {}),
                                     **{f"score_{k}": v for k, v in row["scores"].items()}})
     probe_rows = []
     for stage in stages:

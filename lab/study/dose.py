@@ -173,7 +173,7 @@ def _ladder_scores(rows: list[dict[str, Any]], column: str, every_sample: bool =
     return found
 
 
-def _interval(per_seed: dict[Any, list], alpha: float) -> tuple[float | None, float | None]:
+def seed_interval(per_seed: dict[Any, list], alpha: float) -> tuple[float | None, float | None]:
     """The effect's 1 - alpha interval: over seeds, or with one seed over its samples."""
     if len(per_seed) == 1:
         [parts] = per_seed.values()
@@ -195,7 +195,7 @@ def _within(cell_levels: list[dict[str, Any]], by_seed: Levels, alpha: float, al
         lifts = {seed: seed_effect(parts) for seed, parts in per_seed.items()}
         record["lift"] = _mean(list(lifts.values()))
         record["seed_lifts"] = lifts
-        record["lift_ci_low"], record["lift_ci_high"] = _interval(per_seed, alpha)
+        record["lift_ci_low"], record["lift_ci_high"] = seed_interval(per_seed, alpha)
         if len(per_seed) > 1:
             record["p"], record["test"] = sign_flip_test(list(lifts.values()), alternative)
             record["unit"] = SEED_UNIT
@@ -242,7 +242,7 @@ def _against(cell_levels: list[dict[str, Any]], by_seed: Levels, reference: Leve
         record[f"lift_vs_{name}"] = _mean(effects)
         if len(per_seed) > 1:
             record[f"lift_vs_{name}_ci_low"], record[f"lift_vs_{name}_ci_high"] = \
-                _interval(per_seed, alpha)
+                seed_interval(per_seed, alpha)
             if record["dose"]:
                 record[f"p_vs_{name}"], _test = sign_flip_test(effects, alternative)
                 tested.append(record)

@@ -335,3 +335,44 @@ def detect_figure(rows: list[dict[str, Any]], out_base: Path) -> list[Path]:
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     return save_figure(fig, out_base)
+
+
+def timing_figure(found: dict[str, Any], metric: str, out_base: Path) -> list[Path]:
+    """The forgetting curve: each timing level's lift over the held-out samples against the
+    steps pre-training went on after its last exposure, one line per (model, arm, fine-tuning
+    stage), error bars the interval over seeds (else over the model's samples). `found`:
+    lab.study.timing.timing_stats. [] when nothing is drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in found["levels"] if r["metric"] == metric
+            and r.get("steps_since_last") is not None and r.get("lift") is not None]
+    if not rows:
+        return []
+    fig, ax = plt.subplots(figsize=(6.8, 4.6), layout="constrained")
+    lines = sorted({(r["model"], r["arm"], r["epochs"], str(r["train_size"])) for r in rows})
+    for i, line in enumerate(lines):
+        points = sorted((r for r in rows if (r["model"], r["arm"], r["epochs"],
+                                             str(r["train_size"])) == line),
+                        key=lambda r: r["steps_since_last"])
+        lift = [r["lift"] for r in points]
+        low = [r["lift"] - r["lift_ci_low"] if r.get("lift_ci_low") is not None else 0.0
+               for r in points]
+        high = [r["lift_ci_high"] - r["lift"] if r.get("lift_ci_high") is not None else 0.0
+                for r in points]
+        ax.errorbar([r["steps_since_last"] for r in points], lift, yerr=[low, high], marker="o",
+                    ms=4, capsize=3, color=plt.cm.tab10(i % 10),
+                    label=f"{line[0]} {line[1]} E={line[2]}")
+        for r in points:
+            ax.annotate(r["level"], (r["steps_since_last"], r["lift"]), fontsize=7,
+                        xytext=(4, 4), textcoords="offset points")
+    ax.axhline(0.0, color="grey", lw=0.6)
+    ax.set_xlabel("pre-training steps after the last exposure (median over samples)")
+    ax.set_ylabel(f"{metric}: timing level minus held-out")
+    ax.set_title("What pre-training remembers, by when it was seen")
+    ax.legend(fontsize=7)
+    paths = save_figure(fig, out_base)
+    plt.close(fig)
+    return paths

@@ -17,6 +17,7 @@ from typing import Any
 
 from lab.common import LabError, default_of, sha256_file
 from lab.contamination import settings as settings_table
+from lab.contamination import timing as timing_table
 from lab.study.recipe import Recipe, deepspeed_config, for_model
 from lab.study.stages import KINDS, key_fields, unbound
 from lab.tasks import task_for_benchmark
@@ -121,6 +122,7 @@ def _inject(recipe: Recipe, arm: str, seed: int) -> Stage:
         placebo_from=(tuple(injection.placebo_from) if injection.placebo_from and setting.placebo
                       else None),
         placebo_match=injection.placebo_match if setting.placebo else "random",
+        timing=tuple(injection.timing) if setting.injects else timing_table.DEFAULT,
     ), labels={"arm": arm, "seed": seed})
 
 
@@ -146,38 +148,41 @@ def _grid(recipe: Recipe) -> list[Stage]:
     whole = recipe
     for model, preset in itertools.product(whole.models, whole.preset):
         recipe = for_model(whole, model)
-        launch = dataclasses.asdict(recipe.resources.pretrain)
-        scored: dict[tuple[str, int, int | None], Stage] = {}  # (arm, seed, E): detect's models
-        for arm in recipe.arms:
-            for seed in recipe.seeds:
-                pre = Stage("pretrain", resolve_for_device(unbound(
-                    "pretrain", model=model, preset=preset, seed=seed,
-                    **dataclasses.asdict(recipe.pretrain),
-                    deepspeed=deepspeed_config(launch["deepspeed"]) if launch["deepspeed"] else None,
-                    save_steps=launch["save_steps"],
-                ), recipe.resources.device, launch["processes"] * launch["nodes"]),
-                    [arm_stage[(arm, seed)], tokenizer],
-                    labels={"model": model, **({"preset": preset} if swept else {}),
-                            "arm": arm, "seed": seed},
-                    launch=launch)
-                stages.append(pre)
-                scored[(arm, seed, None)] = pre
-                stages += _probes(recipe, pre, arm, seed, arm_stage)
-                for epochs in recipe.finetune.epochs:
-                    for size in recipe.finetune.train_sizes:
-                        fine = _finetune(recipe, pre, epochs, size)
-                        evaluation = Stage("evaluate", unbound(
-                            "evaluate", task=task_for_benchmark(recipe.benchmark),
-                            benchmark=recipe.benchmark,
-                            **{**dataclasses.asdict(recipe.evaluation),
-                               "metrics": tuple(recipe.evaluation.metrics)},
-                            device=recipe.resources.device, dtype=recipe.resources.dtype,
-                            batch_size=batch_size_on(recipe.resources.device, EvaluateStageConfig),
-                        ), [fine], labels=fine.labels, launch={"device": recipe.resources.device})
-                        stages += [fine, evaluation]
-                        if size == recipe.finetune.train_sizes[0]:
-                            scored[(arm, seed, epochs)] = fine
-        stages += _detects(recipe, scored)
+        decays = recipe.pretrain.weight_decay
+        for decay in decays:
+            launch = dataclasses.asdict(recipe.resources.pretrain)
+            scored: dict[tuple[str, int, int | None], Stage] = {}  # (arm, seed, E): detect's models
+            for arm in recipe.arms:
+                for seed in recipe.seeds:
+                    pre = Stage("pretrain", resolve_for_device(unbound(
+                        "pretrain", model=model, preset=preset, seed=seed,
+                        **{**dataclasses.asdict(recipe.pretrain), "weight_decay": decay},
+                        deepspeed=deepspeed_config(launch["deepspeed"]) if launch["deepspeed"] else None,
+                        save_steps=launch["save_steps"],
+                    ), recipe.resources.device, launch["processes"] * launch["nodes"]),
+                        [arm_stage[(arm, seed)], tokenizer],
+                        labels={"model": model, **({"preset": preset} if swept else {}),
+                                **({"weight_decay": decay} if len(decays) > 1 else {}),
+                                "arm": arm, "seed": seed},
+                        launch=launch)
+                    stages.append(pre)
+                    scored[(arm, seed, None)] = pre
+                    stages += _probes(recipe, pre, arm, seed, arm_stage)
+                    for epochs in recipe.finetune.epochs:
+                        for size in recipe.finetune.train_sizes:
+                            fine = _finetune(recipe, pre, epochs, size)
+                            evaluation = Stage("evaluate", unbound(
+                                "evaluate", task=task_for_benchmark(recipe.benchmark),
+                                benchmark=recipe.benchmark,
+                                **{**dataclasses.asdict(recipe.evaluation),
+                                   "metrics": tuple(recipe.evaluation.metrics)},
+                                device=recipe.resources.device, dtype=recipe.resources.dtype,
+                                batch_size=batch_size_on(recipe.resources.device, EvaluateStageConfig),
+                            ), [fine], labels=fine.labels, launch={"device": recipe.resources.device})
+                            stages += [fine, evaluation]
+                            if size == recipe.finetune.train_sizes[0]:
+                                scored[(arm, seed, epochs)] = fine
+            stages += _detects(recipe, scored)
     return stages
 
 
@@ -267,9 +272,11 @@ def preset_of(stage: Stage) -> str | None:
 
 
 def model_name(labels: dict[str, Any]) -> str:
-    """A model as the study's tables name it: its family, and its size where sizes are swept
-    (gpt2/micro), so that every size is a model of its own."""
-    return f"{labels['model']}/{labels['preset']}" if "preset" in labels else labels["model"]
+    """A model as the study's tables name it: its family, its size where sizes are swept
+    (gpt2/micro) and its weight decay where that is swept (gpt2/wd=0.1), so that each is a model
+    of its own."""
+    name = f"{labels['model']}/{labels['preset']}" if "preset" in labels else labels["model"]
+    return f"{name}/wd={labels['weight_decay']:g}" if "weight_decay" in labels else name
 
 
 def describe(stage: Stage) -> str:

@@ -124,7 +124,7 @@ STUDY_DEFAULTS = {
 CorpusSection = section("CorpusSection", InjectConfig, ["base", "base_splits", "limit"])
 InjectionSection = section("InjectionSection", InjectConfig,
                            ["repeat", "fraction", "doses", "samples", "decontaminate",
-                            "placebo_from", "placebo_match"])
+                            "placebo_from", "placebo_match", "timing"])
 
 
 TokenizerSection = section("TokenizerSection", TokenizerConfig, ["vocab_size"],
@@ -137,12 +137,17 @@ PretrainSection = section("PretrainSection", PretrainConfig,
                           ["epochs", "lr", "batch_size", "block_size", "warmup_steps",
                            "lr_scheduler", "bf16", "compile", "attention", "loop",
                            "cross_document_attention"],
-                          STUDY_DEFAULTS["pretrain"])
+                          STUDY_DEFAULTS["pretrain"], own=[
+    ("weight_decay", list[float], field(default_factory=lambda: [0.01], metadata={
+        "scalar": True, "expect": "float >= 0",
+        "help": "AdamW weight decay; a list sweeps it like seeds (one model per value, arm and "
+                "seed), as a forgetting axis (recipes/timing.yaml)."})),
+])
 
 # Fields added to a section after studies were made with it: left out of a stage's key while
 # they hold these values, so an existing study folder keeps its stage keys and resumes.
 KEY_NEUTRAL_DEFAULTS = {"pretrain": {"bf16": False, "compile": False, "attention": "mask",
-                                     "loop": "trainer"},
+                                     "loop": "trainer", "weight_decay": 0.01},
                         "finetune": {"bf16": False, "decoder_layers": 6, "decoder_init": "random",
                                      "group_by_length": False}}
 
@@ -389,7 +394,8 @@ def _build(cls: Any, data: dict[str, Any], prefix: str = "") -> Any:
             where = f"{prefix}.{str(key)[:EXCERPT]}" if prefix else str(key)[:EXCERPT]
             raise LabError(f"{where}: unknown key (known: {', '.join(sorted(names))})")
     values = {key: _convert([value] if fields[key].metadata.get("scalar")
-                            and not isinstance(value, list) else value, hints[key],
+                            and value is not None and not isinstance(value, list) else value,
+                            hints[key],
                             f"{prefix}.{key}" if prefix else key, fields[key].metadata.get("expect"))
               for key, value in data.items()}
     return cls(**values)
@@ -476,6 +482,13 @@ def _check_study(recipe: Recipe) -> None:
         if preset not in PRESETS:
             _fail(f"preset[{i}]" if len(recipe.preset) > 1 else "preset",
                   f"unknown preset '{preset}' (choose from {', '.join(PRESETS)})")
+    decays = recipe.pretrain.weight_decay
+    if not decays:
+        _fail("pretrain.weight_decay", "needs at least one value")
+    if len(set(decays)) != len(decays):
+        _fail("pretrain.weight_decay", "values repeat")
+    if any(d < 0 for d in decays):
+        _fail("pretrain.weight_decay", f"values must be >= 0, got {decays}")
     if not 0 < recipe.statistics.alpha < 1:
         _fail("statistics.alpha", f"expected a number in (0, 1), got {recipe.statistics.alpha}")
     if recipe.statistics.convention not in CONVENTIONS:
@@ -534,7 +547,8 @@ def stage_sections() -> list[str]:
 
 # A section's fields that sweep a config field (each value makes its own stages), by section:
 # the section's field -> the config's.
-SWEEPS = {"finetune": {"epochs": "epochs", "train_sizes": "train_size"}}
+SWEEPS = {"finetune": {"epochs": "epochs", "train_sizes": "train_size"},
+          "pretrain": {"weight_decay": "weight_decay"}}
 
 
 def _check_as_config(name: str, section: Any) -> None:
@@ -815,6 +829,11 @@ def recipe_dict(recipe: Recipe) -> dict[str, Any]:
     for f in dataclasses.fields(recipe):
         if f.metadata.get("scalar") and len(data[f.name]) == 1:
             data[f.name] = data[f.name][0]
+        if dataclasses.is_dataclass(getattr(recipe, f.name)):  # a section's (weight_decay)
+            for inner in dataclasses.fields(getattr(recipe, f.name)):
+                value = data[f.name].get(inner.name)
+                if inner.metadata.get("scalar") and isinstance(value, list) and len(value) == 1:
+                    data[f.name][inner.name] = value[0]
     return data
 
 

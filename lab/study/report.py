@@ -13,7 +13,9 @@ from typing import Any
 from lab.common import LabError, write_json_atomic, write_text_atomic
 from lab.stats import CONVENTIONS, CROSSOVER_TEST, PAIRED_SAMPLES_TEST, SEEDS_TEST
 from lab.study.dose import dose_stats, dose_table
-from lab.study.figure import decay_figure, detect_figure, dose_figure, plotted_cells
+from lab.study.figure import (decay_figure, detect_figure, dose_figure, plotted_cells,
+                              timing_figure)
+from lab.study.timing import timing_stats, timing_table
 from lab.study.html import write_html_report
 from lab.study.primary import render as render_primary
 from lab.study.report_data import (WITHIN_TEST, Cell, read_csv, study_cells, study_page_data,
@@ -49,6 +51,16 @@ def study_doses(study: Path, cells: list[Cell], band_metric: str | None = None
     return found
 
 
+def study_timing(study: Path, cells: list[Cell]) -> dict[str, Any]:
+    """The forgetting levels of a study with timing levels (lab.study.timing), for the metrics
+    of `cells`; written to STUDY/report/timing.json when there are any."""
+    found = timing_stats(study, sorted({c.metric for c in cells}), cells[0].alpha, read_csv,
+                         alternative=CONVENTIONS[cells[0].convention][0])
+    if found["levels"]:
+        write_json_atomic(_report_folder(study) / "timing.json", found)
+    return found
+
+
 def _write_stats(study: Path, cells: list[Cell], primary: dict[str, Any]) -> Path:
     """STUDY/report/stats.json, written whole or not at all: the primary table's rows, then the
     secondary table's cells."""
@@ -73,8 +85,12 @@ def run_stats(study: Path, convention: str | None = None, alpha: float | None = 
     primary = study_primary(study, convention, alpha)
     path = _write_stats(study, cells, primary)
     doses = study_doses(study, cells)
+    timing = study_timing(study, cells)
     return {"cells": [cell.record() for cell in cells], "primary": primary, "json": path,
-            "doses": doses, "primary_md": report_markdown(primary_sections(primary)),
+            "doses": doses, "timing": timing,
+            "timing_tables": {m: timing_table(timing, m)["md"]
+                              for m in sorted({r["metric"] for r in timing["levels"]})},
+            "primary_md": report_markdown(primary_sections(primary)),
             "dose_tables": {m: dose_table(doses, m) for m in sorted({r["metric"] for r in
                                                                       doses["levels"]})},
             **stats_table(cells, study)}
@@ -119,6 +135,13 @@ def run_report(study: Path, convention: str | None = None, metric: str = "bleu",
         outputs.update({f"dose.{suffix}": text for suffix, text in dose_tables.items()})
         dose_markdown = dose_tables["md"]
         figure += dose_figure(doses, metric, study / "report" / f"dose-{metric}")
+    timing = study_timing(study, cells)
+    timing_markdown = ""
+    if timing["levels"]:
+        timing_tables = timing_table(timing, metric)
+        outputs.update({f"timing.{suffix}": text for suffix, text in timing_tables.items()})
+        timing_markdown = timing_tables["md"]
+        figure += timing_figure(timing, metric, study / "report" / f"timing-{metric}")
     written = []
     for name, text in outputs.items():
         written.append(study / "report" / name)
@@ -134,11 +157,14 @@ def run_report(study: Path, convention: str | None = None, metric: str = "bleu",
     sections = primary_sections(primary) + [
         {"heading": SECONDARY, "markdown": secondary["md"], "table": secondary}] + (
         [{"heading": "Dose-response", "markdown": dose_markdown}] if dose_markdown else []) + (
+        [{"heading": "Injection timing: what is remembered", "markdown": timing_markdown}]
+        if timing_markdown else []) + (
         [{"heading": "Contamination detectors", "markdown": detectors_markdown}]
         if detectors_markdown else [])
     # The returned cells are the compared arms (the control's own rows are in stats.json).
     result = {"cells": [c.record() for c in cells if c.arm != "control"], "tables": written,
-              "stats": path, "figure": figure, "doses": doses, "primary": primary,
+              "stats": path, "figure": figure, "doses": doses, "timing": timing,
+              "primary": primary,
               "sections": sections, "markdown": report_markdown(sections)}
     if html:
         result["html"] = write_html_report(study, result, page)

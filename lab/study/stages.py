@@ -20,6 +20,7 @@ from lab.detect.run import DetectConfig, run_detect
 from lab.eval.probe import ProbeConfig, run_probe
 from lab.modelcard import write_model_card
 from lab.study.evaluate import EvaluateStageConfig, run_evaluate_stage
+from lab.contamination import timing as timing_table
 from lab.study.recipe import KEY_NEUTRAL_DEFAULTS, ResourcesSection
 from lab.tokenizer import TokenizerConfig, run_tokenizer
 from lab.train.finetune import FinetuneConfig, run_finetune
@@ -65,15 +66,16 @@ KINDS: dict[str, StageKind] = {
     "inject": StageKind(
         InjectConfig, run_inject,
         key=("benchmark", "setting", "seed", "base", "base_splits", "limit", "repeat", "fraction",
-             "doses", "samples", "decontaminate", "placebo_from", "placebo_match"),
-        neutral={"doses": None, "samples": None, "placebo_from": None, "placebo_match": "random"}),
+             "doses", "samples", "decontaminate", "placebo_from", "placebo_match", "timing"),
+        neutral={"doses": None, "samples": None, "placebo_from": None, "placebo_match": "random",
+                 "timing": list(timing_table.DEFAULT)}),
     "tokenizer": StageKind(TokenizerConfig, run_tokenizer_stage, key=("vocab_size", "benchmarks"),
                            inputs=("corpus",), output="tokenizer"),
     "pretrain": StageKind(
         PretrainConfig, run_pretrain,
         key=("model", "preset", "seed", "epochs", "lr", "batch_size", "block_size",
              "warmup_steps", "lr_scheduler", "bf16", "compile", "attention", "loop",
-             "cross_document_attention"),
+             "cross_document_attention", "weight_decay"),
         neutral=KEY_NEUTRAL_DEFAULTS["pretrain"], inputs=("corpus", "tokenizer"),
         after=write_model_card),
     "probe": StageKind(ProbeConfig, run_probe,

@@ -10,7 +10,8 @@ the Trainer unless told (its numbers are unchanged).
 What fixes the numbers is the Trainer's, so the two loops train the same thing:
 - the data order: every epoch a permutation of the sequences from a generator seeded with
   seed + epoch (accelerate's seedable sampler, which the Trainer uses; the first batches are equal,
-  tests/test_loop.py), and the collator's masks from (seed, epoch, sequence);
+  tests/test_loop.py), or a timed run's epochs (lab.train.schedule), and the collator's masks
+  from (seed, epoch, sequence);
 - AdamW (betas 0.9 and 0.999, eps 1e-8) with weight decay on matrices and embeddings and not on
   biases or LayerNorm weights, the Trainer's schedulers (transformers.get_scheduler), gradients
   clipped at norm 1; GPT-2's loss summed over the step's predicted tokens and divided by their
@@ -41,6 +42,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from lab.train.attention import DOCUMENT_IDS, with_document_mask
+from lab.train.schedule import Stream, total_steps as schedule_total_steps, uniform_order
 from lab.train.common import (
     LOGGING_RECORD, NonFiniteWatch, checkpoints_newest_first, non_finite_error, read_logging_window,
     record_checkpoint, weights_are_finite,
@@ -88,24 +90,12 @@ class LoopResult:
 
 
 def steps_per_epoch(sequences: int, batch_size: int, grad_accum: int) -> int:
-    return max(1, math.ceil(math.ceil(sequences / batch_size) / grad_accum))
+    return Stream(sequences, batch_size, grad_accum, 1, 1).steps_per_epoch
 
 
 def total_steps(settings: LoopSettings, sequences: int) -> int:
-    if settings.max_steps > 0:
-        return settings.max_steps
-    return math.ceil(settings.epochs * steps_per_epoch(sequences, settings.batch_size,
-                                                         settings.grad_accum))
-
-
-def epoch_order(sequences: int, seed: int, epoch: int) -> list[int]:
-    """The sequences of one epoch in training order (accelerate's SeedableRandomSampler: a
-    randperm from a generator seeded with seed + epoch, as the Trainer draws it)."""
-    import torch
-
-    generator = torch.Generator()
-    generator.manual_seed(seed + epoch)
-    return torch.randperm(sequences, generator=generator).tolist()
+    return schedule_total_steps(sequences, settings.batch_size, settings.grad_accum, 1,
+                                settings.epochs, settings.max_steps)
 
 
 def micro_batches(sequences: int, settings: LoopSettings, first_step: int,
@@ -127,9 +117,10 @@ class BatchesOfTheRun:
     and the seed, so no state travels between workers)."""
 
     def __init__(self, dataset: Any, collator: Any, plan: list[tuple[int, int]],
-                 batch_size: int, seed: int):
+                 batch_size: int, seed: int, orders: list[list[int]] | None = None):
         self.dataset, self.collator, self.plan = dataset, collator, plan
         self.batch_size, self.seed = batch_size, seed
+        self.orders = orders  # a timed run's epochs (lab.train.schedule); None: uniform
         self._order: tuple[int, list[int]] = (-1, [])
 
     def __len__(self) -> int:
@@ -138,7 +129,8 @@ class BatchesOfTheRun:
     def __getitem__(self, k: int) -> tuple[int, dict[str, Any]]:
         epoch, batch = self.plan[k]
         if self._order[0] != epoch:
-            self._order = (epoch, epoch_order(len(self.dataset), self.seed, epoch))
+            self._order = (epoch, self.orders[epoch] if self.orders is not None
+                           else uniform_order(len(self.dataset), self.seed, epoch))
         order = self._order[1]
         indices = order[batch * self.batch_size:(batch + 1) * self.batch_size]
         self.collator.epoch = epoch
@@ -166,7 +158,8 @@ class _LogWindow:
 
 
 def train_plain(model: Any, dataset: Any, collator: Any, settings: LoopSettings, device: str,
-                checkpoints: Path, resume_from: Path | None, throughput: Any) -> LoopResult:
+                checkpoints: Path, resume_from: Path | None, throughput: Any,
+                orders: list[list[int]] | None = None) -> LoopResult:
     """Pre-train `model` on `dataset` in this process; see the module's docstring."""
     import torch
     from transformers import get_scheduler
@@ -191,7 +184,7 @@ def train_plain(model: Any, dataset: Any, collator: Any, settings: LoopSettings,
     start_step = step
 
     plan = micro_batches(len(dataset), settings, step, last_step)
-    batches = BatchesOfTheRun(dataset, collator, plan, settings.batch_size, settings.seed)
+    batches = BatchesOfTheRun(dataset, collator, plan, settings.batch_size, settings.seed, orders)
     # Workers seeded from their own generator: the global RNG, which dropout draws from, is
     # not touched by starting them.
     loader = torch.utils.data.DataLoader(

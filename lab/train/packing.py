@@ -244,13 +244,16 @@ def longest_document(block_size: int) -> int:
 
 
 def pack_documents(lengths: np.ndarray, block_size: int, samples: list[str | None] | None = None,
-                   cross_document: bool = False) -> Packing:
+                   cross_document: bool = False, levels: list[int | None] | None = None
+                   ) -> Packing:
     """Best-fit decreasing: each document, longest first, goes to the open sequence with the
     least room that still holds it whole. Deterministic (ties by document index).
 
     `samples` gives each document's injected sample id (None for base documents): a document
     never joins a sequence that already holds a document of its sample (another copy, or the
     other side of an unpaired sample); it takes the next best-fitting sequence instead.
+    `levels` gives each document's timing level (None: no level): a document of one level never
+    joins a sequence holding a document of another, since a sequence is trained at one time.
     A document keeps at most block_size - 2 tokens in either layout (one per sequence, with its
     `<s>` and `</s>`, it fills a block), as in one-document-per-sequence training.
     """
@@ -265,15 +268,20 @@ def pack_documents(lengths: np.ndarray, block_size: int, samples: list[str | Non
     order = sorted((i for i in range(len(lengths)) if lengths[i] > 0), key=lambda i: (-kept[i], i))
     sequences: list[list[int]] = []
     holds: dict[int, set[str]] = {}  # sequence -> injected samples it holds
+    level_of: dict[int, int] = {}  # sequence -> the timing level of its documents
     open_rooms: list[tuple[int, int]] = []  # (room left, sequence index), sorted
     displaced = 0
     for doc in order:
         need = int(kept[doc]) + extra
         sample = samples[doc] if samples is not None else None
         slot = bisect.bisect_left(open_rooms, (need, -1))
-        if sample is not None:
+        level = levels[doc] if levels is not None else None
+        if sample is not None or level is not None:
             first = slot
-            while slot < len(open_rooms) and sample in holds.get(open_rooms[slot][1], ()):
+            while slot < len(open_rooms) and (
+                    sample in holds.get(open_rooms[slot][1], ())
+                    or (level is not None
+                        and level_of.get(open_rooms[slot][1], level) != level)):
                 slot += 1
             displaced += slot != first and first < len(open_rooms)
         if slot < len(open_rooms):
@@ -284,6 +292,8 @@ def pack_documents(lengths: np.ndarray, block_size: int, samples: list[str | Non
         sequences[seq].append(doc)
         if sample is not None:
             holds.setdefault(seq, set()).add(sample)
+        if level is not None:
+            level_of[seq] = level
         room -= need
         if room >= 1 + extra:  # the shortest possible document (one token) still fits
             bisect.insort(open_rooms, (room, seq))

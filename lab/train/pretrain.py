@@ -34,6 +34,8 @@ from lab.train.attention import (
     with_document_mask,
 )
 from lab.train.loop import LOOPS
+from lab.train.continued import check_init_from, load_init_weights
+from lab.train.schedule import TimedSampler, plan_data_order
 from lab.train.speed import (
     device_default, flops_per_token, gpu_name, make_steady_throughput_callback, training_device,
 )
@@ -48,9 +50,10 @@ MANIFEST = "manifest.json"
 RESUME_KEYS = ("model", "corpus_sha256", "tokenizer_sha256", "preset", "epochs", "lr", "batch_size",
                "block_size", "seed", "grad_accum", "max_steps", "warmup_steps", "weight_decay",
                "lr_scheduler", "mlm_probability", "bf16", "cross_document_attention",
-               "attention", "loop")
+               "attention", "loop", "init_from", "init_weights_from_sha256", "timing")
 # Keys added to RESUME_KEYS since runs were first checkpointed, with the value those runs had.
-RESUME_KEYS_ADDED = {"attention": "mask", "loop": "trainer"}
+RESUME_KEYS_ADDED = {"attention": "mask", "loop": "trainer", "init_from": None,
+                     "init_weights_from_sha256": None, "timing": None}
 
 
 @dataclass
@@ -97,6 +100,10 @@ class PretrainConfig:
         False, "Let packed documents attend to the documents before them, positions running "
                "on (HF group_texts-style context); by default each document sees only itself.",
         flag=True)
+    init_from: Path | None = param(
+        None, "Start from these weights instead of random ones (continued pre-training): lab "
+              "pretrain's OUT or a local Hugging Face folder (config.json, safetensors) of the "
+              "same family, preset shape and tokenizer; optimizer and schedule start fresh.")
     resume: bool = param(False, "Continue OUT.partial from its newest checkpoint.")
     force: bool = param(False, "Restart and replace existing outputs.")
     dry_run: bool = param(False, "Print parameter counts and tokens per step only.")
@@ -171,7 +178,7 @@ def _validate(cfg: PretrainConfig) -> None:
             raise LabError(f"--loop plain: the plain loop {reason} (use --loop trainer)")
     if not cfg.dry_run and int(os.environ.get("RANK", "0")) == 0:
         check_output(Path(cfg.out), cfg.force, "lab-pretrained",
-                     [cfg.corpus, cfg.tokenizer, cfg.deepspeed, cfg.cache_dir])
+                     [cfg.corpus, cfg.tokenizer, cfg.deepspeed, cfg.cache_dir, cfg.init_from])
     if cfg.deepspeed is not None:
         path = Path(cfg.deepspeed)
         if not path.is_file():
@@ -226,28 +233,39 @@ def _make_trainer_class():
     from transformers import TrainerCallback
 
     class EpochTracker(TrainerCallback):
-        """Tells the collator which epoch it is batching (also right after a resume)."""
+        """Tells the collator, and a timed run's sampler, which epoch it is batching (also right
+        after a resume; before the epoch's loader starts, with several ranks too)."""
 
-        def __init__(self, collator: Any):
-            self.collator = collator
+        def __init__(self, collator: Any, sampler: Any):
+            self.collator, self.sampler = collator, sampler
 
         def on_epoch_begin(self, args, state, control, **kwargs):
-            self.collator.epoch = int(math.floor((state.epoch or 0.0) + 1e-9))
+            epoch = int(math.floor((state.epoch or 0.0) + 1e-9))
+            self.collator.epoch = epoch
+            if self.sampler is not None:
+                self.sampler.set_epoch(epoch)
 
     class LabTrainer(make_guarded_trainer_class()):
-        """Records a hash of the first batch each process trains on (its data order)."""
+        """Records a hash of the first batch each process trains on (its data order); a timed
+        run's epochs (lab.train.schedule) replace the seeded shuffle."""
 
         first_batch_sha256: str | None = None
 
-        def __init__(self, *args, **kwargs):
+        def __init__(self, *args, orders: list[list[int]] | None = None, **kwargs):
+            self.timed_sampler = TimedSampler(orders) if orders is not None else None
             super().__init__(*args, **kwargs)
-            self.add_callback(EpochTracker(self.data_collator))
+            self.add_callback(EpochTracker(self.data_collator, self.timed_sampler))
             # RoBERTa's masked-LM loss is a mean that ignores `num_items_in_batch`, but its
             # forward takes **kwargs, so the Trainer would take it for a sum over the tokens of
             # all processes: it multiplies it by the process count and skips the division by
             # --grad-accum (loss and gradients N times too large).
             if getattr(self.model.config, "model_type", "") == "roberta":
                 self.model_accepts_loss_kwargs = False
+
+        def _get_train_sampler(self, *args, **kwargs):
+            if self.timed_sampler is not None:
+                return self.timed_sampler
+            return super()._get_train_sampler(*args, **kwargs)
 
         def compute_loss(self, model, inputs, *args, **kwargs):
             if DOCUMENT_IDS in inputs:  # the flex path: its BlockMask is made on the device
@@ -299,6 +317,7 @@ def run_pretrain(cfg: PretrainConfig) -> dict[str, Any]:
     from lab.tokenizer import load_tokenizer, tokenizer_hash
 
     tokenizer = load_tokenizer(cfg.tokenizer)
+    init = check_init_from(cfg, tokenizer)
     if cfg.dry_run:
         return dry_run(cfg, tokenizer, read_manifest(cfg.corpus))
     # Checked against its shards (the token cache and the manifest trust corpus_sha256), and
@@ -310,10 +329,16 @@ def run_pretrain(cfg: PretrainConfig) -> dict[str, Any]:
     run_config = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()}
     run_config["corpus_sha256"] = corpus_manifest["corpus_sha256"]
     run_config["tokenizer_sha256"] = tokenizer_hash(cfg.tokenizer)
+    if corpus_manifest.get("timing_levels"):  # the same corpus_sha256 under every timing
+        run_config["timing"] = [lv["timing"] for lv in corpus_manifest["timing_levels"]]
+    if init is not None:  # a resume must start from the same weights (RESUME_KEYS)
+        run_config["init_from"] = init["path"]
+        run_config["init_weights_from_sha256"] = init["weights_sha256"]
     _prepare_work_dir(cfg, out, work, run_config)
     try:
         with quiet_training(cfg.deepspeed):
-            result = _train(cfg, tokenizer, corpus_manifest, run_config, out, work, started)
+            result = _train(cfg, tokenizer, corpus_manifest, run_config, out, work, started,
+                            init)
         _leave_process_group()
         return result
     except BaseException as exc:
@@ -355,7 +380,8 @@ class _Trained:
 
 
 def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
-           run_config: dict[str, Any], out: Path, work: Path, started: float) -> dict[str, Any]:
+           run_config: dict[str, Any], out: Path, work: Path, started: float,
+           init: dict[str, Any] | None = None) -> dict[str, Any]:
     from transformers import set_seed
 
     from lab.train.packing import (
@@ -371,16 +397,27 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
                                     cfg.cache_dir, tasks=cfg.tokenize_tasks)
     # No sequence holds two documents of one injected sample (copies, or an unpaired sample's
     # two sides): the model could copy one from the other instead of memorising it.
+    timing = corpus_manifest.get("timing_levels")
+    level_of_sample = ({sample: k for k, level in enumerate(timing) for sample in level["sources"]}
+                       if timing else {})
     packing = pack_documents(tokenized.lengths(), cfg.block_size, samples=tokenized.injected,
-                             cross_document=cfg.cross_document_attention)
+                             cross_document=cfg.cross_document_attention,
+                             levels=([level_of_sample.get(s) for s in tokenized.injected]
+                                     if timing else None))
     dataset = PackedDataset(tokenized, packing, tokenizer.bos_token_id, tokenizer.eos_token_id,
                             tokenizer.pad_token_id)
     if len(dataset) == 0:
         raise LabError(f"{cfg.corpus}: the corpus has no tokens to train on")
+    # Computed by every rank alike (the same seed and stream); the manifest's exposures too.
+    order = plan_data_order(packing.sequences, tokenized.injected, cfg.seed, cfg.batch_size,
+                            cfg.grad_accum, int(os.environ.get("WORLD_SIZE", "1")), cfg.epochs,
+                            cfg.max_steps, timing)
 
     set_seed(cfg.seed)
     config = build_config(cfg.model, cfg.preset, tokenizer, cfg.block_size)
     model = build_model(cfg.model, config)
+    if init is not None:  # the weights training starts from; a resume then loads its checkpoint's
+        load_init_weights(model, init)
     init_sha = state_sha256(model)
     parameters = count_parameters(model)  # before ZeRO-3 partitions the weights
     flex = cfg.attention == "flex" and not cfg.cross_document_attention
@@ -396,10 +433,11 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
     checkpoint = latest_checkpoint(work / "checkpoints") if cfg.resume else None
     train_started = time.perf_counter()
     if args is None:
-        trained = _train_plain(cfg, model, dataset, collator, work, checkpoint, throughput)
+        trained = _train_plain(cfg, model, dataset, collator, work, checkpoint, throughput,
+                               order.orders)
     else:
         trained = _train_with_trainer(cfg, args, model, dataset, collator, work, checkpoint,
-                                      throughput)
+                                      throughput, order.orders)
     train_seconds = time.perf_counter() - train_started
     if not weights_are_finite(trained.model):
         raise non_finite_error("weights", trained.steps, "nan/inf")
@@ -447,6 +485,8 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
                        "injected_token_fraction_by_dose":
                            report["injected_token_fraction_by_dose"]}
                       if corpus_manifest.get("dose_levels") else {}),
+                   **({"timing_levels": [{k: level[k] for k in ("timing", "window", "ids")}
+                                         for level in timing]} if timing else {}),
                    # Injected samples whose document was cut at the block size (sorted sample
                    # ids): never trained on whole.
                    "truncated_ids": report["truncated_ids"],
@@ -455,12 +495,14 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
         "packing": {k: v for k, v in report.items() if not k.endswith("_ids")},
         "seed": cfg.seed,
         "init_weights_sha256": init_sha,
+        "init_from": init,
         "first_batch_sha256": trained.first_batch_sha256,
         "final_weights_sha256": final_sha,
         MODEL_FILES: files_record(work / WEIGHTS_SUBDIR),
         "ranks": [json.loads(p.read_text()) for p in sorted((work / "ranks").glob("rank-*.json"))],
         "world_size": world_size,
         "launcher": _launcher(),
+        "exposures": order.record(),
         "resumed_from": trained.resumed_from.name if trained.resumed_from else None,
         "steps": steps,
         "steps_this_run": steps - start_step,
@@ -492,10 +534,12 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
 
 
 def _train_with_trainer(cfg: PretrainConfig, args: Any, model: Any, dataset: Any, collator: Any,
-                        work: Path, checkpoint: Path | None, throughput: Any) -> _Trained:
+                        work: Path, checkpoint: Path | None, throughput: Any,
+                        orders: list[list[int]] | None) -> _Trained:
     trainer = _make_trainer_class()(model=model, args=args, train_dataset=dataset,
                                     data_collator=collator, tensorboard_dir=work / TENSORBOARD_DIR,
-                                    tokens_per_sample=cfg.block_size, callbacks=[throughput])
+                                    tokens_per_sample=cfg.block_size, callbacks=[throughput],
+                                    orders=orders)
     start_step = (json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
                   if checkpoint else 0)
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
@@ -513,7 +557,8 @@ def _train_with_trainer(cfg: PretrainConfig, args: Any, model: Any, dataset: Any
 
 
 def _train_plain(cfg: PretrainConfig, model: Any, dataset: Any, collator: Any, work: Path,
-                 checkpoint: Path | None, throughput: Any) -> _Trained:
+                 checkpoint: Path | None, throughput: Any,
+                 orders: list[list[int]] | None) -> _Trained:
     from lab.train.loop import LoopSettings, train_plain
 
     device = training_device()
@@ -530,7 +575,7 @@ def _train_plain(cfg: PretrainConfig, model: Any, dataset: Any, collator: Any, w
         tensorboard_dir=(work / TENSORBOARD_DIR if "tensorboard" in report_targets(cfg.report_to)
                          else None))
     result = train_plain(model, dataset, collator, settings, device, work / "checkpoints",
-                         checkpoint, throughput)
+                         checkpoint, throughput, orders)
     return _Trained(
         model=model, steps=result.steps, start_step=result.start_step, history=result.history,
         train_loss=result.train_loss, first_batch_sha256=result.first_batch_sha256,

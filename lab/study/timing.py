@@ -1,0 +1,187 @@
+"""The forgetting curve of a study whose arms inject timing levels (injection.timing): per
+level, how far its samples score above the held-out samples of the same models, against how
+many steps pre-training went on after the level's last exposure; and each level against the
+most recently seen one.
+
+The seed (one trained model) is the unit of inference, as for a dose ladder (lab.study.dose):
+each seed's lift of a level is its mean per-sample score minus the held-out samples' mean; the
+level's lift is their mean over seeds, tested by a sign-flip test over the seeds, Holm-corrected
+across the levels of a cell, with a cluster bootstrap-t interval. A contrast between two levels
+is each seed's mean over the one level minus its mean over the other (both inside the same
+model), tested and bounded the same way. One seed: a rank test over that model's samples, an
+interval over its samples. The steps since the last exposure are the median over the level's
+samples and seeds (each sample's last trained step is in its pre-training manifest:
+lab.train.schedule).
+"""
+from __future__ import annotations
+
+import csv
+import io
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from lab.stats import (CLUSTER_BOOTSTRAP, ONE_MODEL_TEST, SAMPLE_BOOTSTRAP, SIGN_FLIP_TEST, holm,
+                       one_model_rank_test, seed_effect, sign_flip_test)
+from lab.study.collect import SAMPLES
+from lab.study.dose import seed_interval
+from lab.study.questions import SAMPLE_UNIT, SEED_UNIT
+from lab.study.report_data import train_size_order
+
+HELD_OUT = "held_out"
+COLUMNS = ("model", "task", "metric", "epochs", "train_size", "arm", "level", "window",
+           "steps_since_last", "seeds", "samples", "lift", "lift_ci_low", "lift_ci_high", "p",
+           "p_holm", "unit", "against", "contrast", "contrast_ci_low", "contrast_ci_high",
+           "contrast_p", "contrast_p_holm")
+
+
+def _median(values: list[float]) -> float | None:
+    values = sorted(values)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def _test(per_seed: dict[Any, list], alpha: float, alternative: str) -> dict[str, Any]:
+    """Mean of the per-seed effects, its interval and test (one seed: over its samples)."""
+    effects = {seed: seed_effect(parts) for seed, parts in per_seed.items()}
+    low, high = seed_interval(per_seed, alpha)
+    out = {"effect": sum(effects.values()) / len(effects), "low": low, "high": high,
+           "seeds": len(effects)}
+    if len(per_seed) > 1:
+        out["p"], _ = sign_flip_test(list(effects.values()), alternative)
+        out["unit"] = SEED_UNIT
+    else:
+        [parts] = per_seed.values()
+        (_, mine), (_, theirs) = parts
+        out["p"], _ = one_model_rank_test(list(mine.values()), list(theirs.values()), alternative)
+        out["unit"] = SAMPLE_UNIT
+    return out
+
+
+def timing_stats(study: Path, metrics: list[str], alpha: float, read_csv: Any,
+                 alternative: str = "two-sided") -> dict[str, Any]:
+    """{"levels": one record per (model, task, metric, epochs, train size, arm, timing level)};
+    empty when no arm injected timing levels. `read_csv`: lab.study.report_data's reader."""
+    path = Path(study) / SAMPLES
+    if not path.exists():
+        return {"levels": []}
+    rows = read_csv(path, ("model", "task", "arm", "epochs", "train_size", "group", "seed", "id"),
+                    lambda c: c.startswith("score_") or c == "steps_since_last_exposure")
+    if not any(r.get("timing") for r in rows):
+        return {"levels": []}
+    cells: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        cells[(r["model"], r["task"], int(r["epochs"]), r["train_size"], r["arm"])].append(r)
+    windows = _windows(Path(study))
+    levels: list[dict[str, Any]] = []
+    for metric in metrics:
+        column = f"score_{metric}"
+        for key in sorted(cells, key=lambda k: (k[0], k[1], k[2], train_size_order(k[3]), k[4])):
+            mine = cells[key]
+            names = list(dict.fromkeys(r["timing"] for r in mine if r.get("timing")))
+            if not names:
+                continue
+            by_seed: dict[Any, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+            since: dict[str, list[float]] = defaultdict(list)
+            for r in mine:
+                if r.get(column) is None:
+                    continue
+                level = r.get("timing") or (HELD_OUT if r["group"] == HELD_OUT else None)
+                if level is None:
+                    continue
+                by_seed[r["seed"]][level][r["id"]] = r[column]
+                if r.get("steps_since_last_exposure") is not None:
+                    since[level].append(r["steps_since_last_exposure"])
+            cell = []
+            for name in names:
+                per_seed = {seed: [(1.0, lv[name]), (-1.0, lv[HELD_OUT])]
+                            for seed, lv in by_seed.items() if lv.get(name) and lv.get(HELD_OUT)}
+                if not per_seed:
+                    continue
+                found = _test(per_seed, alpha, alternative)
+                cell.append({"model": key[0], "task": key[1], "metric": metric, "epochs": key[2],
+                             "train_size": key[3], "arm": key[4], "level": name,
+                             "window": windows.get(name), "steps_since_last": _median(since[name]),
+                             "seeds": found["seeds"],
+                             "samples": sum(len(lv[name]) for lv in by_seed.values()),
+                             "lift": found["effect"], "lift_ci_low": found["low"],
+                             "lift_ci_high": found["high"], "p": found["p"],
+                             "unit": found["unit"]})
+            _contrasts(cell, by_seed, alpha, alternative)
+            for record, adjusted in zip(cell, holm([r["p"] for r in cell])):
+                record["p_holm"] = adjusted
+            levels += cell
+    return {"levels": levels, "alternative": alternative,
+            "test": f"{SIGN_FLIP_TEST}, {alternative}, over the per-seed lifts",
+            "one_model_test": f"{ONE_MODEL_TEST}, {alternative}",
+            "interval": CLUSTER_BOOTSTRAP, "one_model_interval": SAMPLE_BOOTSTRAP}
+
+
+def _contrasts(cell: list[dict[str, Any]], by_seed: Any, alpha: float, alternative: str) -> None:
+    """Each level against the most recently seen one (fewest steps since its last exposure):
+    within each model, the difference of the two levels' mean scores; Holm across the cell."""
+    timed = [r for r in cell if r["steps_since_last"] is not None]
+    if len(timed) < 2:
+        return
+    recent = min(timed, key=lambda r: r["steps_since_last"])
+    tested = []
+    for record in timed:
+        if record is recent:
+            continue
+        per_seed = {seed: [(1.0, lv[record["level"]]), (-1.0, lv[recent["level"]])]
+                    for seed, lv in by_seed.items()
+                    if lv.get(record["level"]) and lv.get(recent["level"])}
+        if not per_seed:
+            continue
+        found = _test(per_seed, alpha, alternative)
+        record.update({"against": recent["level"], "contrast": found["effect"],
+                       "contrast_ci_low": found["low"], "contrast_ci_high": found["high"],
+                       "contrast_p": found["p"]})
+        tested.append(record)
+    for record, adjusted in zip(tested, holm([r["contrast_p"] for r in tested])):
+        record["contrast_p_holm"] = adjusted
+
+
+def _windows(study: Path) -> dict[str, str]:
+    import json
+
+    try:
+        recipe = json.loads((study / "recipe.json").read_text(encoding="utf-8"))
+        specs = recipe["injection"]["timing"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    from lab.contamination.timing import parse_timing
+
+    return {spec: f"{parse_timing(spec).start:g}-{parse_timing(spec).end:g}" for spec in specs}
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "" if value is None else format(value, spec)
+
+
+def timing_table(found: dict[str, Any], metric: str) -> dict[str, str]:
+    """The forgetting table of `metric` as markdown and CSV."""
+    rows = [r for r in found["levels"] if r["metric"] == metric]
+    lines = [f"Lift of each timing level over the held-out samples of the same models ({metric}; "
+             "mean over seeds, interval over seeds; p: sign-flip over seeds, Holm across levels), "
+             "and each level against the most recently seen one.", "",
+             "| model | E | n | arm | timing | window | steps since last exposure | lift [CI] "
+             "| p (Holm) | vs most recent [CI] | p (Holm) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lift = f"{_fmt(r['lift'], '+.2f')} [{_fmt(r['lift_ci_low'], '+.2f')}, " \
+               f"{_fmt(r['lift_ci_high'], '+.2f')}]"
+        contrast = (f"{_fmt(r['contrast'], '+.2f')} [{_fmt(r.get('contrast_ci_low'), '+.2f')}, "
+                    f"{_fmt(r.get('contrast_ci_high'), '+.2f')}] vs {r['against']}"
+                    if r.get("contrast") is not None else "")
+        lines.append(f"| {r['model']} | {r['epochs']} | {r['train_size'] or 'all'} | {r['arm']} "
+                     f"| {r['level']} | {r['window'] or ''} | {_fmt(r['steps_since_last'], '.0f')} "
+                     f"| {lift} | {_fmt(r.get('p_holm'), '.3g')} | {contrast} "
+                     f"| {_fmt(r.get('contrast_p_holm'), '.3g')} |")
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return {"md": "\n".join(lines) + "\n", "csv": out.getvalue()}

@@ -1,0 +1,131 @@
+"""Continued pre-training: `lab pretrain --init-from DIR` starts from existing weights (a lab
+pre-trained model or a local Hugging Face checkpoint of the same family, shape and tokenizer)
+instead of random ones; the optimizer and schedule start fresh. What cannot be continued is
+refused, on one line, before anything is written.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from lab.common import LabError
+from lab.models import MANIFEST, WEIGHTS_SUBDIR, build_config
+
+
+# What an --init-from model must share with the run's (label: config attribute), by family.
+INIT_SHAPE = {
+    "gpt2": {"layers": "n_layer", "hidden": "n_embd", "heads": "n_head", "ffn": "n_inner",
+             "vocab_size": "vocab_size", "positions": "n_positions",
+             "tied head": "tie_word_embeddings"},
+    "roberta": {"layers": "num_hidden_layers", "hidden": "hidden_size",
+                "heads": "num_attention_heads", "ffn": "intermediate_size",
+                "vocab_size": "vocab_size", "positions": "max_position_embeddings",
+                "token types": "type_vocab_size"},
+}
+
+
+def _init_source(path: Path) -> tuple[str, Path, dict[str, Any] | None, list[Path]]:
+    """(kind, weights folder, lab manifest or None, safetensors files) of an --init-from
+    folder: lab pretrain's OUT (kind lab) or a Hugging Face model folder (kind huggingface)."""
+    from lab.models import read_stage_manifest
+
+    name = f"--init-from {path}"
+    if not path.is_dir():
+        raise LabError(f"{name}: no such directory")
+    manifest = read_stage_manifest(path, "--init-from") if (path / MANIFEST).is_file() else None
+    if manifest is not None and manifest.get("kind") != "lab-pretrained":
+        raise LabError(f"{name}: a {manifest.get('kind') or 'lab'} folder, not lab pretrain's "
+                       "OUT or a Hugging Face model folder")
+    weights = path / WEIGHTS_SUBDIR if manifest is not None else path
+    if not (weights / "config.json").is_file():
+        raise LabError(f"{name}: no config.json in {weights} (not a model folder)")
+    files = sorted(weights.glob("*.safetensors"))
+    if not files:
+        pickled = sorted(p.name for p in weights.glob("*.bin"))
+        raise LabError(f"{name}: no safetensors weights" + (
+            f", only {pickled[0]} (pickle, which the lab never loads: save the model again with "
+            "save_pretrained, safetensors by default)" if pickled else ""))
+    return ("lab" if manifest is not None else "huggingface"), weights, manifest, files
+
+
+def check_init_from(cfg: Any, tokenizer: Any) -> dict[str, Any] | None:
+    """The record of --init-from's weights ({path, kind, weights_sha256, steps}; steps: a lab
+    model's), after refusing, before any work, a folder the run cannot start from: missing, no
+    config.json or safetensors weights, another family, tokenizer or shape than `cfg` builds.
+    None without --init-from."""
+    if cfg.init_from is None:
+        return None
+    from lab.common import loading, read_text_file, sha256_file
+    from lab.models import check_model_files
+    from lab.tokenizer import tokenizer_hash
+
+    path = Path(cfg.init_from)
+    name = f"--init-from {path}"
+    kind, weights, manifest, files = _init_source(path)
+    if manifest is not None:
+        check_model_files(path, "--init-from")
+    with loading(weights / "config.json", "--init-from"):
+        raw = json.loads(read_text_file(weights / "config.json"))
+    family = raw.get("model_type") if isinstance(raw, dict) else None
+    if family != cfg.model:
+        raise LabError(f"{name}: a {family or 'unknown'} model, not {cfg.model} (--model)")
+    if manifest is not None:
+        theirs = manifest.get("tokenizer") or {}
+        if theirs.get("sha256") != tokenizer_hash(cfg.tokenizer):
+            raise LabError(f"{name}: trained with another tokenizer ({theirs.get('path')}) than "
+                           f"--tokenizer {cfg.tokenizer} (their sha256 differ)")
+    elif (weights / "tokenizer.json").is_file():
+        from tokenizers import Tokenizer
+
+        with loading(weights / "tokenizer.json", "--init-from"):
+            vocab = Tokenizer.from_file(str(weights / "tokenizer.json")).get_vocab(True)
+        ours = tokenizer.get_vocab()
+        differ = sum(ours.get(t) != i for t, i in vocab.items()) + len(ours.keys() - vocab.keys())
+        if differ:
+            raise LabError(f"{name}: its tokenizer.json has another vocabulary than --tokenizer "
+                           f"{cfg.tokenizer} ({differ} tokens differ)")
+    target = build_config(cfg.model, cfg.preset, tokenizer, cfg.block_size)
+    with loading(weights / "config.json", "--init-from"):
+        source = type(target).from_pretrained(str(weights), local_files_only=True)
+
+    def shape(config: Any) -> dict[str, Any]:
+        values = {label: getattr(config, attribute, None)
+                  for label, attribute in INIT_SHAPE[cfg.model].items()}
+        if cfg.model == "gpt2" and values["ffn"] is None:  # GPT-2's default inner size
+            values["ffn"] = 4 * config.n_embd
+        return values
+
+    theirs, ours = shape(source), shape(target)
+    differ = [f"{k} {theirs[k]} (this run {ours[k]})" for k in ours if theirs[k] != ours[k]]
+    if differ:
+        raise LabError(f"{name}: another shape than the {cfg.model} {cfg.preset} preset with "
+                       f"this tokenizer: {', '.join(differ)}")
+    digests = [f"{f.name} {sha256_file(f)}\n" for f in files]
+    return {"path": str(path.resolve()), "kind": kind,
+            "weights_sha256": (digests[0].split()[1] if len(digests) == 1
+                               else hashlib.sha256("".join(digests).encode()).hexdigest()),
+            "steps": manifest.get("steps") if manifest is not None else None}
+
+
+def load_init_weights(model: Any, init: dict[str, Any]) -> None:
+    """--init-from's weights (check_init_from's record) into `model`, as build_model made it
+    for this run (its config, dropout included, stays the run's): safetensors only, every
+    weight of the model (a tied one saved once), nothing else."""
+    from safetensors.torch import load_file
+
+    from lab.common import loading
+
+    _, weights, _, files = _init_source(Path(init["path"]))
+    with loading(weights, "--init-from"):
+        state = {k: v for f in files for k, v in load_file(str(f)).items()}
+        result = model.load_state_dict(state, strict=False)
+    params = dict(model.named_parameters(remove_duplicate=False))
+    loaded = {id(params[k]) for k in state if k in params}
+    missing = [k for k in result.missing_keys if id(params.get(k)) not in loaded]
+    if missing or result.unexpected_keys:
+        problem = (f"lacks {len(missing)} weights ({missing[0]}, ...)" if missing else
+                   f"has {len(result.unexpected_keys)} weights the model has not "
+                   f"({result.unexpected_keys[0]}, ...)")
+        raise LabError(f"--init-from {init['path']}: {problem}")

@@ -1,0 +1,204 @@
+"""Injection timing (lab.contamination.timing) and the data order that keeps it
+(lab.train.schedule): the steps a manifest records are the steps the model really trained each
+injected sample at, an early window holds every copy, and uniform timing changes nothing."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lab.common import LabError
+from lab.contamination.inject import InjectConfig, run_inject
+from lab.contamination.timing import parse_timing
+from lab.train import pretrain as pretrain_module
+from lab.train.pretrain import PretrainConfig, run_pretrain
+from lab.train.schedule import Stream, exposures, timed_orders, uniform_order, window_steps
+
+BLOCK = 128
+COMMON = dict(benchmark="codetrans", seed=3, base_splits=("valid",), limit=700)
+
+
+@pytest.fixture(scope="module")
+def world(micro_world, tmp_path_factory):
+    root = tmp_path_factory.mktemp("timing")
+    for name in ("control", "tok"):
+        (root / name).symlink_to(micro_world / name)
+    run_inject(InjectConfig(setting="paired", fraction=0.05, out=root / "uniform", **COMMON))
+    run_inject(InjectConfig(setting="paired", fraction=0.05, timing=("early:0.3",),
+                            out=root / "early", **COMMON))
+    run_inject(InjectConfig(setting="paired", fraction=0.05, timing=("early:0.4", "late:0.4"),
+                            out=root / "ladder", **COMMON))
+    return root
+
+
+def manifest(folder: Path) -> dict:
+    return json.loads((folder / "manifest.json").read_text())
+
+
+class Watch:
+    """Records, at every forward pass of the model pre-training builds, the injected samples in
+    each row of the batch and the step it belongs to (one batch per step: grad_accum 1)."""
+
+    def __init__(self, monkeypatch, corpus: Path, tok: Path, cache: Path, fail_at: int = 0):
+        from lab.tokenizer import load_tokenizer, tokenizer_hash
+        from lab.train.packing import PackedDataset, pack_documents, tokenize_corpus
+
+        tokenizer = load_tokenizer(tok)
+        tokenized = tokenize_corpus(corpus, tokenizer, tokenizer_hash(tok), cache)
+        timing = manifest(corpus).get("timing_levels")
+        level = ({s: k for k, lv in enumerate(timing) for s in lv["sources"]} if timing else {})
+        packing = pack_documents(tokenized.lengths(), BLOCK, samples=tokenized.injected,
+                                 levels=[level.get(s) for s in tokenized.injected] if timing else None)
+        dataset = PackedDataset(tokenized, packing, tokenizer.bos_token_id,
+                                tokenizer.eos_token_id, tokenizer.pad_token_id)
+        self.samples = {}
+        for i, seq in enumerate(packing.sequences):
+            held = [tokenized.injected[d] for d in seq if tokenized.injected[d]]
+            self.samples.setdefault(dataset.sequence(i).tobytes(), held)
+        self.start, self.forwards, self.fail_at = 0, 0, fail_at
+        self.seen: dict[str, list[int]] = {}
+        build = pretrain_module.build_model
+
+        def watched(*args, **kwargs):
+            model = build(*args, **kwargs)
+            model.register_forward_pre_hook(self.hook, with_kwargs=True)
+            return model
+
+        monkeypatch.setattr(pretrain_module, "build_model", watched)
+
+    def hook(self, module, args, kwargs):
+        if not module.training:
+            return
+        self.forwards += 1
+        if self.fail_at and self.forwards == self.fail_at:
+            raise RuntimeError("interrupted on purpose")
+        step = self.start + self.forwards
+        for row in kwargs["input_ids"].cpu().numpy():
+            for sample in self.samples[row.astype(np.int64).tobytes()]:
+                self.seen.setdefault(sample, []).append(step)
+
+    def steps(self, until: int | None = None) -> dict[str, list[int]]:
+        return {s: sorted(x for x in v if until is None or x <= until)
+                for s, v in sorted(self.seen.items()) if until is None or min(v) <= until}
+
+
+def pretrain(world: Path, corpus: str, name: str, **overrides) -> dict:
+    options = dict(model="gpt2", corpus=world / corpus, tokenizer=world / "tok",
+                   out=world / name, preset="micro", max_steps=40, lr=3e-3, batch_size=8,
+                   block_size=BLOCK, seed=0, save_steps=1000, log_steps=5,
+                   cache_dir=world / "cache")
+    options.update(overrides)
+    return run_pretrain(PretrainConfig(**options))
+
+
+# --- the arm --------------------------------------------------------------------------------
+
+def test_timing_specs_are_windows_and_bad_ones_get_one_line():
+    assert (parse_timing("early:0.2").start, parse_timing("early:0.2").end) == (0.0, 0.2)
+    assert (parse_timing("late:0.25").start, parse_timing("late:0.25").end) == (0.75, 1.0)
+    assert (parse_timing("window:0.4-0.6").start, parse_timing("window:0.4-0.6").end) == (0.4, 0.6)
+    assert window_steps((0.0, 0.2), 100) == (1, 20)
+    assert window_steps((0.8, 1.0), 100) == (81, 100)
+    assert window_steps((0.4, 0.6), 7) == (4, 4)  # step 4 spans 3/7..4/7, inside 0.4..0.6
+    for bad, fragment in [(("early:1.5",), "X must be in"), (("sometimes",), "unknown timing"),
+                          (("late",), "write it as late:X"), (("window:0.6-0.2",), "0 <= A < B"),
+                          (("early:0.2", "early:0.2"), "listed twice"),
+                          (("uniform", "early:0.2"), "window:0-1")]:
+        with pytest.raises(LabError, match=fragment) as err:
+            InjectConfig(setting="paired", out=Path("x"), timing=bad, **COMMON)
+        assert "\n" not in str(err.value)
+    with pytest.raises(LabError, match="one dose"):
+        InjectConfig(setting="paired", out=Path("x"), doses=(0, 1, 4),
+                     timing=("early:0.2", "late:0.2"), **COMMON)
+
+
+def test_timing_keeps_the_corpus_and_splits_a_ladder_into_seeded_levels(world):
+    uniform, early, ladder = (manifest(world / n) for n in ("uniform", "early", "ladder"))
+    # uniform is the default and writes nothing new; a timing changes no document
+    assert "timing_levels" not in uniform and "timing" not in uniform["options"]
+    assert early["corpus_sha256"] == uniform["corpus_sha256"] == ladder["corpus_sha256"]
+    assert early["options"]["timing"] == ["early:0.3"]
+    [level] = early["timing_levels"]
+    assert level["window"] == [0.0, 0.3] and level["ids"] == early["injected_ids"]
+    a, b = ladder["timing_levels"]
+    assert (a["timing"], b["timing"]) == ("early:0.4", "late:0.4")
+    assert not set(a["ids"]) & set(b["ids"])
+    assert sorted(a["ids"] + b["ids"]) == sorted(ladder["injected_ids"])
+    assert abs(len(a["ids"]) - len(b["ids"])) <= 2
+    assert a["sources"] == a["ids"]  # a placebo would name its own samples here
+
+
+# --- the order ------------------------------------------------------------------------------
+
+def test_a_timed_order_moves_visits_into_windows_and_keeps_every_visit():
+    stream = Stream(sequences=50, batch_size=4, grad_accum=1, world_size=1, steps=39)
+    level_of = [0 if i < 3 else 1 if i < 6 else None for i in range(50)]
+    orders = timed_orders(stream, 7, level_of, [(0.0, 0.25), (0.75, 1.0)], ["e", "l"])
+    uniform = [uniform_order(50, 7, e) for e in range(stream.epochs)]
+    samples_of = [[f"s{i}"] if i < 6 else [] for i in range(50)]
+    timed = exposures(stream, lambda e: orders[e], samples_of)
+    plain = exposures(stream, lambda e: uniform[e], samples_of)
+    assert {s: len(v) for s, v in timed.items()} == {s: len(v) for s, v in plain.items()}
+    early_last, late_first = window_steps((0.0, 0.25), 39)[1], window_steps((0.75, 1.0), 39)[0]
+    assert all(step <= early_last for s in ("s0", "s1", "s2") for step in timed[s])
+    assert all(step >= late_first for s in ("s3", "s4", "s5") for step in timed[s])
+    # what is trained overall is the uniform run's (the same visits of every sequence)
+    def visits(os_):
+        return Counter(x for e, o in enumerate(os_) for i, x in enumerate(o)
+                       if stream.step_of(np.array(e), np.array(i)) <= 39)
+    assert visits(orders) == visits(uniform)
+    with pytest.raises(LabError, match="injection.timing e: steps 1-1"):
+        timed_orders(stream, 7, [0] * 20 + [None] * 30, [(0.0, 0.03)], ["e"])
+
+
+@pytest.mark.parametrize("loop", ["trainer", "plain"])
+def test_recorded_exposures_are_the_steps_the_model_trained_them_at(world, monkeypatch, loop):
+    watch = Watch(monkeypatch, world / "early", world / "tok", world / "cache")
+    result = pretrain(world, "early", f"early-{loop}", loop=loop)
+    recorded = result["exposures"]
+    assert recorded["order"] == "timed" and recorded["steps"] == 40
+    assert recorded["by_sample"] == watch.steps()
+    # every copy inside the first 30% of the steps: before step 12 ends
+    [level] = recorded["levels"]
+    assert level["steps"] == [1, 12]
+    assert max(max(v) for v in recorded["by_sample"].values()) <= 12
+    assert set(recorded["by_sample"]) == set(manifest(world / "early")["injected_ids"])
+
+
+def test_exposures_survive_a_resume(world, monkeypatch):
+    cache = world / "cache"
+    whole = Watch(monkeypatch, world / "ladder", world / "tok", cache)
+    reference = pretrain(world, "ladder", "ladder-whole", save_steps=10)
+    assert reference["exposures"]["by_sample"] == whole.steps()
+
+    first = Watch(monkeypatch, world / "ladder", world / "tok", cache, fail_at=15)
+    with pytest.raises(RuntimeError, match="on purpose"):
+        pretrain(world, "ladder", "ladder-cut", save_steps=10)
+    assert (world / "ladder-cut.partial" / "checkpoints" / "checkpoint-10").is_dir()
+    second = Watch(monkeypatch, world / "ladder", world / "tok", cache)
+    second.start = 10
+    resumed = pretrain(world, "ladder", "ladder-cut", save_steps=10, resume=True)
+    assert resumed["resumed_from"] == "checkpoint-10"
+    observed = first.steps(until=10)
+    for sample, steps in second.steps().items():
+        observed.setdefault(sample, []).extend(steps)
+    assert resumed["exposures"]["by_sample"] == {s: sorted(v) for s, v in sorted(observed.items())}
+    assert resumed["exposures"] == reference["exposures"]
+    early, late = resumed["exposures"]["levels"]
+    ladder = manifest(world / "ladder")["timing_levels"]
+    by_sample = resumed["exposures"]["by_sample"]
+    assert all(max(by_sample[s]) <= early["steps"][1] for s in ladder[0]["sources"])
+    assert all(min(by_sample[s]) >= late["steps"][0] for s in ladder[1]["sources"])
+    summary = resumed["exposures"]["summary"]
+    assert summary["early:0.4"]["median_steps_since_last"] > summary["late:0.4"]["median_steps_since_last"]
+
+
+def test_uniform_runs_keep_their_order_and_record_their_exposures(world, monkeypatch):
+    watch = Watch(monkeypatch, world / "uniform", world / "tok", world / "cache")
+    result = pretrain(world, "uniform", "uniform-run")
+    assert result["exposures"]["order"] == "uniform" and "levels" not in result["exposures"]
+    assert result["exposures"]["by_sample"] == watch.steps()
+    assert "timing" not in result["config"]
