@@ -202,3 +202,80 @@ def test_uniform_runs_keep_their_order_and_record_their_exposures(world, monkeyp
     assert result["exposures"]["order"] == "uniform" and "levels" not in result["exposures"]
     assert result["exposures"]["by_sample"] == watch.steps()
     assert "timing" not in result["config"]
+
+
+# --- continued pre-training in a study ------------------------------------------------------
+
+MICRO = Path(__file__).resolve().parents[1] / "recipes" / "mini" / "micro.yaml"
+
+
+def test_continued_stages_are_models_of_their_own_and_leave_the_others_keys():
+    from lab.study.grid import expand, model_name
+    from lab.study.recipe import load_recipe
+
+    plain = expand(load_recipe(MICRO))
+    after = expand(load_recipe(MICRO, ["continued.order=clean-after",
+                                       "continued.clean_epochs=[1, 2]"]))
+    assert {s.key for s in plain} <= {s.key for s in after}
+    continued = [s for s in after if s.kind == "pretrain" and "continued" in s.labels]
+    assert len(continued) == 2 * 2 * 2  # arms x seeds x clean epochs
+    for stage in continued:
+        corpus, _tokenizer, init = stage.inputs
+        assert corpus.labels == {"arm": "control", "seed": stage.labels["seed"]}
+        assert init.kind == "pretrain" and init.labels["arm"] == stage.labels["arm"]
+        assert stage.config.epochs in (1.0, 2.0)
+    names = {model_name(s.labels) for s in after if s.kind == "evaluate"}
+    assert names == {"gpt2", "gpt2/clean-after:1", "gpt2/clean-after:2"}
+
+    first = expand(load_recipe(MICRO, ["continued.order=clean-first"]))
+    phases = [s for s in first if s.kind == "pretrain"
+              and s.labels.get("continued") == "clean-phase:1"]
+    assert len(phases) == 2 and all(s.config.epochs == 1.0 for s in phases)  # one per seed
+    continued = [s for s in first if s.labels.get("continued") == "clean-first:1"
+                 and s.kind == "pretrain"]
+    assert len(continued) == 4 and {s.inputs[2].key for s in continued} == {p.key for p in phases}
+    assert not [s for s in first if s.kind == "evaluate" and "clean-phase" in str(s.labels)]
+    with pytest.raises(LabError, match="continued.order: choose from"):
+        load_recipe(MICRO, ["continued.order=later"])
+
+
+def test_a_study_continues_a_timed_model_on_clean_data(tmp_path):
+    from lab.study.report import run_report
+    from lab.study.runner import run_study
+    from lab.study.recipe import load_recipe
+
+    recipe = load_recipe(MICRO, ["arms=[paired]", "seeds=[0]", "finetune.epochs=[0]",
+                                 "injection.timing=[early:0.5, late:0.5]",
+                                 "continued.order=clean-after", "continued.clean_epochs=[1]",
+                                 "evaluation.max_samples=40", "injection.samples=40",
+                                 "injection.fraction=0.5"])
+    result = run_study(recipe, tmp_path / "study", workers=1)
+    stages = tmp_path / "study" / "stages"
+    manifests = [json.loads(p.read_text()) for p in stages.glob("pretrain-*/manifest.json")]
+    first = next(m for m in manifests if not m.get("init_from"))
+    then = next(m for m in manifests if m.get("init_from"))
+    # the continued model trained on the clean corpus, and still knows what it saw before
+    assert then["own_corpus"]["setting"] == "control" and then["corpus"]["setting"] == "paired"
+    assert then["corpus"]["injected_ids"] == first["corpus"]["injected_ids"]
+    assert then["init_weights_sha256"] == first["final_weights_sha256"]
+    assert then["exposures"]["steps"] == first["steps"] + then["steps"]
+    assert then["exposures"]["by_sample"] == first["exposures"]["by_sample"]  # none since
+    assert [s["setting"] for s in then["lineage"]] == ["paired", "control"]
+    rows = _csv(Path(result["samples"]))
+    since = {(r["model"], r["id"]): float(r["steps_since_last_exposure"])
+             for r in rows if r.get("steps_since_last_exposure")}
+    shift = {i: since[("gpt2/clean-after:1", i)] - since[("gpt2", i)]
+             for (model, i) in since if model == "gpt2"}
+    assert shift and set(shift.values()) == {float(then["steps"])}
+    report = run_report(tmp_path / "study", metric="bleu", html=False)
+    levels = report["timing"]["levels"]
+    assert {(r["model"], r["level"]) for r in levels} == {
+        (m, lv) for m in ("gpt2", "gpt2/clean-after:1") for lv in ("early:0.5", "late:0.5")}
+    assert (tmp_path / "study" / "report" / "timing.md").is_file()
+
+
+def _csv(path: Path) -> list[dict]:
+    import csv
+
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))

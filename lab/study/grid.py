@@ -19,7 +19,7 @@ from lab.common import LabError, default_of, sha256_file
 from lab.contamination import settings as settings_table
 from lab.contamination import timing as timing_table
 from lab.study.recipe import Recipe, deepspeed_config, for_model
-from lab.study.stages import KINDS, key_fields, unbound
+from lab.study.stages import KINDS, UNBOUND, key_fields, unbound
 from lab.tasks import task_for_benchmark
 from lab.detect.run import DetectConfig
 from lab.eval.probe import ProbeConfig
@@ -152,38 +152,73 @@ def _grid(recipe: Recipe) -> list[Stage]:
         for decay in decays:
             launch = dataclasses.asdict(recipe.resources.pretrain)
             scored: dict[tuple[str, int, int | None], Stage] = {}  # (arm, seed, E): detect's models
+            def pretrain(corpus: Stage, labels: dict[str, Any], init: Stage | None = None,
+                         epochs: float | None = None) -> Stage:
+                section = {**dataclasses.asdict(recipe.pretrain), "weight_decay": decay,
+                           **({"epochs": epochs} if epochs is not None else {})}
+                return Stage("pretrain", resolve_for_device(unbound(
+                    "pretrain", model=model, preset=preset, seed=labels["seed"], **section,
+                    deepspeed=deepspeed_config(launch["deepspeed"]) if launch["deepspeed"] else None,
+                    save_steps=launch["save_steps"],
+                    **({"init_from": UNBOUND} if init is not None else {}),
+                ), recipe.resources.device, launch["processes"] * launch["nodes"]),
+                    [corpus, tokenizer] + ([init] if init is not None else []),
+                    labels={"model": model, **({"preset": preset} if swept else {}),
+                            **({"weight_decay": decay} if len(decays) > 1 else {}), **labels},
+                    launch=launch)
+
+            clean_phases: dict[tuple[int, float], Stage] = {}  # continued.order clean-first
             for arm in recipe.arms:
                 for seed in recipe.seeds:
-                    pre = Stage("pretrain", resolve_for_device(unbound(
-                        "pretrain", model=model, preset=preset, seed=seed,
-                        **{**dataclasses.asdict(recipe.pretrain), "weight_decay": decay},
-                        deepspeed=deepspeed_config(launch["deepspeed"]) if launch["deepspeed"] else None,
-                        save_steps=launch["save_steps"],
-                    ), recipe.resources.device, launch["processes"] * launch["nodes"]),
-                        [arm_stage[(arm, seed)], tokenizer],
-                        labels={"model": model, **({"preset": preset} if swept else {}),
-                                **({"weight_decay": decay} if len(decays) > 1 else {}),
-                                "arm": arm, "seed": seed},
-                        launch=launch)
+                    pre = pretrain(arm_stage[(arm, seed)], {"arm": arm, "seed": seed})
                     stages.append(pre)
                     scored[(arm, seed, None)] = pre
                     stages += _probes(recipe, pre, arm, seed, arm_stage)
-                    for epochs in recipe.finetune.epochs:
-                        for size in recipe.finetune.train_sizes:
-                            fine = _finetune(recipe, pre, epochs, size)
-                            evaluation = Stage("evaluate", unbound(
-                                "evaluate", task=task_for_benchmark(recipe.benchmark),
-                                benchmark=recipe.benchmark,
-                                **{**dataclasses.asdict(recipe.evaluation),
-                                   "metrics": tuple(recipe.evaluation.metrics)},
-                                device=recipe.resources.device, dtype=recipe.resources.dtype,
-                                batch_size=batch_size_on(recipe.resources.device, EvaluateStageConfig),
-                            ), [fine], labels=fine.labels, launch={"device": recipe.resources.device})
-                            stages += [fine, evaluation]
-                            if size == recipe.finetune.train_sizes[0]:
-                                scored[(arm, seed, epochs)] = fine
+                    stages += _downstream(recipe, pre, scored)
+                    order = recipe.continued.order
+                    for clean in recipe.continued.clean_epochs if order else []:
+                        if (("control", seed)) not in arm_stage:
+                            arm_stage[("control", seed)] = _inject(recipe, "control", seed)
+                            stages.append(arm_stage[("control", seed)])
+                        control_corpus = arm_stage[("control", seed)]
+                        labels = {"arm": arm, "seed": seed, "continued": f"{order}:{clean:g}"}
+                        if order == "clean-after":  # the arm's model, then clean epochs
+                            continued = pretrain(control_corpus, labels, init=pre, epochs=clean)
+                        else:  # clean epochs first (one model per seed), then the arm's corpus
+                            if (seed, clean) not in clean_phases:
+                                clean_phases[(seed, clean)] = pretrain(
+                                    control_corpus, {"arm": "control", "seed": seed,
+                                                     "continued": f"clean-phase:{clean:g}"},
+                                    epochs=clean)
+                                stages.append(clean_phases[(seed, clean)])
+                            continued = pretrain(arm_stage[(arm, seed)], labels,
+                                                 init=clean_phases[(seed, clean)])
+                        stages.append(continued)
+                        stages += _downstream(recipe, continued, None)
             stages += _detects(recipe, scored)
     return stages
+
+
+def _downstream(recipe: Recipe, pre: Stage,
+                scored: dict[tuple[str, int, int | None], Stage] | None) -> list[Stage]:
+    """Fine-tuning and evaluation of one pre-trained model over the grid's epochs and sizes;
+    the first size's fine-tuned models are the ones detect scores (`scored`)."""
+    out = []
+    for epochs in recipe.finetune.epochs:
+        for size in recipe.finetune.train_sizes:
+            fine = _finetune(recipe, pre, epochs, size)
+            evaluation = Stage("evaluate", unbound(
+                "evaluate", task=task_for_benchmark(recipe.benchmark),
+                benchmark=recipe.benchmark,
+                **{**dataclasses.asdict(recipe.evaluation),
+                   "metrics": tuple(recipe.evaluation.metrics)},
+                device=recipe.resources.device, dtype=recipe.resources.dtype,
+                batch_size=batch_size_on(recipe.resources.device, EvaluateStageConfig),
+            ), [fine], labels=fine.labels, launch={"device": recipe.resources.device})
+            out += [fine, evaluation]
+            if scored is not None and size == recipe.finetune.train_sizes[0]:
+                scored[(pre.labels["arm"], pre.labels["seed"], epochs)] = fine
+    return out
 
 
 def _detects(recipe: Recipe, scored: dict[tuple[str, int, int | None], Stage]) -> list[Stage]:
@@ -276,7 +311,9 @@ def model_name(labels: dict[str, Any]) -> str:
     (gpt2/micro) and its weight decay where that is swept (gpt2/wd=0.1), so that each is a model
     of its own."""
     name = f"{labels['model']}/{labels['preset']}" if "preset" in labels else labels["model"]
-    return f"{name}/wd={labels['weight_decay']:g}" if "weight_decay" in labels else name
+    if "weight_decay" in labels:
+        name += f"/wd={labels['weight_decay']:g}"
+    return f"{name}/{labels['continued']}" if "continued" in labels else name
 
 
 def describe(stage: Stage) -> str:

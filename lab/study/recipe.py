@@ -245,6 +245,25 @@ class StatisticsSection:
                               "power check before compute) and no primary p is starred.")
 
 
+CONTINUED_ORDERS = ("clean-after", "clean-first")
+
+
+@dataclass
+class ContinuedSection:
+    """Continued pre-training (lab pretrain --init-from) in two stages, each keyed and resumable
+    like any pre-training; the models it makes are models of their own in every table
+    (gpt2/clean-after:2), beside the arms' from-scratch models."""
+    order: str | None = param(
+        None, "null: none. clean-after: every pre-trained model goes on training on its seed's "
+              "control corpus (clean) for each clean_epochs value: what is left of the "
+              "contamination after clean training (the exposures' steps run on). clean-first: "
+              "every arm's pre-training starts from a model first trained clean for "
+              "clean_epochs (one per seed and value): a checkpoint contaminated mid-way.")
+    clean_epochs: list[float] = field(default_factory=lambda: [1.0], metadata={
+        "expect": "float > 0", "help": "Epochs of the clean stage; a list sweeps them (one "
+                                       "continued model per value, arm and seed)."})
+
+
 LAUNCHERS = ("torchrun", "deepspeed")
 
 
@@ -304,6 +323,7 @@ class Recipe:
     injection: InjectionSection = field(default_factory=InjectionSection)
     tokenizer: TokenizerSection = field(default_factory=TokenizerSection)
     pretrain: PretrainSection = field(default_factory=PretrainSection)
+    continued: ContinuedSection = field(default_factory=ContinuedSection)
     finetune: FinetuneSection = field(default_factory=FinetuneSection)
     by_model: ByModelSection = field(default_factory=ByModelSection, metadata={
         "help": "Per-model pretrain/finetune fields that replace the sections' own"})
@@ -482,6 +502,14 @@ def _check_study(recipe: Recipe) -> None:
         if preset not in PRESETS:
             _fail(f"preset[{i}]" if len(recipe.preset) > 1 else "preset",
                   f"unknown preset '{preset}' (choose from {', '.join(PRESETS)})")
+    continued = recipe.continued
+    if continued.order is not None and continued.order not in CONTINUED_ORDERS:
+        _fail("continued.order", f"choose from {', '.join(CONTINUED_ORDERS)} (or null)")
+    if continued.order is not None:
+        if not continued.clean_epochs or len(set(continued.clean_epochs)) != len(continued.clean_epochs):
+            _fail("continued.clean_epochs", "give distinct values")
+        if any(e <= 0 for e in continued.clean_epochs):
+            _fail("continued.clean_epochs", f"values must be > 0, got {continued.clean_epochs}")
     decays = recipe.pretrain.weight_decay
     if not decays:
         _fail("pretrain.weight_decay", "needs at least one value")

@@ -76,7 +76,7 @@ KINDS: dict[str, StageKind] = {
         key=("model", "preset", "seed", "epochs", "lr", "batch_size", "block_size",
              "warmup_steps", "lr_scheduler", "bf16", "compile", "attention", "loop",
              "cross_document_attention", "weight_decay"),
-        neutral=KEY_NEUTRAL_DEFAULTS["pretrain"], inputs=("corpus", "tokenizer"),
+        neutral=KEY_NEUTRAL_DEFAULTS["pretrain"], inputs=("corpus", "tokenizer", "init_from"),
         after=write_model_card),
     "probe": StageKind(ProbeConfig, run_probe,
                        key=("min_k", "max_samples", "max_names", "device", "dtype"),

@@ -129,3 +129,51 @@ def load_init_weights(model: Any, init: dict[str, Any]) -> None:
                    f"has {len(result.unexpected_keys)} weights the model has not "
                    f"({result.unexpected_keys[0]}, ...)")
         raise LabError(f"--init-from {init['path']}: {problem}")
+
+
+def continued_records(init: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
+    """What a model continued from a lab model has seen in all: its `corpus` (membership: the
+    record of the stage that injected test samples; its own when none did; both doing so is
+    refused, since one sample set could not say which stage saw what), its `exposures` on the
+    whole lineage's steps (the source's, then its own after the source's last step) and its
+    `lineage`, one entry per pre-training stage, first to last."""
+    from lab.models import read_stage_manifest
+
+    source = read_stage_manifest(Path(init["path"]), "--init-from")
+    theirs, mine = source["corpus"], manifest["corpus"]
+    if theirs.get("injected_ids") and mine.get("injected_ids"):
+        raise LabError(f"--init-from {init['path']}: it and this run's corpus both inject test "
+                       "samples; continue one of them on a clean corpus")
+    corpus = dict(theirs if theirs.get("injected_ids") else mine)
+    corpus["pre_existing_verbatim"] = sorted(set(theirs.get("pre_existing_verbatim") or [])
+                                             | set(mine.get("pre_existing_verbatim") or []))
+    stage = {"corpus_sha256": mine.get("sha256"), "setting": mine.get("setting"),
+             "steps": manifest.get("steps"), "weights_sha256": manifest.get("final_weights_sha256")}
+    lineage = source.get("lineage") or [
+        {"corpus_sha256": theirs.get("sha256"), "setting": theirs.get("setting"),
+         "steps": source.get("steps"), "weights_sha256": source.get("final_weights_sha256")}]
+    before, own = source.get("exposures"), manifest.get("exposures")
+    exposures = own
+    if before and own:
+        offset = before["steps"]
+        by_sample = {s: list(v) for s, v in before["by_sample"].items()}
+        for sample, steps in own["by_sample"].items():
+            by_sample.setdefault(sample, []).extend(step + offset for step in steps)
+        exposures = {"order": f"{before['order']} then {own['order']}",
+                     "steps": offset + own["steps"],
+                     "stages": [{"steps": offset, **({"levels": before["levels"]}
+                                                     if before.get("levels") else {})},
+                                {"steps": own["steps"], **({"levels": own["levels"]}
+                                                           if own.get("levels") else {})}],
+                     "by_sample": dict(sorted(by_sample.items()))}
+        exposures["summary"] = _summary(exposures, corpus)
+    return {"corpus": corpus, "exposures": exposures, "lineage": [*lineage, stage],
+            "own_corpus": mine}
+
+
+def _summary(exposures: dict[str, Any], corpus: dict[str, Any]) -> dict[str, Any]:
+    from lab.train.schedule import exposure_summary
+
+    levels = corpus.get("timing_levels")
+    groups = {lv["timing"]: lv["ids"] for lv in levels} if levels else None
+    return exposure_summary(exposures["by_sample"], exposures["steps"], groups)

@@ -34,7 +34,7 @@ from lab.train.attention import (
     with_document_mask,
 )
 from lab.train.loop import LOOPS
-from lab.train.continued import check_init_from, load_init_weights
+from lab.train.continued import check_init_from, continued_records, load_init_weights
 from lab.train.schedule import TimedSampler, plan_data_order
 from lab.train.speed import (
     device_default, flops_per_token, gpu_name, make_steady_throughput_callback, training_device,
@@ -525,6 +525,8 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
         "wall_seconds": round(time.perf_counter() - started, 2),
         "environment": environment_record(),
     }
+    if init is not None and init["kind"] == "lab":
+        manifest.update(continued_records(init, manifest))
     write_json_atomic(work / MANIFEST, manifest)
     share_tree(work)
     if out.exists():
