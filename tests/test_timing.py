@@ -279,3 +279,33 @@ def _csv(path: Path) -> list[dict]:
 
     with open(path, newline="") as handle:
         return list(csv.DictReader(handle))
+
+
+@pytest.mark.parametrize("sequences, batch, accum", [(50, 4, 1), (53, 4, 2), (61, 3, 2)])
+def test_exposures_under_two_ranks_follow_accelerates_sharding(sequences, batch, accum):
+    """With several ranks the Trainer deals the sampler's batches round-robin and evens the last
+    round with the epoch's first sequences (accelerate's BatchSamplerShard): the steps the
+    schedule records are those the ranks' batches are trained at."""
+    from accelerate.data_loader import BatchSamplerShard
+    from torch.utils.data import BatchSampler
+
+    stream = Stream(sequences, batch, accum, world_size=2, steps=25)
+    level_of = [0 if i % 7 == 0 else None for i in range(sequences)]
+    orders = timed_orders(stream, 1, level_of, [(0.0, 0.5)], ["early:0.5"])
+    samples_of = [[f"s{i}"] if i % 7 == 0 else [] for i in range(sequences)]
+    seen: dict[str, list[int]] = {}
+    for epoch in range(stream.epochs):
+        for rank in range(2):
+            shard = BatchSamplerShard(BatchSampler(orders[epoch], batch, drop_last=False),
+                                      num_processes=2, process_index=rank, even_batches=True)
+            for k, indices in enumerate(shard):
+                step = epoch * stream.steps_per_epoch + k // accum + 1
+                if step > stream.steps:
+                    break
+                for i in indices:
+                    for sample in samples_of[i]:
+                        seen.setdefault(sample, []).append(step)
+    recorded = exposures(stream, lambda e: orders[e], samples_of)
+    assert recorded == {s: sorted(v) for s, v in sorted(seen.items())}
+    last = window_steps((0.0, 0.5), 25)[1]
+    assert all(max(v) <= last for v in recorded.values())
