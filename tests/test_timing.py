@@ -15,7 +15,8 @@ from lab.contamination.inject import InjectConfig, run_inject
 from lab.contamination.timing import parse_timing
 from lab.train import pretrain as pretrain_module
 from lab.train.pretrain import PretrainConfig, run_pretrain
-from lab.train.schedule import Stream, exposures, timed_orders, uniform_order, window_steps
+from lab.train.schedule import (Stream, document_levels, exposures, timed_orders, uniform_order,
+                                window_steps)
 
 BLOCK = 128
 COMMON = dict(benchmark="codetrans", seed=3, base_splits=("valid",), limit=700)
@@ -48,10 +49,9 @@ class Watch:
 
         tokenizer = load_tokenizer(tok)
         tokenized = tokenize_corpus(corpus, tokenizer, tokenizer_hash(tok), cache)
-        timing = manifest(corpus).get("timing_levels")
-        level = ({s: k for k, lv in enumerate(timing) for s in lv["sources"]} if timing else {})
         packing = pack_documents(tokenized.lengths(), BLOCK, samples=tokenized.injected,
-                                 levels=[level.get(s) for s in tokenized.injected] if timing else None)
+                                 levels=document_levels(tokenized.injected,
+                                                        manifest(corpus).get("timing_levels")))
         dataset = PackedDataset(tokenized, packing, tokenizer.bos_token_id,
                                 tokenizer.eos_token_id, tokenizer.pad_token_id)
         self.samples = {}

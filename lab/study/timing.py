@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -145,8 +146,6 @@ def _contrasts(cell: list[dict[str, Any]], by_seed: Any, alpha: float, alternati
 
 
 def _windows(study: Path) -> dict[str, str]:
-    import json
-
     try:
         recipe = json.loads((study / "recipe.json").read_text(encoding="utf-8"))
         specs = recipe["injection"]["timing"]

@@ -35,7 +35,7 @@ from lab.train.attention import (
 )
 from lab.train.loop import LOOPS
 from lab.train.continued import check_init_from, continued_records, load_init_weights
-from lab.train.schedule import TimedSampler, plan_data_order
+from lab.train.schedule import TimedSampler, document_levels, plan_data_order
 from lab.train.speed import (
     device_default, flops_per_token, gpu_name, make_steady_throughput_callback, training_device,
 )
@@ -398,12 +398,9 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
     # No sequence holds two documents of one injected sample (copies, or an unpaired sample's
     # two sides): the model could copy one from the other instead of memorising it.
     timing = corpus_manifest.get("timing_levels")
-    level_of_sample = ({sample: k for k, level in enumerate(timing) for sample in level["sources"]}
-                       if timing else {})
     packing = pack_documents(tokenized.lengths(), cfg.block_size, samples=tokenized.injected,
                              cross_document=cfg.cross_document_attention,
-                             levels=([level_of_sample.get(s) for s in tokenized.injected]
-                                     if timing else None))
+                             levels=document_levels(tokenized.injected, timing))
     dataset = PackedDataset(tokenized, packing, tokenizer.bos_token_id, tokenizer.eos_token_id,
                             tokenizer.pad_token_id)
     if len(dataset) == 0:

@@ -260,6 +260,16 @@ class DataOrder:
                 "by_sample": found}
 
 
+def document_levels(injected: Sequence[str | None], timing: list[dict[str, Any]] | None
+                    ) -> list[int | None] | None:
+    """Each document's timing level (its injected sample's; None for a base document), or None
+    when the corpus has no timing levels."""
+    if not timing:
+        return None
+    level_of_sample = {s: k for k, lv in enumerate(timing) for s in lv["sources"]}
+    return [level_of_sample.get(s) if s else None for s in injected]
+
+
 def plan_data_order(sequences: list[list[int]], injected: Sequence[str | None], seed: int,
                     batch_size: int, grad_accum: int, world_size: int, epochs: float,
                     max_steps: int, timing: list[dict[str, Any]] | None) -> DataOrder:
@@ -271,9 +281,9 @@ def plan_data_order(sequences: list[list[int]], injected: Sequence[str | None], 
     samples_of = [[injected[d] for d in seq if injected[d]] for seq in sequences]
     orders = None
     if timing:
-        level_of_sample = {s: k for k, lv in enumerate(timing) for s in lv["sources"]}
-        level_of = [next((level_of_sample[s] for s in held if s in level_of_sample), None)
-                    for held in samples_of]
+        levels = document_levels(injected, timing)
+        level_of = [next((levels[d] for d in seq if levels[d] is not None), None)
+                    for seq in sequences]
         orders = timed_orders(stream, seed, level_of, [tuple(lv["window"]) for lv in timing],
                               [lv["timing"] for lv in timing])
     return DataOrder(stream, seed, orders, samples_of, timing)
