@@ -309,3 +309,54 @@ def test_exposures_under_two_ranks_follow_accelerates_sharding(sequences, batch,
     assert recorded == {s: sorted(v) for s, v in sorted(seen.items())}
     last = window_steps((0.0, 0.5), 25)[1]
     assert all(max(v) <= last for v in recorded.values())
+
+
+def test_forgetting_stats_are_seed_level_lifts_with_the_weight_decay_contrast(tmp_path):
+    """Each level's lift over the held-out samples is the mean over seeds of each seed's own
+    difference of means; the weight-decay contrast the mean of each seed's two lifts' difference;
+    both with intervals over seeds (exact values computed here by hand)."""
+    import csv
+
+    from lab.study.report_data import read_csv
+    from lab.study.timing import timing_stats, timing_table
+
+    rows = []
+    truth = {}  # (decay, seed, level) -> mean score
+    for decay in (0.0, 0.1):
+        for seed in (0, 1, 2):
+            for level, base in (("early:0.2", 2.0), ("late:0.2", 40.0), (None, 1.0)):
+                ids = range(0, 4) if level == "early:0.2" else range(4, 8) if level else range(8, 12)
+                scores = [base + seed + (3.0 if decay == 0.0 and level == "early:0.2" else 0.0)
+                          + i % 2 for i in ids]
+                truth[(decay, seed, level)] = sum(scores) / len(scores)
+                for i, score in zip(ids, scores):
+                    rows.append({"model": f"gpt2/wd={decay:g}", "task": "codetrans", "arm": "paired",
+                                 "epochs": 0, "train_size": 200, "seed": seed, "id": f"s{i}",
+                                 "group": "injected" if level else "held_out",
+                                 "timing": level or "", "weight_decay": decay,
+                                 "steps_since_last_exposure": (264 if level == "early:0.2"
+                                                               else 1 if level else ""),
+                                 "score_bleu": score})
+    with open(tmp_path / "samples.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    (tmp_path / "recipe.json").write_text(json.dumps(
+        {"injection": {"timing": ["early:0.2", "late:0.2"]}}))
+    found = timing_stats(tmp_path, ["bleu"], 0.05, read_csv)
+    early = next(r for r in found["levels"]
+                 if r["model"] == "gpt2/wd=0" and r["level"] == "early:0.2")
+    expected = sum(truth[(0.0, s, "early:0.2")] - truth[(0.0, s, None)] for s in (0, 1, 2)) / 3
+    assert early["lift"] == pytest.approx(expected) and early["seeds"] == 3
+    assert early["lift_ci_low"] <= early["lift"] <= early["lift_ci_high"]
+    assert early["steps_since_last"] == 264 and early["window"] == "0-0.2"
+    assert early["against"] == "late:0.2"  # the most recently seen level
+    late = next(r for r in found["levels"] if r["model"] == "gpt2/wd=0" and r["level"] == "late:0.2")
+    assert early["contrast"] == pytest.approx(early["lift"] - late["lift"])
+    [decay_early] = [r for r in found["weight_decay"] if r["level"] == "early:0.2"]
+    assert decay_early["model"] == "gpt2" and decay_early["weight_decay"] == [0.0, 0.1]
+    assert decay_early["difference"] == pytest.approx(-3.0)  # wd 0.1 lost the 3 points
+    assert decay_early["p"] == pytest.approx(0.25)  # 3 seeds, all one sign: the floor
+    table = timing_table(found, "bleu")["md"]
+    assert "| gpt2/wd=0 | 0 | 200 | paired | early:0.2 | 0-0.2 | 264 |" in table
+    assert "Weight decay" in table

@@ -52,6 +52,8 @@ def collected_rows(recipe: Recipe, stages: list[Stage], study: Path
         base = {"study": recipe.name, "benchmark": recipe.benchmark, "task": metrics["task"],
                 "model": model_name(stage.labels),
                 **{k: stage.labels.get(k) for k in ("arm", "seed", "epochs", "train_size")},
+                **({"weight_decay": stage.labels["weight_decay"]}
+                   if "weight_decay" in stage.labels else {}),
                 "stage": stage.key,
                 # How much of pre-training was test data, and how far its loss came down: a
                 # lift (or its absence) means little without either.

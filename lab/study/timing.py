@@ -69,7 +69,8 @@ def timing_stats(study: Path, metrics: list[str], alpha: float, read_csv: Any,
     if not path.exists():
         return {"levels": []}
     rows = read_csv(path, ("model", "task", "arm", "epochs", "train_size", "group", "seed", "id"),
-                    lambda c: c.startswith("score_") or c == "steps_since_last_exposure")
+                    lambda c: (c.startswith("score_")
+                               or c in ("steps_since_last_exposure", "weight_decay")))
     if not any(r.get("timing") for r in rows):
         return {"levels": []}
     cells: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
@@ -77,6 +78,7 @@ def timing_stats(study: Path, metrics: list[str], alpha: float, read_csv: Any,
         cells[(r["model"], r["task"], int(r["epochs"]), r["train_size"], r["arm"])].append(r)
     windows = _windows(Path(study))
     levels: list[dict[str, Any]] = []
+    scores: dict[tuple, Any] = {}  # (metric, cell key) -> seed -> level -> id -> score
     for metric in metrics:
         column = f"score_{metric}"
         for key in sorted(cells, key=lambda k: (k[0], k[1], k[2], train_size_order(k[3]), k[4])):
@@ -95,6 +97,7 @@ def timing_stats(study: Path, metrics: list[str], alpha: float, read_csv: Any,
                 by_seed[r["seed"]][level][r["id"]] = r[column]
                 if r.get("steps_since_last_exposure") is not None:
                     since[level].append(r["steps_since_last_exposure"])
+            scores[(metric, key)] = by_seed
             cell = []
             for name in names:
                 per_seed = {seed: [(1.0, lv[name]), (-1.0, lv[HELD_OUT])]
@@ -114,7 +117,9 @@ def timing_stats(study: Path, metrics: list[str], alpha: float, read_csv: Any,
             for record, adjusted in zip(cell, holm([r["p"] for r in cell])):
                 record["p_holm"] = adjusted
             levels += cell
-    return {"levels": levels, "alternative": alternative,
+    return {"levels": levels, "weight_decay": _decay_contrasts(levels, scores, cells, alpha,
+                                                               alternative),
+            "alternative": alternative,
             "test": f"{SIGN_FLIP_TEST}, {alternative}, over the per-seed lifts",
             "one_model_test": f"{ONE_MODEL_TEST}, {alternative}",
             "interval": CLUSTER_BOOTSTRAP, "one_model_interval": SAMPLE_BOOTSTRAP}
@@ -143,6 +148,53 @@ def _contrasts(cell: list[dict[str, Any]], by_seed: Any, alpha: float, alternati
         tested.append(record)
     for record, adjusted in zip(tested, holm([r["contrast_p"] for r in tested])):
         record["contrast_p_holm"] = adjusted
+
+
+def _decay_contrasts(levels: list[dict[str, Any]], scores: dict[tuple, Any],
+                     cells: dict[tuple, list[dict[str, Any]]], alpha: float, alternative: str
+                     ) -> list[dict[str, Any]]:
+    """Where weight decay is swept: each level's lift under the largest weight decay minus its
+    lift under the smallest, per seed (the same corpus and samples: only the decay differs),
+    tested and bounded over seeds; Holm across a cell's levels."""
+    decay_of = {key: cells[key][0].get("weight_decay") for key in cells}
+    family: dict[tuple, dict[float, tuple]] = defaultdict(dict)
+    for key, decay in decay_of.items():
+        if decay is not None:
+            model = key[0].replace(f"/wd={decay:g}", "")
+            family[(model,) + key[1:]][decay] = key
+    out = []
+    for metric in dict.fromkeys(r["metric"] for r in levels):
+        for group, by_decay in sorted(family.items(), key=lambda kv: str(kv[0])):
+            if len(by_decay) < 2:
+                continue
+            low, high = min(by_decay), max(by_decay)
+            lo, hi = scores.get((metric, by_decay[low])), scores.get((metric, by_decay[high]))
+            if lo is None or hi is None:
+                continue
+            tested = []
+            names = [r["level"] for r in levels
+                     if r["metric"] == metric and (r["model"],) + (r["task"], r["epochs"],
+                                                                  r["train_size"], r["arm"])
+                     == by_decay[high]]
+            for name in names:
+                per_seed = {seed: [(1.0, hi[seed][name]), (-1.0, hi[seed][HELD_OUT]),
+                                   (-1.0, lo[seed][name]), (1.0, lo[seed][HELD_OUT])]
+                            for seed in hi if seed in lo
+                            and all(part.get(n) for part in (hi[seed], lo[seed])
+                                    for n in (name, HELD_OUT))}
+                if len(per_seed) < 2:
+                    continue
+                found = _test(per_seed, alpha, alternative)
+                tested.append({"model": group[0], "task": group[1], "metric": metric,
+                               "epochs": group[2], "train_size": group[3], "arm": group[4],
+                               "level": name, "weight_decay": [low, high],
+                               "difference": found["effect"], "ci_low": found["low"],
+                               "ci_high": found["high"], "p": found["p"], "seeds": found["seeds"],
+                               "unit": found["unit"]})
+            for record, adjusted in zip(tested, holm([r["p"] for r in tested])):
+                record["p_holm"] = adjusted
+            out += tested
+    return out
 
 
 def _windows(study: Path) -> dict[str, str]:
@@ -179,6 +231,19 @@ def timing_table(found: dict[str, Any], metric: str) -> dict[str, str]:
                      f"| {r['level']} | {r['window'] or ''} | {_fmt(r['steps_since_last'], '.0f')} "
                      f"| {lift} | {_fmt(r.get('p_holm'), '.3g')} | {contrast} "
                      f"| {_fmt(r.get('contrast_p_holm'), '.3g')} |")
+    decays = [r for r in found.get("weight_decay", []) if r["metric"] == metric]
+    if decays:
+        lines += ["", "Weight decay: each level's lift under the larger decay minus under the "
+                  "smaller (the same seeds' corpora and samples; interval over seeds; p: "
+                  "sign-flip over seeds, Holm across levels).", "",
+                  "| model | E | n | arm | timing | weight decay | difference [CI] | p (Holm) |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in decays:
+            lines.append(f"| {r['model']} | {r['epochs']} | {r['train_size'] or 'all'} "
+                         f"| {r['arm']} | {r['level']} | {r['weight_decay'][1]:g} - "
+                         f"{r['weight_decay'][0]:g} | {_fmt(r['difference'], '+.2f')} "
+                         f"[{_fmt(r['ci_low'], '+.2f')}, {_fmt(r['ci_high'], '+.2f')}] "
+                         f"| {_fmt(r.get('p_holm'), '.3g')} |")
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
