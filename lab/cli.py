@@ -629,6 +629,9 @@ def stats(
         for metric, rendered in result["dose_tables"].items():
             console.print(f"\ndose-response, {metric}:\n{rendered['md']}", markup=False,
                           highlight=False, soft_wrap=True)
+        for metric, rendered in result["timing_tables"].items():  # timing levels
+            console.print(f"\ninjection timing, {metric}:\n{rendered}", markup=False,
+                          highlight=False, soft_wrap=True)
     if fmt != "json":  # json stays parseable; stats.json is in the same place every time
         console.print(f"stats: {result['json']}", markup=False, highlight=False, soft_wrap=True)
 
