@@ -360,3 +360,18 @@ def test_forgetting_stats_are_seed_level_lifts_with_the_weight_decay_contrast(tm
     table = timing_table(found, "bleu")["md"]
     assert "| gpt2/wd=0 | 0 | 200 | paired | early:0.2 | 0-0.2 | 264 |" in table
     assert "Weight decay" in table
+
+
+def test_continuing_on_a_contaminated_corpus_joins_the_memberships(world):
+    first = pretrain(world, "uniform", "join-first", max_steps=4)
+    then = pretrain(world, "uniform", "join-then", max_steps=4, init_from=world / "join-first")
+    assert then["corpus"]["injected_ids"] == first["corpus"]["injected_ids"]
+    assert then["corpus"]["held_out_ids"] == first["corpus"]["held_out_ids"]
+    assert [s["steps"] for s in then["lineage"]] == [4, 4]
+    assert then["exposures"]["steps"] == 8
+    assert all(min(v) <= 4 or min(v) > 4 for v in then["exposures"]["by_sample"].values())
+    # a timed model's levels would no longer say when a sample was seen: refused, one line
+    pretrain(world, "early", "join-timed", max_steps=40)
+    with pytest.raises(LabError, match="dose or timing levels"):
+        pretrain(world, "uniform", "join-refused", max_steps=4, init_from=world / "join-timed")
+    assert not (world / "join-refused").exists() and not (world / "join-refused.partial").exists()

@@ -133,18 +133,16 @@ def load_init_weights(model: Any, init: dict[str, Any]) -> None:
 
 def continued_records(init: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
     """What a model continued from a lab model has seen in all: its `corpus` (membership: the
-    record of the stage that injected test samples; its own when none did; both doing so is
-    refused, since one sample set could not say which stage saw what), its `exposures` on the
-    whole lineage's steps (the source's, then its own after the source's last step) and its
-    `lineage`, one entry per pre-training stage, first to last."""
+    record of the stage that injected test samples, its own when none did; when both did, of
+    one benchmark split, a sample is injected if either stage injected it and held out only if
+    both held it out), its `exposures` on the whole lineage's steps (the source's, then its own
+    after the source's last step) and its `lineage`, one entry per pre-training stage, first to
+    last."""
     from lab.models import read_stage_manifest
 
     source = read_stage_manifest(Path(init["path"]), "--init-from")
     theirs, mine = source["corpus"], manifest["corpus"]
-    if theirs.get("injected_ids") and mine.get("injected_ids"):
-        raise LabError(f"--init-from {init['path']}: it and this run's corpus both inject test "
-                       "samples; continue one of them on a clean corpus")
-    corpus = dict(theirs if theirs.get("injected_ids") else mine)
+    corpus = joined_membership(init, mine, source)
     corpus["pre_existing_verbatim"] = sorted(set(theirs.get("pre_existing_verbatim") or [])
                                              | set(mine.get("pre_existing_verbatim") or []))
     stage = {"corpus_sha256": mine.get("sha256"), "setting": mine.get("setting"),
@@ -169,6 +167,35 @@ def continued_records(init: dict[str, Any], manifest: dict[str, Any]) -> dict[st
         exposures["summary"] = _summary(exposures, corpus)
     return {"corpus": corpus, "exposures": exposures, "lineage": [*lineage, stage],
             "own_corpus": mine}
+
+
+def joined_membership(init: dict[str, Any], mine: dict[str, Any],
+                      source: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The membership a model continued from `init` on a corpus with record `mine` (a corpus
+    manifest or a pre-trained model's corpus record) has (continued_records); what cannot be
+    joined is refused on one line."""
+    from lab.models import read_stage_manifest
+
+    if source is None:
+        source = read_stage_manifest(Path(init["path"]), "--init-from")
+    theirs = source["corpus"]
+    if not (theirs.get("injected_ids") and mine.get("injected_ids")):
+        return dict(theirs if theirs.get("injected_ids") else mine)
+    where = [(c.get("benchmark"), c.get("benchmark_split")) for c in (theirs, mine)]
+    if where[0] != where[1]:
+        raise LabError(f"--init-from {init['path']}: it injected {where[0][0]} {where[0][1]} "
+                       f"samples and this corpus {where[1][0]} {where[1][1]}: one model's "
+                       "membership is of one benchmark split")
+    if any(c.get("dose_levels") or c.get("timing_levels") for c in (theirs, mine)):
+        raise LabError(f"--init-from {init['path']}: both stages inject test samples and one has "
+                       "dose or timing levels, which no longer say what a sample saw; continue "
+                       "on a clean corpus (setting control)")
+    injected = list(dict.fromkeys([*theirs["injected_ids"], *mine["injected_ids"]]))
+    seen = set(injected)
+    return {**mine, "injected_ids": injected,
+            "held_out_ids": [i for i in mine.get("held_out_ids", []) if i not in seen],
+            "truncated_ids": sorted(set(theirs.get("truncated_ids") or [])
+                                    | set(mine.get("truncated_ids") or []))}
 
 
 def _summary(exposures: dict[str, Any], corpus: dict[str, Any]) -> dict[str, Any]:

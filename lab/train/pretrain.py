@@ -34,7 +34,8 @@ from lab.train.attention import (
     with_document_mask,
 )
 from lab.train.loop import LOOPS
-from lab.train.continued import check_init_from, continued_records, load_init_weights
+from lab.train.continued import (check_init_from, continued_records, joined_membership,
+                                 load_init_weights)
 from lab.train.schedule import TimedSampler, document_levels, plan_data_order
 from lab.train.speed import (
     device_default, flops_per_token, gpu_name, make_steady_throughput_callback, training_device,
@@ -323,6 +324,8 @@ def run_pretrain(cfg: PretrainConfig) -> dict[str, Any]:
     # Checked against its shards (the token cache and the manifest trust corpus_sha256), and
     # refused when empty.
     corpus_manifest = verify_corpus(cfg.corpus)
+    if init is not None and init["kind"] == "lab":  # refused before anything is written
+        joined_membership(init, corpus_manifest)
 
     out = Path(cfg.out)
     work = out.with_name(out.name + ".partial")
