@@ -388,10 +388,11 @@ def run_evaluate(cfg: EvaluateConfig | Path, task: str | None = None, **options:
     groups = assign_groups(samples, membership)
     # A sample's dose counts only where it is compared: injected or held out, not seen in the
     # fine-tuning data, pre-existing or cut at the block size.
-    doses = {s.id: dose for s, dose in ((s, dose_levels(manifest).get(s.id)) for s in samples)
-             if dose is not None and groups[s.id] in ("injected", "held_out")}
-    timings = {s.id: timing for s, timing in ((s, timing_levels(manifest).get(s.id)) for s in samples)
-               if timing is not None and groups[s.id] == "injected"}
+    dose_of, timing_of = dose_levels(manifest), timing_levels(manifest)
+    doses = {s.id: dose_of[s.id] for s in samples
+             if s.id in dose_of and groups[s.id] in ("injected", "held_out")}
+    timings = {s.id: timing_of[s.id] for s in samples
+               if s.id in timing_of and groups[s.id] == "injected"}
 
     config = manifest.get("config", {})
     limit = _position_limit(model, architecture, manifest)

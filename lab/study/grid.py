@@ -177,7 +177,7 @@ def _grid(recipe: Recipe) -> list[Stage]:
                     stages += _downstream(recipe, pre, scored)
                     order = recipe.continued.order
                     for clean in recipe.continued.clean_epochs if order else []:
-                        if (("control", seed)) not in arm_stage:
+                        if ("control", seed) not in arm_stage:
                             arm_stage[("control", seed)] = _inject(recipe, "control", seed)
                             stages.append(arm_stage[("control", seed)])
                         control_corpus = arm_stage[("control", seed)]

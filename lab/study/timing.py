@@ -172,11 +172,8 @@ def _decay_contrasts(levels: list[dict[str, Any]], scores: dict[tuple, Any],
             if lo is None or hi is None:
                 continue
             tested = []
-            names = [r["level"] for r in levels
-                     if r["metric"] == metric and (r["model"],) + (r["task"], r["epochs"],
-                                                                  r["train_size"], r["arm"])
-                     == by_decay[high]]
-            for name in names:
+            names = dict.fromkeys(level for seeds in hi.values() for level in seeds)
+            for name in [n for n in names if n != HELD_OUT]:
                 per_seed = {seed: [(1.0, hi[seed][name]), (-1.0, hi[seed][HELD_OUT]),
                                    (-1.0, lo[seed][name]), (1.0, lo[seed][HELD_OUT])]
                             for seed in hi if seed in lo
