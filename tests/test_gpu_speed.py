@@ -191,24 +191,65 @@ def test_a_cpu_run_records_its_speed_settings_and_steady_rate(micro_world, tmp_p
     assert throughput["mfu"] is None  # no GPU, no peak
 
 
-@pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("length", [128, 200, 512])
-def test_document_block_mask_matches_torchs_create_block_mask(causal, length):
-    import torch
-    from torch.nn.attention.flex_attention import create_block_mask
+BLOCK_MASK_TENSORS = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices",
+                      "q_num_blocks", "q_indices", "full_q_num_blocks", "full_q_indices")
 
-    from lab.train.attention import document_block_mask
+
+def _rows(layout: str, length: int):
+    """(batch, length) document numbers (0: padding) of one packing layout."""
+    import torch
 
     generator = torch.Generator().manual_seed(length)
-    rows = []
+    if layout == "one document":
+        return torch.ones(1, length, dtype=torch.long)
+    if layout == "many short documents":
+        sizes = (torch.randint(1, 12, (length,), generator=generator).cumsum(0) < length).sum()
+        edges = torch.randint(1, 12, (int(sizes),), generator=generator).cumsum(0)
+        row = torch.zeros(length, dtype=torch.long)
+        for number, (start, end) in enumerate(zip([0] + edges.tolist(), edges.tolist() + [length]),
+                                              start=1):
+            row[start:end] = number
+        return torch.stack([row, row.flip(0)])
+    rows = []  # "padding": a few documents, padding before the first and after the last
     for _ in range(3):
         cuts = sorted(torch.randperm(length - 1, generator=generator)[:4].add(1).tolist())
         row = torch.zeros(length, dtype=torch.long)
         for number, (start, end) in enumerate(zip([0] + cuts, cuts[1:] + [length - 7]), start=1):
             row[start:end] = number
-        rows.append(row)  # the first and last stretches: padding (0)
-    rows.append(torch.ones(length, dtype=torch.long))  # one document filling the row
-    documents = torch.stack(rows)
+        rows.append(row)
+    rows.append(torch.ones(length, dtype=torch.long))
+    return torch.stack(rows)
+
+
+def assert_kernel_layout(name: str, got, want=None) -> None:
+    """What a CUDA kernel reads: contiguous (the flex kernels read index rows at stride 1 whatever
+    the strides say), and with `want`, equal to it in value, dtype, shape and strides."""
+    import torch
+
+    assert got.is_contiguous(), f"{name}: strides {got.stride()} (not contiguous)"
+    if want is not None:
+        assert got.dtype == want.dtype, f"{name}: dtype {got.dtype}, torch's {want.dtype}"
+        assert got.shape == want.shape, f"{name}: shape {tuple(got.shape)}, torch's {tuple(want.shape)}"
+        assert got.stride() == want.stride(), f"{name}: strides {got.stride()}, torch's {want.stride()}"
+        assert torch.equal(got, want), f"{name}: values differ"
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("layout", ["padding", "one document", "many short documents"])
+@pytest.mark.parametrize("length", [128, 200, 300, 512])  # 200, 300: not a multiple of the tile
+def test_document_block_mask_is_torchs_create_block_mask_in_value_and_layout(causal, layout,
+                                                                              length):
+    """The contract with the flex kernels: every tensor of the lab's BlockMask equals what torch's
+    own create_block_mask builds, in value (the unused index slots too), dtype, shape and
+    layout. The backward pass reads the q side (q_num_blocks, q_indices, ...), which the forward
+    never reads and no CPU can run: transposed q_indices there trained on wrong gradients
+    (issue 57)."""
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from lab.train.attention import document_block_mask
+
+    documents = _rows(layout, length)
 
     def mask_mod(b, h, q, kv):
         same = documents[b, q] == documents[b, kv]
@@ -216,20 +257,58 @@ def test_document_block_mask_matches_torchs_create_block_mask(causal, length):
 
     want = create_block_mask(mask_mod, documents.shape[0], None, length, length, device="cpu")
     got = document_block_mask(documents, causal)
-    assert torch.equal(got.to_dense(), want.to_dense())
-    # the kv side (forward) and the q side (the backward pass reads it)
-    for counts, indices in (("kv_num_blocks", "kv_indices"),
-                            ("full_kv_num_blocks", "full_kv_indices"),
-                            ("q_num_blocks", "q_indices"), ("full_q_num_blocks", "full_q_indices")):
-        assert torch.equal(getattr(got, counts), getattr(want, counts)), counts
-        valid = torch.arange(getattr(want, indices).shape[-1]) < getattr(want, counts)[..., None]
-        assert torch.equal(getattr(got, indices)[valid], getattr(want, indices)[valid]), indices
+    for name in BLOCK_MASK_TENSORS:
+        assert_kernel_layout(name, getattr(got, name), getattr(want, name))
+    assert got.seq_lengths == want.seq_lengths and got.BLOCK_SIZE == want.BLOCK_SIZE
     dense = documents[:, :, None] == documents[:, None, :]
     if causal:
         dense &= torch.ones(length, length, dtype=torch.bool).tril()
     q, kv = torch.meshgrid(torch.arange(length), torch.arange(length), indexing="ij")
     for b in range(documents.shape[0]):
         assert torch.equal(got.mask_mod(b, 0, q, kv), dense[b])
+
+
+def test_transposed_tiles_break_the_layout_contract():
+    """The contract test fails on the layout 964b434 built (same values, q side transposed)."""
+    import torch
+
+    from lab.train.attention import document_block_mask
+
+    mask = document_block_mask(_rows("padding", 300), causal=True)
+    transposed = mask.q_indices.transpose(-1, -2).contiguous().transpose(-1, -2)
+    with pytest.raises(AssertionError, match="q_indices: strides"):
+        assert_kernel_layout("q_indices", transposed, mask.q_indices)
+    assert torch.equal(transposed, mask.q_indices)  # values alone cannot tell
+
+
+@pytest.mark.parametrize("family", ["gpt2", "roberta"])
+def test_what_the_lab_hands_to_kernels_is_contiguous(batch_world, family):
+    """Everything the lab itself builds for a kernel: both collated batches (the 4D mask SDPA
+    reads, the flex path's document numbers), the BlockMask made from them, and the flex
+    attention's output."""
+    import torch
+
+    from lab.models import position_offset
+    from lab.train.attention import (_document_flex_attention, document_block_mask,
+                                     with_document_mask)
+    from lab.train.packing import PackedCollator
+
+    tok, features = batch_world
+    offset = position_offset(_model(family, tok).config)
+    for attention in ("mask", "flex"):
+        batch = PackedCollator(tok, mlm=family == "roberta", seed=1, position_offset=offset,
+                               attention=attention, rows=8)(features)
+        for key, value in batch.items():
+            if torch.is_tensor(value):
+                assert_kernel_layout(f"{attention} batch {key}", value)
+    mask = with_document_mask(batch, causal=family == "gpt2")["document_mask"]
+    for name in BLOCK_MASK_TENSORS:
+        assert_kernel_layout(name, getattr(mask, name))
+    query = torch.randn(8, 2, BLOCK, 32).transpose(1, 2).contiguous().transpose(1, 2)
+    small = document_block_mask(batch["document_ids"], causal=family == "gpt2")
+    with torch.no_grad():
+        out, _ = _document_flex_attention(None, query, query, query, None, document_mask=small)
+    assert_kernel_layout("flex attention output", out)
 
 
 @pytest.mark.parametrize("loop", ["trainer", "plain"])

@@ -188,10 +188,13 @@ def document_block_mask(document_ids: Any, causal: bool) -> Any:
     full = grid.all(dim=4).all(dim=2)
 
     def ordered(tile_mask: Any) -> tuple[Any, Any]:
-        tile_mask = tile_mask[:, None].to(torch.int32)  # (batch, heads=1, q tiles, kv tiles)
-        counts = tile_mask.sum(dim=-1).to(torch.int32)
+        # Contiguous, as create_block_mask's: the kernels read a row of indices at stride 1
+        # whatever the tensor's strides say, and a transposed tile mask keeps its transposed
+        # layout through .to() and argsort (the backward pass then read the wrong tiles).
+        tile_mask = tile_mask[:, None].to(torch.int32).contiguous()  # (batch, 1, rows, columns)
+        counts = tile_mask.sum(dim=-1).to(torch.int32).contiguous()
         indices = torch.argsort(tile_mask, dim=-1, descending=True, stable=True)
-        return counts, indices.to(torch.int32)
+        return counts, indices.to(torch.int32).contiguous()
 
     def same_document(b: Any, h: Any, q: Any, kv: Any) -> Any:
         return documents[b, q] == documents[b, kv]
