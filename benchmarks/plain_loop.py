@@ -42,7 +42,11 @@ clipping at --clip (1.0, the HF Trainer's max_grad_norm; 0 turns it off), AdamW 
 weight decay 0.01 on weights with two or more dimensions, none on biases and LN, as the HF
 Trainer; fused on CUDA), zero_grad(set_to_none=True). No LR schedule (a Python-side multiply).
 Data: --batches distinct random batches generated on the device once and rotated, so the data
-loader costs nothing. bf16 = torch.autocast(bfloat16) over fp32 master weights.
+loader costs nothing; or --data FILE, a .npz of `input_ids` and `labels` (int arrays of shape
+(batches, batch, block), labels -100 where nothing is predicted), the batches a `lab pretrain`
+run trains on in its order, collated by the lab (benchmarks/gpu_check.py writes them): step i
+takes batch i, GPT-2 predicting labels[:, 1:] from every position but the last (HF's shift) and
+RoBERTa the lab's masked positions. Both are moved to the device once, as the random ones are. bf16 = torch.autocast(bfloat16) over fp32 master weights.
 
 Timing: the first step (which compiles, with --compile) and --warmup further steps are untimed
 and reported apart (compile+warmup seconds); then --steps timed steps. On CUDA each step is
@@ -81,7 +85,7 @@ DEFAULTS: dict[str, Any] = dict(
     positions=None, steps=30, warmup=10, compile=False, dtype="bf16", device=None,
     fused_adamw=None, tf32=None, peak_tflops=None, measure_peak=False, peak_size=None,
     json=None, seed=0, lr=5e-4, weight_decay=0.01, clip=1.0, dropout=0.1, mlm_probability=0.15,
-    batches=8, quiet=False,
+    batches=8, data=None, quiet=False,
 )
 GPT2_LN_EPS = 1e-5       # GPT2Config.layer_norm_epsilon
 ROBERTA_LN_EPS = 1e-12   # RobertaConfig.layer_norm_eps
@@ -163,14 +167,19 @@ class GPT2(nn.Module):
             for proj in (block.attn.proj, block.mlp.proj):
                 nn.init.normal_(proj.weight, std=INIT_STD / math.sqrt(2 * layers))
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        x, y = tokens[:, :-1], tokens[:, 1:]
+    def forward(self, tokens: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens[B, T+1] (inputs and next-token targets), or tokens[B, T] with labels[B, T]
+        scored as HF's GPT-2 scores them (logits of positions 0..T-2 against labels 1..T-1)."""
+        x, y = (tokens[:, :-1], tokens[:, 1:]) if labels is None else (tokens, labels)
         pos = torch.arange(x.shape[1], device=x.device)
         h = self.drop(self.wte(x) + self.wpe(pos))
         for block in self.h:
             h = block(h)
         logits = self.lm_head(self.ln_f(h))
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.reshape(-1))
+        if labels is not None:
+            logits, y = logits[:, :-1], y[:, 1:]
+        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1),
+                               ignore_index=-100)
 
     def matmul_weights(self) -> int:
         return sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear))
@@ -373,18 +382,23 @@ def run(**kwargs: Any) -> dict[str, Any]:
     step_model = torch.compile(model) if o.compile else model
 
     # Random token ids, generated once on the device: GPT-2 reads block + 1 tokens (inputs and
-    # next-token targets), RoBERTa block tokens.
+    # next-token targets), RoBERTa block tokens. Or the lab's batches (--data), moved once.
     length = o.block + 1 if o.model == "gpt2" else o.block
     generator = torch.Generator(device=device).manual_seed(o.seed)
     data = [torch.randint(0, o.vocab, (o.batch, length), device=device, generator=generator)
             for _ in range(o.batches)]
+    labelled = load_batches(o.data, o.batch, o.block, o.vocab, device) if o.data else None
+    if labelled is not None:
+        result["data"] = {"path": str(o.data), "batches": len(labelled)}
     mask_id = min(4, o.vocab - 1)  # <mask> in a RoBERTa-style tokenizer
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=o.dtype == "bf16")
 
     def step(i: int) -> torch.Tensor:
         tokens = data[i % len(data)]
         with autocast:
-            if o.model == "gpt2":
+            if labelled is not None:
+                loss = step_model(*labelled[i % len(labelled)])
+            elif o.model == "gpt2":
                 loss = step_model(tokens)
             else:
                 masked = torch.rand(tokens.shape, device=device) < o.mlm_probability
@@ -458,6 +472,24 @@ def run(**kwargs: Any) -> dict[str, Any]:
     return result
 
 
+def load_batches(path: str | Path, batch: int, block: int, vocab: int,
+                 device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """--data: [(input_ids, labels)] per step on `device`, after checking the file's shapes and
+    token ids against the run's."""
+    import numpy as np
+
+    with np.load(path) as arrays:
+        ids, labels = arrays["input_ids"], arrays["labels"]
+    if ids.ndim != 3 or ids.shape != labels.shape or ids.shape[1:] != (batch, block):
+        raise ValueError(f"--data {path}: input_ids {ids.shape} and labels {labels.shape}, "
+                         f"expected (batches, {batch}, {block}) both")
+    if ids.min() < 0 or ids.max() >= vocab:
+        raise ValueError(f"--data {path}: token ids outside the vocabulary of {vocab}")
+    ids_t = torch.from_numpy(ids.astype(np.int64)).to(device)
+    labels_t = torch.from_numpy(labels.astype(np.int64)).to(device)
+    return [(ids_t[i], labels_t[i]) for i in range(ids_t.shape[0])]
+
+
 def _write_json(result: dict[str, Any], path: str | None, say: Any) -> None:
     if path:
         path = Path(path)
@@ -510,6 +542,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mlm-probability", type=float, default=d["mlm_probability"])
     p.add_argument("--batches", type=int, default=d["batches"],
                    help="distinct random batches rotated (1: one fixed batch)")
+    p.add_argument("--data", default=d["data"], metavar="NPZ",
+                   help="train on these batches (input_ids, labels) instead of random ones")
     return p.parse_args(argv)
 
 

@@ -219,6 +219,25 @@ def document_block_mask(document_ids: Any, causal: bool) -> Any:
                                         mask_mod=mask_mod, seq_lengths=(length, length))
 
 
+# The flex path's code whose work a CPU cannot check in full (torch has no flex backward on a
+# CPU). A change to any of it is not the default until the GPU check's correctness part has
+# passed on it: tests/test_gpu_speed.py finds its cuda_only_sha256() in a committed record of a
+# passing check (results/gpu-*/verified-*.json; docs/scaling-out.md, "CUDA-only code").
+CUDA_ONLY = ("document_block_mask", "with_document_mask", "_document_flex_attention",
+             "_flex_kernel", "use_flex_attention")
+
+
+def cuda_only_sha256() -> str:
+    """sha256 of the source of the CUDA_ONLY functions, in that order."""
+    import hashlib
+    import inspect
+    import sys
+
+    module = sys.modules[__name__]
+    source = "".join(inspect.getsource(getattr(module, name)) for name in CUDA_ONLY)
+    return hashlib.sha256(source.encode("utf-8")).hexdigest()
+
+
 def with_document_mask(inputs: dict[str, Any], causal: bool) -> dict[str, Any]:
     """A flex-path batch made ready for the model: its document numbers become the BlockMask
     (its 2D padding mask stays: transformers then builds no mask of its own, _no_mask)."""

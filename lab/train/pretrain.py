@@ -33,6 +33,7 @@ from lab.train.attention import (
     DOCUMENT_IDS, check_attention, resolve_attention, restore_attention, use_flex_attention,
     with_document_mask,
 )
+from lab.train.flex_check import require_flex_kernel
 from lab.train.loop import LOOPS
 from lab.train.continued import (check_init_from, continued_records, joined_membership,
                                  load_init_weights)
@@ -392,6 +393,13 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
     )
 
     args = _training_arguments(cfg, work / "checkpoints") if cfg.loop == "trainer" else None
+    flex = cfg.attention == "flex" and not cfg.cross_document_attention
+    # Before any work: the flex kernel must give the mask path's logits and gradients on this
+    # device (lab.train.flex_check), or the run is refused.
+    flex_check = (require_flex_kernel(
+        cfg.model, build_config(cfg.model, cfg.preset, tokenizer, cfg.block_size), tokenizer,
+        cfg.block_size, str(args.device) if args is not None else training_device(),
+        bool(cfg.bf16)) if flex else None)
     # local=False: global rank 0 fills the token cache before any other rank (on any node) reads
     # it, so nodes sharing a cache on a common filesystem never build it concurrently.
     with (args.main_process_first(local=False, desc="tokenise corpus") if args
@@ -420,7 +428,6 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
         load_init_weights(model, init)
     init_sha = state_sha256(model)
     parameters = count_parameters(model)  # before ZeRO-3 partitions the weights
-    flex = cfg.attention == "flex" and not cfg.cross_document_attention
     attention_dropout = use_flex_attention(model) if flex else None
     collator = PackedCollator(tokenizer, mlm=cfg.model == "roberta",
                               mlm_probability=cfg.mlm_probability, seed=cfg.seed,
@@ -520,6 +527,8 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
                   "attention": None if cfg.cross_document_attention else cfg.attention,
                   # attention-probability dropout as trained (the flex kernel has none)
                   "attention_dropout": 0.0 if flex else _attention_dropout(config),
+                  # the flex kernel against the mask path on this device, before training
+                  "flex_check": flex_check,
                   "optimizer": trained.optimizer, "tf32": _tf32_matmuls(),
                   "pin_memory": trained.pin_memory, "loader_workers": trained.loader_workers},
         "wall_seconds": round(time.perf_counter() - started, 2),
