@@ -400,3 +400,23 @@ def test_the_command_line_leaves_unset_what_it_is_not_given(monkeypatch, options
     assert (cfg.bf16, cfg.compile, cfg.attention) == expected
     again = CliRunner().invoke(app, ["pretrain", *command_line(cfg)])
     assert (seen[1].bf16, seen[1].compile, seen[1].attention) == expected, again.output
+
+
+def test_the_cuda_only_code_is_what_a_gpu_check_passed():
+    """The rule for CUDA-only code (docs/scaling-out.md): the flex path is the GPU default only
+    while its code (lab.train.attention.CUDA_ONLY) is code on which the GPU check's correctness
+    part passed, logits and gradients, as a committed record says (results/gpu-*/verified-*.json,
+    written by scripts/gpu-check.sh). A change to it goes behind an option until then."""
+    import json
+
+    from lab.train.attention import CUDA_ONLY, cuda_only_sha256
+
+    records = [json.loads(path.read_text()) for path in REPO.glob("results/gpu-*/verified-*.json")]
+    passed = {r["cuda_only_sha256"] for r in records
+              if r["cuda_only"] == list(CUDA_ONLY) and r["checks"]
+              and all(c["ok"] and c["gradients"] is not None for c in r["checks"].values())}
+    assert cuda_only_sha256() in passed, (
+        f"lab.train.attention's CUDA-only code ({', '.join(CUDA_ONLY)}) is not code a GPU "
+        "check passed on: run `bash scripts/gpu-check.sh --parts data,correctness` on a GPU and "
+        "commit its verified.json as results/gpu-NAME/verified-COMMIT.json, or put the change "
+        "behind an option and leave the default's code as it was (docs/scaling-out.md)")
