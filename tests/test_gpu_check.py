@@ -49,10 +49,12 @@ def _check(tmp_path, changes: dict | None = None) -> gpu_check.Check:
         "correctness": {"rc": 0, "ok": True, "device": "cpu", "torch": torch.__version__,
                         "cuda_only_sha256": cuda_only_sha256(), "checks": {}},
         "peak": {"tflops": 0.25}, "lab-gpt2": dict(lab), "plain-gpt2": dict(plain),
+        "lab-gpt2-cross": {**lab, "loss": {"first": 9.7, "final": 5.12}},
         "lab-roberta": dict(lab), "plain-roberta": dict(plain)}
     for (part, key), value in (changes or {}).items():
         check.results[part][key] = value
-    check.ran = {"correctness", "lab-gpt2", "plain-gpt2", "lab-roberta", "plain-roberta"}
+    check.ran = {"correctness", "lab-gpt2", "plain-gpt2", "lab-gpt2-cross", "lab-roberta",
+                 "plain-roberta"}
     return check
 
 
@@ -63,7 +65,8 @@ def _line(check: gpu_check.Check, start: str) -> str:
 def test_a_ratio_is_printed_over_a_passed_correctness_and_agreeing_losses(tmp_path):
     check = _check(tmp_path)
     assert "= 0.960x (target >= 0.95): MET" in _line(check, "gpt2: lab 96")
-    assert "loss over the last 20 steps 5 vs plain 5.1" in _line(check, "gpt2: lab 96")
+    assert ("loss over the last 20 steps 5, the lab on the plain loop's function 5.12, the plain "
+            "loop 5.1") in _line(check, "gpt2: lab 96")
     assert "gpt2 MFU: 38.4% of the 0 TFLOP/s" in _line(check, "gpt2 MFU")  # 96 * 1e9 / 0.25e12
     assert "NOT MET" in _line(check, "gpt2 MFU")
     assert _line(check, "correctness").endswith(": PASSED")
@@ -74,18 +77,26 @@ def test_a_ratio_is_printed_over_a_passed_correctness_and_agreeing_losses(tmp_pa
     ({("correctness", "cuda_only_sha256"): "0" * 64}, "the correctness part has not passed"),
     ({("lab-gpt2", "rc"): 2, ("lab-gpt2", "loss_finite"): False}, "the lab's run ended rc 2"),
     ({("plain-gpt2", "loss_finite"): False}, "the plain loop ended rc 0, loss finite: False"),
+    ({("lab-gpt2-cross", "loss"): {"first": 9.7, "final": 5.7}},
+     "on the plain loop's function the lab's loss over the last 20 steps 5.7 is 11.8% from the "
+     "plain loop's 5.1"),
+    ({("lab-gpt2-cross", "rc"): 124}, "no finite loss of the lab's loop on the plain loop's "
+                                      "function"),
     ({("lab-gpt2", "loss"): {"first": 9.7, "final": 5.7}},
-     "its loss over the last 20 steps 5.7 is 11.8% from the plain loop's 5.1"),
+     "its loss over the last 20 steps 5.7 is 11.8% above the plain loop's 5.1"),
 ])
 def test_no_speed_over_wrong_maths(tmp_path, changes, reason):
     line = _line(_check(tmp_path, changes), "gpt2: speed not reported")
     assert reason in line
 
 
-def test_only_gpt2s_loss_must_agree_with_the_plain_loops(tmp_path):
-    """RoBERTa's plain loop sees the other documents of a row (the lab's does not): its loss is
-    reported beside the ratio, not a condition of it."""
-    check = _check(tmp_path, {("lab-roberta", "loss"): {"first": 9.9, "final": 6.0}})
+def test_keeping_documents_apart_may_learn_faster_than_the_plain_loop(tmp_path):
+    """The default run keeps documents apart (per-document positions and masks), the plain loop
+    does not: on an H200 it ended 8% below the plain loop's loss, while the lab on the plain
+    loop's own function ended 0.05% from it. Lower is allowed; RoBERTa's loss is reported only."""
+    check = _check(tmp_path, {("lab-gpt2", "loss"): {"first": 9.7, "final": 4.6},
+                              ("lab-roberta", "loss"): {"first": 9.9, "final": 6.0}})
+    assert "= 0.960x" in _line(check, "gpt2: lab 96")
     assert "roberta: lab 96 vs plain compiled 100 tokens/s = 0.960x" in _line(check, "roberta")
 
 
@@ -122,14 +133,15 @@ def test_the_gpu_checks_dry_run(micro_world, tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""}
     result = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--dry-run", "--out",
-         str(tmp_path / "gc"), "--parts", "lab-gpt2,plain-gpt2"],
+         str(tmp_path / "gc"), "--parts", "lab-gpt2,lab-gpt2-cross,plain-gpt2"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
-    assert "parts data, correctness, lab-gpt2, plain-gpt2" in out
+    assert "parts data, correctness, lab-gpt2, lab-gpt2-cross, plain-gpt2" in out
     assert "correctness (flex vs the mask path): gpt2-float32 logits" in out and ": PASSED" in out
     assert "gpt2: lab " in out and "loss over the last 4 steps" in out
     results = json.loads((tmp_path / "gc" / "results.json").read_text())
-    assert results["plain-gpt2"]["steps"] == results["lab-gpt2"]["steps"] == 8
-    lab, plain = results["lab-gpt2"]["loss"]["final"], results["plain-gpt2"]["loss_last_window"]
-    assert abs(lab - plain) / plain < gpu_check.TARGETS["loss_relative"]
+    assert results["plain-gpt2"]["steps"] == results["lab-gpt2-cross"]["steps"] == 8
+    same, plain = (results["lab-gpt2-cross"]["loss"]["final"],
+                   results["plain-gpt2"]["loss_last_window"])
+    assert abs(same - plain) / plain < gpu_check.TARGETS["loss_relative"]
