@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The GPU check, for a maintainer on a machine with one NVIDIA GPU (not CI: CI has none).
-# Measures the lab's paper-shape pre-training against a plain compiled loop of the same shape
-# (GPT-2 and RoBERTa, block 512, bf16), its MFU, the FlexAttention document kernel against the
-# mask path, the quickstart study on the GPU with its wall time, and DeepSpeed ZeRO-2 on one GPU;
-# then prints one verdict per target. Numbers land in OUT/results.json, logs in OUT/*.log.
+# First the FlexAttention document kernel against the mask path (logits and gradients); then the
+# lab's paper-shape pre-training against a plain compiled loop of the same shape on the same
+# batches (GPT-2 and RoBERTa, block 512, bf16), its MFU, the quickstart study on the GPU with its
+# wall time, and DeepSpeed ZeRO-2 on one GPU; then one verdict per target, a speed ratio only
+# over a passed correctness and a finite loss (docs/scaling-out.md#the-gpu-check). Numbers land
+# in OUT/results.json, logs in OUT/*.log, the record of the CUDA-only code a pass covered in
+# OUT/verified.json.
 #   bash scripts/gpu-check.sh [--out DIR] [--parts peak,data,...]   # on the GPU machine
 #   bash scripts/gpu-check.sh --dry-run --out /tmp/gc               # anywhere: tiny shapes
 # The machine's Python needs torch and transformers; what else the lab needs can travel as
