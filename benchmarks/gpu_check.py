@@ -201,6 +201,9 @@ class Check:
                 "tokens_per_second": s["batch"] * s["block"] / mean if mean else None,
                 "tokens_per_second_median_step": result.get("tokens_per_second"),
                 "steps": len(losses),
+                "window_tokens_per_second": plain_windows(result.get("step_seconds") or [],
+                                                          s["batch"] * s["block"],
+                                                          s["log_steps"]),
                 # the mean over the last log window, as the lab logs its loss
                 "loss_last_window": sum(window) / len(window) if window else None,
                 **{k: result.get(k) for k in ("step_seconds_median", "mfu", "loss_first",
@@ -233,7 +236,9 @@ class Check:
                 "parameters": manifest["model"]["parameters"], "steps": manifest["steps"],
                 "flex_check": manifest["speed"].get("flex_check"),
                 "loss": {k: manifest["loss"][k] for k in ("first", "final")},
-                "loss_finite": bool(history) and all(math.isfinite(v) for v in history)}
+                "loss_finite": bool(history) and all(math.isfinite(v) for v in history),
+                # the rate of each log window after the first (the median is quoted)
+                "window_tokens_per_second": logged_windows(self.out / f"{part}.log")[1:]}
 
     def quickstart(self) -> dict[str, Any]:
         study = self.out / "quickstart"
@@ -328,17 +333,20 @@ class Check:
             verdict = ("(for comparison: the targets are the default loop's)"
                        if part.endswith("trainer") else f"(target >= {TARGETS['ratio']}): "
                        + ("MET" if ratio >= TARGETS["ratio"] else "NOT MET"))
+            windows = (median(lab.get("window_tokens_per_second") or []),
+                       median(plain.get("window_tokens_per_second") or []))
+            medians = (f"; medians of {self.shape['log_steps']}-step windows: lab "
+                       f"{windows[0]:,.0f} vs plain {windows[1]:,.0f} = "
+                       f"{windows[0] / windows[1]:.3f}x" if all(windows) else "")
             lines.append(f"{name}: lab {lab['steady_tokens_per_second']:,.0f} vs plain compiled "
                          f"{plain['tokens_per_second']:,.0f} tokens/s = {ratio:.3f}x {verdict}"
-                         + loss)
+                         + medians + loss)
             if part == "lab-gpt2":
                 lines.append(self.mfu_line(lab))
         seconds, code = get("quickstart", "seconds"), get("quickstart", "rc")
-        if "quickstart" not in r:
-            pass
-        elif self.dry_run:
+        if "quickstart" in r and self.dry_run:
             lines.append(f"quickstart: dry run, its plan only (rc {code})")
-        else:
+        elif "quickstart" in r:
             lines.append(f"quickstart on the GPU: {seconds} s, rc {code} (target <= "
                          f"{TARGETS['quickstart_seconds']:.0f} s): "
                          + ("MET" if code == 0 and seconds
@@ -399,6 +407,20 @@ class Check:
 
 # --- the data's batches and the correctness part (each its own process) ------------------
 
+def packed_data(out: Path, block: int) -> tuple[Any, Any, Any, Any]:
+    """(tokenizer, tokenized corpus, packing, dataset) of OUT's corpus, packed as lab pretrain
+    packs it."""
+    from lab.tokenizer import load_tokenizer, tokenizer_hash
+    from lab.train.packing import PackedDataset, pack_documents, tokenize_corpus
+
+    tok = load_tokenizer(out / "tokenizer")
+    corpus = tokenize_corpus(out / "corpus", tok, tokenizer_hash(out / "tokenizer"),
+                             out / "cache")
+    packing = pack_documents(corpus.lengths(), block, samples=corpus.injected)
+    dataset = PackedDataset(corpus, packing, tok.bos_token_id, tok.eos_token_id, tok.pad_token_id)
+    return tok, corpus, packing, dataset
+
+
 def write_batches(out: Path, dry_run: bool) -> dict[str, Any]:
     """OUT/batches-FAMILY.npz: the `steps` batches `lab pretrain` trains on first with SEED, in
     its order (lab.train.schedule, lab.train.loop), as its mask-path collator gives them
@@ -409,18 +431,13 @@ def write_batches(out: Path, dry_run: bool) -> dict[str, Any]:
     import numpy as np
 
     from lab.models import build_config, position_offset
-    from lab.tokenizer import load_tokenizer, tokenizer_hash
     from lab.train.loop import BatchesOfTheRun, micro_batches
-    from lab.train.packing import PackedCollator, PackedDataset, pack_documents, tokenize_corpus
+    from lab.train.packing import PackedCollator
     from lab.train.schedule import plan_data_order
 
     shape = DRY_SHAPE if dry_run else SHAPE
-    tok = load_tokenizer(out / "tokenizer")
-    corpus = tokenize_corpus(out / "corpus", tok, tokenizer_hash(out / "tokenizer"),
-                             out / "cache")
     block, batch, steps = shape["block"], shape["batch"], shape["steps"]
-    packing = pack_documents(corpus.lengths(), block, samples=corpus.injected)  # as lab pretrain
-    dataset = PackedDataset(corpus, packing, tok.bos_token_id, tok.eos_token_id, tok.pad_token_id)
+    tok, corpus, packing, dataset = packed_data(out, block)
     order = plan_data_order(packing.sequences, corpus.injected, SEED, batch, 1, 1, 1.0, steps,
                             None)
     plan = micro_batches(len(dataset), SimpleNamespace(batch_size=batch, grad_accum=1), 0, steps)
@@ -445,6 +462,33 @@ def write_batches(out: Path, dry_run: bool) -> dict[str, Any]:
     return record
 
 
+def plain_windows(step_seconds: list[float], tokens_per_step: int, size: int) -> list[float]:
+    """The plain loop's rate over consecutive windows of `size` timed steps, the windows the
+    lab logs (its timed steps start where the lab's steady rate does)."""
+    return [tokens_per_step * size / sum(step_seconds[i:i + size])
+            for i in range(0, len(step_seconds) - size + 1, size)]
+
+
+def logged_windows(log: Path) -> list[float]:
+    """The tokens/s of each log window the last `lab pretrain` in a part's log printed (the
+    manifest keeps no timing, so that it stays the same run to run)."""
+    import ast
+
+    lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
+    last = max((i for i, line in enumerate(lines) if line.startswith("$ ")), default=-1)
+    rates = []
+    for line in lines[last + 1:]:
+        if line.startswith("{'loss'") and "throughput_tokens_per_second" in line:
+            rates.append(float(ast.literal_eval(line)["throughput_tokens_per_second"]))
+    return rates
+
+
+def median(values: list[float]) -> float | None:
+    import statistics
+
+    return statistics.median(values) if values else None
+
+
 def commit() -> str | None:
     """The commit measured: LAB_COMMIT (a working tree copied without .git), else git's."""
     if os.environ.get("LAB_COMMIT"):
@@ -464,20 +508,14 @@ def correctness(out: Path, dry_run: bool) -> dict[str, Any]:
     import torch
 
     from lab.models import build_config, build_model
-    from lab.tokenizer import load_tokenizer, tokenizer_hash
     from lab.train.attention import CUDA_ONLY, cuda_only_sha256
     from lab.train.flex_check import check_features, compare_paths
-    from lab.train.packing import PackedDataset, pack_documents, tokenize_corpus
 
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
     shape = DRY_SHAPE if dry_run else SHAPE
-    tok = load_tokenizer(out / "tokenizer")
-    corpus = tokenize_corpus(out / "corpus", tok, tokenizer_hash(out / "tokenizer"),
-                             out / "cache")
     block = shape["block"]
-    dataset = PackedDataset(corpus, pack_documents(corpus.lengths(), block), tok.bos_token_id,
-                            tok.eos_token_id, tok.pad_token_id)
+    tok, _, _, dataset = packed_data(out, block)
     most = sorted(range(len(dataset)), key=lambda i: -int(dataset[i]["segments"].max()))[:7]
     features = [dataset[i] for i in most + [len(dataset) - 1]]
     features += [{**f, "index": len(dataset) + f["index"]} for f in check_features(tok, block)]

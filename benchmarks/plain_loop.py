@@ -367,6 +367,8 @@ def run(**kwargs: Any) -> dict[str, Any]:
         _write_json(result, o.json, say)
         return result
 
+    # The lab's batches (--data), checked before any model is built.
+    labelled = load_batches(o.data, o.batch, o.block, o.vocab, device) if o.data else None
     if cuda:  # the training run's peak, not the matmul's
         torch.cuda.reset_peak_memory_stats(device)
     torch.manual_seed(o.seed)
@@ -386,21 +388,20 @@ def run(**kwargs: Any) -> dict[str, Any]:
     length = o.block + 1 if o.model == "gpt2" else o.block
     generator = torch.Generator(device=device).manual_seed(o.seed)
     data = [torch.randint(0, o.vocab, (o.batch, length), device=device, generator=generator)
-            for _ in range(o.batches)]
-    labelled = load_batches(o.data, o.batch, o.block, o.vocab, device) if o.data else None
+            for _ in range(o.batches if labelled is None else 0)]
     if labelled is not None:
         result["data"] = {"path": str(o.data), "batches": len(labelled)}
     mask_id = min(4, o.vocab - 1)  # <mask> in a RoBERTa-style tokenizer
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=o.dtype == "bf16")
 
     def step(i: int) -> torch.Tensor:
-        tokens = data[i % len(data)]
         with autocast:
             if labelled is not None:
                 loss = step_model(*labelled[i % len(labelled)])
             elif o.model == "gpt2":
-                loss = step_model(tokens)
+                loss = step_model(data[i % len(data)])
             else:
+                tokens = data[i % len(data)]
                 masked = torch.rand(tokens.shape, device=device) < o.mlm_probability
                 inputs = torch.where(masked, torch.full_like(tokens, mask_id), tokens)
                 labels = torch.where(masked, tokens, torch.full_like(tokens, -100))
@@ -548,7 +549,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    run(**vars(parse_args(argv)))
+    try:
+        run(**vars(parse_args(argv)))
+    except (ValueError, OSError, KeyError) as exc:  # bad options or --data: one line, exit 2
+        print(f"plain_loop: error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

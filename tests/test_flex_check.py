@@ -5,6 +5,8 @@ that passes records it in its manifest. torch has no flex backward on a CPU, so 
 cases swap in a dense kernel computing the same function through the BlockMask's mask_mod."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from lab.common import LabError
@@ -185,6 +187,6 @@ def test_a_flex_run_records_its_check_in_the_manifest(micro_world, tmp_path, mon
     assert check["ok"] and check["device"] == "cpu" and check["block"] == BLOCK
     assert check["errors"]["float32"]["logits"] < 1e-5 and check["seconds"] >= 0
     assert manifest["steps"] == 3
-    mask = run_pretrain(_config(micro_world, tmp_path, "mask").__class__(
-        **{**_config(micro_world, tmp_path, "mask").__dict__, "attention": "mask"}))
+    mask = run_pretrain(dataclasses.replace(_config(micro_world, tmp_path, "mask"),
+                                            attention="mask"))
     assert mask["speed"]["flex_check"] is None

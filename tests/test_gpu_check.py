@@ -43,8 +43,9 @@ def _check(tmp_path, changes: dict | None = None) -> gpu_check.Check:
     check = gpu_check.Check(tmp_path, dry_run=False)
     lab = {"rc": 0, "steady_tokens_per_second": 96.0, "loss": {"first": 9.7, "final": 5.0},
            "loss_finite": True, "mfu": 0.4, "flops_per_token": 1e9,
-           "peak_bf16_tflops": {"value": 790.0}}
-    plain = {"rc": 0, "tokens_per_second": 100.0, "loss_finite": True, "loss_last_window": 5.1}
+           "peak_bf16_tflops": {"value": 790.0}, "window_tokens_per_second": [80.0, 90.0, 99.0]}
+    plain = {"rc": 0, "tokens_per_second": 100.0, "loss_finite": True, "loss_last_window": 5.1,
+             "window_tokens_per_second": [100.0, 101.0, 99.0]}
     check.results = {
         "correctness": {"rc": 0, "ok": True, "device": "cpu", "torch": torch.__version__,
                         "cuda_only_sha256": cuda_only_sha256(), "checks": {}},
@@ -65,6 +66,7 @@ def _line(check: gpu_check.Check, start: str) -> str:
 def test_a_ratio_is_printed_over_a_passed_correctness_and_agreeing_losses(tmp_path):
     check = _check(tmp_path)
     assert "= 0.960x (target >= 0.95): MET" in _line(check, "gpt2: lab 96")
+    assert "medians of 20-step windows: lab 90 vs plain 100 = 0.900x" in _line(check, "gpt2: lab 96")
     assert ("loss over the last 20 steps 5, the lab on the plain loop's function 5.12, the plain "
             "loop 5.1") in _line(check, "gpt2: lab 96")
     assert "gpt2 MFU: 38.4% of the 0 TFLOP/s" in _line(check, "gpt2 MFU")  # 96 * 1e9 / 0.25e12
@@ -145,3 +147,18 @@ def test_the_gpu_checks_dry_run(micro_world, tmp_path):
     same, plain = (results["lab-gpt2-cross"]["loss"]["final"],
                    results["plain-gpt2"]["loss_last_window"])
     assert abs(same - plain) / plain < gpu_check.TARGETS["loss_relative"]
+
+
+def test_the_plain_loops_windows_are_the_labs_log_windows():
+    # 4 timed steps of 0.5 s and 4 of 0.25 s, 2 tokens a step, windows of 4 steps
+    assert gpu_check.plain_windows([0.5] * 4 + [0.25] * 4 + [9.0], 2, 4) == [4.0, 8.0]
+
+
+def test_the_labs_windows_come_from_its_last_run_in_the_log(tmp_path):
+    log = tmp_path / "lab-gpt2.log"
+    log.write_text("$ lab pretrain ...\n{'loss': '9', 'throughput_tokens_per_second': '1e+05'}\n"
+                   "$ lab pretrain ...\n{'loss': '9.8', 'epoch': '0.01'}\n"
+                   "{'loss': '7.2', 'throughput_tokens_per_second': '5.503e+05'}\n"
+                   "Writing model shards\n{'loss': '6.2', 'throughput_tokens_per_second': '5.792e+05'}\n")
+    assert gpu_check.logged_windows(log) == [550300.0, 579200.0]
+    assert gpu_check.logged_windows(tmp_path / "none.log") == []

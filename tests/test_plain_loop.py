@@ -224,3 +224,19 @@ def test_cli_without_peak_has_no_mfu(tmp_path, capsys):
     assert result["mfu"] is None and result["model"] == "gpt2" and result["compiled"] is False
     assert result["tokens_per_second"] > 0 and result["step_seconds_median"] > 0
     assert "MFU n/a" in capsys.readouterr().out
+
+
+def test_bad_data_is_refused_in_one_line(tmp_path, capsys):
+    import numpy as np
+
+    missing = tmp_path / "none.npz"
+    assert main(["--data", str(missing), *map(str, ["--steps", 1])]) == 2
+    wrong = tmp_path / "wrong.npz"
+    np.savez(wrong, input_ids=np.zeros((2, 3, 4), dtype=np.int32),
+             labels=np.zeros((2, 3, 4), dtype=np.int32))
+    assert main(["--data", str(wrong), "--model", "gpt2", "--layers", "1", "--hidden", "16",
+                 "--heads", "2", "--ffn", "32", "--vocab", "50", "--block", "8", "--batch", "2",
+                 "--steps", "1", "--device", "cpu", "--dtype", "fp32"]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 2 and all(e.startswith("plain_loop: error: ") for e in errors)
+    assert "none.npz" in errors[0] and "expected (batches, 2, 8)" in errors[1]

@@ -393,13 +393,14 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
     )
 
     args = _training_arguments(cfg, work / "checkpoints") if cfg.loop == "trainer" else None
+    config = build_config(cfg.model, cfg.preset, tokenizer, cfg.block_size)
     flex = cfg.attention == "flex" and not cfg.cross_document_attention
     # Before any work: the flex kernel must give the mask path's logits and gradients on this
     # device (lab.train.flex_check), or the run is refused.
     flex_check = (require_flex_kernel(
-        cfg.model, build_config(cfg.model, cfg.preset, tokenizer, cfg.block_size), tokenizer,
-        cfg.block_size, str(args.device) if args is not None else training_device(),
-        bool(cfg.bf16)) if flex else None)
+        cfg.model, config, tokenizer, cfg.block_size,
+        str(args.device) if args is not None else training_device(), bool(cfg.bf16))
+        if flex else None)
     # local=False: global rank 0 fills the token cache before any other rank (on any node) reads
     # it, so nodes sharing a cache on a common filesystem never build it concurrently.
     with (args.main_process_first(local=False, desc="tokenise corpus") if args
@@ -422,7 +423,6 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
                             cfg.max_steps, timing)
 
     set_seed(cfg.seed)
-    config = build_config(cfg.model, cfg.preset, tokenizer, cfg.block_size)
     model = build_model(cfg.model, config)
     if init is not None:  # the weights training starts from; a resume then loads its checkpoint's
         load_init_weights(model, init)
