@@ -83,12 +83,12 @@ def test_the_check_passes_the_right_kernel_once_per_process(micro, family):
     from lab.train.flex_check import check_flex_kernel
 
     tok, configs = micro
-    record = check_flex_kernel(family, configs[family], tok, BLOCK, "cpu", bf16=False)
+    record = check_flex_kernel(configs[family], tok, BLOCK, "cpu", bf16=False)
     assert record["ok"] and not record["cached"] and record["device"] == "cpu"
     errors = record["errors"]["float32"]
     assert errors["logits"] < 1e-5 and errors["gradients"] is None  # no flex backward on a CPU
     assert errors["loss"][0] == pytest.approx(errors["loss"][1], rel=1e-5)
-    again = check_flex_kernel(family, configs[family], tok, BLOCK, "cpu", bf16=False)
+    again = check_flex_kernel(configs[family], tok, BLOCK, "cpu", bf16=False)
     assert again["cached"] and again["errors"] == record["errors"]
 
 
@@ -111,7 +111,7 @@ def test_a_wrong_mask_is_refused_naming_the_error_and_the_way_out(micro, monkeyp
             return right(documents * 100 + tile, causal)
         monkeypatch.setattr(attention, "document_block_mask", cut_at_tiles)
     with pytest.raises(LabError) as refused:
-        require_flex_kernel(family, configs[family], tok, 200, "cpu", bf16=False)
+        require_flex_kernel(configs[family], tok, 200, "cpu", bf16=False)
     message = str(refused.value)
     assert "\n" not in message
     assert message.startswith("--attention flex: the FlexAttention document kernel disagrees")
@@ -125,12 +125,12 @@ def test_gradients_only_the_backward_gets_wrong_are_caught(micro, monkeypatch):
 
     tok, configs = micro
     monkeypatch.setattr(attention, "_eager_flex", dense_kernel())
-    right = check_flex_kernel("gpt2", configs["gpt2"], tok, BLOCK, "cpu", bf16=False,
+    right = check_flex_kernel(configs["gpt2"], tok, BLOCK, "cpu", bf16=False,
                               gradients=True)
     assert right["ok"], right["errors"]
     assert right["errors"]["float32"]["gradients"] < 1e-5
     monkeypatch.setattr(attention, "_eager_flex", dense_kernel(wrong_backward=True))
-    wrong = check_flex_kernel("roberta", configs["roberta"], tok, BLOCK, "cpu", bf16=False,
+    wrong = check_flex_kernel(configs["roberta"], tok, BLOCK, "cpu", bf16=False,
                               gradients=True)
     errors = wrong["errors"]["float32"]
     assert errors["logits"] < 1e-5  # the forward pass cannot tell ...
@@ -139,7 +139,7 @@ def test_gradients_only_the_backward_gets_wrong_are_caught(micro, monkeypatch):
     assert errors["gradients_together"] < errors["gradients"]  # a sum would dilute it
     with pytest.raises(LabError, match=r"gradients in float32 0\.\d+ > 0\.0005 \(roberta\."):
         monkeypatch.setattr(flex_check, "_checked", {})
-        flex_check.require_flex_kernel("roberta", configs["roberta"], tok, BLOCK, "cpu", False,
+        flex_check.require_flex_kernel(configs["roberta"], tok, BLOCK, "cpu", False,
                                        gradients=True)
 
 

@@ -39,7 +39,7 @@ TOLERANCES: dict[str, dict[str, Any]] = {
 CHECK_LAYERS = 2  # the checked model's depth: the kernel is the same in every layer
 CHECK_ROWS = 4
 
-_checked: dict[tuple, dict[str, Any]] = {}  # one check per process, device, shape and precision
+_checked: dict[tuple, dict[str, Any]] = {}  # one check per process, device, config and precision
 
 
 def check_features(tokenizer: Any, block: int, seed: int = 0) -> list[dict[str, Any]]:
@@ -52,11 +52,11 @@ def check_features(tokenizer: Any, block: int, seed: int = 0) -> list[dict[str, 
     generator = torch.Generator().manual_seed(seed)
     special = set(tokenizer.all_special_ids)
     ordinary = torch.tensor([i for i in range(len(tokenizer)) if i not in special])
-    layouts = [
-        [block // 3 + 5, 7, block // 4 - 3, block // 5, 1] + [0] * (block // 8),
+    layouts = [  # document lengths in order; the row's rest is padding
+        [block // 3 + 5, 7, block // 4 - 3, block // 5, 1],
         [block],
         [3 + (k % 9) for k in range(block)],
-        [block // 2 + 3] + [0] * block,
+        [block // 2 + 3],
     ]
     features = []
     for index, lengths in enumerate(layouts):
@@ -65,8 +65,6 @@ def check_features(tokenizer: Any, block: int, seed: int = 0) -> list[dict[str, 
         start, number = 0, 0
         for length in lengths:
             if start >= block:
-                break
-            if length == 0:  # padding runs to the end of the row
                 break
             end = min(block, start + length)
             number += 1
@@ -147,9 +145,8 @@ def compare_paths(model: Any, tokenizer: Any, features: list[dict[str, Any]], de
 
     report: dict[str, dict[str, Any]] = {}
     for precision in precisions:
-        dtype = torch.bfloat16 if precision == "bf16" else torch.float32
         autocast = torch.autocast(torch.device(device).type, dtype=torch.bfloat16,
-                                  enabled=dtype != torch.float32)
+                                  enabled=precision == "bf16")
         exact = _float32_matmuls_exact(device) if precision == "float32" else contextlib.nullcontext()
         with exact, autocast:
             want_logits, want_grads, want_loss = run(mask_batch)
@@ -183,18 +180,18 @@ def compare_paths(model: Any, tokenizer: Any, features: list[dict[str, Any]], de
     return report
 
 
-def check_flex_kernel(family: str, config: Any, tokenizer: Any, block: int, device: str,
-                      bf16: bool, gradients: bool | None = None) -> dict[str, Any]:
+def check_flex_kernel(config: Any, tokenizer: Any, block: int, device: str, bf16: bool,
+                      gradients: bool | None = None) -> dict[str, Any]:
     """The check of the module's docstring, once per process for a device, family, shape and
     precision (later calls return the first record, `cached` true). The caller's random state is
     left as it was."""
     import torch
 
-    from lab.models import build_model
+    from lab.models import build_model, model_family
 
+    family = model_family(config)
     precisions = ("float32", "bf16") if bf16 else ("float32",)
-    shape = (config.to_json_string() if hasattr(config, "to_json_string") else repr(config))
-    key = (str(device), family, block, shape, precisions, gradients)
+    key = (str(device), block, config.to_json_string(), precisions, gradients)
     if key in _checked:
         return {**_checked[key], "cached": True}
     started = time.perf_counter()
@@ -238,10 +235,10 @@ def failure_message(record: dict[str, Any]) -> str:
             "train with --attention mask (a recipe: pretrain.attention: mask)")
 
 
-def require_flex_kernel(family: str, config: Any, tokenizer: Any, block: int, device: str,
-                        bf16: bool, gradients: bool | None = None) -> dict[str, Any]:
+def require_flex_kernel(config: Any, tokenizer: Any, block: int, device: str, bf16: bool,
+                        gradients: bool | None = None) -> dict[str, Any]:
     """check_flex_kernel's record, or LabError when the check fails."""
-    record = check_flex_kernel(family, config, tokenizer, block, device, bf16, gradients)
+    record = check_flex_kernel(config, tokenizer, block, device, bf16, gradients)
     if not record["ok"]:
         raise LabError(failure_message(record))
     return record

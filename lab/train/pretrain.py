@@ -398,7 +398,7 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
     # Before any work: the flex kernel must give the mask path's logits and gradients on this
     # device (lab.train.flex_check), or the run is refused.
     flex_check = (require_flex_kernel(
-        cfg.model, config, tokenizer, cfg.block_size,
+        config, tokenizer, cfg.block_size,
         str(args.device) if args is not None else training_device(), bool(cfg.bf16))
         if flex else None)
     # local=False: global rank 0 fills the token cache before any other rank (on any node) reads
