@@ -36,6 +36,19 @@ CONVENTIONS = {
 DEFAULT_CONVENTION = "exact-two-sided"  # the lab's choice (module docstring); recipes default to it
 ALPHA = 0.05  # every convention's significance level; the power notes use it
 POWER = 0.8
+# The two scores a contrast can be stated in (recipe statistics.score): the mean of the samples'
+# scores (sentence BLEU per sample; resampled within seeds), or the arm's corpus-level score
+# (corpus BLEU, as the study's tables give it; one number per arm and seed).
+SAMPLE_SCORE = "sample"
+CORPUS_SCORE = "corpus"
+SCORES = {SAMPLE_SCORE: "mean per-sample score", CORPUS_SCORE: "corpus-level score, as the study's "
+          "tables give it"}
+# The power a dry run states is at a declared effect, never at an observed one. Defaults: a
+# 2-point lift (BLEU) against a per-seed spread of 2 points (d = 1); the committed rq4 and rq5
+# studies' per-seed effects spread 0.4-1.2 points in mean sentence BLEU and up to 2.7 in corpus
+# BLEU.
+SMALLEST_EFFECT = 2.0
+PLANNING_SD = 2.0
 EXACT_SPLITS = 10 ** 6  # tied scores: enumerate up to this many splits, beyond it asymptotic
 PERMUTATION_TIES = "exact permutation (ties)"  # the method named when ties were kept exactly
 ASYMPTOTIC_TIES = "asymptotic (ties; too many splits to enumerate)"

@@ -30,7 +30,8 @@ from lab.contamination.inject import InjectConfig, placebo_splits
 from lab.detect.run import DetectConfig
 from lab.eval.probe import ProbeConfig
 from lab.study.evaluate import EvaluateStageConfig
-from lab.stats import ALPHA, CONVENTIONS, DEFAULT_CONVENTION
+from lab.stats import (ALPHA, CONVENTIONS, DEFAULT_CONVENTION, PLANNING_SD, SAMPLE_SCORE, SCORES,
+                       SMALLEST_EFFECT)
 from lab.study.questions import QUESTIONS
 from lab.train.finetune import FinetuneConfig
 from lab.tokenizer import TokenizerConfig
@@ -243,6 +244,19 @@ class StatisticsSection:
                                        "evaluation.metrics; null: the first of them).")
     descriptive: bool = param(False, "A descriptive study: its seeds need not reach alpha (no "
                               "power check before compute) and no primary p is starred.")
+    score: str = param(SAMPLE_SCORE, "Which score of the primary metric the primary family "
+                       "tests: " + " or ".join(f"{k} ({v})" for k, v in SCORES.items())
+                       + "; the other is shown beside it as secondary, and where the two "
+                       "disagree in sign or significance the report says so.")
+    smallest_effect: float = param(SMALLEST_EFFECT, "The smallest effect of interest, in the "
+                                   "primary metric's points (a mean per-seed effect): the "
+                                   "effect at which the dry run states the family's power.")
+    planning_sd: float = param(PLANNING_SD, "The planned spread (standard deviation) of the "
+                               "per-seed effects, in the metric's points: with smallest_effect, "
+                               "what the power simulation draws.")
+    planned_seeds: int | None = param(None, "How many seeds the analysis was planned with (null: "
+                                      "as many as `seeds` lists). A study merged from more "
+                                      "seeds is reported as exploratory, not confirmatory.")
 
 
 CONTINUED_ORDERS = ("clean-after", "clean-first")
@@ -521,6 +535,16 @@ def _check_study(recipe: Recipe) -> None:
         _fail("statistics.alpha", f"expected a number in (0, 1), got {recipe.statistics.alpha}")
     if recipe.statistics.convention not in CONVENTIONS:
         _fail("statistics.convention", f"choose from {', '.join(CONVENTIONS)}")
+    if recipe.statistics.score not in SCORES:
+        _fail("statistics.score", f"choose from {', '.join(SCORES)}")
+    if not recipe.statistics.smallest_effect > 0:
+        _fail("statistics.smallest_effect", f"expected a number > 0, got "
+              f"{recipe.statistics.smallest_effect}")
+    if not recipe.statistics.planning_sd > 0:
+        _fail("statistics.planning_sd", f"expected a number > 0, got {recipe.statistics.planning_sd}")
+    planned = recipe.statistics.planned_seeds
+    if planned is not None and planned < 1:
+        _fail("statistics.planned_seeds", f"expected int >= 1 or null, got {planned}")
     _check_resources(recipe.resources)
     if recipe.detect.enabled and not any(settings_table.get(arm).injects_test
                                          for arm in recipe.arms):
