@@ -374,6 +374,11 @@ CLUSTER_BOOTSTRAP = ("cluster bootstrap-t: seeds resampled with replacement, the
                      "seed's samples, the mean of the drawn per-seed effects studentised by their "
                      "spread over seeds (each tail at least Student's t, k - 1 df)")
 BOOTSTRAP_RESAMPLES = 2000
+# With this many seeds or fewer a bootstrap-t draws from too few distinct resamples: its tails
+# move by whole points between bootstrap seeds (issue 58: 80.7-92.0 at 3 seeds), so the
+# interval is Student's t over the per-seed effects, which is exact for normal effects.
+STUDENT_T_SEEDS = 4
+STUDENT_T = "Student t over the per-seed effects (k - 1 df)"
 SAMPLE_BOOTSTRAP = "percentile bootstrap of the samples (one seed: about this model)"
 
 
@@ -424,9 +429,24 @@ def cluster_resamples(per_seed: dict[Any, SeedParts], resamples: int = BOOTSTRAP
     return resampled[drawn_seeds, np.arange(resamples)[:, None], np.arange(k)[None, :]]
 
 
+def interval_method(seeds: int) -> str:
+    """How effect_interval makes the interval of `seeds` per-seed effects."""
+    return STUDENT_T if seeds <= STUDENT_T_SEEDS else CLUSTER_BOOTSTRAP
+
+
+def clipped(interval: tuple[float, float], bounds: tuple[float, float] | None
+            ) -> tuple[float, float]:
+    """An interval cut to what the effect can be (a difference of two 0-100 scores cannot leave
+    [-100, 100]); unchanged without bounds."""
+    if bounds is None:
+        return interval
+    low, high = bounds
+    return max(low, min(high, interval[0])), max(low, min(high, interval[1]))
+
+
 def effect_interval(per_seed: dict[Any, SeedParts], level: float = 0.95,
-                    resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
-                    ) -> tuple[float, float] | None:
+                    resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0,
+                    bounds: tuple[float, float] | None = None) -> tuple[float, float] | None:
     """A `level` interval of the mean per-seed effect over these samples (the seed is the unit):
     CLUSTER_BOOTSTRAP. Each resample (cluster_resamples) gives k effects; their mean minus the
     observed mean, over their spread, is t*, and the interval is the observed mean minus the
@@ -434,7 +454,8 @@ def effect_interval(per_seed: dict[Any, SeedParts], level: float = 0.95,
     of freedom. Studentising by the spread over seeds keeps it honest with few seeds, where a
     percentile interval of the resampled means is far too narrow
     (benchmarks/inference_calibration.py measures both). One seed: None (no spread over seeds);
-    see sample_interval."""
+    see sample_interval. With STUDENT_T_SEEDS seeds or fewer: Student's t over the per-seed
+    effects (interval_method). `bounds`: what the effect can be (clipped)."""
     import numpy as np
     from scipy.stats import t as t_distribution
 
@@ -442,9 +463,12 @@ def effect_interval(per_seed: dict[Any, SeedParts], level: float = 0.95,
     k = len(effects)
     if k < 2:
         return None
+    if k <= STUDENT_T_SEEDS:
+        _mean, low, high = seed_mean_interval(effects.tolist(), level)
+        return clipped((low, high), bounds)
     estimate, spread = effects.mean(), effects.std(ddof=1) / math.sqrt(k)
     if spread == 0:
-        return float(estimate), float(estimate)
+        return clipped((float(estimate), float(estimate)), bounds)
     drawn = cluster_resamples(per_seed, resamples, seed)
     spreads = drawn.std(axis=1, ddof=1) / math.sqrt(k)
     t_star = (drawn.mean(axis=1) - estimate) / np.maximum(spreads, 1e-12 * max(1.0, abs(spread)))
@@ -454,7 +478,7 @@ def effect_interval(per_seed: dict[Any, SeedParts], level: float = 0.95,
     # effects, is the least either tail may reach.
     student = float(t_distribution.ppf((1 + level) / 2, k - 1))
     low_t, high_t = min(low_t, -student), max(high_t, student)
-    return float(estimate - high_t * spread), float(estimate - low_t * spread)
+    return clipped((float(estimate - high_t * spread), float(estimate - low_t * spread)), bounds)
 
 
 def sample_interval(parts: SeedParts, level: float = 0.95, resamples: int = BOOTSTRAP_RESAMPLES,
@@ -516,6 +540,154 @@ def seeds_for_power(effects: Sequence[float], alpha: float = ALPHA, power: float
     std = math.sqrt(sum((e - mean) ** 2 for e in effects) / (k - 1))
     z = norm.ppf(1 - alpha / sides) + norm.ppf(power)
     return max(floor, math.ceil((z * std / mean) ** 2))
+
+
+# ---- power before compute: the exact sign-flip test at a declared effect ----------------------
+# "Seeds for 80% power" from a normal formula, (z_alpha + z_power)^2 / d^2, is optimistic here
+# twice over: it takes the spread as known (z, not t) and the test as continuous, while an exact
+# sign-flip test over K seeds has only 2^K patterns (issue 58: 8 seeds at d = 1 give 0.65, not
+# 0.8). So the power is simulated with the test itself, Holm and all.
+POWER_SIMULATIONS = 4000  # simulated studies: Monte Carlo error about 0.008 at a power of 0.7
+POWER_RNG_SEED = 0
+POWER_SEARCH_SEEDS = 40  # seeds_for_planned_power searches up to this many
+POWER_ASSUMPTIONS = ("per-seed effects Normal(effect, sd), drawn independently for each test "
+                     "(a real study's tests share their seeds, and so their seed noise)")
+# A flip's sum within this share of the set's summed |effect| below the observed sum counts as
+# reaching it: the observed pattern must count itself, whatever the rounding of its two halves.
+_TIE_TOLERANCE = 1e-9
+_ROWS_AT_ONCE = 16384  # sets counted together: bounds the memory, and keeps 4 x rows exact
+
+
+def _sign_patterns(k: int) -> Any:
+    """All 2^k sign patterns, one row each (+1 / -1)."""
+    import numpy as np
+
+    bits = (np.arange(2 ** k)[:, None] >> np.arange(k)[None, :]) & 1
+    return 1.0 - 2.0 * bits
+
+
+def _patterns_reaching(effects: Any, threshold: Any) -> Any:
+    """Per row of `effects` (n x k), how many of the 2^k sign flips have a sum >= threshold
+    (less a tolerance, so that the observed pattern counts itself). Meet in the middle: the sums
+    of the first half's flips against the sorted sums of the second half's, all rows at once,
+    which is 2^(k/2) work per row where enumerating the flips is 2^k."""
+    import numpy as np
+
+    if len(effects) > _ROWS_AT_ONCE:
+        return np.concatenate([_patterns_reaching(effects[i:i + _ROWS_AT_ONCE],
+                                                  threshold[i:i + _ROWS_AT_ONCE])
+                               for i in range(0, len(effects), _ROWS_AT_ONCE)])
+    n, k = effects.shape
+    half = k // 2
+    scale = np.maximum(np.abs(effects).sum(axis=1), 1e-300)
+    first = (effects[:, :half] / scale[:, None]) @ _sign_patterns(half).T       # n x 2^half
+    second = np.sort((effects[:, half:] / scale[:, None]) @ _sign_patterns(k - half).T, axis=1)
+    # Each row's flip sums lie in [-1, 1] after the scaling, so shifting row r by 4r keeps the
+    # rows apart and one sorted array serves every row's counting (4 x _ROWS_AT_ONCE keeps the
+    # shifted sums' rounding far below _TIE_TOLERANCE).
+    offsets = 4.0 * np.arange(n)[:, None]
+    needed = threshold[:, None] / scale[:, None] - first - _TIE_TOLERANCE + offsets
+    below = np.searchsorted((second + offsets).ravel(), needed.ravel()).reshape(n, -1)
+    below -= (np.arange(n) * second.shape[1])[:, None]
+    return (second.shape[1] - below).sum(axis=1)
+
+
+def sign_flip_p_values(effects: Any, alternative: str = "two-sided") -> Any:
+    """sign_flip_test's p for each row of `effects` (n sets of k per-seed effects) at once:
+    exact over the 2^k flips up to SIGN_FLIP_EXACT seeds, else its normal approximation."""
+    import numpy as np
+    from scipy.stats import norm
+
+    if alternative not in ("two-sided", "greater", "less"):
+        raise LabError(f"sign-flip alternative '{alternative}': choose two-sided, greater or less")
+    effects = np.asarray(effects, dtype=float)
+    if effects.ndim != 2 or effects.shape[1] < 2:
+        raise LabError(f"sign-flip p values: expected rows of 2 or more per-seed effects, got "
+                       f"shape {effects.shape}")
+    if alternative == "less":
+        effects = -effects
+    k = effects.shape[1]
+    total = effects.sum(axis=1)
+    if k > SIGN_FLIP_EXACT:
+        spread = np.sqrt((effects ** 2).sum(axis=1))
+        z = np.divide(total, spread, out=np.zeros_like(total), where=spread > 0)
+        return np.minimum(1.0, 2 * norm.sf(np.abs(z)) if alternative == "two-sided" else norm.sf(z))
+    if alternative == "two-sided":
+        # The flips are symmetric: as many sums reach -|total| from above as |total| from below.
+        return np.minimum(1.0, 2 * _patterns_reaching(effects, np.abs(total)) / 2 ** k)
+    return np.minimum(1.0, _patterns_reaching(effects, total) / 2 ** k)
+
+
+def holm_rejections(p_values: Any, alpha: float = ALPHA) -> Any:
+    """Holm at alpha along the last axis (one family per row): which tests are rejected."""
+    import numpy as np
+
+    p_values = np.asarray(p_values, dtype=float)
+    m = p_values.shape[-1]
+    order = np.argsort(p_values, axis=-1)
+    ordered = np.take_along_axis(p_values, order, axis=-1)
+    # Step down: the j-th smallest is rejected while every smaller one met alpha / (m - i).
+    passes = np.cumprod(ordered <= alpha / (m - np.arange(m)), axis=-1).astype(bool)
+    rejected = np.zeros_like(passes)
+    np.put_along_axis(rejected, order, passes, axis=-1)
+    return rejected
+
+
+def simulated_power(seeds: int, effect: float = SMALLEST_EFFECT, sd: float = PLANNING_SD,
+                    tests: int = 1, alpha: float = ALPHA, alternative: str = "two-sided",
+                    simulations: int = POWER_SIMULATIONS, rng_seed: int = POWER_RNG_SEED) -> float:
+    """The power of one of `tests` sign-flip tests (sign_flip_test, exact up to SIGN_FLIP_EXACT
+    seeds) over `seeds` per-seed effects, with Holm at alpha over the family, when every test's
+    true mean effect is `effect` (in the direction the alternative tests): the share of
+    `simulations` simulated studies in which a test is rejected, over all their tests (they are
+    exchangeable). POWER_ASSUMPTIONS: effects Normal(effect, sd), independent across tests.
+    The same arguments give the same number (the simulation's generator is seeded)."""
+    import numpy as np
+
+    _check_power_arguments(effect, sd, tests, alpha, simulations)
+    if seeds < 2:
+        return 0.0  # one seed: no test over seeds
+    floor = (2 if alternative == "two-sided" else 1) / 2 ** seeds  # the exact test's smallest p
+    if seeds <= SIGN_FLIP_EXACT and tests * floor > alpha:
+        return 0.0  # Holm's first step is out of the test's reach: nothing is ever rejected
+    rng = np.random.default_rng([rng_seed, seeds, tests])
+    signed = -effect if alternative == "less" else effect
+    drawn = rng.normal(signed, sd, (simulations * tests, seeds))
+    p_values = sign_flip_p_values(drawn, alternative).reshape(simulations, tests)
+    return float(holm_rejections(p_values, alpha).mean())
+
+
+def seeds_for_planned_power(effect: float = SMALLEST_EFFECT, sd: float = PLANNING_SD,
+                            tests: int = 1, alpha: float = ALPHA, alternative: str = "two-sided",
+                            power: float = POWER, simulations: int = POWER_SIMULATIONS,
+                            rng_seed: int = POWER_RNG_SEED,
+                            most: int = POWER_SEARCH_SEEDS) -> int | None:
+    """The fewest seeds (2 .. `most`) at which simulated_power reaches `power`; None when
+    `most` seeds do not. A declared effect, never an observed one: fed the effect a study
+    measured, the answer only restates that study's p."""
+    if not 0 < power < 1:
+        raise LabError(f"power: expected a number between 0 and 1, got {power}")
+    for seeds in range(2, most + 1):
+        if simulated_power(seeds, effect, sd, tests, alpha, alternative, simulations,
+                           rng_seed) >= power:
+            return seeds
+    return None
+
+
+def _check_power_arguments(effect: float, sd: float, tests: int, alpha: float,
+                           simulations: int) -> None:
+    # The recipe fields these come from are named: a recipe checks them too, on loading.
+    if not effect > 0:
+        raise LabError(f"power: effect (statistics.smallest_effect): expected a number > 0, got "
+                       f"{effect}")
+    if not sd > 0:
+        raise LabError(f"power: sd (statistics.planning_sd): expected a number > 0, got {sd}")
+    if not 0 < alpha < 1:
+        raise LabError(f"power: alpha (statistics.alpha): expected a number between 0 and 1, got "
+                       f"{alpha}")
+    if tests < 1 or simulations < 1:
+        raise LabError(f"power simulation: expected 1 or more tests and simulations, got "
+                       f"{tests} tests, {simulations} simulations")
 
 
 def crossover_differences(scores: Iterable[tuple[str, str, float]]) -> dict[str, float]:

@@ -155,7 +155,9 @@ def test_report_with_a_control_and_a_split_half_arm(tmp_path):
     report = run_report(study, "replication-package")
     assert {c["arm"] for c in report["cells"]} == {"paired", "input-only"}
     assert "injected" not in _cell(report["cells"], "input-only")
-    assert "seeds for 80% power" in report["markdown"].split("## Secondary")[0]
+    primary = report["markdown"].split("## Secondary")[0]
+    # No power from observed effects (issue 58): the power is the dry run's, at a declared effect.
+    assert "power" not in primary and "secondary score [CI]" in primary
     assert report["figure"][0].name == "decay-bleu.png" and report["figure"][0].stat().st_size > 0
     # The same study gives the same figures, byte for byte: no date in the SVG, no random ids.
     first = [path.read_bytes() for path in report["figure"]]
@@ -185,7 +187,8 @@ def test_convention_and_alpha_come_from_the_recipe_and_the_secondary_table_is_ne
     assert not any("*" in value for r in result["rows"] for value in r)
     # Both means are below the score floor there: flagged.
     assert "0.007937 †" in rows[("input-only", "bleu", "0")]
-    assert result["primary"]["alpha"] == 0.05
+    # ... but never the primary table: it keeps the recipe's declared alpha (issue 58).
+    assert result["primary"]["alpha"] == 0.001 and "chosen on the command line" in result["note"]
     (study / "recipe.json").write_text("{not json")
     with pytest.raises(LabError, match="recipe.json: unreadable"):
         run_stats(study)
@@ -238,7 +241,7 @@ def test_lab_stats_command(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "0.003968" in out.stdout and "Mann-Whitney U, greater, exact" in out.stdout
     assert out.stdout.index("## Primary contrasts") < out.stdout.index("0.003968")
-    assert "seeds for 80% power" in out.stdout and str(study / "report" / "stats.json") in out.stdout
+    assert "secondary score [CI]" in out.stdout and str(study / "report" / "stats.json") in out.stdout
     table = subprocess.run([sys.executable, "-m", "lab.cli", "stats", str(study)], env=env,
                            capture_output=True, text=True, timeout=120)
     assert table.returncode == 0 and "exact-two-sided" in table.stdout, table.stderr
@@ -405,7 +408,9 @@ def test_the_primary_table_pairs_arms_by_seed_and_holm_covers_only_the_declared_
     exploratory = report["markdown"].split("## Exploratory contrasts")[1].split("## Secondary")[0]
     assert "| format |" in exploratory and "*" not in exploratory.split("\n\n")[1]
     written = list(csv.DictReader(open(study / "report" / "primary.csv")))
-    assert [r["declared"] for r in written] == ["True", "False", "False"]
+    # The declared test, the same test in the corpus-level score, the two exploratory ones.
+    assert [r["role"] for r in written] == ["primary", "secondary", "exploratory", "exploratory"]
+    assert [r["score"] for r in written[:2]] == ["sample", "corpus"]
 
 
 # ---- within-model tests over seeds ----------------------------------------------------------
@@ -851,3 +856,36 @@ def test_two_runners_writing_a_table_at_once_each_leave_a_whole_file(tmp_path, m
     collect.write_table(path, rows)
     assert nested and path.read_bytes() == b"arm,seed,bleu\r\npaired,0,1.5\r\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.csv", "results.parquet"]
+
+
+def test_memorised_verdicts_are_holm_adjusted_over_every_arm_of_the_report(tmp_path):
+    """Three arms each separate their injected samples from never-seen valid ones at one-sided
+    p 0.025: alone each would be 'yes', but the report reads the three together, so Holm
+    (3 x 0.025 = 0.074) makes each 'no'; the table shows both p's."""
+    from lab.study.report_data import memorisation
+    from lab.study.tables import _memorised
+
+    def probes(folder: Path, arms: list[str]) -> Path:
+        folder.mkdir()
+        rows = []
+        for arm in arms:
+            for i in range(40):  # injected losses 5.5 lower in rank than the valid ones'
+                common = {"model": "gpt2", "arm": arm, "seed": 0, "groups": arm}
+                rows.append({**common, "id": f"codetrans:test:{i}", "group": "injected",
+                             "loss": i - 5.5})
+                rows.append({**common, "id": f"codetrans:valid:{i}", "group": "reference",
+                             "loss": float(i)})
+        _write_probes(folder, rows)
+        return folder
+
+    arms = ["input-only", "output-only", "unpaired"]
+    together = memorisation(probes(tmp_path / "three", arms), 0.05)
+    for arm in arms:
+        within, _versus_placebo = together[("gpt2", arm)]
+        assert 0.01 < within.p <= 0.05  # unadjusted, it would pass
+        assert within.p_holm == pytest.approx(3 * within.p) and within.family == 3
+        assert not within.verdict
+        assert _memorised(within) == (f"no ({within.auc:.2f}, vs valid) p {within.p:.2g}, "
+                                      f"Holm {within.p_holm:.2g}")
+    [(alone, _none)] = memorisation(probes(tmp_path / "one", ["unpaired"]), 0.05).values()
+    assert alone.verdict and alone.p_holm == pytest.approx(alone.p)

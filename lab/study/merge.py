@@ -48,6 +48,12 @@ def merge_studies(sources: list[Path], out: Path, seeds: list[int] | None = None
     out = Path(out)
     check_output(out, force, MERGED_KIND, sources)
     recipes = [_source_recipe(source) for source in sources]
+    # The plan is the first source's: the seeds it declared, else the seeds it listed when it
+    # began. A later source that declares none runs the same plan; merged beyond it, the
+    # report calls the analysis exploratory (lab.study.primary).
+    planned = recipes[0].statistics.planned_seeds or len(recipes[0].seeds)
+    recipes = [dataclasses.replace(r, statistics=dataclasses.replace(
+        r.statistics, planned_seeds=r.statistics.planned_seeds or planned)) for r in recipes]
     for source, recipe in zip(sources[1:], recipes[1:]):
         # More seeds of one study (to reach alpha) are the same study: the stages of a seed do
         # not depend on the others', but all read the tokenizer of the first seed's control.

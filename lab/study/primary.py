@@ -20,8 +20,10 @@ from typing import Any
 
 from lab.common import LabError
 from lab.eval.generate import EXCLUDED_FROM_CLEAN
-from lab.stats import (CLUSTER_BOOTSTRAP, SAMPLE_BOOTSTRAP, SIGN_FLIP_TEST, effect_interval, holm,
-                       sample_interval, seed_effect, seeds_for_power, sign_flip_test, starred_p)
+from lab.stats import (CLUSTER_BOOTSTRAP, CORPUS_SCORE, SAMPLE_BOOTSTRAP, SAMPLE_SCORE, SCORES,
+                       SIGN_FLIP_TEST, STUDENT_T, STUDENT_T_SEEDS, clipped, effect_interval, holm,
+                       interval_method, sample_interval, seed_effect, seed_mean_interval,
+                       sign_flip_test, starred_p)
 from lab.study.questions import (QUESTIONS, SAMPLE_UNIT, SEED_UNIT, Contrast, allowed, family,
                                  rank_floor, sign_flip_floor, unit)
 
@@ -103,8 +105,18 @@ def _contrast_parts(contrast: Contrast, clean: dict, halves: dict, task: str) ->
     if contrast.question != "decay":
         return first
     last = _parts(contrast, contrast.epochs_to, clean, halves, task)
-    return {seed: list(first[seed]) + [(-sign, values) for sign, values in last[seed]]
-            for seed in first if seed in last}
+    # The change is measured on the samples evaluated clean at both epoch counts (at E >= 1 the
+    # test samples found in the fine-tuning pairs leave), so that it is a change of these
+    # samples' scores and not of which samples are counted.
+    decayed = {}
+    for seed in first:
+        if seed not in last:
+            continue
+        both = [(a, b) for a, b in zip(first[seed], last[seed])]
+        common = [set(a[1]) & set(b[1]) for a, b in both]
+        decayed[seed] = ([(a[0], {i: a[1][i] for i in ids}) for (a, _b), ids in zip(both, common)]
+                         + [(-b[0], {i: b[1][i] for i in ids}) for (_a, b), ids in zip(both, common)])
+    return decayed
 
 
 def _rank_test(parts: list, alternative: str) -> float | None:
@@ -136,7 +148,8 @@ def _test_row(test: Contrast, task: str, metric: str, clean: dict, halves: dict,
     level = 1 - alpha
     row: dict[str, Any] = {
         "question": test.question, "model": test.model, "task": task, "metric": metric,
-        "epochs": test.epochs, "epochs_to": test.epochs_to, "train_size": test.train_size,
+        "score": SAMPLE_SCORE, "epochs": test.epochs, "epochs_to": test.epochs_to,
+        "train_size": test.train_size,
         "arm": test.arm, "reference": test.reference, "contrast": test.label(), "unit": counted,
         "seeds": seeds, "seed_effects": effects,
         "seeds_positive": sum(1 for e in effects.values() if e > 0),
@@ -151,55 +164,195 @@ def _test_row(test: Contrast, task: str, metric: str, clean: dict, halves: dict,
                    interval_method=SAMPLE_BOOTSTRAP)
     else:
         p, name = sign_flip_test(list(effects.values()), alternative)
-        interval = effect_interval(per_seed, level) if seeds >= 2 else None
+        interval = effect_interval(per_seed, level, bounds=effect_bounds(test)) if seeds >= 2 \
+            else None
         row.update(p=p, test=name, floor=sign_flip_floor(seeds, alternative),
-                   interval_method=CLUSTER_BOOTSTRAP if interval else None)
+                   interval_method=interval_method(seeds) if interval else None)
     if interval:
         row.update(ci_low=interval[0], ci_high=interval[1])
     return row
 
 
+METRIC_SCALE = 100.0  # every metric of the lab scores 0-100 (BLEU, METEOR, EM, CodeBLEU)
+
+
+def _net(test: Contrast) -> bool:
+    """Whether the contrast's per-seed effect is a difference of differences (a split-half gap
+    net of a reference's models)."""
+    within = test.question == "split-half" or (test.question == "decay" and test.reference is None)
+    return within and test.reference is not None
+
+
+def effect_bounds(test: Contrast) -> tuple[float, float]:
+    """What the contrast's effect can be: one difference of 0-100 scores lies in [-100, 100], a
+    difference net of a reference's in twice that, a decay (the change of an effect) in twice
+    its effect's."""
+    span = METRIC_SCALE * (2 if _net(test) else 1) * (2 if test.question == "decay" else 1)
+    return -span, span
+
+
+# ---- the corpus-level score: one number per arm, seed and group (results.csv) ----------------
+
+CORPUS_EFFECT = ("per seed, the arm's corpus-level score minus the reference's of the same seed "
+                 "(a split-half arm: its injected group's minus its held-out group's)")
+CORPUS_NOT_NET = ("not computable: the reference model's corpus score on the arm's halves is not "
+                  "kept (results.csv scores each model's own groups)")
+
+
+def _corpus_scores(runs: list[dict[str, Any]], metric: str) -> dict[tuple, float]:
+    """(model, task, epochs, train size, arm, seed, group) -> the corpus-level score."""
+    found = {}
+    for r in runs:
+        value = r.get(metric)
+        if isinstance(value, (int, float)):
+            found[(r["model"], r["task"], int(r["epochs"]), r["train_size"], r["arm"],
+                   str(r["seed"]), r["group"])] = float(value)
+    return found
+
+
+def _corpus_at(test: Contrast, epochs: int, corpus: dict, task: str, compared: str
+               ) -> dict[str, float]:
+    """Per seed, the contrast's corpus-level effect at one epoch count."""
+    where = (test.model, task, epochs, test.train_size)
+    seeds = {k[5] for k in corpus if k[:4] == where and k[4] == test.arm}
+    within = test.question == "split-half" or (test.question == "decay" and test.reference is None)
+    effects = {}
+    for seed in seeds:
+        if within:
+            first, second = (corpus.get(where + (test.arm, seed, g)) for g in HALVES)
+        else:
+            first = corpus.get(where + (test.arm, seed, compared))
+            second = corpus.get(where + (test.reference, seed, compared))
+        if first is not None and second is not None:
+            effects[seed] = first - second
+    return effects
+
+
+def _corpus_row(test: Contrast, task: str, metric: str, corpus: dict, compared: str,
+                alpha: float, alternative: str) -> dict[str, Any]:
+    """One test in the corpus-level score: the per-seed effects, their mean, Student's t
+    interval over seeds (no samples to resample: a corpus score is one number per model), the
+    exact sign-flip p."""
+    row: dict[str, Any] = {
+        "question": test.question, "model": test.model, "task": task, "metric": metric,
+        "score": CORPUS_SCORE, "epochs": test.epochs, "epochs_to": test.epochs_to,
+        "train_size": test.train_size, "arm": test.arm, "reference": test.reference,
+        "contrast": test.label(), "unit": SEED_UNIT, "seed_effects": {}, "seeds": 0,
+        "seeds_positive": 0, "estimate": None}
+    if _net(test):
+        row["missing"] = CORPUS_NOT_NET
+        return row
+    effects = _corpus_at(test, test.epochs, corpus, task, compared)
+    if test.question == "decay":
+        last = _corpus_at(test, test.epochs_to, corpus, task, compared)
+        effects = {s: e - last[s] for s, e in effects.items() if s in last}
+    effects = dict(sorted(effects.items(), key=lambda item: _seed_order(item[0])))
+    seeds = len(effects)
+    row.update(seed_effects=effects, seeds=seeds,
+               seeds_positive=sum(1 for e in effects.values() if e > 0),
+               estimate=sum(effects.values()) / seeds if seeds else None)
+    p, name = sign_flip_test(list(effects.values()), alternative)
+    row.update(p=p, test=name, floor=sign_flip_floor(seeds, alternative))
+    if seeds >= 2:
+        _mean, low, high = seed_mean_interval(list(effects.values()), 1 - alpha)
+        row["ci_low"], row["ci_high"] = clipped((low, high), effect_bounds(test))
+        row["interval_method"] = STUDENT_T
+    return row
+
+
+def _holm_family(rows: list[dict[str, Any]], alpha: float, starred: bool) -> None:
+    """Holm over the family: a test that could not be run counts as p = 1."""
+    for row, adjusted in zip(rows, holm([r["p"] if r.get("p") is not None else 1.0 for r in rows])):
+        row["p_holm"] = adjusted if row.get("p") is not None else None
+        row["significant"] = starred and row["p_holm"] is not None and row["p_holm"] <= alpha
+
+
+def score_name(row: dict[str, Any]) -> str:
+    """'mean per-sample bleu', 'corpus bleu'."""
+    return f"{'mean per-sample' if row['score'] == SAMPLE_SCORE else 'corpus'} {row['metric']}"
+
+
+def _excludes_zero(row: dict[str, Any]) -> bool | None:
+    if row.get("ci_low") is None:
+        return None
+    return row["ci_low"] > 0 or row["ci_high"] < 0
+
+
+def _sign(value: float | None) -> int | None:
+    return None if value is None else (value > 0) - (value < 0)
+
+
+def disagreements(rows: list[dict[str, Any]], others: list[dict[str, Any]], alpha: float
+                  ) -> list[str]:
+    """One line per test whose two scores disagree: in the sign of the effect, in whether the
+    interval excludes zero, or in whether Holm's p reaches alpha."""
+    lines = []
+    for mine, theirs in zip(rows, others):
+        if mine.get("estimate") is None or theirs.get("estimate") is None:
+            continue
+        reached = [r.get("p_holm") is not None and r["p_holm"] <= alpha for r in (mine, theirs)]
+        if (_sign(mine["estimate"]) == _sign(theirs["estimate"])
+                and _excludes_zero(mine) == _excludes_zero(theirs) and reached[0] == reached[1]):
+            continue
+        where = (f"{mine['question']} {mine['model']} {mine['contrast']}"
+                 + (f" E = {mine['epochs']}" if mine["epochs_to"] is None else ""))
+        lines.append(f"The scores disagree on {where}: " + "; ".join(
+            f"{score_name(r)} {_effect(r)} ({r['seeds_positive']} of {r['seeds']} seeds "
+            f"positive, Holm p {_fmt(r.get('p_holm'), '.3g')})" for r in (mine, theirs)) + ".")
+    return lines
+
+
 def primary_table(samples: list[dict[str, Any]], runs: list[dict[str, Any]], metric: str,
                   primary: list[str] | None, alpha: float, alternative: str,
-                  descriptive: bool) -> dict[str, Any]:
-    """Every declared primary test of a study on its `metric`: effect, interval, p, the smallest
-    p its design can give, and Holm over the family; and, as `exploratory`, the same for the
-    questions its arms allow that it did not declare (outside the family: no Holm, never
+                  descriptive: bool, score: str = SAMPLE_SCORE,
+                  planned_seeds: int | None = None) -> dict[str, Any]:
+    """Every declared primary test of a study on its `metric`, in the declared `score` (the
+    mean per-sample score, or the corpus-level score): effect, interval, p, the smallest p its
+    design can give, and Holm over the family; the same tests in the other score (`secondary`,
+    their own Holm, never starred) and the lines where the two disagree; and, as `exploratory`,
+    the questions its arms allow that it did not declare (outside the family: no Holm, never
     starred). `samples`: samples.csv rows (with seed and id columns); `runs`: results.csv rows
-    of the compared group (arms, models, epochs)."""
+    of the compared group (arms, models, epochs) and of the split-half groups. With more seeds
+    than `planned_seeds`, nothing is starred: the analysis is exploratory."""
     if samples and any(s.get("seed") in (None, "") or s.get("id") in (None, "") for s in samples):
         raise LabError("samples.csv lacks the seed or id column: no primary table (rerun lab study)")
-    arms = sorted({r["arm"] for r in runs})
-    models = sorted({r["model"] for r in runs})
-    tasks = sorted({r["task"] for r in runs})
-    epochs = sorted({int(r["epochs"]) for r in runs})
-    sizes = sorted({r["train_size"] for r in runs}, key=str)
+    compared = "clean" if any(r.get("group") == "clean" for r in runs) else "all"
+    cells = [r for r in runs if r.get("group", compared) == compared] or runs
+    arms = sorted({r["arm"] for r in cells})
+    models = sorted({r["model"] for r in cells})
+    tasks = sorted({r["task"] for r in cells})
+    epochs = sorted({int(r["epochs"]) for r in cells})
+    sizes = sorted({r["train_size"] for r in cells}, key=str)
     clean, halves = _scores(samples, metric)
+    corpus = _corpus_scores(runs, metric)
     split = any(groups.get("injected") and groups.get("held_out") for groups in halves.values())
     possible = allowed(arms, split, epochs)
     asked = [q for q in QUESTIONS if possible[q]] if primary is None else \
         [q for q in primary if q in QUESTIONS]
     questions = [q for q in asked if possible[q]]
     others = [q for q in QUESTIONS if possible[q] and q not in questions]
-    rows, exploratory = ([_test_row(test, task, metric, clean, halves, alpha, alternative)
-                          for task in tasks
-                          for test in family(chosen, arms, models, split, epochs, sizes)]
-                         for chosen in (questions, others))
-    # Holm over the whole declared family: a test that could not be run counts as p = 1. Power
-    # is asked at alpha / family, what Holm asks of the family's smallest p.
-    for row in rows:
-        if row["unit"] == SEED_UNIT:
-            row["seeds_for_power"] = seeds_for_power(list(row["seed_effects"].values()),
-                                                     alpha / max(1, len(rows)),
-                                                     alternative=alternative)
-    for row, adjusted in zip(rows, holm([r["p"] if r.get("p") is not None else 1.0 for r in rows])):
-        row["p_holm"] = adjusted if row.get("p") is not None else None
-        row["significant"] = (not descriptive and row["p_holm"] is not None
-                              and row["p_holm"] <= alpha)
-    return {"metric": metric, "questions": questions,
+
+    def rows_of(chosen: list[str], kind: str) -> list[dict[str, Any]]:
+        return [_test_row(test, task, metric, clean, halves, alpha, alternative)
+                if kind == SAMPLE_SCORE else
+                _corpus_row(test, task, metric, corpus, compared, alpha, alternative)
+                for task in tasks for test in family(chosen, arms, models, split, epochs, sizes)]
+
+    other = CORPUS_SCORE if score == SAMPLE_SCORE else SAMPLE_SCORE
+    rows, secondary, exploratory = (rows_of(questions, score), rows_of(questions, other),
+                                    rows_of(others, score))
+    seeds = max((r["seeds"] for r in rows), default=0)
+    beyond_plan = planned_seeds is not None and seeds > planned_seeds
+    _holm_family(rows, alpha, starred=not descriptive and not beyond_plan)
+    _holm_family(secondary, alpha, starred=False)
+    for row, same_test in zip(rows, secondary):
+        row["other"] = same_test
+    return {"metric": metric, "score": score, "secondary_score": other, "questions": questions,
             "not_available": [q for q in asked if q not in questions],
             "alpha": alpha, "alternative": alternative, "level": 1 - alpha,
-            "descriptive": descriptive, "family": len(rows), "rows": rows,
+            "descriptive": descriptive, "planned_seeds": planned_seeds,
+            "beyond_plan": beyond_plan, "family": len(rows), "rows": rows,
+            "secondary": secondary, "disagreements": disagreements(rows, secondary, alpha),
             "exploratory_questions": others, "exploratory": exploratory}
 
 
@@ -221,15 +374,26 @@ def _effect(row: dict[str, Any]) -> str:
 def _p_holm(row: dict[str, Any], table: dict[str, Any]) -> str:
     if row.get("p_holm") is None:
         return "-"
-    if table["descriptive"]:
+    if not row.get("significant") and (table["descriptive"] or table.get("beyond_plan")):
         return format(row["p_holm"], ".3g")
-    return starred_p(row["p_holm"], row["estimate"], table["alpha"], ".3g")
+    return starred_p(row["p_holm"], row["estimate"], table["alpha"], ".3g") if row.get(
+        "significant") else format(row["p_holm"], ".3g")
 
 
 def _seeds(row: dict[str, Any]) -> str:
     if row["unit"] == SAMPLE_UNIT:
         return "1 (samples)"
     return f"{row['seeds']} ({row['seeds_positive']}+)" if row["seeds"] else "0"
+
+
+def _other(row: dict[str, Any], table: dict[str, Any]) -> str:
+    """The same test in the other score: effect [CI], Holm p over its own family."""
+    other = row.get("other") or {}
+    if other.get("missing"):
+        return "n/a"
+    if other.get("estimate") is None:
+        return "-"
+    return f"{_effect(other)}, p (Holm) {_fmt(other.get('p_holm'), '.3g')}"
 
 
 PRIMARY_COLUMNS = [
@@ -243,40 +407,63 @@ PRIMARY_COLUMNS = [
     ("p", lambda r, t: _fmt(r.get("p"), ".3g")),
     ("smallest p", lambda r, t: _fmt(r.get("floor"), ".3g")),
     ("p (Holm)", _p_holm),
-    ("seeds for 80% power", lambda r, t: _fmt(r.get("seeds_for_power"), "d")),
+    ("secondary score [CI]", _other),
 ]
+
+
+def _interval_note(rows: list[dict[str, Any]], level: float) -> str:
+    methods = sorted({r["interval_method"] for r in rows if r.get("interval_method")
+                      and r["unit"] == SEED_UNIT})
+    if not methods:
+        return ""
+    return (f"[CI]: {int(round(100 * level))}% " + "; ".join(methods)
+            + f" (Student t with {STUDENT_T_SEEDS} seeds or fewer, where a bootstrap over so few "
+              "seeds is Monte Carlo noise), cut to what the effect can be")
 
 
 def primary_note(table: dict[str, Any]) -> str:
     rows = table["rows"]
     alternative = table["alternative"]
+    score, other = table.get("score", SAMPLE_SCORE), table.get("secondary_score", CORPUS_SCORE)
+    effect = (f"mean per-sample {table['metric']} difference on the evaluated clean samples, "
+              "per seed, then averaged over seeds (the seed is the unit)"
+              if score == SAMPLE_SCORE else
+              f"corpus-level {table['metric']}: {CORPUS_EFFECT}, then averaged over seeds")
     parts = [
         f"Primary contrasts: the declared questions ({', '.join(table['questions']) or 'none'}), "
-        f"{table['family']} tests, Holm over all of them. Effect: mean per-sample "
-        f"{table['metric']} difference on the evaluated clean samples, per seed, then averaged "
-        "over seeds (the seed is the unit); "
-        + "; ".join(f"{q}: {QUESTIONS[q]}" for q in table["questions"]) + "."]
+        f"in the declared score ({SCORES[score]}; statistics.score), {table['family']} tests, "
+        f"Holm over all of them. Effect: {effect}; "
+        + "; ".join(f"{q}: {QUESTIONS[q]}" for q in table["questions"]) + ". "
+        "A contrast between two arms averages every evaluated sample: where the arm injected only "
+        "part of them (a split-half arm), it mixes its injected and held-out samples, and the "
+        "split-half question gives the effect per contaminated sample. A decay is measured on the "
+        "samples clean at both epoch counts (corpus-level: on each count's clean group)."]
     if any(r["unit"] == SEED_UNIT for r in rows):
         parts.append(
             f"p: {SIGN_FLIP_TEST}, {alternative}, over the seeds' effects (arms of one seed "
             f"share their base documents: paired); with K seeds it cannot go below "
             f"{'1' if alternative != 'two-sided' else '2'}/2^K (smallest p). "
-            f"[CI]: {int(round(100 * table['level']))}% {CLUSTER_BOOTSTRAP}; it speaks of "
-            "these samples over training seeds. A p above alpha is not 'no effect': the "
-            "interval bounds what the data cannot exclude.")
+            + _interval_note(rows, table["level"]) + "; it speaks of these samples over "
+            "training seeds. A p above alpha is not 'no effect': the interval bounds what the "
+            "data cannot exclude.")
     if any(r["unit"] == SAMPLE_UNIT for r in rows):
         parts.append(
             f"One seed (seeds '1 (samples)'): p is {RANK_TEST}, {alternative}, [CI] a "
             f"{SAMPLE_BOOTSTRAP}: about this trained model, not about training runs.")
-    if any(r.get("seeds_for_power") for r in rows):
-        parts.append("Seeds for 80% power: the seeds at which the observed mean effect would "
-                     f"be detected at alpha {table['alpha']:g} / {table['family']} (what Holm asks "
-                     "of the family's smallest p) given the spread of the per-seed effects "
-                     "(normal approximation; never below what the sign-flip test needs to reach "
-                     "that level).")
+    parts.append(
+        f"Secondary score [CI]: the same tests in the {SCORES[other]}"
+        + (f" ({CORPUS_EFFECT}; Student t over seeds; n/a where {CORPUS_NOT_NET})"
+           if other == CORPUS_SCORE else " (tested as the primary table's note says)")
+        + ", Holm over its own family, never starred: a secondary analysis.")
     if table["not_available"]:
         parts.append(f"Declared but not in these results: {', '.join(table['not_available'])}.")
-    if table["descriptive"]:
+    if table.get("beyond_plan"):
+        parts.append(
+            f"Exploratory, not confirmatory: these results hold more seeds than the "
+            f"{table['planned_seeds']} the analysis was planned with (statistics.planned_seeds); "
+            "seeds added after seeing results can be added until a test passes, so nothing is "
+            "starred.")
+    elif table["descriptive"]:
         parts.append("The study is descriptive (statistics.descriptive): nothing is starred.")
     else:
         parts.append(f"* Holm p <= alpha = {table['alpha']:g}; '(lower)': significant with the "
@@ -301,7 +488,7 @@ def table_markdown(table: dict[str, Any]) -> str:
 
 
 # The exploratory table: the same effects, outside the family (no Holm, no power, no star).
-EXPLORATORY_COLUMNS = [c for c in PRIMARY_COLUMNS if c[0] not in ("p (Holm)", "seeds for 80% power")]
+EXPLORATORY_COLUMNS = [c for c in PRIMARY_COLUMNS if c[0] not in ("p (Holm)", "secondary score [CI]")]
 
 
 def exploratory_markdown(table: dict[str, Any]) -> str:
@@ -317,18 +504,22 @@ def exploratory_markdown(table: dict[str, Any]) -> str:
 
 
 def render(table: dict[str, Any]) -> dict[str, str]:
-    """The primary table as Markdown (with its note) and CSV (every field, the exploratory rows
-    after the family's, marked by `declared`)."""
-    markdown = table_markdown(table) + f"\n{primary_note(table)}\n"
-    fields = ["question", "model", "task", "metric", "epochs", "epochs_to", "train_size", "arm",
-              "reference", "contrast", "unit", "seeds", "seeds_positive", "estimate", "ci_low",
-              "ci_high", "p", "test", "floor", "p_holm", "significant", "seeds_for_power",
-              "samples", "interval_method"]
+    """The primary table as Markdown (with its note and the lines where the two scores
+    disagree) and CSV (every field; `role`: primary, secondary (the same tests in the other
+    score) or exploratory)."""
+    lines = table.get("disagreements") or []
+    markdown = (table_markdown(table) + f"\n{primary_note(table)}\n"
+                + ("".join(f"\n{line}\n" for line in lines)))
+    fields = ["question", "model", "task", "metric", "score", "epochs", "epochs_to", "train_size",
+              "arm", "reference", "contrast", "unit", "seeds", "seeds_positive", "estimate",
+              "ci_low", "ci_high", "p", "test", "floor", "p_holm", "significant", "samples",
+              "interval_method", "missing"]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(fields + ["declared", "seed_effects"])
-    for declared, rows in ((True, table["rows"]), (False, table.get("exploratory", []))):
-        for r in rows:
-            writer.writerow(["" if r.get(f) is None else r[f] for f in fields] + [declared]
+    writer.writerow(fields + ["role", "seed_effects"])
+    for role in ("rows", "secondary", "exploratory"):
+        for r in table.get(role, []):
+            writer.writerow(["" if r.get(f) is None else r[f] for f in fields]
+                            + [{"rows": "primary"}.get(role, role)]
                             + [";".join(f"{s}:{e:.6g}" for s, e in r["seed_effects"].items())])
     return {"md": markdown, "csv": out.getvalue()}

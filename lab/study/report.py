@@ -19,7 +19,7 @@ from lab.study.timing import timing_stats, timing_table
 from lab.study.html import write_html_report
 from lab.study.primary import render as render_primary
 from lab.study.report_data import (WITHIN_TEST, Cell, read_csv, study_cells, study_page_data,
-                                   study_primary, with_primary_p)
+                                   study_primary, with_primary_p, chosen_after)
 from lab.study.tables import (SECONDARY, console_text, primary_sections, report_markdown,
                               secondary_table, stats_table)
 
@@ -82,7 +82,8 @@ def run_stats(study: Path, convention: str | None = None, alpha: float | None = 
     descriptive tests and effect sizes; writes STUDY/report/stats.json. Convention and alpha
     default to the study's recipe."""
     cells = study_cells(study, convention, include_control=True, alpha=alpha)
-    primary = study_primary(study, convention, alpha)
+    primary = study_primary(study)
+    primary["chosen_after"] = chosen_after(study, convention, alpha)
     path = _write_stats(study, cells, primary)
     doses = study_doses(study, cells)
     timing = study_timing(study, cells)
@@ -93,7 +94,7 @@ def run_stats(study: Path, convention: str | None = None, alpha: float | None = 
             "primary_md": report_markdown(primary_sections(primary)),
             "dose_tables": {m: dose_table(doses, m) for m in sorted({r["metric"] for r in
                                                                       doses["levels"]})},
-            **stats_table(cells, study)}
+            **stats_table(cells, study, primary["chosen_after"])}
 
 
 def _leaderboard_rows(study: Path) -> list[dict[str, Any]]:
@@ -119,10 +120,11 @@ def run_report(study: Path, convention: str | None = None, metric: str = "bleu",
     cells = study_cells(study, convention, include_control=True, alpha=alpha)
     plotted_cells(cells, metric)  # an unknown --metric fails before anything is written
     page = study_page_data(study) if html else None  # so does a defect in what the page reads
-    primary = study_primary(study, convention, alpha)
+    primary = study_primary(study)
+    primary["chosen_after"] = chosen_after(study, convention, alpha)
     with_primary_p(cells, primary)
     path = _write_stats(study, cells, primary)
-    secondary = secondary_table(cells)
+    secondary = secondary_table(cells, primary["chosen_after"])
     outputs = {f"table.{suffix}": secondary[suffix] for suffix in ("md", "tex", "csv")}
     if primary["rows"] or primary.get("exploratory"):
         outputs.update({f"primary.{suffix}": text

@@ -27,7 +27,8 @@ from typing import Any, Callable
 from lab.common import LabError, read_jsonl
 from lab.contamination import settings as settings_table
 from lab.eval.generate import EXCLUDED_FROM_CLEAN
-from lab.stats import (CONVENTIONS, PAIRED_SAMPLES_TEST, compare, membership_auc,
+from lab.stats import (CONVENTIONS, PAIRED_SAMPLES_TEST, SAMPLE_SCORE, SCORES, compare,
+                       holm, membership_auc,
                        paired_sample_differences, paired_within_model, signed_rank_test,
                        within_model_net_of, within_model_seeds)
 from lab.study.primary import primary_table
@@ -173,23 +174,34 @@ def _declared(study: Path) -> dict[str, Any]:
     if primary is not None and (not isinstance(primary, list)
                                 or not all(isinstance(q, str) for q in primary)):
         raise LabError(f"{recipe}: statistics.primary: expected a list of questions or null")
+    score = statistics.get("score", SAMPLE_SCORE)
+    if score not in SCORES:
+        raise LabError(f"{recipe}: statistics.score '{score}': choose from {', '.join(SCORES)}")
+    planned = statistics.get("planned_seeds")
+    seeds = recorded.get("seeds") if isinstance(recorded, dict) else None
+    if planned is None and isinstance(seeds, list) and seeds:
+        planned = len(seeds)  # the seeds the recipe listed when the study began
+    if planned is not None and (not isinstance(planned, int) or isinstance(planned, bool)
+                                or planned < 1):
+        raise LabError(f"{recipe}: statistics.planned_seeds: expected int >= 1 or null, got "
+                       f"{planned!r}")
     return {"primary": primary, "metric": statistics.get("primary_metric")
             or next(iter(evaluation.get("metrics") or []), None),
-            "descriptive": bool(statistics.get("descriptive", False)), "where": recipe}
+            "descriptive": bool(statistics.get("descriptive", False)), "where": recipe,
+            "score": score, "planned_seeds": planned}
 
 
-def study_primary(study: Path, convention: str | None = None, alpha: float | None = None
-                  ) -> dict[str, Any]:
-    """The study's primary table (lab.study.primary) as its recipe declares it: the questions,
-    the metric (default: the recipe's first evaluation metric, else the results' first) and
-    whether the study is descriptive; convention (its alternative) and alpha as study_cells."""
+def study_primary(study: Path) -> dict[str, Any]:
+    """The study's primary table (lab.study.primary) as its recipe declares it, and only so:
+    the questions, the metric (default: the recipe's first evaluation metric, else the
+    results' first), the score, the convention's alternative, alpha, whether the study is
+    descriptive and how many seeds it planned. No option changes it: an analysis chosen after
+    seeing the data goes to the secondary tables (study_cells), labelled as such."""
     study = Path(study)
-    convention, alpha = convention_and_alpha(study, convention, alpha)
+    convention, alpha = convention_and_alpha(study, None, None)
     declared = _declared(study)
     rows = [r for r in read_csv(study / RESULTS, LABELS,
                                 lambda c: c in RUN_NUMBERS or c not in NOT_METRICS)]
-    compared = CLEAN if any(r["group"] == CLEAN for r in rows) else "all"
-    rows = [r for r in rows if r["group"] == compared]
     if not rows or not (study / SAMPLES).exists():
         return {"rows": [], "missing": f"{study / SAMPLES}: no per-sample scores"}
     samples = read_csv(study / SAMPLES, SAMPLE_LABELS, lambda c: c.startswith("score_"))
@@ -198,7 +210,20 @@ def study_primary(study: Path, convention: str | None = None, alpha: float | Non
         raise LabError(f"{declared['where']}: statistics.primary_metric '{metric}': no per-sample "
                        f"score_{metric} in {study / SAMPLES}")
     return primary_table(samples, rows, metric, declared["primary"], alpha,
-                         CONVENTIONS[convention][0], declared["descriptive"])
+                         CONVENTIONS[convention][0], declared["descriptive"], declared["score"],
+                         declared["planned_seeds"])
+
+
+def chosen_after(study: Path, convention: str | None, alpha: float | None) -> str | None:
+    """One line when the command line asks for another convention or alpha than the study's
+    recipe: the secondary tables use them, the primary table does not."""
+    recorded = convention_and_alpha(study, None, None)
+    asked = convention_and_alpha(study, convention, alpha)
+    if asked == recorded:
+        return None
+    return (f"Secondary analysis chosen on the command line (convention {asked[0]}, alpha "
+            f"{asked[1]:g}), not the recipe's ({recorded[0]}, {recorded[1]:g}): the tables below "
+            "use it; the primary table keeps the recipe's declared analysis.")
 
 
 # ---- the secondary table's cells ------------------------------------------------------------
@@ -282,11 +307,15 @@ class Halves:
 
 @dataclass
 class Memorised:
-    """Whether the pre-trained models' loss told injected samples from others (lab probe)."""
+    """Whether the pre-trained models' loss told injected samples from others (lab probe): the
+    verdict is p_holm <= alpha, Holm over the report's `family` memorised tests (every arm's,
+    within the model and against its placebo), since they are read together."""
     verdict: bool
     auc: float
     p: float
     by: str
+    p_holm: float = 1.0
+    family: int = 1
 
 
 @dataclass
@@ -375,7 +404,8 @@ class Cell:
                                 ("memorised_vs_placebo", self.memorised_vs_placebo)):
             if verdict:
                 out.update({prefix: verdict.verdict, f"{prefix}_auc": verdict.auc,
-                            f"{prefix}_p": verdict.p, f"{prefix}_by": verdict.by})
+                            f"{prefix}_p": verdict.p, f"{prefix}_p_holm": verdict.p_holm,
+                            f"{prefix}_by": verdict.by})
         if self.p_primary is not None:
             out.update(p_primary=self.p_primary, p_primary_label=self.p_primary_label)
         return out
@@ -602,7 +632,7 @@ def memorisation(study: Path, alpha: float
             others = [r["loss"] for r in own if r["group"] == baseline]
             if injected and others:
                 auc, p = membership_auc(injected, others, False)
-                within = Memorised(verdict=p <= alpha, auc=auc, p=p, by=MEMORISED_BY[baseline])
+                within = Memorised(verdict=False, auc=auc, p=p, by=MEMORISED_BY[baseline])
                 break
         placebo = settings_table.placebo_of(arm)
         if placebo:
@@ -613,9 +643,12 @@ def memorisation(study: Path, alpha: float
                      if r["group"] == "injected" and (r["seed"], r["id"]) in theirs]
             if pairs:
                 auc, p = membership_auc([a for a, _ in pairs], [b for _, b in pairs], False)
-                versus_placebo = Memorised(verdict=p <= alpha, auc=auc, p=p, by=VS_PLACEBO)
+                versus_placebo = Memorised(verdict=False, auc=auc, p=p, by=VS_PLACEBO)
         if within or versus_placebo:
             found[(model, arm)] = (within, versus_placebo)
+    family = [m for pair in found.values() for m in pair if m]
+    for tested, adjusted in zip(family, holm([m.p for m in family])):
+        tested.p_holm, tested.family, tested.verdict = adjusted, len(family), adjusted <= alpha
     return found
 
 

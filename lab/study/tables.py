@@ -47,14 +47,20 @@ def _tested(versus: Versus | None, field: str) -> float | None:
 
 
 def _memorised(verdict: Memorised | None) -> str:
-    """'yes (0.97, vs held-out)': the verdict, its AUC and what the injected samples were compared
-    with (held-out samples, never-seen valid samples, or the placebo model)."""
+    """'yes (0.97, vs held-out) p 0.001, Holm 0.008': the verdict (from the Holm p), its AUC,
+    what the injected samples were compared with (held-out samples, never-seen valid samples, or
+    the placebo model) and both p's."""
     if verdict is None:
         return "-"
     against = {MEMORISED_BY["held_out"]: "vs held-out", MEMORISED_BY["reference"]: "vs valid",
                VS_PLACEBO: "vs placebo"}.get(verdict.by, "")
-    return f"{'yes' if verdict.verdict else 'no'} ({verdict.auc:.2f}" + (
-        f", {against})" if against else ")")
+    return (f"{'yes' if verdict.verdict else 'no'} ({verdict.auc:.2f}"
+            + (f", {against})" if against else ")")
+            + f" p {verdict.p:.2g}, Holm {verdict.p_holm:.2g}")
+
+
+def _memorised_family(cells: list[Cell]) -> int:
+    return next(m.family for c in cells for m in (c.memorised, c.memorised_vs_placebo) if m)
 
 
 def _baselines(cell: Cell) -> str:
@@ -223,8 +229,10 @@ def legend(cells: list[Cell]) -> str:
             "arm), 'vs valid' (never-seen samples of the benchmark's valid split that the audit "
             "clears of test overlap); a control or placebo row: the same on a contaminated arm's "
             "samples, which it never saw. Memorised vs placebo: the arm model's loss on its "
-            "injected samples against its placebo model's on the same samples (same seed). Yes "
-            f"when the one-sided Mann-Whitney p <= {alpha}.")
+            "injected samples against its placebo model's on the same samples (same seed). p: "
+            "one-sided Mann-Whitney; Holm: adjusted over every memorised test of this table "
+            f"({_memorised_family(cells)} tests, both columns, every arm), read together; yes "
+            f"when the Holm p <= {alpha}.")
     if any(c.sample_set == CLEAN for c in cells):
         parts.append(
             "Experimental, control: the metric over each evaluation's clean samples, those "
@@ -333,18 +341,18 @@ def _rows(cells: list[Cell], columns: Columns) -> tuple[list[str], list[list[str
     return [h for h, _ in columns], [[fmt(c) for _, fmt in columns] for c in cells]
 
 
-def secondary_table(cells: list[Cell]) -> dict[str, Any]:
+def secondary_table(cells: list[Cell], chosen_after: str | None = None) -> dict[str, Any]:
     """The paper-style table of the contaminated arms (of the control alone if that is all):
     `header` and `rows` as a reader sees them, without the columns the study cannot fill (no
     control arm: no p; no split-half arm: no injected/held-out), its `note` (the legend), and
     the files' text: `md`, `tex` and `csv` (which keeps every column, so that its schema never
-    changes)."""
+    changes). `chosen_after`: the line saying its convention or alpha is not the recipe's."""
     cells = [c for c in cells if c.arm != "control"] or cells
     columns = PAPER_COLUMNS
     if len({c.train_size for c in cells}) <= 1:  # one train size: the column says nothing
         columns = [c for c in columns if c[0] != "train size"]
     header, lines = _rows(cells, columns)
-    note = legend(cells)
+    note = (f"{chosen_after} " if chosen_after else "") + legend(cells)
     keep = [i for i in range(len(header)) if any(row[i] != "-" for row in lines)]
     shown, shown_lines = [header[i] for i in keep], [[row[i] for i in keep] for row in lines]
     return {"header": shown, "rows": shown_lines, "note": note,
@@ -353,11 +361,13 @@ def secondary_table(cells: list[Cell]) -> dict[str, Any]:
             "csv": _csv(header, lines, test_name(cells))}
 
 
-def stats_table(cells: list[Cell], study: Path) -> dict[str, Any]:
+def stats_table(cells: list[Cell], study: Path, chosen_after: str | None = None
+                ) -> dict[str, Any]:
     """`lab stats`'s table: every arm and every column, as rows, Markdown and CSV."""
     header, rows = _rows(cells, STATS_COLUMNS)
-    note = legend(cells)
-    return {"title": f"{Path(study)}: secondary table (descriptive; {test_name(cells)})",
+    note = (f"{chosen_after} " if chosen_after else "") + legend(cells)
+    chosen = "; convention or alpha chosen on the command line" if chosen_after else ""
+    return {"title": f"{Path(study)}: secondary table (descriptive; {test_name(cells)}{chosen})",
             "header": header, "rows": rows, "note": note,
             "md": markdown_table(header, rows) + f"\n{note}\n",
             "csv": _csv(header, rows, test_name(cells))}
