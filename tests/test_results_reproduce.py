@@ -1,0 +1,70 @@
+"""What the READMEs quote of a committed study recomputes from its committed files (issue 58):
+`lab report` on a copy of results/<study> gives every effect, interval and per-seed effect that
+the study's README and the main README's headline row state. `scripts/reproduce-results.sh` runs
+the same reports for a reader."""
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lab.study.report import run_report
+
+ROOT = Path(__file__).resolve().parents[1]
+SIGNED = re.compile(r"(?<![\w.])[+-]\d+\.\d\d(?!\d)")
+STUDIES = ["mini-rq5-epoch-sweep", "mini-rq4-paired"]
+
+
+def _recomputed(folder: Path) -> set[str]:
+    """Every effect, interval end and per-seed effect of the report's primary, secondary-score
+    and exploratory rows, as the READMEs print them (+x.xx)."""
+    primary = run_report(folder, html=False)["primary"]
+    found = set()
+    for role in ("rows", "secondary", "exploratory"):
+        for row in primary.get(role, []):
+            values = [row.get("estimate"), row.get("ci_low"), row.get("ci_high"),
+                      *row["seed_effects"].values()]
+            found |= {f"{v:+.2f}" for v in values if v is not None}
+    return found
+
+
+def _quoted_primary(readme: str) -> set[str]:
+    """The signed numbers of the README's primary table (the table under '## Primary table')."""
+    section = readme.split("## Primary table", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    return {n for line in lines for n in SIGNED.findall(line)}
+
+
+def _headline(study: str) -> set[str]:
+    """The signed numbers of the main README's row for this study."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    [row] = [line for line in readme.splitlines() if f"(results/{study}/README.md)" in line
+             and line.startswith("| [")]
+    return set(SIGNED.findall(row))
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_the_quoted_primary_numbers_recompute_from_the_committed_tables(tmp_path, study):
+    folder = tmp_path / study
+    shutil.copytree(ROOT / "results" / study, folder)
+    recomputed = _recomputed(folder)
+    readme = (ROOT / "results" / study / "README.md").read_text(encoding="utf-8")
+    quoted = _quoted_primary(readme)
+    assert len(quoted) >= 20  # the table was found
+    assert quoted - recomputed == set()
+    headline = _headline(study)
+    assert headline and headline - recomputed == set()
+
+
+def test_a_changed_number_is_caught(tmp_path):
+    """The check can fail: a README whose interval end is off by 0.01 quotes a number that is
+    not among the recomputed ones."""
+    folder = tmp_path / STUDIES[0]
+    shutil.copytree(ROOT / "results" / STUDIES[0], folder)
+    recomputed = _recomputed(folder)
+    readme = (folder / "README.md").read_text(encoding="utf-8")
+    assert "+36.94, +40.80]" in readme
+    edited = readme.replace("+36.94, +40.80]", "+36.94, +40.81]")
+    assert _quoted_primary(edited) - recomputed == {"+40.81"}
