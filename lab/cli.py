@@ -465,8 +465,9 @@ def study(
 
 
 def _print_power(plan: dict[str, Any], descriptive: bool) -> None:
-    """The dry run's power check: per primary test, the smallest p the planned seeds can give,
-    alone and after Holm over the family."""
+    """The dry run's statistics plan: per primary test, the smallest p the planned seeds can
+    give, alone and after Holm over the family (whether it can reach alpha at all, which is not
+    power), then the family's simulated power at the recipe's declared effect."""
     rows = [{"question": r["contrast"].question, "model": r["contrast"].model,
              "E": (str(r["contrast"].epochs) if r["contrast"].epochs_to is None
                    else f"{r['contrast'].epochs} -> {r['contrast'].epochs_to}"),
@@ -481,6 +482,10 @@ def _print_power(plan: dict[str, Any], descriptive: bool) -> None:
     console.print(_table(f"primary tests ({plan['alternative']}, {plan['seeds']} seeds, Holm over "
                          f"{len(rows)}): {reach} alpha {plan['alpha']:g}"
                          + (" (descriptive study)" if descriptive else ""), rows, list(rows[0])))
+    if "power" in plan:
+        from lab.study.questions import power_line
+
+        console.print(power_line(plan["power"]), markup=False, highlight=False, soft_wrap=True)
 
 
 def _exit_with_a_resume_line_on_signals(command: List[str]) -> None:

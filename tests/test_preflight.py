@@ -296,3 +296,25 @@ def test_gpu_hours_reproduce_their_anchor_and_reach_the_dry_run():
     assert result.returncode == 0, result.stderr
     assert "A100 GPU-h" in result.stdout and "H100 GPU-h" in result.stdout
     assert "A100 GPU-hours" in result.stdout and "MFU 25% for training" in result.stdout
+
+
+def test_the_dry_run_states_simulated_power_apart_from_reaching_alpha():
+    """issue 58: the table of floors says whether the family can reach alpha (not power); the
+    power line beside it is the simulation at the recipe's declared effect, with every number it
+    assumed, and low power is printed, not refused (the paper rq5 recipe: 9 seeds reach alpha,
+    well under 80% power at d = 1)."""
+    from lab.stats import POWER
+    from lab.study.questions import power_line, power_plan, power_problem
+    from lab.study.recipe import load_recipe
+
+    recipe = Path(__file__).resolve().parents[1] / "recipes/paper/rq5-epoch-sweep.yaml"
+    plan = power_plan(load_recipe(recipe))
+    assert not plan["unreachable"] and plan["power"]["power"] < POWER
+    assert power_problem(load_recipe(recipe)) is None
+    result = subprocess.run([sys.executable, "-m", "lab.cli", "study", str(recipe), "--dry-run",
+                             "--out", "unused-study"], capture_output=True, text=True,
+                            env={**os.environ, "COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr
+    assert f"Holm over {len(plan['tests'])}): all can reach alpha 0.05" in result.stdout
+    assert power_line(plan["power"]) in " ".join(result.stdout.split())
+    assert "cannot start here: underpowered" not in result.stdout  # (a GPU, disk: elsewhere)

@@ -1,6 +1,8 @@
 """The questions a study can declare primary (recipe `statistics.primary`), derived from its arms,
 and the family of tests they make: what `lab report` puts in its first table, with Holm over the
-family, and what the power check asks of the seeds before any stage runs.
+family, and what is asked of the seeds before any stage runs: whether the family can reach alpha
+at all (a refusal when it cannot), and its simulated power at the recipe's declared effect (only
+stated).
 
 Every primary test takes the seed (one trained model per arm) as its unit: arms of one seed share
 their base documents and removals, so they are paired by seed, and each test is an exact
@@ -225,11 +227,12 @@ def split_sizes(recipe: Any) -> tuple[int, int]:
     return injected, total - injected
 
 
-def power_plan(recipe: Any) -> dict[str, Any]:
+def power_plan(recipe: Any, simulate: bool = True) -> dict[str, Any]:
     """Before compute: the recipe's primary family, each test's smallest reachable p and that
     p after Holm over the family (every test at its floor), and the tests that can never reach
     alpha. Keys: questions, tests (one dict per test), unreachable (those tests), seeds_needed
-    (the seeds with which the seed-level tests could all reach alpha), alpha, alternative."""
+    (the seeds with which the seed-level tests could all reach alpha), alpha, alternative, and
+    (`simulate`) power: planned_power's simulation at the recipe's declared effect."""
     from lab.stats import CONVENTIONS
 
     stats = recipe.statistics
@@ -253,10 +256,46 @@ def power_plan(recipe: Any) -> dict[str, Any]:
         row["holm_floor"] = adjusted
     unreachable = [r for r in rows if r["holm_floor"] > stats.alpha]
     seed_level = sum(1 for r in rows if r["unit"] == SEED_UNIT)
-    return {"questions": questions, "tests": rows, "unreachable": unreachable,
+    plan = {"questions": questions, "tests": rows, "unreachable": unreachable,
             "seeds": seeds, "alpha": stats.alpha, "alternative": alternative,
             "seeds_needed": seeds_for_family(seed_level, stats.alpha, alternative)
             if seed_level else None}
+    if simulate and rows:
+        plan["power"] = planned_power(len(rows), seeds, stats.smallest_effect, stats.planning_sd,
+                                      stats.alpha, alternative)
+    return plan
+
+
+def planned_power(tests: int, seeds: int, effect: float, sd: float, alpha: float,
+                  alternative: str) -> dict[str, Any]:
+    """The power of each of a family's `tests` sign-flip tests over `seeds` seeds, Holm at
+    alpha over the family, every test's true effect `effect` with per-seed spread `sd`
+    (lab.stats.simulated_power), and the fewest seeds that give 80% (lab.stats.POWER; None:
+    more than lab.stats.POWER_SEARCH_SEEDS). Every number the statement needs is a key, so a
+    printed plan names what it assumed."""
+    from lab.stats import (POWER, POWER_ASSUMPTIONS, POWER_RNG_SEED, POWER_SEARCH_SEEDS,
+                           POWER_SIMULATIONS, seeds_for_planned_power, simulated_power)
+
+    return {"effect": effect, "sd": sd, "d": effect / sd, "alpha": alpha,
+            "alternative": alternative, "tests": tests, "seeds": seeds,
+            "power": simulated_power(seeds, effect, sd, tests, alpha, alternative),
+            "target": POWER,
+            "seeds_for_target": seeds_for_planned_power(effect, sd, tests, alpha, alternative),
+            "searched_to": POWER_SEARCH_SEEDS, "simulations": POWER_SIMULATIONS,
+            "rng_seed": POWER_RNG_SEED, "test": "exact sign-flip test", "assumes": POWER_ASSUMPTIONS}
+
+
+def power_line(power: dict[str, Any]) -> str:
+    """planned_power as one line: the power, the seeds for the target, and what was assumed."""
+    needed = (f"{power['target']:.0%} power takes {power['seeds_for_target']} seeds"
+              if power["seeds_for_target"] else
+              f"{power['target']:.0%} power takes more than {power['searched_to']} seeds")
+    return (f"power (simulated: {power['test']}, {power['simulations']} studies): "
+            f"{power['power']:.2f} per test with {power['seeds']} seed"
+            f"{'' if power['seeds'] == 1 else 's'}, Holm over {power['tests']} test"
+            f"{'' if power['tests'] == 1 else 's'}, {power['alternative']} alpha {power['alpha']:g}, "
+            f"at statistics.smallest_effect {power['effect']:g} and planning_sd {power['sd']:g} "
+            f"(d = {power['d']:.3g}); {needed}. Assumes {power['assumes']}")
 
 
 def power_problem(recipe: Any) -> str | None:
@@ -264,7 +303,7 @@ def power_problem(recipe: Any) -> str | None:
     call itself descriptive); None when they can."""
     if recipe.statistics.descriptive:
         return None
-    plan = power_plan(recipe)
+    plan = power_plan(recipe, simulate=False)  # reachability only: no simulation
     if not plan["unreachable"]:
         return None
     worst = plan["unreachable"]
