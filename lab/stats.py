@@ -521,27 +521,6 @@ def simulated_null(seeds: int, rng: Any, noise: dict[str, float] = RQ4_NOISE,
     return {k: [(1.0, dict(enumerate(values[k].tolist())))] for k in range(seeds)}
 
 
-def seeds_for_power(effects: Sequence[float], alpha: float = ALPHA, power: float = POWER,
-                    alternative: str = "two-sided") -> int | None:
-    """Seeds at which the per-seed effects' mean would be detected with `power` given their
-    spread (one-sample normal approximation, (z_alpha + z_power)^2 s^2 / mean^2), never fewer
-    than a sign-flip test needs to reach alpha at all. None: no mean, or no number of seeds
-    shows an effect of this sign."""
-    from scipy.stats import norm
-
-    k = len(effects)
-    if k < 2:
-        return None
-    mean = sum(effects) / k
-    if mean == 0 or (alternative == "greater" and mean < 0) or (alternative == "less" and mean > 0):
-        return None
-    sides = 1 if alternative in ("greater", "less") else 2
-    floor = max(2, math.ceil(math.log2(sides / alpha)))
-    std = math.sqrt(sum((e - mean) ** 2 for e in effects) / (k - 1))
-    z = norm.ppf(1 - alpha / sides) + norm.ppf(power)
-    return max(floor, math.ceil((z * std / mean) ** 2))
-
-
 # ---- power before compute: the exact sign-flip test at a declared effect ----------------------
 # "Seeds for 80% power" from a normal formula, (z_alpha + z_power)^2 / d^2, is optimistic here
 # twice over: it takes the spread as known (z, not t) and the test as continuous, while an exact

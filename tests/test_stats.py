@@ -9,7 +9,7 @@ from scipy.stats import mannwhitneyu, wilcoxon
 
 from lab.common import LabError
 from lab.stats import (compare, crossover_differences, crossover_test, holm, mann_whitney,
-                             permutation_mann_whitney, seed_level_test, seeds_for_power,
+                             permutation_mann_whitney, seed_level_test,
                              signed_rank_test, starred_p, within_model_seeds)
 
 SEPARATED = ([5.0, 6.0, 7.0, 8.0, 9.0], [1.0, 2.0, 3.0, 4.0, 4.5])  # five runs a side, no overlap
@@ -188,16 +188,3 @@ def test_effect_size_interval_and_corrections():
         mann_whitney(*SEPARATED, "bayesian")
 
 
-def test_seeds_for_power_match_a_hand_computation():
-    # Per-seed effects -1, 1, 3: mean 1, spread 2. Two-sided at 0.05, 80% power:
-    # (z(0.975) + z(0.8))^2 x 2^2 / 1^2 = 2.801585^2 x 4 = 31.4 -> 32 seeds.
-    assert seeds_for_power([-1.0, 1.0, 3.0]) == 32
-    # One-sided: (1.644854 + 0.841621)^2 x 4 = 24.73 -> 25.
-    assert seeds_for_power([-1.0, 1.0, 3.0], alternative="greater") == 25
-    # A clear effect still needs the seeds a sign-flip test needs to reach alpha at all:
-    # 2/2^6 = 0.031 <= 0.05 two-sided (6 seeds), 1/2^5 = 0.031 one-sided (5).
-    assert seeds_for_power([2.0, 3.0, 4.0]) == 6
-    assert seeds_for_power([2.0, 3.0, 4.0], alternative="greater") == 5
-    assert seeds_for_power([2.0, 3.0, 4.0], alpha=0.05 / 13) == 10  # Holm's first step, 13 tests
-    assert seeds_for_power([-2.0, -1.0], alternative="greater") is None
-    assert seeds_for_power([1.0]) is None and seeds_for_power([1.0, -1.0]) is None
