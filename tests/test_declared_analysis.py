@@ -191,3 +191,16 @@ def test_a_decay_compares_the_same_samples_at_both_epoch_counts(tmp_path):
     assert row["seed_effects"] == pytest.approx(expected)
     assert row["samples"] == pytest.approx(2 * len(common))  # two parts of the 4 common samples
     assert not math.isnan(row["estimate"])
+
+
+def test_adding_seeds_until_a_test_passes_inflates_false_positives():
+    """Why seeds merged beyond the plan are exploratory: under no effect, one look at 10 seeds
+    rejects about 5% of studies, looks at 6, 8 and 10 (stop at the first p <= 0.05) about 8%."""
+    from lab.stats import sign_flip_p_values
+
+    rng = np.random.default_rng(58)
+    effects = rng.normal(0.0, 1.0, (4000, 10))
+    looks = np.stack([sign_flip_p_values(effects[:, :k]) for k in (6, 8, 10)])
+    once = float((looks[-1] <= 0.05).mean())
+    stopped = float((looks <= 0.05).any(axis=0).mean())
+    assert once <= 0.06 and stopped >= 0.07 and stopped - once >= 0.02
