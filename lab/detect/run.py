@@ -3,12 +3,15 @@
 The model's own pre-training corpus (or --groups, for a control or placebo model) says which
 test samples were injected, in which form and at which dose: those are the members. Non-members
 are the held-out half of a split-half arm or, for an arm that injected every sample, never-seen
-samples of the validation split drawn as `lab probe` draws them (lab.eval.probe). Each sample is
+samples of the validation split, found as `lab probe` finds them (lab.eval.probe) and drawn
+length-matched to the members with the model's seed (lab.detect.shift). Each sample is
 scored in the form it was injected in. Per detector, the summary gives the ROC AUC of telling
 members from non-members, the TPR at 1% and 5% FPR (the low-FPR regime membership inference is
 judged by), the one-sided Mann-Whitney p and both groups' means; with a dose ladder, the same per
 dose against the held-out level. `--reference` (a model that never saw the samples, with the
 same tokenizer and family: the study's control or placebo model) adds the reference detector.
+With a held-out half, the distribution-shift check sets it against as many never-seen validation
+samples, length-matched to it (lab.detect.shift): two-sided, read as a bound.
 """
 from __future__ import annotations
 
@@ -54,8 +57,11 @@ class DetectConfig:
     cdd_samples: int = param(10, "Sampled outputs per input (peakedness).")
     max_samples: int | None = param(None, "Score the first N members and N non-members only.")
     shift: bool = param(True, "Also score never-seen validation samples, as many as the held-out "
-                              "test samples: the distribution-shift check (held-out test against "
-                              "valid, neither seen: AUC near 0.5 unless the splits differ).")
+                              "test samples and length-matched to them: the distribution-shift "
+                              "check (held-out test against valid, neither seen, two-sided: AUC "
+                              "near 0.5 unless the splits differ).")
+    seed: int | None = param(None, "Seed of the validation samples' draw (default: the model's "
+                                   "pre-training seed; 0 for an outside model).")
     batch_size: int = param(16, "Documents per forward pass.")
     device: str = device_param()
     dtype: str = dtype_param()
@@ -88,7 +94,7 @@ def detection_metrics(members: Sequence[float], nonmembers: Sequence[float]) -> 
             "auc_sample_high": interval[1] if interval else None,
             **{f"tpr_at_{round(f * 100)}pct_fpr": tpr_at_fpr(members, nonmembers, f)
                for f in FPRS},
-            "p": p, "member_mean": sum(members) / len(members) if members else None,
+            "p": p, "alternative": "greater", "member_mean": sum(members) / len(members) if members else None,
             "nonmember_mean": sum(nonmembers) / len(nonmembers) if nonmembers else None,
             "members": len(members), "nonmembers": len(nonmembers)}
 
@@ -142,6 +148,38 @@ class _Subject:
 
 
 OUTSIDE_MAX_TOKENS = 2048  # an outside model's documents are cut there (or at its positions)
+
+
+def _draw_seed(cfg: DetectConfig, manifest: dict[str, Any]) -> int:
+    """The validation draw's seed: --seed, else the scored model's pre-training seed (a study's
+    seed: each seed draws afresh), else 0 (an outside model)."""
+    if cfg.seed is not None:
+        return cfg.seed
+    seed = pretraining_record(manifest).get("seed")
+    if seed is None:
+        return 0
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise LabError(f"--model {cfg.model}: manifest seed {seed!r} is not a whole number "
+                       "(give --seed)")
+    return seed
+
+
+def _valid_samples(chosen: dict[str, Any], tests: list[Any], targets: list[Any],
+                   manifest: dict[str, Any], form: str, seed: int, corpora_dir: Path | None
+                   ) -> tuple[list[Any], dict[str, Any]]:
+    """Never-seen validation samples set against `targets`: every eligible one (lab.eval.probe's
+    rule), then one per target, length-matched with `seed` (lab.detect.shift)."""
+    import sys
+
+    from lab.detect.shift import length_matched_draw
+    from lab.eval.probe import reference_samples
+
+    # a count no pool reaches: reference_samples then returns every eligible sample, undrawn
+    eligible, found = reference_samples(chosen, tests, sys.maxsize, True, manifest, corpora_dir)
+    if not eligible:
+        return [], found
+    drawn, draw = length_matched_draw(eligible, targets, seed, form)
+    return drawn, {"split": found["split"], **draw, "eligibility": found["eligibility"]}
 
 
 def _lab_subject(cfg: DetectConfig, check: Any) -> _Subject:
@@ -213,8 +251,6 @@ def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
         cfg = DetectConfig(model=Path(cfg), out=out, **options)
     import torch
 
-    from lab.eval.probe import reference_samples
-
     started = time.perf_counter()
     device = check_placement(cfg.device, cfg.dtype)
     detectors = check_detectors(cfg.detectors)
@@ -236,17 +272,18 @@ def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
     held = set(chosen["held_out"])
     nonmembers = [s for s in tests if s.id in held][:cfg.max_samples]
     baseline, reference_record = "held_out", None
+    seed = _draw_seed(cfg, manifest)
     if not held:
-        nonmembers, reference_record = reference_samples(chosen, tests, len(members), True,
-                                                         manifest, cfg.corpora_dir)
+        nonmembers, reference_record = _valid_samples(chosen, tests, members, manifest, form,
+                                                      seed, cfg.corpora_dir)
         baseline = "reference"
         if not nonmembers:
             raise LabError(f"{chosen['source']}: no never-seen samples to compare the injected "
                            f"ones with ({reference_record.get('missing')})")
     shift, shift_record = [], None
     if cfg.shift and baseline == "held_out":
-        shift, shift_record = reference_samples(chosen, tests, len(nonmembers), True, manifest,
-                                                cfg.corpora_dir)
+        shift, shift_record = _valid_samples(chosen, tests, nonmembers, manifest, form, seed,
+                                             cfg.corpora_dir)
     elif cfg.shift and not outside:
         shift_record = {"missing": "every scored test sample was injected: no never-seen test "
                                    "samples to set against never-seen valid ones"}
@@ -276,10 +313,12 @@ def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
     names = [d.name for d in used]
     shift_summary = None
     if shift_record is not None:
-        shift_summary = {"samples": shift_record,
-                         # the never-seen test samples (positives) against never-seen valid ones
-                         "detectors": summarise(rows, names, "nonmember", "shift") if shift
-                         else {}}
+        # the never-seen test samples (positives) against never-seen valid ones, two-sided
+        checked = _shift_summary(rows, names) if shift else {}
+        shift_summary = {"samples": shift_record, "detectors": checked,
+                         "statement": "; ".join(f"{name}: {m['bound']}"
+                                                for name, m in checked.items())
+                         or shift_record.get("missing")}
     summary = {
         "kind": "lab-detection", "model": str(cfg.model), "family": family,
         "described": subject.described,
@@ -303,6 +342,20 @@ def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
                            kind="lab-detection", inputs=inputs)
     summary["out"] = str(out)
     return summary
+
+
+def _shift_summary(rows: list[dict[str, Any]], names: Sequence[str]
+                   ) -> dict[str, dict[str, Any]]:
+    """Per detector, the held-out test samples against the valid ones: the membership metrics
+    with a two-sided p, the direction and the bound (lab.detect.shift.shift_metrics)."""
+    from lab.detect.shift import shift_metrics
+
+    test = [r for r in rows if r["role"] == "nonmember"]
+    valid = [r for r in rows if r["role"] == "shift"]
+    return {name: shift_metrics(detection_metrics([r[name] for r in test],
+                                                  [r[name] for r in valid]),
+                                [r[name] for r in test], [r[name] for r in valid])
+            for name in names}
 
 
 def _by_dose(rows: list[dict[str, Any]], names: Sequence[str]) -> dict[str, Any]:
