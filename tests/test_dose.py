@@ -338,7 +338,7 @@ def test_too_few_seeds_for_any_threshold_are_named(tmp_path):
     from lab.study.report import run_stats
     result = run_stats(study)
     assert _cell(result["doses"])["holm_floor"] == pytest.approx(0.375)
-    assert ("threshold none of the doses (none can be: at best Holm p 0.375 with these seeds; "
+    assert ("detection threshold not testable here (at best Holm p 0.375 with these seeds; "
             "7 seeds would let a level reach 0.05)") in result["dose_tables"]["bleu"]["md"]
 
 
@@ -519,3 +519,55 @@ def test_the_dose_curves_recover_known_curves_and_the_band_covers_them():
     assert sum(inside) >= 7  # a 95% band over 9 points: nearly all hold the true curve
     assert band["seeds"] == 6 and len(band["unconstrained"]["high"]) == 9
     assert dose_band(per_seed, grid) == band  # seeded: the same band every time
+
+
+TREND_LADDER = (0, 1, 2, 4, 6)
+
+
+def _trend_ladder(seeds: int, rise: float, wobble: float = 0.0) -> dict:
+    """seed -> dose -> sample id -> score: every level holds the same 30 spread-out scores
+    (a flat ladder: its slope is exactly 0), shifted by the seed and by its slope x ln(1 +
+    dose), the slope being `rise`, plus `wobble` in even seeds and minus it in odd ones."""
+    import math
+
+    spread = [((7 * i) % 30) - 15.0 for i in range(30)]
+    return {str(seed): {dose: {f"{dose}:{i}": v + seed + (rise + wobble * (-1) ** seed)
+                               * math.log1p(dose) for i, v in enumerate(spread)}
+                        for dose in TREND_LADDER}
+            for seed in range(seeds)}
+
+
+def test_the_trend_test_finds_a_rise_with_the_dose_and_not_a_flat_or_falling_ladder():
+    """One model: a permutation test of the slope over its samples (dose labels permuted); seeds:
+    a one-sided sign-flip over the per-seed slopes, whose floor with 7 seeds is 1/2^7."""
+    from lab.study.dose import TREND_PERMUTATIONS, dose_trend
+
+    rising = dose_trend(_trend_ladder(1, 4.0))
+    assert rising["trend_slope"] == pytest.approx(4.0)
+    assert 1 / (TREND_PERMUTATIONS + 1) <= rising["trend_p"] < 0.001
+    flat = dose_trend(_trend_ladder(1, 0.0))
+    assert flat["trend_slope"] == pytest.approx(0.0, abs=1e-9) and flat["trend_p"] > 0.3
+    assert dose_trend(_trend_ladder(1, -4.0))["trend_p"] > 0.99  # one-sided: increasing only
+    over_seeds = dose_trend(_trend_ladder(7, 4.0))
+    assert over_seeds["trend_p"] == pytest.approx(1 / 2 ** 7) and over_seeds["trend_seeds"] == 7
+    assert dose_trend(_trend_ladder(7, 0.0, wobble=2.0))["trend_p"] > 0.3  # seeds disagree
+
+
+def test_a_one_seed_ladder_reports_its_trend_and_this_models_detection_threshold(tmp_path):
+    """The report names the first significant level a detection limit of this one model, gives
+    the trend test beside it, and marks a level whose interval and Holm p disagree."""
+    from lab.study.dose import DISAGREES, disagrees
+    from lab.study.report import run_stats
+
+    study = write_ladder_study(tmp_path / "s", seeds=1, per_level=30, epochs=(0,))
+    result = run_stats(study)
+    cell = _cell(result["doses"])
+    assert cell["trend_p_holm"] <= 0.05 and cell["trend_slope"] > 0
+    table = result["dose_tables"]["bleu"]["md"]
+    assert "this model's detection threshold dose 4 copies/epoch" in table
+    assert f"trend {cell['trend_slope']:+.3g} per ln(1 + copies per corpus epoch)" in table
+    assert disagrees(0.5, 9.0, 0.2, 0.05) and disagrees(-0.5, 9.0, 0.01, 0.05)
+    assert not disagrees(0.5, 9.0, 0.01, 0.05) and not disagrees(-0.8, 21.1, 0.99, 0.05)
+    marked = [r for r in result["doses"]["levels"] if r.get("disagrees")]
+    assert all(f"{DISAGREES}" in line for line in table.splitlines()
+               if any(f"| {r['dose']} |" in line for r in marked) and line.startswith("| "))

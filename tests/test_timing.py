@@ -375,3 +375,69 @@ def test_continuing_on_a_contaminated_corpus_joins_the_memberships(world):
     with pytest.raises(LabError, match="dose or timing levels"):
         pretrain(world, "uniform", "join-refused", max_steps=4, init_from=world / "join-timed")
     assert not (world / "join-refused").exists() and not (world / "join-refused.partial").exists()
+
+
+def _weight_decay_study(folder: Path, seeds: int) -> Path:
+    """A timing study whose weight decay 0.1 costs the early level 3 BLEU in every seed and
+    leaves the late level as it is."""
+    import csv
+
+    rows = []
+    for decay in (0.0, 0.1):
+        for seed in range(seeds):
+            for level, base in (("early:0.2", 2.0), ("late:0.2", 40.0), (None, 1.0)):
+                ids = range(0, 4) if level == "early:0.2" else range(4, 8) if level else range(8, 12)
+                for i in ids:
+                    lost = 3.0 if decay == 0.1 and level == "early:0.2" else 0.0
+                    rows.append({"model": f"gpt2/wd={decay:g}", "task": "codetrans",
+                                 "arm": "paired", "epochs": 0, "train_size": 200, "seed": seed,
+                                 "id": f"s{i}", "group": "injected" if level else "held_out",
+                                 "timing": level or "", "weight_decay": decay,
+                                 "steps_since_last_exposure": (264 if level == "early:0.2"
+                                                               else 1 if level else ""),
+                                 "score_bleu": base + seed + i % 2 - lost})
+    folder.mkdir(parents=True)
+    with open(folder / "samples.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    (folder / "recipe.json").write_text(json.dumps(
+        {"injection": {"timing": ["early:0.2", "late:0.2"]}}))
+    return folder
+
+
+def _decay_verdicts(study: Path) -> dict[str, str]:
+    from lab.study.report_data import read_csv
+    from lab.study.timing import timing_stats, timing_table, verdict
+
+    found = timing_stats(study, ["bleu"], 0.05, read_csv)
+    table = timing_table(found, "bleu")["md"]
+    verdicts = {r["level"]: verdict(r, "p", "floor", 0.05) for r in found["weight_decay"]}
+    assert all(f"| {text} |" in table for text in verdicts.values())
+    return verdicts
+
+
+def test_three_seeds_cannot_test_weight_decay_and_seven_can(tmp_path):
+    """The same 3-point loss in every seed: with 3 seeds the sign-flip test's floor, 2/2^3 =
+    0.25 (0.5 after Holm over the 2 levels), is above alpha, so neither level's verdict may read
+    'no difference detected'; with 7 seeds (floor 2/2^7, 0.031 after Holm) the early level's
+    loss is detected and the unchanged late level is not."""
+    three = _decay_verdicts(_weight_decay_study(tmp_path / "three", 3))
+    assert three == {level: "not testable here (3 seeds: smallest p 0.25; 0.5 after Holm over "
+                            "2 tests)" for level in ("early:0.2", "late:0.2")}
+    seven = _decay_verdicts(_weight_decay_study(tmp_path / "seven", 7))
+    assert seven == {"early:0.2": "difference detected", "late:0.2": "no difference detected"}
+
+
+def test_a_level_family_at_its_floor_is_marked_not_testable_in_the_forgetting_table(tmp_path):
+    """Every level lift of 3 seeds sits at p 0.25 (0.5 after Holm over the 2 levels): the table
+    says so beside the p instead of leaving a bare 0.5 to read as 'no lift'."""
+    from lab.study.report_data import read_csv
+    from lab.study.timing import timing_stats, timing_table
+
+    found = timing_stats(_weight_decay_study(tmp_path / "three", 3), ["bleu"], 0.05, read_csv)
+    table = timing_table(found, "bleu")["md"]
+    assert "| 0.5: not testable here (3 seeds: smallest p 0.25; 0.5 after Holm over 2 tests) |" \
+        in table
+    seven = timing_stats(_weight_decay_study(tmp_path / "seven", 7), ["bleu"], 0.05, read_csv)
+    assert "not testable" not in timing_table(seven, "bleu")["md"].split("Weight decay")[0]

@@ -19,6 +19,13 @@ randomisation test about that model (SAMPLE_UNIT), with a percentile interval ov
 samples. Against a reference arm (control, placebo) each seed's effect is its mean per-sample
 difference on the same samples, tested the same way over seeds (one seed: the estimate only).
 The pooled (seed, sample) Mann-Whitney p is kept as a description: it decides nothing.
+
+The first level whose Holm p clears alpha is a detection limit of this design (this model, these
+samples), not a dose below which nothing happens; whether scores rise with the dose is the trend
+test (TREND_ONE_MODEL, TREND_SEEDS), one per ladder, Holm across the ladders of a metric. A
+level whose interval and test disagree (the interval excludes 0 and the Holm p exceeds alpha, or
+the reverse) is marked: the interval is neither adjusted for the family nor, with one seed,
+about the same statistic as the rank test (a mean against ranks).
 """
 from __future__ import annotations
 
@@ -48,6 +55,15 @@ POOLED_DESCRIPTION = ("Mann-Whitney U, greater, asymptotic, over (seed, sample) 
                       "a description, never a verdict (a sample scored by several seeds' models "
                       "counts once per seed)")
 GRID_POINTS = 40  # copies per epoch at which the fitted curves and their band are drawn
+TREND_PERMUTATIONS = 9999  # one seed: p is at least 1 / (TREND_PERMUTATIONS + 1)
+TREND_X = "ln(1 + copies per corpus epoch)"  # dose 0 at 0, a geometric ladder evenly spread
+TREND_ONE_MODEL = (f"permutation test of the least-squares slope of the per-sample score on "
+                   f"{TREND_X} over every level, dose 0 included, greater (increasing): the "
+                   f"levels are random groups of one model's samples, so the dose labels are "
+                   f"permuted ({TREND_PERMUTATIONS} permutations, seeded)")
+TREND_SEEDS = (f"{SIGN_FLIP_TEST}, greater (increasing), over the per-seed least-squares slopes "
+               f"of the per-sample score on {TREND_X}, dose 0 included")
+DISAGREES = "‡"
 
 Levels = dict[Any, dict[int, dict[str, float]]]  # seed -> dose -> sample id -> score
 
@@ -146,8 +162,11 @@ def dose_stats(study: Path, metrics: list[str], alpha: float, read_csv: Any,
                 cell.update(_reach(cell_levels, alpha, alternative) if cell["unit"] == SEED_UNIT
                             else {})
                 cell.update(_curves(cell_levels, by_seed, alpha, metric == band_metric))
+                cell.update(dose_trend(by_seed))
+                _mark_disagreements(cell_levels, alpha)
                 levels += cell_levels
                 cells.append(cell)
+        _adjust_trends([c for c in cells if c["metric"] == metric])
     return {"levels": levels, "cells": cells, "dose_scale": DOSE_SCALE, "times_seen": TIMES_SEEN,
             "alternative": alternative,
             "within_test": f"{SIGN_FLIP_TEST}, {alternative}, over the per-seed lifts",
@@ -158,6 +177,7 @@ def dose_stats(study: Path, metrics: list[str], alpha: float, read_csv: Any,
             "interval": CLUSTER_BOOTSTRAP, "one_model_interval": SAMPLE_BOOTSTRAP,
             "curves": {"monotone": DOSE_CURVE, "unconstrained": DOSE_CURVE_UNCONSTRAINED},
             "non_monotone_rule": NON_MONOTONE_RULE, "band": DOSE_BAND,
+            "trend_test": {"one_model": TREND_ONE_MODEL, "seeds": TREND_SEEDS},
             "pretrain_epochs": pretrain_epochs(study)}
 
 
@@ -210,6 +230,78 @@ def _within(cell_levels: list[dict[str, Any]], by_seed: Levels, alpha: float, al
         tested.append(record)
     for record, adjusted in zip(tested, holm([r["p"] for r in tested])):
         record["p_holm"] = adjusted
+
+
+def _slope(doses: Any, scores: Any) -> Any:
+    """Least-squares slope of `scores` (one row per permutation, or one row) on TREND_X."""
+    import numpy as np
+
+    x = np.log1p(np.asarray(doses, dtype=float))
+    centred = x - x.mean()
+    return (np.asarray(scores, dtype=float) @ centred) / (centred @ centred)
+
+
+def dose_trend(by_seed: Levels) -> dict[str, Any]:
+    """Do scores rise with the dose? Per seed the slope of its per-sample scores on TREND_X
+    (dose 0 included); one seed: TREND_ONE_MODEL, more: TREND_SEEDS. `trend_floor`: the
+    smallest p the test can give. Empty where no seed has two levels."""
+    import numpy as np
+
+    points = {seed: [(dose, score) for dose, level in levels.items() for score in level.values()]
+              for seed, levels in by_seed.items()}
+    points = {seed: pairs for seed, pairs in points.items()
+              if len({dose for dose, _score in pairs}) > 1}
+    if not points:
+        return {}
+    slopes = {seed: float(_slope(*zip(*pairs))) for seed, pairs in points.items()}
+    found: dict[str, Any] = {"trend_slope": _mean(list(slopes.values())), "trend_x": TREND_X,
+                             "trend_seeds": len(slopes)}
+    if len(points) > 1:
+        found["trend_p"], _test = sign_flip_test(list(slopes.values()), "greater")
+        found["trend_floor"] = sign_flip_floor(len(points), "greater")
+        found["trend_test"] = TREND_SEEDS
+        return found
+    [pairs] = points.values()
+    doses, scores = (np.asarray(v, dtype=float) for v in zip(*pairs))
+    shuffled = np.random.default_rng(0).permuted(np.tile(scores, (TREND_PERMUTATIONS, 1)), axis=1)
+    # A permutation tying the observed slope counts against it; the tolerance absorbs the
+    # rounding of the same sum taken in another order.
+    observed = found["trend_slope"]
+    reached = np.sum(_slope(doses, shuffled) >= observed - 1e-12 * (1 + abs(observed)))
+    found["trend_p"] = float((1 + reached) / (TREND_PERMUTATIONS + 1))
+    found["trend_floor"] = 1 / (TREND_PERMUTATIONS + 1)
+    found["trend_test"] = TREND_ONE_MODEL
+    return found
+
+
+def _adjust_trends(cells: list[dict[str, Any]]) -> None:
+    """Holm across the trend tests of one metric's ladders, read together; `trend_p_holm_floor`
+    is the smallest Holm p they can reach (their number times the smallest floor)."""
+    tested = [c for c in cells if c.get("trend_p") is not None]
+    if not tested:
+        return
+    reachable = min(1.0, len(tested) * min(c["trend_floor"] for c in tested))
+    for cell, adjusted in zip(tested, holm([c["trend_p"] for c in tested])):
+        cell["trend_p_holm"], cell["trend_p_holm_floor"] = adjusted, reachable
+        cell["trend_family"] = len(tested)
+
+
+def disagrees(low: float | None, high: float | None, p_holm: float | None, alpha: float) -> bool:
+    """An interval excluding 0 beside a Holm p above alpha, or one holding 0 beside a Holm p at
+    or below it: the estimate and the test say different things."""
+    if low is None or high is None or p_holm is None:
+        return False
+    return (low > 0 or high < 0) != (p_holm <= alpha)
+
+
+def _mark_disagreements(cell_levels: list[dict[str, Any]], alpha: float) -> None:
+    """Each level's `disagrees` (its lift over dose 0) and `disagrees_vs_control`."""
+    for r in cell_levels:
+        r["disagrees"] = disagrees(r.get("lift_ci_low"), r.get("lift_ci_high"), r.get("p_holm"),
+                                   alpha)
+        r["disagrees_vs_control"] = disagrees(r.get("lift_vs_control_ci_low"),
+                                              r.get("lift_vs_control_ci_high"),
+                                              r.get("p_vs_control_holm"), alpha)
 
 
 def _reach(cell_levels: list[dict[str, Any]], alpha: float, alternative: str) -> dict[str, Any]:
@@ -318,6 +410,19 @@ def _describe_fits(cell: dict[str, Any]) -> str:
             f"({turn}), rmse {free['rmse']:.2f}; {flag[cell['non_monotone']]}{steps}")
 
 
+def _describe_trend(cell: dict[str, Any], alpha: float) -> str:
+    """'trend +12.3 per ln(1 + copies per corpus epoch), p 0.0001, Holm 0.0006*', with 'not
+    testable here' and the floor where the metric's trend tests cannot reach alpha."""
+    if cell.get("trend_p_holm") is None:
+        return "trend not tested"
+    text = (f"trend {cell['trend_slope']:+.3g} per {TREND_X}, p {cell['trend_p']:.2g}, "
+            f"Holm {starred_p(cell['trend_p_holm'], cell['trend_slope'], alpha, '.2g')}")
+    if cell["trend_p_holm_floor"] > alpha:
+        text += (f" (not testable here: {cell['trend_seeds']} seeds, smallest Holm p "
+                 f"{cell['trend_p_holm_floor']:.3g})")
+    return text
+
+
 def dose_table(found: dict[str, Any], metric: str) -> dict[str, str]:
     """The dose-response table of one metric (Markdown) and every metric's levels (CSV)."""
     levels = [r for r in found["levels"] if r["metric"] == metric]
@@ -332,12 +437,14 @@ def dose_table(found: dict[str, Any], metric: str) -> dict[str, str]:
         versus = _with_interval(r.get("lift_vs_control"), r.get("lift_vs_control_ci_low"),
                                 r.get("lift_vs_control_ci_high"))
         if r.get("p_vs_control_holm") is not None:
-            versus += f" (p {starred_p(r['p_vs_control_holm'], r['lift_vs_control'], alpha, '.2g')})"
+            p_holm = starred_p(r["p_vs_control_holm"], r["lift_vs_control"], alpha, ".2g")
+            versus += f" (p {p_holm}{' ' + DISAGREES if r.get('disagrees_vs_control') else ''})"
         lines.append([r["model"], r["arm"], str(r["epochs"]), str(r["dose"]),
                       _fmt(r.get("times_seen"), "g"), _fmt(r.get("token_share"), ".1%"),
                       str(r["seeds"]), str(r["samples"]), _fmt(r.get("score"), ".2f"),
                       _with_interval(r.get("lift"), r.get("lift_ci_low"), r.get("lift_ci_high")),
-                      starred_p(r.get("p_holm"), r.get("lift"), alpha, ".2g"),
+                      starred_p(r.get("p_holm"), r.get("lift"), alpha, ".2g")
+                      + (f" {DISAGREES}" if r.get("disagrees") else ""),
                       _fmt(r.get("p_pooled_description"), ".2g"), versus,
                       _fmt(r.get("probe_auc"), ".2f")])
     thresholds = []
@@ -347,11 +454,15 @@ def dose_table(found: dict[str, Any], metric: str) -> dict[str, str]:
               + ("" if cell["threshold_times_seen"] is None
                  else f" ({cell['threshold_times_seen']:g} times seen)"))
         if cell.get("holm_floor", 0) > alpha:
-            at += (f" (none can be: at best Holm p {cell['holm_floor']:.3g} with these seeds; "
-                   f"{cell['seeds_for_alpha']} seeds would let a level reach {alpha:g})")
+            at = (f"not testable here (at best Holm p {cell['holm_floor']:.3g} with these seeds; "
+                  f"{cell['seeds_for_alpha']} seeds would let a level reach {alpha:g})")
+        whose = ("this model's" if cell["unit"] != SEED_UNIT else
+                 f"these {cell['trend_seeds']} models'" if cell.get("trend_seeds") else
+                 "these models'")
         thresholds.append(f"- {cell['model']} {cell['arm']} E={cell['epochs']}"
                           f"{'' if cell['train_size'] in ('', 'None', None) else ' train ' + str(cell['train_size'])}"
-                          f" (unit: {cell['unit'] or '-'}): threshold {at}{_describe_fits(cell)}")
+                          f" (unit: {cell['unit'] or '-'}): {_describe_trend(cell, alpha)}; "
+                          f"{whose} detection threshold {at}{_describe_fits(cell)}")
     epochs = found.get("pretrain_epochs")
     note = (f"Dose: {DOSE_SCALE}, since every base document is also seen once per corpus epoch; "
             f"times seen: the dose x {_fmt(epochs, 'g') if epochs else 'the'} pre-training "
@@ -363,8 +474,15 @@ def dose_table(found: dict[str, Any], metric: str) -> dict[str, str]:
             f"a {found['one_model_interval']}: the levels are random groups of samples, so both "
             f"are about that one model. Pooled p: {found['pooled_description']}. vs control: "
             f"{found['paired_test']}; Holm. Token share: the level's share of the trained "
-            f"tokens. Threshold: the smallest dose whose lift is positive with Holm p <= "
-            f"{alpha:g}. Curves, fitted to the mean lifts against the dose: "
+            f"tokens. {DISAGREES}: the interval and the test disagree (the interval excludes 0 "
+            f"and Holm p > {alpha:g}, or holds 0 and Holm p <= {alpha:g}; the interval is not "
+            f"adjusted for the family, and with one seed it is about the mean while the test "
+            f"ranks). Trend: one per ladder, Holm across this metric's ladders; one seed: "
+            f"{found['trend_test']['one_model']}; seeds: {found['trend_test']['seeds']}. "
+            f"Detection threshold: the smallest dose whose lift is positive with Holm p <= "
+            f"{alpha:g}: a detection limit of these models and samples (it moves with the "
+            f"seeds and samples per level), not a dose below which nothing happens. Curves, "
+            f"fitted to the mean lifts against the dose: "
             f"{found['curves']['monotone']}; {found['curves']['unconstrained']}. "
             f"{found['non_monotone_rule']}.")
     markdown = ("| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n"
@@ -374,7 +492,8 @@ def dose_table(found: dict[str, Any], metric: str) -> dict[str, str]:
                "token_share", "seeds", "samples", "score", "score_std", "sample_mean", "lift",
                "lift_ci_low", "lift_ci_high", "unit", "p", "p_holm", "p_pooled_description",
                "lift_vs_control", "lift_vs_control_ci_low", "lift_vs_control_ci_high",
-               "p_vs_control", "p_vs_control_holm", "probe_auc", "probe_p"]
+               "p_vs_control", "p_vs_control_holm", "disagrees", "disagrees_vs_control",
+               "probe_auc", "probe_p"]
     columns += sorted({k for r in found["levels"] for k in r if "_vs_" in k and k not in columns})
     handle = io.StringIO()
     writer = csv.writer(handle, lineterminator="\n")

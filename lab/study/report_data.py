@@ -314,8 +314,8 @@ class Memorised:
     auc: float
     p: float
     by: str
-    p_holm: float = 1.0
-    family: int = 1
+    p_holm: float
+    family: int
 
 
 @dataclass
@@ -621,7 +621,7 @@ def memorisation(study: Path, alpha: float
         return {}
     rows = read_csv(path, ("model", "arm", "seed", "groups", "id", "group", "loss"),
                     lambda c: c in PROBE_COLUMNS)
-    found: dict[tuple[str, str], tuple[Memorised | None, Memorised | None]] = {}
+    tested: dict[tuple[str, str], list[tuple[float, float, str] | None]] = {}  # (auc, p, by)
     for model, arm in sorted({(r["model"], r["arm"]) for r in rows}):
         own = [r for r in rows if (r["model"], r["arm"]) == (model, arm) and r["loss"] is not None]
         if own and not settings_table.get(arm).injects_test:  # probed on another arm's samples
@@ -632,7 +632,7 @@ def memorisation(study: Path, alpha: float
             others = [r["loss"] for r in own if r["group"] == baseline]
             if injected and others:
                 auc, p = membership_auc(injected, others, False)
-                within = Memorised(verdict=False, auc=auc, p=p, by=MEMORISED_BY[baseline])
+                within = (auc, p, MEMORISED_BY[baseline])
                 break
         placebo = settings_table.placebo_of(arm)
         if placebo:
@@ -643,12 +643,20 @@ def memorisation(study: Path, alpha: float
                      if r["group"] == "injected" and (r["seed"], r["id"]) in theirs]
             if pairs:
                 auc, p = membership_auc([a for a, _ in pairs], [b for _, b in pairs], False)
-                versus_placebo = Memorised(verdict=False, auc=auc, p=p, by=VS_PLACEBO)
+                versus_placebo = (auc, p, VS_PLACEBO)
         if within or versus_placebo:
-            found[(model, arm)] = (within, versus_placebo)
-    family = [m for pair in found.values() for m in pair if m]
-    for tested, adjusted in zip(family, holm([m.p for m in family])):
-        tested.p_holm, tested.family, tested.verdict = adjusted, len(family), adjusted <= alpha
+            tested[(model, arm)] = [within, versus_placebo]
+    # One family: the report shows every arm's verdicts side by side (issue 58).
+    family = [t for pair in tested.values() for t in pair if t]
+    adjusted = iter(holm([p for _auc, p, _by in family]))  # walked in the family's order
+    found: dict[tuple[str, str], tuple[Memorised | None, Memorised | None]] = {}
+    for key, pair in tested.items():
+        verdicts = []
+        for t in pair:
+            p_holm = next(adjusted) if t else None
+            verdicts.append(t and Memorised(verdict=p_holm <= alpha, auc=t[0], p=t[1], by=t[2],
+                                            p_holm=p_holm, family=len(family)))
+        found[key] = (verdicts[0], verdicts[1])
     return found
 
 

@@ -12,6 +12,10 @@ model), tested and bounded the same way. One seed: a rank test over that model's
 interval over its samples. The steps since the last exposure are the median over the level's
 samples and seeds (each sample's last trained step is in its pre-training manifest:
 lab.train.schedule).
+
+A family of tests whose smallest attainable Holm p (every test at its floor: NOT_TESTABLE)
+exceeds alpha cannot reject whatever the data, so its verdict reads "not testable here" with that
+floor, never "no difference detected".
 """
 from __future__ import annotations
 
@@ -22,18 +26,21 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from lab.stats import (CLUSTER_BOOTSTRAP, ONE_MODEL_TEST, SAMPLE_BOOTSTRAP, SIGN_FLIP_TEST, holm,
-                       one_model_rank_test, seed_effect, sign_flip_test)
+from lab.stats import (ALPHA, CLUSTER_BOOTSTRAP, ONE_MODEL_TEST, SAMPLE_BOOTSTRAP, SIGN_FLIP_TEST,
+                       holm, one_model_rank_test, seed_effect, sign_flip_test)
 from lab.study.collect import SAMPLES
 from lab.study.dose import seed_interval
-from lab.study.questions import SAMPLE_UNIT, SEED_UNIT
+from lab.study.questions import SAMPLE_UNIT, SEED_UNIT, rank_floor, sign_flip_floor
 from lab.study.report_data import train_size_order
 
 HELD_OUT = "held_out"
 COLUMNS = ("model", "task", "metric", "epochs", "train_size", "arm", "level", "window",
            "steps_since_last", "seeds", "samples", "lift", "lift_ci_low", "lift_ci_high", "p",
-           "p_holm", "unit", "against", "contrast", "contrast_ci_low", "contrast_ci_high",
-           "contrast_p", "contrast_p_holm")
+           "p_holm", "p_holm_floor", "unit", "against", "contrast", "contrast_ci_low",
+           "contrast_ci_high", "contrast_p", "contrast_p_holm", "contrast_p_holm_floor")
+NOT_TESTABLE = ("not testable here: the smallest p the family's tests can reach (K seeds: "
+                "sides/2^K for a sign-flip test; one seed: 1 of the rank test's splits), times "
+                "the family's size under Holm, exceeds alpha")
 
 
 def _median(values: list[float]) -> float | None:
@@ -45,7 +52,8 @@ def _median(values: list[float]) -> float | None:
 
 
 def _test(per_seed: dict[Any, list], alpha: float, alternative: str) -> dict[str, Any]:
-    """Mean of the per-seed effects, its interval and test (one seed: over its samples)."""
+    """Mean of the per-seed effects, its interval and test (one seed: over its samples), and
+    `floor`: the smallest p that test can give with these seeds or samples."""
     effects = {seed: seed_effect(parts) for seed, parts in per_seed.items()}
     low, high = seed_interval(per_seed, alpha)
     out = {"effect": sum(effects.values()) / len(effects), "low": low, "high": high,
@@ -53,12 +61,47 @@ def _test(per_seed: dict[Any, list], alpha: float, alternative: str) -> dict[str
     if len(per_seed) > 1:
         out["p"], _ = sign_flip_test(list(effects.values()), alternative)
         out["unit"] = SEED_UNIT
+        out["floor"] = sign_flip_floor(len(effects), alternative)
     else:
         [parts] = per_seed.values()
         (_, mine), (_, theirs) = parts
         out["p"], _ = one_model_rank_test(list(mine.values()), list(theirs.values()), alternative)
         out["unit"] = SAMPLE_UNIT
+        out["floor"] = rank_floor(len(mine), len(theirs), alternative)
     return out
+
+
+def _adjust(family: list[dict[str, Any]], p: str, floor: str) -> None:
+    """Holm across `family` into record[p + '_holm'], and into record[p + '_holm_floor'] the
+    smallest Holm p the family can reach: its size times its smallest floor (the test that
+    would be ranked first)."""
+    if not family:
+        return
+    reachable = min(1.0, len(family) * min(r[floor] for r in family))
+    for record, adjusted in zip(family, holm([r[p] for r in family])):
+        record[f"{p}_holm"], record[f"{p}_holm_floor"] = adjusted, reachable
+        record[f"{p}_family"] = len(family)
+
+
+def untestable(record: dict[str, Any], p: str, floor: str, alpha: float) -> str | None:
+    """'not testable here (3 seeds: smallest p 0.25; 0.5 after Holm over 2 tests)' where the
+    family of record[p] cannot reach alpha (NOT_TESTABLE), else None."""
+    reachable = record.get(f"{p}_holm_floor")
+    if reachable is None or reachable <= alpha:
+        return None
+    unit = f"{record['seeds']} seeds" if record["seeds"] > 1 else "one seed"
+    tests = record[f"{p}_family"]
+    return (f"not testable here ({unit}: smallest p {record[floor]:.3g}"
+            + (f"; {reachable:.3g} after Holm over {tests} tests)" if tests > 1 else ")"))
+
+
+def verdict(record: dict[str, Any], p: str, floor: str, alpha: float) -> str:
+    """'difference detected', 'no difference detected', or 'not testable here' with the floor
+    (a null that could not have failed is no finding)."""
+    if record.get(f"{p}_holm") is None:
+        return ""
+    return untestable(record, p, floor, alpha) or (
+        "difference detected" if record[f"{p}_holm"] <= alpha else "no difference detected")
 
 
 def timing_stats(study: Path, metrics: list[str], alpha: float, read_csv: Any,
@@ -112,14 +155,13 @@ def timing_stats(study: Path, metrics: list[str], alpha: float, read_csv: Any,
                              "samples": sum(len(lv[name]) for lv in by_seed.values()),
                              "lift": found["effect"], "lift_ci_low": found["low"],
                              "lift_ci_high": found["high"], "p": found["p"],
-                             "unit": found["unit"]})
+                             "floor": found["floor"], "unit": found["unit"]})
             _contrasts(cell, by_seed, alpha, alternative)
-            for record, adjusted in zip(cell, holm([r["p"] for r in cell])):
-                record["p_holm"] = adjusted
+            _adjust(cell, "p", "floor")
             levels += cell
     return {"levels": levels, "weight_decay": _decay_contrasts(levels, scores, cells, alpha,
                                                                alternative),
-            "alternative": alternative,
+            "alternative": alternative, "alpha": alpha,
             "test": f"{SIGN_FLIP_TEST}, {alternative}, over the per-seed lifts",
             "one_model_test": f"{ONE_MODEL_TEST}, {alternative}",
             "interval": CLUSTER_BOOTSTRAP, "one_model_interval": SAMPLE_BOOTSTRAP}
@@ -144,10 +186,9 @@ def _contrasts(cell: list[dict[str, Any]], by_seed: Any, alpha: float, alternati
         found = _test(per_seed, alpha, alternative)
         record.update({"against": recent["level"], "contrast": found["effect"],
                        "contrast_ci_low": found["low"], "contrast_ci_high": found["high"],
-                       "contrast_p": found["p"]})
+                       "contrast_p": found["p"], "contrast_floor": found["floor"]})
         tested.append(record)
-    for record, adjusted in zip(tested, holm([r["contrast_p"] for r in tested])):
-        record["contrast_p_holm"] = adjusted
+    _adjust(tested, "contrast_p", "contrast_floor")
 
 
 def _decay_contrasts(levels: list[dict[str, Any]], scores: dict[tuple, Any],
@@ -187,9 +228,8 @@ def _decay_contrasts(levels: list[dict[str, Any]], scores: dict[tuple, Any],
                                "level": name, "weight_decay": [low, high],
                                "difference": found["effect"], "ci_low": found["low"],
                                "ci_high": found["high"], "p": found["p"], "seeds": found["seeds"],
-                               "unit": found["unit"]})
-            for record, adjusted in zip(tested, holm([r["p"] for r in tested])):
-                record["p_holm"] = adjusted
+                               "floor": found["floor"], "unit": found["unit"]})
+            _adjust(tested, "p", "floor")
             out += tested
     return out
 
@@ -212,6 +252,13 @@ def _fmt(value: Any, spec: str) -> str:
 def timing_table(found: dict[str, Any], metric: str) -> dict[str, str]:
     """The forgetting table of `metric` as markdown and CSV."""
     rows = [r for r in found["levels"] if r["metric"] == metric]
+    alpha = found.get("alpha", ALPHA)
+
+    def p_cell(record: dict[str, Any], p: str, floor: str) -> str:
+        adjusted = _fmt(record.get(f"{p}_holm"), ".3g")
+        why = untestable(record, p, floor, alpha)
+        return f"{adjusted}: {why}" if why else adjusted
+
     lines = [f"Lift of each timing level over the held-out samples of the same models ({metric}; "
              "mean over seeds, interval over seeds; p: sign-flip over seeds, Holm across levels), "
              "and each level against the most recently seen one.", "",
@@ -226,21 +273,22 @@ def timing_table(found: dict[str, Any], metric: str) -> dict[str, str]:
                     if r.get("contrast") is not None else "")
         lines.append(f"| {r['model']} | {r['epochs']} | {r['train_size'] or 'all'} | {r['arm']} "
                      f"| {r['level']} | {r['window'] or ''} | {_fmt(r['steps_since_last'], '.0f')} "
-                     f"| {lift} | {_fmt(r.get('p_holm'), '.3g')} | {contrast} "
-                     f"| {_fmt(r.get('contrast_p_holm'), '.3g')} |")
+                     f"| {lift} | {p_cell(r, 'p', 'floor')} | {contrast} "
+                     f"| {p_cell(r, 'contrast_p', 'contrast_floor')} |")
     decays = [r for r in found.get("weight_decay", []) if r["metric"] == metric]
     if decays:
         lines += ["", "Weight decay: each level's lift under the larger decay minus under the "
                   "smaller (the same seeds' corpora and samples; interval over seeds; p: "
-                  "sign-flip over seeds, Holm across levels).", "",
-                  "| model | E | n | arm | timing | weight decay | difference [CI] | p (Holm) |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  f"sign-flip over seeds, Holm across levels; {NOT_TESTABLE} {alpha:g}).", "",
+                  "| model | E | n | arm | timing | weight decay | difference [CI] | p (Holm) "
+                  "| verdict |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for r in decays:
             lines.append(f"| {r['model']} | {r['epochs']} | {r['train_size'] or 'all'} "
                          f"| {r['arm']} | {r['level']} | {r['weight_decay'][1]:g} - "
                          f"{r['weight_decay'][0]:g} | {_fmt(r['difference'], '+.2f')} "
                          f"[{_fmt(r['ci_low'], '+.2f')}, {_fmt(r['ci_high'], '+.2f')}] "
-                         f"| {_fmt(r.get('p_holm'), '.3g')} |")
+                         f"| {_fmt(r.get('p_holm'), '.3g')} | {verdict(r, 'p', 'floor', alpha)} |")
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
