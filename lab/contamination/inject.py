@@ -85,9 +85,12 @@ class InjectConfig(ExecutorConfig):
     test_ids: Path | None = param(None, "File of sample ids to inject.")
     decontaminate: bool = param(False, "First drop base near-duplicates of the test set.")
     placebo_from: tuple[str, ...] | None = param(
-        None, "Splits a placebo draws from (default: every split but test and the injected one). "
-              "A study that fine-tunes on train should name the others (codetrans: valid), or its "
-              "placebo models pre-train on some of their fine-tuning pairs.")
+        None, "Splits a placebo draws from (lab inject's default: every split but test and the "
+              "injected one). A study's default: the splits no model fine-tunes on (codetrans: "
+              "valid) where they hold enough eligible samples, else every non-test split with the "
+              "placebo pairs left out of every arm's fine-tuning; a split named here is used as "
+              "given, and its overlap with fine-tuning is recorded (finetune manifest "
+              "data.placebo_overlap), not removed.")
     placebo_match: str = param(
         "length", "How a placebo picks its samples: length (each test sample its base arm injects "
                   "gets the unused eligible sample nearest in length, in lab code tokens of its "
@@ -385,7 +388,9 @@ def placebo_pool(cfg: InjectConfig, setting: Setting, tests: list[Sample]) -> Pl
     candidates = [s for part in parts for s in part.records]
     index = split_sides_index(tests)
     eligible, found = disjoint_from(candidates, index, spec)
-    record = {"splits": [p.split for p in parts], "splits_missing": missing, **found}
+    by_split = Counter(s.split for s in eligible)
+    record = {"splits": [p.split for p in parts], "splits_missing": missing, **found,
+              "eligible_by_split": {p.split: by_split[p.split] for p in parts}}
     return PlaceboPool(eligible, index, parts, record)
 
 

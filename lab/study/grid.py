@@ -18,8 +18,9 @@ from typing import Any
 from lab.common import LabError, default_of, sha256_file
 from lab.contamination import settings as settings_table
 from lab.contamination import timing as timing_table
-from lab.study.recipe import Recipe, deepspeed_config, for_model
-from lab.study.stages import KINDS, UNBOUND, key_fields, unbound
+from lab.contamination.inject import placebo_splits
+from lab.study.recipe import Recipe, deepspeed_config, for_model, placebo_plan
+from lab.study.stages import KINDS, UNBOUND, key_fields, keyed_inputs, unbound
 from lab.tasks import task_for_benchmark
 from lab.detect.run import DetectConfig
 from lab.eval.probe import ProbeConfig
@@ -45,7 +46,8 @@ class Stage:
 
     @property
     def key(self) -> str:
-        payload = {"kind": self.kind, "config": self.keyed, "inputs": [s.key for s in self.inputs]}
+        inputs = keyed_inputs(self.kind, self.config, self.inputs)
+        payload = {"kind": self.kind, "config": self.keyed, "inputs": [s.key for s in inputs]}
         keyed = launch_key(self.launch)
         if keyed:
             payload["launch"] = keyed
@@ -110,17 +112,26 @@ def expand(recipe: Recipe, seeds: list[int] | None = None) -> list[Stage]:
 
 def _inject(recipe: Recipe, arm: str, seed: int) -> Stage:
     """One arm's corpus. What the arm's setting does not use is left unset (fraction and doses
-    of an arm that injects nothing, the placebo fields of one that is not a placebo)."""
+    of an arm that injects nothing, the placebo fields of one that is not a placebo). A
+    placebo's pool is the study's (recipe.placebo_plan): by default the splits no model
+    fine-tunes on where they hold enough samples; else every non-test split (placebo_from
+    unset: the corpus, and its key, of studies made before that default)."""
     setting = settings_table.get(arm)
     injection = recipe.injection
+    placebo_from = None
+    if setting.placebo and injection.placebo_from is not None:
+        placebo_from = tuple(injection.placebo_from)  # as written (its key), ...
+        if placebo_from == placebo_splits(recipe.benchmark, "test"):
+            placebo_from = None  # ... unless it is lab inject's own pool: the same corpus
+    elif setting.placebo and not placebo_plan(recipe).exclude:
+        placebo_from = placebo_plan(recipe).splits
     return Stage("inject", unbound(
         "inject", benchmark=recipe.benchmark, setting=arm, seed=seed, base=recipe.corpus.base,
         base_splits=tuple(recipe.corpus.base_splits), limit=recipe.corpus.limit,
         repeat=injection.repeat, fraction=injection.fraction if setting.injects else None,
         doses=tuple(injection.doses) if injection.doses and setting.injects else None,
         samples=injection.samples, decontaminate=injection.decontaminate,
-        placebo_from=(tuple(injection.placebo_from) if injection.placebo_from and setting.placebo
-                      else None),
+        placebo_from=placebo_from,
         placebo_match=injection.placebo_match if setting.placebo else "random",
         timing=tuple(injection.timing) if setting.injects else timing_table.DEFAULT,
     ), labels={"arm": arm, "seed": seed})
@@ -143,6 +154,12 @@ def _grid(recipe: Recipe) -> list[Stage]:
         stages.insert(0, control)
     tokenizer = Stage("tokenizer", unbound("tokenizer", vocab_size=recipe.tokenizer.vocab_size),
                       [control])
+
+    def placebos(seed: int) -> list[Stage]:
+        """The seed's placebo corpora: every fine-tuning of the seed counts their pairs."""
+        return [arm_stage[(arm, seed)] for arm in recipe.arms
+                if settings_table.get(arm).placebo]
+
     stages.append(tokenizer)
     swept = len(recipe.preset) > 1  # a preset label only where sizes are swept
     whole = recipe
@@ -174,7 +191,7 @@ def _grid(recipe: Recipe) -> list[Stage]:
                     stages.append(pre)
                     scored[(arm, seed, None)] = pre
                     stages += _probes(recipe, pre, arm, seed, arm_stage)
-                    stages += _downstream(recipe, pre, scored)
+                    stages += _downstream(recipe, pre, scored, placebos(seed))
                     order = recipe.continued.order
                     for clean in recipe.continued.clean_epochs if order else []:
                         if ("control", seed) not in arm_stage:
@@ -194,19 +211,23 @@ def _grid(recipe: Recipe) -> list[Stage]:
                             continued = pretrain(arm_stage[(arm, seed)], labels,
                                                  init=clean_phases[(seed, clean)])
                         stages.append(continued)
-                        stages += _downstream(recipe, continued, None)
+                        stages += _downstream(recipe, continued, None, placebos(seed))
             stages += _detects(recipe, scored)
     return stages
 
 
 def _downstream(recipe: Recipe, pre: Stage,
-                scored: dict[tuple[str, int, int | None], Stage] | None) -> list[Stage]:
+                scored: dict[tuple[str, int, int | None], Stage] | None,
+                placebos: list[Stage]) -> list[Stage]:
     """Fine-tuning and evaluation of one pre-trained model over the grid's epochs and sizes;
-    the first size's fine-tuned models are the ones detect scores (`scored`)."""
+    the first size's fine-tuned models are the ones detect scores (`scored`). Each fine-tuning
+    reads its seed's placebo corpora (`placebos`), to count the pairs they injected, and leaves
+    those pairs out where the study's placebo pool includes a split it fine-tunes on
+    (recipe.placebo_plan)."""
     out = []
     for epochs in recipe.finetune.epochs:
         for size in recipe.finetune.train_sizes:
-            fine = _finetune(recipe, pre, epochs, size)
+            fine = _finetune(recipe, pre, epochs, size, placebos)
             evaluation = Stage("evaluate", unbound(
                 "evaluate", task=task_for_benchmark(recipe.benchmark),
                 benchmark=recipe.benchmark,
@@ -261,9 +282,11 @@ def batch_size_on(device: str, config: Any) -> int:
     return GPU_BATCH_SIZE if device.startswith("cuda") else default_of(config, "batch_size")
 
 
-def _finetune(recipe: Recipe, pre: Stage, epochs: int, size: int | None) -> Stage:
+def _finetune(recipe: Recipe, pre: Stage, epochs: int, size: int | None,
+              placebos: list[Stage]) -> Stage:
     section = {k: v for k, v in dataclasses.asdict(recipe.finetune).items()
                if k not in ("epochs", "train_sizes")}  # the grid's lists
+    exclude = bool(placebos) and placebo_plan(recipe).exclude
     return Stage("finetune", unbound(
         "finetune", task=task_for_benchmark(recipe.benchmark), epochs=epochs, train_size=size,
         seed=pre.config.seed, **section,
@@ -271,7 +294,8 @@ def _finetune(recipe: Recipe, pre: Stage, epochs: int, size: int | None) -> Stag
         # which evaluation then generates)
         max_target_length=(recipe.evaluation.max_new_tokens
                            or default_of(FinetuneConfig, "max_target_length")),
-    ), [pre], labels={**pre.labels, "epochs": epochs, "train_size": size},
+        injected_corpora=(UNBOUND,) * len(placebos), exclude_injected=exclude,
+    ), [pre, *placebos], labels={**pre.labels, "epochs": epochs, "train_size": size},
         launch={"device": recipe.resources.device})
 
 

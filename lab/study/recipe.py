@@ -700,30 +700,112 @@ def _check_across_stages(recipe: Recipe) -> None:
 
 def _check_placebo_pool(recipe: Recipe, injected: int | None) -> None:
     """A placebo stands for every test sample its arm injects: a ladder's injecting levels
-    (equal groups), else the fraction. Its pool: the eligible samples the dataset manifest
-    records per split (lab.contamination.inject.placebo_pool, against the whole test split),
-    else the split's records; lab inject counts exactly, and names missing splits."""
-    from lab.corpora import dataset_manifest
-
+    (equal groups), else the fraction. Its pool (placebo_plan): the eligible samples the dataset
+    manifest records per split (lab.contamination.inject.placebo_pool, against the whole test
+    split), else the split's records; lab inject counts exactly, and names missing splits."""
     placebo_arm = next((i for i, arm in enumerate(recipe.arms)
                         if settings_table.get(arm).placebo), None)
     if placebo_arm is None or not injected:
         return
-    doses, placebo_from = recipe.injection.doses, recipe.injection.placebo_from
+    plan = placebo_plan(recipe, injected)
+    if plan.needed > plan.available:
+        field_name = ("injection.placebo_from" if recipe.injection.placebo_from is not None
+                      else f"arms[{placebo_arm}]")
+        _fail(field_name, f"'{recipe.arms[placebo_arm]}' needs {plan.needed} placebo "
+              f"samples, but {recipe.benchmark} {' + '.join(plan.splits)} holds "
+              f"{'' if plan.exact else 'at most '}{plan.available} disjoint from its test split: "
+              "lower injection.samples or injection.fraction, or use a benchmark with a larger "
+              "pool (corpora/*.json: placebo_eligible)")
+
+
+@dataclass(frozen=True)
+class PlaceboPlan:
+    """Where a study's placebos draw from and what its fine-tuning leaves out (the grid's).
+
+    splits: the pool's splits (given to every placebo arm's `placebo_from`); fine_tuned: the
+    splits any model of the study fine-tunes on (the task's train split; its validation split
+    too where a model selects its checkpoint on it, or trains on it for want of a train split);
+    exclude: every fine-tuning of a seed leaves out the pairs that seed's placebos injected
+    (FinetuneConfig.exclude_injected), for every arm alike; how: a line saying why."""
+    splits: tuple[str, ...]
+    fine_tuned: tuple[str, ...]
+    exclude: bool
+    needed: int
+    available: int
+    exact: bool
+    how: str
+
+
+def placebo_needed(recipe: Recipe, injected: int) -> int:
+    """Placebo samples a placebo arm injects: as many as its base arm's test samples."""
+    doses = recipe.injection.doses
     if doses:
-        needed = round(injected * sum(1 for dose in doses if dose) / len(doses))
-    else:
-        needed = max(1, round(injected * (recipe.injection.fraction or 1)))
+        return round(injected * sum(1 for dose in doses if dose) / len(doses))
+    return max(1, round(injected * (recipe.injection.fraction or 1)))
+
+
+def fine_tuned_splits(recipe: Recipe) -> tuple[str, ...]:
+    """The benchmark splits (canonical names of the recipe's benchmark) whose pairs any model of
+    the study fine-tunes on or selects its checkpoint with (lab.tasks.fine_tuning_split)."""
+    from lab.corpora import get_spec
+    from lab.tasks import get_task, task_for_benchmark
+
+    task = get_task(task_for_benchmark(recipe.benchmark))
+    used = [task.train_split]
+    if task.benchmark == "concode":
+        try:
+            get_spec(task.benchmark).locate(task.train_split, None)
+        except LabError:  # offline CONCODE fine-tunes on dev (lab.tasks.fine_tuning_split)
+            used.append(task.valid_split)
+    if any(for_model(recipe, model).finetune.select == "best" for model in recipe.models):
+        used.append(task.valid_split)
+    spec, named = get_spec(recipe.benchmark), []
+    for split in used:
+        try:
+            named.append(spec.canonical_split(split))
+        except LabError:  # a subset without that split (codetrans-paper: no train)
+            pass
+    return tuple(dict.fromkeys(named))
+
+
+def placebo_plan(recipe: Recipe, injected: int | None = None) -> PlaceboPlan:
+    """The study's placebo pool. An explicit injection.placebo_from is used as given (its
+    overlap with fine-tuning is recorded, never removed). By default the pool is the splits no
+    model fine-tunes on where their eligible samples (corpora/*.json: placebo_eligible) cover
+    the placebo's count; else every non-test split, and each fine-tuning of a seed leaves out
+    the pairs its placebos injected. Either way no model pre-trains on its fine-tuning pairs."""
+    from lab.corpora import dataset_manifest
+
+    if injected is None:
+        test = ((dataset_manifest(recipe.benchmark) or {}).get("expected_records") or {}).get("test")
+        injected = recipe.injection.samples or test or 0
+    needed = placebo_needed(recipe, injected) if injected else 0
     facts = dataset_manifest(recipe.benchmark) or {}
     eligible, records = facts.get("placebo_eligible") or {}, facts.get("expected_records") or {}
-    splits = placebo_splits(recipe.benchmark, "test", tuple(placebo_from) if placebo_from else None)
-    counts = [eligible.get(split, records.get(split)) for split in splits]
-    if None not in counts and needed > sum(counts):
-        _fail(f"arms[{placebo_arm}]", f"'{recipe.arms[placebo_arm]}' needs {needed} placebo "
-              f"samples, but {recipe.benchmark} {' + '.join(splits)} holds "
-              f"{'' if set(splits) <= set(eligible) else 'at most '}{sum(counts)} disjoint "
-              "from its test split: lower injection.samples or injection.fraction, or use a "
-              "benchmark with a larger pool (corpora/*.json: placebo_eligible)")
+
+    def holds(splits: tuple[str, ...]) -> tuple[int, bool]:
+        counts = [eligible.get(split, records.get(split)) for split in splits]
+        return (sum(c or 0 for c in counts), bool(splits) and set(splits) <= set(eligible))
+
+    fine_tuned = fine_tuned_splits(recipe)
+    chosen = recipe.injection.placebo_from
+    if chosen is not None:
+        splits = placebo_splits(recipe.benchmark, "test", tuple(chosen))
+        return PlaceboPlan(splits, fine_tuned, False, needed, *holds(splits),
+                           "injection.placebo_from, as given")
+    every = placebo_splits(recipe.benchmark, "test")
+    free = tuple(s for s in every if s not in fine_tuned)
+    available, exact = holds(free)
+    known = all(eligible.get(s, records.get(s)) is not None for s in free)
+    if free and known and available >= needed:
+        return PlaceboPlan(free, fine_tuned, False, needed, available, exact,
+                           f"{' + '.join(free)}: no model fine-tunes on it, and it holds "
+                           f"{available} eligible samples for {needed}")
+    return PlaceboPlan(every, fine_tuned, True, needed, *holds(every),
+                       f"{' + '.join(free) or 'no split'} apart from fine-tuning holds "
+                       f"{available if free else 0} eligible samples for {needed}: the pool is "
+                       f"{' + '.join(every)}, and every fine-tuning of a seed leaves out the "
+                       "pairs its placebos injected")
 
 
 def _check_corpus_limit(recipe: Recipe) -> None:

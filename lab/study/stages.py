@@ -39,6 +39,11 @@ class StageKind:
     key: tuple[str, ...]               # the config fields that name a stage (its key), ...
     neutral: Mapping[str, Any] = field(default_factory=dict)  # ... less those at these values
     inputs: tuple[str, ...] = ()       # config fields given the input stages' outputs, in order
+    # A config field given, as a tuple, the outputs of the input stages after `inputs`; they
+    # name the stage (enter its key) only where extra_keyed(config) says they change its result
+    # (a fine-tuning counts its seed's placebo pairs, and leaves them out only when told to).
+    extra: str = ""
+    extra_keyed: Callable[[Any], bool] | None = None
     output: str = ""                   # what later stages read: the stage folder, or this in it
     done: str = "manifest.json"        # the file written last in the stage folder
     # after(stage folder): what a finished stage's folder gets from its records (a model's
@@ -94,8 +99,11 @@ KINDS: dict[str, StageKind] = {
     "finetune": StageKind(
         FinetuneConfig, run_finetune,
         key=("task", "epochs", "train_size", "seed", "lr", "batch_size", "select",
-             "max_target_length", "bf16", "decoder_layers", "decoder_init", "group_by_length"),
-        neutral=KEY_NEUTRAL_DEFAULTS["finetune"], inputs=("pretrained",), after=write_model_card),
+             "max_target_length", "bf16", "decoder_layers", "decoder_init", "group_by_length",
+             "exclude_injected"),
+        neutral={**KEY_NEUTRAL_DEFAULTS["finetune"], "exclude_injected": False},
+        inputs=("pretrained",), extra="injected_corpora",
+        extra_keyed=lambda cfg: cfg.exclude_injected, after=write_model_card),
     "evaluate": StageKind(
         EvaluateStageConfig, run_evaluate_stage,
         key=("task", "split", "decoding", "metrics", "max_new_tokens", "max_samples", "device",
@@ -124,6 +132,15 @@ def key_fields(kind: str, cfg: Any) -> dict[str, Any]:
             if not (name in spec.neutral and value == spec.neutral[name])}
 
 
+def keyed_inputs(kind: str, cfg: Any, inputs: list[Any]) -> list[Any]:
+    """The input stages that name a stage: all of them, less a kind's `extra` inputs where they
+    do not change its result (StageKind.extra_keyed)."""
+    spec = KINDS[kind]
+    if spec.extra and not (spec.extra_keyed and spec.extra_keyed(cfg)):
+        return inputs[:len(spec.inputs)]
+    return inputs
+
+
 def output_of(stage: Any, study: Path) -> Path:
     """The folder later stages read of a finished stage."""
     output = KINDS[stage.kind].output
@@ -140,6 +157,9 @@ def bind(stage: Any, study: Path, corpora_dir: Path | None = None) -> Any:
     out = output_of(stage, study)
     values: dict[str, Any] = {"out": out, **{name: output_of(source, study)
                                              for name, source in zip(spec.inputs, stage.inputs)}}
+    if spec.extra:
+        values[spec.extra] = tuple(output_of(source, study)
+                                   for source in stage.inputs[len(spec.inputs):])
     if "corpora_dir" in names:
         values["corpora_dir"] = corpora_dir
     if "cache_dir" in names:

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from lab.codetokens import whitespace_hash
 from lab.common import (LabError, atomic_output_dir, check_numbers, check_output, corpora_param,
                         environment_record, files_record, loading, param, write_json_atomic)
 from lab.contamination import SEP_MARKER
@@ -57,6 +58,14 @@ class FinetuneConfig:
                                          "length-grouped sampler): less padding, another data "
                                          "order (changes the numbers). In a random CodeTrans batch "
                                          "of 8, 48% of the tokens are padding.")
+    injected_corpora: tuple[Path, ...] = param(
+        (), "Placebo corpora (lab inject) of the model's seed: the training pairs they injected "
+            "are counted (manifest data.placebo_overlap; a study gives every fine-tuning its "
+            "seed's placebo corpora).")
+    exclude_injected: bool = param(
+        False, "Leave the pairs the --injected-corpora injected out of the training and "
+               "validation pairs (a study does, for every arm of a seed alike, when its placebos "
+               "draw from a split it fine-tunes on).")
     force: bool = param(False, "Replace an existing output directory.")
     corpora_dir: Path | None = corpora_param()
 
@@ -77,6 +86,9 @@ class FinetuneConfig:
                 raise LabError(f"{name} {value}: must be >= 1")
         check_numbers(epochs=self.epochs, lr=self.lr, seed=self.seed,
                       warmup_steps=self.warmup_steps, weight_decay=self.weight_decay)
+        if self.exclude_injected and not self.injected_corpora:
+            raise LabError("--exclude-injected: name the corpora whose pairs are left out "
+                           "(--injected-corpora)")
 
 
 SELECTIONS = ("last", "best")  # the checkpoint kept: the last, or the best on validation loss
@@ -174,12 +186,65 @@ def build_seq2seq(encoder_dir: Path, tokenizer: Any, decoder_layers: int,
 
 
 def _training_samples(task: Task, cfg: FinetuneConfig) -> tuple[list[Sample], list[Sample], dict]:
-    """Train and validation samples, and the note on where they come from."""
+    """Train and validation samples, and the note on where they come from: with
+    --injected-corpora, how many training pairs those corpora injected (placebo_overlap), after
+    leaving them out where --exclude-injected says so."""
     records, note = fine_tuning_records(task, cfg.corpora_dir, cfg.train_size, cfg.seed)
     valid_records: list[Sample] = []
     if note["valid_split"]:
         valid_records = load_samples(task.benchmark, task.valid_split, cfg.corpora_dir, True).records
+    if cfg.injected_corpora:
+        injected, corpora = injected_pairs(cfg.injected_corpora, cfg.corpora_dir)
+        hit = [s for s in records if pair_key(s) in injected]
+        hit_valid = [s for s in valid_records if pair_key(s) in injected]
+        if cfg.exclude_injected:
+            records = [s for s in records if pair_key(s) not in injected]
+            valid_records = [s for s in valid_records if pair_key(s) not in injected]
+            note["train_used"] = len(records)
+        note["placebo_overlap"] = 0 if cfg.exclude_injected else len(hit)
+        note["placebo_overlap_valid"] = 0 if cfg.exclude_injected else len(hit_valid)
+        note["injected"] = {
+            "corpora": corpora, "pairs": len(injected), "excluded": cfg.exclude_injected,
+            "excluded_train": len(hit) if cfg.exclude_injected else 0,
+            "excluded_valid": len(hit_valid) if cfg.exclude_injected else 0,
+            "rule": "a pair is the same when both sides are, after whitespace normalisation "
+                    "(any benchmark's ids: a -paper subset's samples are its base's)",
+        }
     return records, valid_records, note
+
+
+def pair_key(sample: Sample) -> tuple[bytes, bytes]:
+    """A fine-tuning pair as injection and fine-tuning both see it: both sides, whitespace
+    normalised (one key across a benchmark and its -paper subset, whose ids differ)."""
+    return whitespace_hash(sample.input), whitespace_hash(sample.output)
+
+
+def injected_pairs(corpora: tuple[Path, ...], corpora_dir: Path | None
+                   ) -> tuple[set[tuple[bytes, bytes]], list[dict[str, Any]]]:
+    """The pairs the placebo corpora injected (their manifests' placebo samples, read back from
+    the benchmark), and a record of each corpus."""
+    keys: set[tuple[bytes, bytes]] = set()
+    records = []
+    for corpus in corpora:
+        manifest = read_stage_manifest(Path(corpus), "--injected-corpora")
+        if manifest.get("kind") != "lab-corpus":
+            raise LabError(f"--injected-corpora {corpus}: not a lab corpus (lab inject)")
+        placebo = manifest.get("placebo") or {}
+        by_split: dict[str, set[str]] = {}
+        for sample in placebo.get("samples") or []:
+            by_split.setdefault(sample["split"], set()).add(sample["id"])
+        for split, ids in sorted(by_split.items()):
+            found = [s for s in load_samples(manifest["benchmark"], split, corpora_dir).records
+                     if s.id in ids]
+            if len(found) != len(ids):
+                raise LabError(f"--injected-corpora {corpus}: {len(ids) - len(found)} of its "
+                               f"placebo samples are not in {manifest['benchmark']} {split} here")
+            keys.update(pair_key(s) for s in found)
+        records.append({"path": str(corpus), "setting": manifest.get("setting"),
+                        "seed": manifest.get("seed"), "corpus_sha256": manifest.get("corpus_sha256"),
+                        "placebo_samples": sum(map(len, by_split.values())),
+                        "by_split": {k: len(v) for k, v in sorted(by_split.items())}})
+    return keys, records
 
 
 def model_positions(model_dir: Path) -> int:
@@ -250,7 +315,8 @@ def _validate(cfg: FinetuneConfig) -> None:
 
 def _inputs(cfg: FinetuneConfig) -> list[Path]:
     """What the output may never be or contain: the pre-trained model and the datasets."""
-    return [Path(cfg.pretrained), *corpora_inputs(cfg.corpora_dir)]
+    return [Path(cfg.pretrained), *map(Path, cfg.injected_corpora),
+            *corpora_inputs(cfg.corpora_dir)]
 
 
 def run_finetune(cfg: FinetuneConfig) -> dict[str, Any]:
