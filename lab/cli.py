@@ -342,8 +342,8 @@ def detect(cfg: DetectConfig) -> None:
                          ["detector", "auc", "tpr@1%", "tpr@5%", "p", "members", "non-members",
                           "samples"]))
     console.print("AUC 0.5: no signal; scores are higher for member-like samples; p: one-sided "
-                  "Mann-Whitney U, asymptotic, per sample (a description, not a test over seeds).",
-                  markup=False)
+                  "Mann-Whitney U, asymptotic, per sample (a description, not a test over seeds); "
+                  "the shift check's p is two-sided.", markup=False)
     if result["membership"] == "unknown":
         console.print(f"membership unknown: an AUC above 0.5 says the {result['split']} samples "
                       "are scored as more seen than the valid ones, which contamination or a "
@@ -356,6 +356,8 @@ def detect(cfg: DetectConfig) -> None:
         console.print(f"distribution shift, AUC of held-out test against {shift['samples']['count']} "
                       f"{shift['samples']['split']} samples (neither seen; 0.5: same distribution): "
                       f"{aucs}", markup=False, soft_wrap=True)
+        if shift.get("statement"):
+            console.print(shift["statement"], markup=False, soft_wrap=True)
     elif shift:
         console.print(f"no distribution-shift check: {shift['samples']['missing']}", markup=False,
                       soft_wrap=True)
