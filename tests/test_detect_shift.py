@@ -136,3 +136,17 @@ def test_a_shift_cell_carries_the_per_model_two_sided_ps():
     cell = leaderboard_markdown(board).splitlines()[2]
     assert cell.endswith(", p 0.04-0.50 |")
     assert "a shift larger than the interval allows is excluded" in leaderboard_markdown(board)
+
+
+def test_the_draw_is_in_every_detect_stage_key_and_another_is_refused(tmp_path):
+    """A study's detect stage scored with the earlier draw (one fixed validation set, one-sided
+    shift test) had no draw in its key: every stage now names it, so such a stage is scored
+    again, not read as this one's."""
+    from lab.common import LabError
+    from lab.detect.run import run_detect
+    from lab.detect.shift import DRAW
+    from lab.study.stages import key_fields, unbound
+
+    assert key_fields("detect", unbound("detect"))["draw"] == DRAW
+    with pytest.raises(LabError, match="draw"):
+        run_detect(tmp_path / "model", draw="fixed")

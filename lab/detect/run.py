@@ -26,6 +26,7 @@ from lab.contamination import settings as settings_table
 from lab.corpora import corpora_inputs, load_samples
 from lab.detect import DETECTORS, applicable, check_detectors, score_all
 from lab.detect.context import DetectContext
+from lab.detect.shift import DRAW
 from lab.models import (check_placement, device_param, dtype_param, place_model, positions_of,
                         pretraining_record, read_stage_manifest)
 from lab.stats import auc_interval, membership_auc, roc_auc, tpr_at_fpr
@@ -62,6 +63,8 @@ class DetectConfig:
                               "near 0.5 unless the splits differ).")
     seed: int | None = param(None, "Seed of the validation samples' draw (default: the model's "
                                    "pre-training seed; 0 for an outside model).")
+    draw: str = param(DRAW, "How the never-seen validation samples are drawn (the study's stage "
+                            "key names it).", cli=False)
     batch_size: int = param(16, "Documents per forward pass.")
     device: str = device_param()
     dtype: str = dtype_param()
@@ -253,6 +256,8 @@ def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
 
     started = time.perf_counter()
     device = check_placement(cfg.device, cfg.dtype)
+    if cfg.draw != DRAW:
+        raise LabError(f"detect draw '{cfg.draw}': this lab draws only '{DRAW}'")
     detectors = check_detectors(cfg.detectors)
     out = Path(cfg.out or beside(cfg.model, "detect"))
     inputs = [cfg.model, cfg.groups, cfg.reference, *corpora_inputs(cfg.corpora_dir)]

@@ -31,6 +31,10 @@ from lab.contamination.settings import form_documents
 # seed's draw nearly the same (the draw's variation would again be left out of the interval over
 # seeds); more loosens the match. 5 keeps the median length gap small on a pool of hundreds.
 MATCH_CANDIDATES = 5
+# The name of the draw: part of a study's detect stage key, so that stages scored with the
+# earlier draw (one fixed set of validation samples for every seed, unmatched in length, and a
+# one-sided shift test) are not taken for this one's.
+DRAW = "length-matched, per seed"
 DRAW_RULE = (f"each target sample, in an order shuffled by the seed, takes at random one of the "
              f"{MATCH_CANDIDATES} unused eligible validation samples nearest to it in length "
              "(characters of its scored documents); without replacement")

@@ -89,10 +89,12 @@ KINDS: dict[str, StageKind] = {
     # inputs: the scored model, the model or corpus whose samples are the members, the
     # reference model (the seed's control; none for the control itself)
     # shift: on by default since the shift check came; a stage scored before it reads as on
-    # and lacks the check's rows (collect leaves them out)
+    # and lacks the check's rows (collect leaves them out). draw: always in the key, so that a
+    # stage scored with the earlier draw (one fixed validation set, one-sided shift test) is
+    # scored again rather than read as this one's.
     "detect": StageKind(DetectConfig, run_detect,
                         key=("detectors", "k", "neighbours", "cdd_samples", "max_samples",
-                             "shift", "device", "dtype"),
+                             "shift", "draw", "device", "dtype"),
                         neutral={**PLACEMENT, "shift": True},
                         inputs=("model", "groups", "reference"),
                         done="summary.json"),
