@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.study.questions import power_plan
 from lab.study.recipe import load_recipe
 from lab.study.grid import expand
 from lab.study.runner import run_study
@@ -157,7 +158,12 @@ def test_study_killed_midway_resumes_to_the_same_results(tmp_path, busy_core):
         time.sleep(0.1)
     assert workers == []
     # The thread count was recorded before the first stage; the resume takes it from there.
-    assert json.loads((killed / "study.json").read_text())["threads"] == threads
+    record = json.loads((killed / "study.json").read_text())
+    assert record["threads"] == threads
+    # So was the power the study was planned with, at its declared effect (issue 58).
+    planned = power_plan(recipe)["power"]
+    assert record["planned_power"] == json.loads(json.dumps(planned))
+    assert planned["effect"] == recipe.statistics.smallest_effect
     resumed = run_study(recipe, killed, workers=2)
     assert resumed["workers"] == 2 and resumed["threads"] == threads
     assert 0 < len(resumed["ran"]) < 29

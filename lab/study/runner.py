@@ -176,8 +176,12 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
     workers = workers or default_workers(executor, threads)
     write_json_atomic(study / RECIPE, recipe_dict(recipe))
     # Recorded before any stage runs: a kill at any point leaves the count for the resume.
+    # The power the study was planned with, at its declared effect: recorded before any stage,
+    # so that it cannot be computed again from what the seeds then show.
+    planned = previous_summary.get("planned_power") or power_plan(recipe).get("power")
     summary: dict[str, Any] = {"study": recipe.name, "stages": len(stages), "threads": threads,
                                "executor": executor, "workers": workers, "data": data,
+                               "planned_power": planned,
                                **({"shard_seeds": sorted(seeds)} if seeds is not None else {})}
     write_json_atomic(study / SUMMARY, {**previous_summary, **summary})
     submit, shutdown = submitter(executor, workers, threads, study, corpora_dir, slurm)
