@@ -50,7 +50,8 @@ def test_the_corpus_score_sits_beside_the_sample_score_and_a_disagreement_is_sai
     study = write_contrast_study(tmp_path / "s")
     _declare(study)
     _set_corpus_scores(study, CORPUS_EFFECTS)
-    primary = run_report(study)["primary"]
+    report = run_report(study)
+    primary = report["primary"]
     [row], [corpus] = primary["rows"], primary["secondary"]
     assert row["score"] == "sample" and row["estimate"] > 8  # per sample: +10 in every seed
     assert corpus["score"] == "corpus"
@@ -64,6 +65,7 @@ def test_the_corpus_score_sits_beside_the_sample_score_and_a_disagreement_is_sai
     assert "corpus bleu" in line and "3 of 5 seeds positive" in line
     text = (study / "report" / "primary.md").read_text()
     assert line in text and "secondary score [CI]" in text
+    assert line in report["console"]  # the terminal says it too
 
 
 def test_the_recipe_may_declare_the_corpus_score_primary(tmp_path):

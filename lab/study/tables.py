@@ -395,5 +395,6 @@ def console_text(primary: dict[str, Any], folder: Path, written: list[Path]) -> 
     table = (table_markdown(primary) if primary["rows"] else
              f"No primary contrast: {primary.get('missing') or 'the study declares none'}.\n")
     names = [p.name for p in written if p.suffix in (".md", ".html")]
+    table += "".join(f"\n{line}\n" for line in primary.get("disagreements") or [])
     return (f"## Primary contrasts\n\n{table}\n"
             f"Legend and full tables: {folder}/{', '.join(names)}")
