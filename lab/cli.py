@@ -606,8 +606,10 @@ def _run_with_progress(recipe: Any, folder: Path, corpora: Optional[Path], execu
 from lab.stats import CONVENTIONS as _CONVENTIONS  # noqa: E402 (the one table)
 
 ConventionOption = typer.Option(
-    None, help=", ".join(_CONVENTIONS) + " (default: the study's recipe).")
-AlphaOption = typer.Option(None, help="Significance level (default: the study's recipe).")
+    None, help=", ".join(_CONVENTIONS) + " for the secondary tables (default: the study's recipe; "
+               "the primary table always keeps the recipe's).")
+AlphaOption = typer.Option(None, help="Significance level of the secondary tables (default: the "
+                                      "study's recipe; the primary table always keeps the recipe's).")
 
 
 @app.command()
