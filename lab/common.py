@@ -580,3 +580,8 @@ def write_rows_and_summary(out: Path, rows_file: str, rows: list[dict[str, Any]]
     with atomic_output_dir(Path(out), force=force, kind=kind, inputs=inputs) as tmp:
         write_jsonl(tmp / rows_file, rows)
         write_json_atomic(tmp / "summary.json", summary)
+
+
+def table_cell(value: Any) -> Any:
+    """A value as the lab's CSV tables hold it: floats to 6 places."""
+    return round(value, 6) if isinstance(value, float) else value

@@ -187,8 +187,7 @@ def rerender(detect_csv: Path) -> tuple[Path, Path]:
     import csv
     import io
 
-    from lab.common import write_text_atomic
-    from lab.study.collect import table_cell
+    from lab.common import table_cell, write_text_atomic
 
     detect_csv = Path(detect_csv)
     if not detect_csv.is_file():

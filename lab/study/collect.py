@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lab.common import LabError, atomic_file, write_text_atomic
+from lab.common import LabError, atomic_file, table_cell, write_text_atomic
 from lab.study.grid import Stage, model_name
 from lab.study.recipe import Recipe
 
@@ -166,11 +166,6 @@ def _check_seeds(stages: list[Stage], study: Path) -> None:
         except LabError as exc:
             named = f"{model} {preset}" if several else model
             raise LabError(f"{study}: {named} {arm}: {exc}") from None
-
-
-def table_cell(value: Any) -> Any:
-    """A value as the study's tables hold it: floats to 6 places."""
-    return round(value, 6) if isinstance(value, float) else value
 
 
 def write_table(path: Path, rows: list[dict[str, Any]]) -> Path:

@@ -19,8 +19,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from lab.common import LabError, check_output, write_json_atomic
-from lab.study.collect import PROBES, RESULTS, SAMPLES, collected_rows, table_cell, write_table
+from lab.common import LabError, check_output, table_cell, write_json_atomic
+from lab.study.collect import PROBES, RESULTS, SAMPLES, collected_rows, write_table
 from lab.study.grid import expand
 from lab.study.recipe import recipe_dict, recipe_from_dict, study_differences
 
