@@ -74,8 +74,9 @@ def options_of(config: Any) -> Callable[[Callable[[Any], None]], Callable[..., N
             if is_list:
                 listed.add(f.name)
             required = f.default is dataclasses.MISSING
-            default = ... if required else (",".join(f.default) if is_list and f.default
-                                             else f.default)
+            # A list's default as the option's text: "" for an empty tuple, which gives () back.
+            default = ... if required else (",".join(map(str, f.default))
+                                             if is_list and f.default is not None else f.default)
             name = option_name(f)
             if bool in (kind, _without_none(kind)) and not f.metadata.get("flag"):
                 name = f"{name}/--no-{name[2:]}"
