@@ -69,17 +69,20 @@ def _keys_digest(recipe: Recipe) -> tuple[int, str]:
 # The mini RQ recipes now fine-tune above the trivial baselines (all 10,300 pairs, 3 epochs,
 # bf16, length-grouped) and pre-train RoBERTa longer (issue 20): asked to run as before, the
 # same.
-# Placebos are now length-matched (issue 43): earlier ones were drawn at random. And the paper
+# Placebos are now length-matched (issue 43): earlier ones were drawn at random; and drawn from
+# the splits no model fine-tunes on (issue 58): earlier ones from train and valid. And the paper
 # recipes run the seeds their primary tests need.
 MINI_AS_EARLIER = ["pretrain.bf16=false", "finetune.bf16=false", "finetune.group_by_length=false",
-                   "by_model.roberta.pretrain={}", "injection.placebo_match=random"]
+                   "by_model.roberta.pretrain={}", "injection.placebo_match=random",
+                   "injection.placebo_from=[train, valid]"]
 # The quickstart now runs in float32 (bf16 is emulated on CPUs without bfloat16 instructions).
 QUICKSTART_AS_EARLIER = ["pretrain.bf16=true", "finetune.bf16=true"]
+PAPER_AS_EARLIER = ["resources.pretrain.processes=1", "resources.pretrain.deepspeed=null",
+                    "pretrain.batch_size=32", "pretrain.bf16=false", "finetune.bf16=false",
+                    "resources.device=cpu", "injection.placebo_match=random", "seeds=[0,1,2,3,4]"]
 AS_EARLIER = {"recipes/quickstart": QUICKSTART_AS_EARLIER,
-              "recipes/paper/": ["resources.pretrain.processes=1", "resources.pretrain.deepspeed=null",
-                                 "pretrain.batch_size=32", "pretrain.bf16=false",
-                                 "finetune.bf16=false", "resources.device=cpu",
-                                 "injection.placebo_match=random", "seeds=[0,1,2,3,4]"],
+              "recipes/paper/concode": PAPER_AS_EARLIER,  # no placebo arm: no placebo pool
+              "recipes/paper/": [*PAPER_AS_EARLIER, "injection.placebo_from=[train, valid]"],
               "recipes/mini/rq5": [*MINI_AS_EARLIER, "finetune.epochs=[0,1,5]",
                                    "finetune.train_sizes=[200]"],
               "recipes/mini/rq": [*MINI_AS_EARLIER, "finetune.epochs=[2]", "finetune.train_sizes=[300]"]}

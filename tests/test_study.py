@@ -44,14 +44,16 @@ def test_a_placebo_drawn_from_named_splits_changes_only_the_placebo_stages():
     the control and the contaminated arm keep their keys, and a recipe without it keeps all."""
     arms = "arms=[control, paired, paired-placebo]"
     default = expand(load_recipe(RECIPE, [arms]))
-    chosen = expand(load_recipe(RECIPE, [arms, "injection.placebo_from=[valid]"]))
+    chosen = expand(load_recipe(RECIPE, [arms, "injection.placebo_from=[train, valid]"]))
     def keys(stages, placebo):
         return {s.key for s in stages if (s.labels.get("arm") == "paired-placebo") == placebo}
     assert keys(chosen, False) == keys(default, False)
     assert keys(chosen, True).isdisjoint(keys(default, True))
     injects = [s for s in chosen if s.kind == "inject" and s.labels["arm"] == "paired-placebo"]
-    assert injects and all(s.keyed["placebo_from"] == ["valid"] for s in injects)
-    assert all("placebo_from" not in s.keyed for s in default if s.kind == "inject")
+    # Named as the pool was before issue 58: the old key; the default names its split.
+    assert injects and all("placebo_from" not in s.keyed for s in injects)
+    assert all(s.keyed["placebo_from"] == ["valid"] for s in default
+               if s.kind == "inject" and s.labels["arm"] == "paired-placebo")
 
 
 def test_grid_with_placebo_arms():
@@ -67,8 +69,9 @@ def test_grid_with_placebo_arms():
     arm = {(s.labels["arm"], s.labels["seed"]): s for s in stages if s.kind == "inject"}
     for seed in (0, 1):
         config = arm[("paired-placebo", seed)].keyed
+        # Drawn from the split no model fine-tunes on (issue 58): CodeTrans valid.
         assert config == {**arm[("paired", seed)].keyed, "setting": "paired-placebo",
-                          "placebo_match": "length"}
+                          "placebo_match": "length", "placebo_from": ["valid"]}
         assert config["fraction"] == 0.1  # as many placebo samples as the arm's injected ones
     probes = [s for s in stages if s.kind == "probe"]
     groups = {(s.labels["arm"], s.labels["groups"]) for s in probes}
