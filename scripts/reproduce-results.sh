@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every committed study's report, recomputed from its committed tables (results/<study>/), into a
+# Every committed study's tables, recomputed from its committed files (results/<study>/) in a
 # temporary folder, and the check that the READMEs quote what it recomputes
 # (tests/test_results_reproduce.py). Usage: bash scripts/reproduce-results.sh
 set -euo pipefail
@@ -13,4 +13,12 @@ for study in mini-rq5-epoch-sweep mini-rq4-paired; do
   .venv/bin/lab report "$work/$study" --no-html
   cat "$work/$study/report/primary.md"
 done
+# results/timing keeps no results.csv: its forgetting table is rendered from samples.csv.
+cp -r results/timing "$work/timing"
+.venv/bin/python results/timing/forgetting_table.py "$work/timing"
+echo "== results/timing" && cat "$work/timing/timing.md"
+# The detectors' leaderboard, from the committed per-model scores.
+mkdir "$work/detect" && cp results/detect/detect.csv "$work/detect/"
+.venv/bin/python -m lab.detect.leaderboard "$work/detect/detect.csv" >/dev/null
+echo "== results/detect" && cat "$work/detect/leaderboard.md"
 .venv/bin/python -m pytest -q tests/test_results_reproduce.py

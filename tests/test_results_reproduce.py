@@ -68,3 +68,38 @@ def test_a_changed_number_is_caught(tmp_path):
     assert "+36.94, +40.80]" in readme
     edited = readme.replace("+36.94, +40.80]", "+36.94, +40.81]")
     assert _quoted_primary(edited) - recomputed == {"+40.81"}
+
+
+def _headline_row(link: str) -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    [row] = [line for line in readme.splitlines() if f"({link})" in line and line.startswith("| [")]
+    return row
+
+
+def test_the_timing_tables_recompute_from_the_committed_samples(tmp_path):
+    """results/timing keeps no results.csv: forgetting_table.py renders its forgetting table
+    from samples.csv as `lab report` does; the committed table and the README's numbers are
+    what it gives."""
+    import runpy
+
+    folder = tmp_path / "timing"
+    shutil.copytree(ROOT / "results" / "timing", folder)
+    for name in ("timing.md", "timing.csv"):
+        (folder / name).unlink()
+    runpy.run_path(str(ROOT / "results" / "timing" / "forgetting_table.py"), run_name="render")[
+        "main"](folder)
+    for name in ("timing.md", "timing.csv"):
+        assert (folder / name).read_text() == (ROOT / "results" / "timing" / name).read_text()
+    table = (folder / "timing.md").read_text()
+    quoted = set(SIGNED.findall(_headline_row("results/timing/README.md")))
+    assert quoted and quoted - set(SIGNED.findall(table)) == set()
+
+
+def test_the_detector_leaderboard_recomputes_from_the_committed_scores(tmp_path):
+    from lab.detect.leaderboard import rerender
+
+    folder = tmp_path / "detect"
+    folder.mkdir()
+    shutil.copy(ROOT / "results" / "detect" / "detect.csv", folder / "detect.csv")
+    for written in rerender(folder / "detect.csv"):
+        assert written.read_text() == (ROOT / "results" / "detect" / written.name).read_text()
