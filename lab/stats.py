@@ -429,6 +429,10 @@ def cluster_resamples(per_seed: dict[Any, SeedParts], resamples: int = BOOTSTRAP
     return resampled[drawn_seeds, np.arange(resamples)[:, None], np.arange(k)[None, :]]
 
 
+SEED_INTERVAL = (f"{STUDENT_T} with {STUDENT_T_SEEDS} seeds or fewer, else a "
+                 f"{CLUSTER_BOOTSTRAP}")
+
+
 def interval_method(seeds: int) -> str:
     """How effect_interval makes the interval of `seeds` per-seed effects."""
     return STUDENT_T if seeds <= STUDENT_T_SEEDS else CLUSTER_BOOTSTRAP

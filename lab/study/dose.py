@@ -13,7 +13,7 @@ secondary column, as it grows with the epochs for every document alike.
 The seed (one trained model) is the unit of inference. Within a model each seed's lift of a
 level is its mean per-sample score minus dose 0's; the level's lift is their mean over seeds,
 tested by a sign-flip test over the seeds (the study's alternative), Holm-corrected across the
-levels of a cell, with a cluster bootstrap-t interval (lab.stats.effect_interval). With one seed
+levels of a cell, with an interval over seeds (lab.stats.effect_interval: SEED_INTERVAL). With one seed
 the levels are random groups of samples within one model: a rank test over those samples is a
 randomisation test about that model (SAMPLE_UNIT), with a percentile interval over its
 samples. Against a reference arm (control, placebo) each seed's effect is its mean per-sample
@@ -39,7 +39,7 @@ from typing import Any
 
 from lab.common import LabError
 from lab.contamination import settings as settings_table
-from lab.stats import (CLUSTER_BOOTSTRAP, DOSE_BAND, DOSE_CURVE, DOSE_CURVE_UNCONSTRAINED,
+from lab.stats import (SEED_INTERVAL, DOSE_BAND, DOSE_CURVE, DOSE_CURVE_UNCONSTRAINED,
                        NON_MONOTONE_RULE, ONE_MODEL_TEST, SAMPLE_BOOTSTRAP, SIGN_FLIP_TEST,
                        dose_band, dose_curve_values, dose_turns, effect_interval, fit_dose_curve,
                        fit_unconstrained_curve, holm, membership_auc, one_model_rank_test,
@@ -174,7 +174,7 @@ def dose_stats(study: Path, metrics: list[str], alpha: float, read_csv: Any,
             "pooled_description": POOLED_DESCRIPTION,
             "paired_test": (f"{SIGN_FLIP_TEST}, {alternative}, over each seed's mean per-sample "
                             "difference (same sample, same seed; one seed: no test)"),
-            "interval": CLUSTER_BOOTSTRAP, "one_model_interval": SAMPLE_BOOTSTRAP,
+            "interval": SEED_INTERVAL, "one_model_interval": SAMPLE_BOOTSTRAP,
             "curves": {"monotone": DOSE_CURVE, "unconstrained": DOSE_CURVE_UNCONSTRAINED},
             "non_monotone_rule": NON_MONOTONE_RULE, "band": DOSE_BAND,
             "trend_test": {"one_model": TREND_ONE_MODEL, "seeds": TREND_SEEDS},

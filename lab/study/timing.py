@@ -6,7 +6,7 @@ most recently seen one.
 The seed (one trained model) is the unit of inference, as for a dose ladder (lab.study.dose):
 each seed's lift of a level is its mean per-sample score minus the held-out samples' mean; the
 level's lift is their mean over seeds, tested by a sign-flip test over the seeds, Holm-corrected
-across the levels of a cell, with a cluster bootstrap-t interval. A contrast between two levels
+across the levels of a cell, with an interval over seeds (lab.stats.SEED_INTERVAL). A contrast between two levels
 is each seed's mean over the one level minus its mean over the other (both inside the same
 model), tested and bounded the same way. One seed: a rank test over that model's samples, an
 interval over its samples. The steps since the last exposure are the median over the level's
@@ -26,7 +26,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from lab.stats import (ALPHA, CLUSTER_BOOTSTRAP, ONE_MODEL_TEST, SAMPLE_BOOTSTRAP, SIGN_FLIP_TEST,
+from lab.stats import (ALPHA, SEED_INTERVAL, ONE_MODEL_TEST, SAMPLE_BOOTSTRAP, SIGN_FLIP_TEST,
                        holm, one_model_rank_test, seed_effect, sign_flip_test)
 from lab.study.collect import SAMPLES
 from lab.study.dose import seed_interval
@@ -164,7 +164,7 @@ def timing_stats(study: Path, metrics: list[str], alpha: float, read_csv: Any,
             "alternative": alternative, "alpha": alpha,
             "test": f"{SIGN_FLIP_TEST}, {alternative}, over the per-seed lifts",
             "one_model_test": f"{ONE_MODEL_TEST}, {alternative}",
-            "interval": CLUSTER_BOOTSTRAP, "one_model_interval": SAMPLE_BOOTSTRAP}
+            "interval": SEED_INTERVAL, "one_model_interval": SAMPLE_BOOTSTRAP}
 
 
 def _contrasts(cell: list[dict[str, Any]], by_seed: Any, alpha: float, alternative: str) -> None:
