@@ -206,3 +206,16 @@ def test_adding_seeds_until_a_test_passes_inflates_false_positives():
     once = float((looks[-1] <= 0.05).mean())
     stopped = float((looks <= 0.05).any(axis=0).mean())
     assert once <= 0.06 and stopped >= 0.07 and stopped - once >= 0.02
+
+
+def test_a_score_without_a_test_does_not_disagree():
+    """One seed: the corpus score has no test and no interval; only a sign can disagree."""
+    from lab.study.primary import disagreements
+
+    base = {"question": "split-half", "model": "gpt2", "contrast": "paired", "epochs": 0,
+            "epochs_to": None, "metric": "bleu", "seeds": 1, "seeds_positive": 1}
+    sample = {**base, "score": "sample", "estimate": 20.0, "ci_low": 14.0, "ci_high": 29.0,
+              "p_holm": 1e-4}
+    corpus = {**base, "score": "corpus", "estimate": 11.0}
+    assert disagreements([sample], [corpus], 0.05) == []
+    assert len(disagreements([sample], [{**corpus, "estimate": -3.0}], 0.05)) == 1

@@ -290,9 +290,14 @@ def disagreements(rows: list[dict[str, Any]], others: list[dict[str, Any]], alph
     for mine, theirs in zip(rows, others):
         if mine.get("estimate") is None or theirs.get("estimate") is None:
             continue
-        reached = [r.get("p_holm") is not None and r["p_holm"] <= alpha for r in (mine, theirs)]
+        # Only what both scores have is compared: a score without a test (one seed's corpus
+        # score) or without an interval neither agrees nor disagrees there.
+        tested = all(r.get("p_holm") is not None for r in (mine, theirs))
+        reached = [tested and r["p_holm"] <= alpha for r in (mine, theirs)]
+        bounded = all(_excludes_zero(r) is not None for r in (mine, theirs))
         if (_sign(mine["estimate"]) == _sign(theirs["estimate"])
-                and _excludes_zero(mine) == _excludes_zero(theirs) and reached[0] == reached[1]):
+                and (not bounded or _excludes_zero(mine) == _excludes_zero(theirs))
+                and reached[0] == reached[1]):
             continue
         where = (f"{mine['question']} {mine['model']} {mine['contrast']}"
                  + (f" E = {mine['epochs']}" if mine["epochs_to"] is None else ""))
