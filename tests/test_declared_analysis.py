@@ -37,7 +37,11 @@ def _set_corpus_scores(study: Path, by_seed: dict[str, float]) -> None:
     for r in rows:
         if r["arm"] == "paired" and r["group"] == "clean":
             r["bleu"] = placebo[r["seed"]] + by_seed[r["seed"]]
-    with open(study / "results.csv", "w", newline="") as handle:
+    _write_csv(study / "results.csv", rows)
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    with open(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
@@ -112,11 +116,8 @@ def _shard(tmp_path: Path, name: str, seeds: list[int], planned: int | None) -> 
                                      descriptive=False, planned_seeds=planned))
     (study / "recipe.json").write_text(json.dumps(recipe_dict(recipe)))
     for table in ("results.csv", "samples.csv"):
-        rows = [r for r in csv.DictReader(open(study / table)) if int(r["seed"]) in seeds]
-        with open(study / table, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        _write_csv(study / table,
+                   [r for r in csv.DictReader(open(study / table)) if int(r["seed"]) in seeds])
     return study
 
 
@@ -170,15 +171,10 @@ def test_a_decay_compares_the_same_samples_at_both_epoch_counts(tmp_path):
         if r["id"] == "codetrans:test:1":
             r2["group"] = "in_finetune_data"
         later.append(r2)
-    with open(study / "samples.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows + later)
+    _write_csv(study / "samples.csv", rows + later)
     results = list(csv.DictReader(open(study / "results.csv")))
-    with open(study / "results.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(results[0]))
-        writer.writeheader()
-        writer.writerows(results + [dict(r, epochs="1", stage=r["stage"] + "-1") for r in results])
+    _write_csv(study / "results.csv",
+               results + [dict(r, epochs="1", stage=r["stage"] + "-1") for r in results])
     (study / "recipe.json").write_text(json.dumps(
         {"statistics": {"primary": ["decay"]}, "evaluation": {"metrics": ["bleu"]}}))
     [row] = run_report(study)["primary"]["rows"]

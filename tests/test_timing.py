@@ -315,8 +315,6 @@ def test_forgetting_stats_are_seed_level_lifts_with_the_weight_decay_contrast(tm
     """Each level's lift over the held-out samples is the mean over seeds of each seed's own
     difference of means; the weight-decay contrast the mean of each seed's two lifts' difference;
     both with intervals over seeds (exact values computed here by hand)."""
-    import csv
-
     from lab.study.report_data import read_csv
     from lab.study.timing import timing_stats, timing_table
 
@@ -329,20 +327,8 @@ def test_forgetting_stats_are_seed_level_lifts_with_the_weight_decay_contrast(tm
                 scores = [base + seed + (3.0 if decay == 0.0 and level == "early:0.2" else 0.0)
                           + i % 2 for i in ids]
                 truth[(decay, seed, level)] = sum(scores) / len(scores)
-                for i, score in zip(ids, scores):
-                    rows.append({"model": f"gpt2/wd={decay:g}", "task": "codetrans", "arm": "paired",
-                                 "epochs": 0, "train_size": 200, "seed": seed, "id": f"s{i}",
-                                 "group": "injected" if level else "held_out",
-                                 "timing": level or "", "weight_decay": decay,
-                                 "steps_since_last_exposure": (264 if level == "early:0.2"
-                                                               else 1 if level else ""),
-                                 "score_bleu": score})
-    with open(tmp_path / "samples.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    (tmp_path / "recipe.json").write_text(json.dumps(
-        {"injection": {"timing": ["early:0.2", "late:0.2"]}}))
+                rows += [_timing_row(decay, seed, level, i, score) for i, score in zip(ids, scores)]
+    _write_timing_study(tmp_path, rows)
     found = timing_stats(tmp_path, ["bleu"], 0.05, read_csv)
     early = next(r for r in found["levels"]
                  if r["model"] == "gpt2/wd=0" and r["level"] == "early:0.2")
@@ -380,8 +366,6 @@ def test_continuing_on_a_contaminated_corpus_joins_the_memberships(world):
 def _weight_decay_study(folder: Path, seeds: int) -> Path:
     """A timing study whose weight decay 0.1 costs the early level 3 BLEU in every seed and
     leaves the late level as it is."""
-    import csv
-
     rows = []
     for decay in (0.0, 0.1):
         for seed in range(seeds):
@@ -389,14 +373,25 @@ def _weight_decay_study(folder: Path, seeds: int) -> Path:
                 ids = range(0, 4) if level == "early:0.2" else range(4, 8) if level else range(8, 12)
                 for i in ids:
                     lost = 3.0 if decay == 0.1 and level == "early:0.2" else 0.0
-                    rows.append({"model": f"gpt2/wd={decay:g}", "task": "codetrans",
-                                 "arm": "paired", "epochs": 0, "train_size": 200, "seed": seed,
-                                 "id": f"s{i}", "group": "injected" if level else "held_out",
-                                 "timing": level or "", "weight_decay": decay,
-                                 "steps_since_last_exposure": (264 if level == "early:0.2"
-                                                               else 1 if level else ""),
-                                 "score_bleu": base + seed + i % 2 - lost})
+                    rows.append(_timing_row(decay, seed, level, i, base + seed + i % 2 - lost))
     folder.mkdir(parents=True)
+    return _write_timing_study(folder, rows)
+
+
+def _timing_row(decay: float, seed: int, level: str | None, i: int, score: float) -> dict:
+    """One samples.csv row of a two-level timing study (level None: held out)."""
+    return {"model": f"gpt2/wd={decay:g}", "task": "codetrans", "arm": "paired", "epochs": 0,
+            "train_size": 200, "seed": seed, "id": f"s{i}",
+            "group": "injected" if level else "held_out", "timing": level or "",
+            "weight_decay": decay,
+            "steps_since_last_exposure": 264 if level == "early:0.2" else 1 if level else "",
+            "score_bleu": score}
+
+
+def _write_timing_study(folder: Path, rows: list[dict]) -> Path:
+    """samples.csv of `rows` and the recipe.json naming the two timing levels."""
+    import csv
+
     with open(folder / "samples.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()

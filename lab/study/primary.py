@@ -92,8 +92,7 @@ def _parts(contrast: Contrast, epochs: int, clean: dict, halves: dict, task: str
     """Per seed, the parts of the contrast at one epoch count: the split-half halves (also for
     the decay of a split-half effect), else the two arms' shared samples."""
     where = (contrast.model, task, epochs, contrast.train_size)
-    if contrast.question == "split-half" or (contrast.question == "decay"
-                                             and contrast.reference is None):
+    if contrast.within_model:
         return _split(clean, halves, where, contrast.arm, contrast.reference)
     return _between(clean, where, contrast.arm, contrast.reference)
 
@@ -179,8 +178,7 @@ METRIC_SCALE = 100.0  # every metric of the lab scores 0-100 (BLEU, METEOR, EM, 
 def _net(test: Contrast) -> bool:
     """Whether the contrast's per-seed effect is a difference of differences (a split-half gap
     net of a reference's models)."""
-    within = test.question == "split-half" or (test.question == "decay" and test.reference is None)
-    return within and test.reference is not None
+    return test.within_model and test.reference is not None
 
 
 def effect_bounds(test: Contrast) -> tuple[float, float]:
@@ -215,10 +213,9 @@ def _corpus_at(test: Contrast, epochs: int, corpus: dict, task: str, compared: s
     """Per seed, the contrast's corpus-level effect at one epoch count."""
     where = (test.model, task, epochs, test.train_size)
     seeds = {k[5] for k in corpus if k[:4] == where and k[4] == test.arm}
-    within = test.question == "split-half" or (test.question == "decay" and test.reference is None)
     effects = {}
     for seed in seeds:
-        if within:
+        if test.within_model:
             first, second = (corpus.get(where + (test.arm, seed, g)) for g in HALVES)
         else:
             first = corpus.get(where + (test.arm, seed, compared))

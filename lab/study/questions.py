@@ -53,6 +53,13 @@ class Contrast:
     train_size: Any
     epochs_to: int | None = None
 
+    @property
+    def within_model(self) -> bool:
+        """Whether the contrast compares one arm's injected and held-out halves (a split-half
+        question, or the decay of a split-half effect) rather than two arms."""
+        return self.question == "split-half" or (self.question == "decay"
+                                                 and self.reference is None)
+
     def label(self) -> str:
         """'paired vs paired-placebo', 'paired: injected vs held-out (net of control)', ..."""
         if self.question == "split-half":
@@ -165,9 +172,7 @@ def family(questions: list[str], arms: Iterable[str], models: Iterable[str], spl
 
 def unit(contrast: Contrast, seeds: int) -> str:
     """What a contrast's test counts: seeds, or (a split-half question of one seed) samples."""
-    within = contrast.question == "split-half" or (contrast.question == "decay"
-                                                   and contrast.reference is None)
-    return SAMPLE_UNIT if seeds == 1 and within else SEED_UNIT
+    return SAMPLE_UNIT if seeds == 1 and contrast.within_model else SEED_UNIT
 
 
 def sides(alternative: str) -> int:
