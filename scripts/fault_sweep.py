@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from faults.outcomes import judge  # noqa: E402
-from faults.table import CASES  # noqa: E402
+from faults.cases import CASES  # noqa: E402
 from faults.world import build_world  # noqa: E402
 
 

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from .outcomes import judge
-from .table import CASES
+from .cases import CASES
 
 pytestmark = pytest.mark.skipif(not os.environ.get("LAB_CORPORA"), reason="needs LAB_CORPORA")
 
