@@ -17,12 +17,13 @@ import json
 import os
 import zlib
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import orjson
 
-from lab.common import LabError, read_text_file, sha256_file
+from lab.common import LabError, read_text_file
 
 CORPUS_SUBDIR = "corpus"
 MANIFEST = "manifest.json"
@@ -128,16 +129,169 @@ def verify_corpus(folder: Path) -> dict[str, Any]:
     key = (str(folder.resolve()), path.read_bytes(), tuple(stats))
     if key in _VERIFIED:
         return manifest
-    for shard in shards:
-        shard_path = folder / shard["file"]
-        if sha256_file(shard_path) != shard.get("sha256"):
-            raise LabError(f"{shard_path}: sha256 differs from the one listed in {path} "
-                           "(shard changed or manifest of another corpus)")
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # zlib frees the GIL
+        found = list(pool.map(lambda shard: _read_injected(folder / shard["file"], shard, path),
+                              shards))
     if shards_digest(shards) != manifest["corpus_sha256"]:
         raise LabError(f"{path}: corpus_sha256 does not match the shards it lists (manifest of "
                        "another corpus?)")
+    check_membership(path, manifest, Injected.joined(found))
     _VERIFIED[key] = True
     return manifest
+
+
+@dataclass
+class Injected:
+    """What a corpus's documents themselves say was injected: per sample id (the documents'
+    `sample` field), the copies of it; and the documents in all."""
+    copies: dict[str, set[int]] = field(default_factory=dict)
+    documents: int = 0
+    injected_documents: int = 0
+
+    @staticmethod
+    def joined(parts: list["Injected"]) -> "Injected":
+        whole = Injected()
+        for part in parts:
+            for sample, copies in part.copies.items():
+                whole.copies.setdefault(sample, set()).update(copies)
+            whole.documents += part.documents
+            whole.injected_documents += part.injected_documents
+        return whole
+
+
+BASE_SAMPLE = b'"sample":""'  # how corpus_line writes a base document's sample field
+
+
+def _read_injected(shard_path: Path, shard: dict[str, Any], manifest_path: Path) -> Injected:
+    """One read of a shard: its bytes against the sha256 `manifest_path` lists, then its
+    documents' sample fields. A base line (nearly all of them) is recognised by its bytes
+    (corpus_line writes `"sample":""` before the text, and an unescaped quote cannot occur
+    inside a JSON string); any other line is parsed."""
+    data = shard_path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != shard.get("sha256"):
+        raise LabError(f"{shard_path}: sha256 differs from the one listed in {manifest_path} "
+                       "(shard changed or manifest of another corpus)")
+    try:
+        lines = gzip.decompress(data).splitlines()
+    except (OSError, EOFError, zlib.error) as exc:
+        raise LabError(f"{shard_path}: unreadable ({exc})") from None
+    found = Injected(documents=len(lines))
+    for lineno, line in enumerate(lines, start=1):
+        if BASE_SAMPLE in line:
+            continue
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise LabError(f"{shard_path}:{lineno}: corrupt JSON line ({exc})") from None
+        sample = record.get("sample") if isinstance(record, dict) else None
+        if sample:
+            found.injected_documents += 1
+            found.copies.setdefault(str(sample), set()).add(record.get("copy", 0))
+    if shard.get("documents") != found.documents:
+        raise LabError(f"{shard_path}: {found.documents} documents, {manifest_path} lists "
+                       f"{shard.get('documents')}")
+    return found
+
+
+def _ids(path: Path, manifest: dict[str, Any], name: str) -> list[str]:
+    ids = manifest.get(name, [])
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise LabError(f"{path}: field '{name}' must be a list of sample ids")
+    return ids
+
+
+def _listed(ids: Iterable[str]) -> str:
+    ids = sorted(ids)
+    return f"{len(ids)} samples ({', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''})"
+
+
+def check_membership(path: Path, manifest: dict[str, Any], found: Injected) -> None:
+    """A corpus manifest's membership (injected_ids, held_out_ids, placebo_ids, its dose and
+    timing levels, counts) against what its documents say they are (`found`): a manifest whose
+    membership was edited would otherwise be copied into every model trained on the corpus, and
+    detection would score members as non-members. LabError naming the field."""
+    injected = _ids(path, manifest, "injected_ids")
+    held_out = _ids(path, manifest, "held_out_ids")
+    placebo = _ids(path, manifest, "placebo_ids") if "placebo_ids" in manifest else None
+    sources = "placebo_ids" if placebo is not None else "injected_ids"
+    claimed = set(placebo if placebo is not None else injected)
+    seen = set(found.copies)
+    if claimed - seen:
+        raise LabError(f"{path}: field '{sources}' lists {_listed(claimed - seen)} "
+                       "that no document of the shards injects")
+    if seen - claimed:
+        raise LabError(f"{path}: field '{sources}' lacks {_listed(seen - claimed)} "
+                       "that documents of the shards inject")
+    for name, ids in (("held_out_ids", held_out), ("injected_ids", injected)):
+        if len(set(ids)) != len(ids):
+            raise LabError(f"{path}: field '{name}' lists a sample twice")
+    if set(held_out) & (seen | set(injected)):
+        raise LabError(f"{path}: field 'held_out_ids' lists "
+                       f"{_listed(set(held_out) & (seen | set(injected)))} that are injected")
+    _check_copies(path, manifest, found)
+    _check_counts(path, manifest, found, {"injected_samples": len(injected),
+                                          "held_out_samples": len(held_out),
+                                          **({"placebo_samples": len(placebo)}
+                                             if placebo is not None else {})})
+
+
+def _check_copies(path: Path, manifest: dict[str, Any], found: Injected) -> None:
+    """Each injected sample's copies: its dose level's dose (a placebo's own samples: the dose
+    of their level's placebo_ids), else options.repeat; a dose-0 level's samples not at all;
+    a timing level's samples among the injected ones."""
+    def expect(field_name: str, sample: str, copies: int) -> None:
+        have = len(found.copies.get(sample, ()))
+        if have != copies:
+            raise LabError(f"{path}: field '{field_name}' says {sample} was injected {copies} "
+                           f"times; the shards hold {have} copies of it")
+
+    levels = manifest.get("dose_levels")
+    if levels:
+        if not isinstance(levels, list) or not all(isinstance(lv, dict) for lv in levels):
+            raise LabError(f"{path}: field 'dose_levels' must be a list of levels")
+        for level in levels:
+            dose = level.get("dose")
+            for sample in level.get("placebo_ids" if "placebo_ids" in manifest else "ids") or []:
+                expect("dose_levels", sample, dose)
+        return
+    repeat = (manifest.get("options") or {}).get("repeat")
+    if isinstance(repeat, int):
+        for sample in found.copies:
+            expect("options.repeat", sample, repeat)
+    for level in manifest.get("timing_levels") or []:
+        stray = set(level.get("sources") or level.get("ids") or []) - set(found.copies)
+        if stray:
+            raise LabError(f"{path}: field 'timing_levels' lists {_listed(stray)} that "
+                           "no document of the shards injects")
+
+
+def _check_counts(path: Path, manifest: dict[str, Any], found: Injected,
+                  from_ids: dict[str, int]) -> None:
+    """`counts` against the ids and the shards (each injected document took a base document's
+    place, so the arm keeps its size)."""
+    counts = manifest.get("counts")
+    if counts is None:
+        return
+    if not isinstance(counts, dict):
+        raise LabError(f"{path}: field 'counts' must be an object")
+    removed = manifest.get("removed_base_ids")
+    decontaminated = manifest.get("decontaminated_ids")
+    expected = {**from_ids, "injected_documents": found.injected_documents,
+                "final_documents": found.documents, "arm_documents": found.documents,
+                **({"removed_documents": len(removed)} if isinstance(removed, list) else {}),
+                **({"decontaminated_removed": len(decontaminated)}
+                   if isinstance(decontaminated, list) else {}),
+                "injected_document_fraction": round(found.injected_documents / found.documents, 6)}
+    if isinstance(counts.get("decontaminated_removed"), int):
+        expected["after_limit"] = found.documents + counts["decontaminated_removed"]
+    for name, value in expected.items():
+        if name in counts and counts[name] != value:
+            raise LabError(f"{path}: field 'counts.{name}' is {counts[name]!r}; the shards and "
+                           f"ids say {value!r}")
+    fraction = counts.get("injected_char_fraction")
+    if fraction is not None and not (isinstance(fraction, (int, float)) and 0 <= fraction <= 1):
+        raise LabError(f"{path}: field 'counts.injected_char_fraction' is {fraction!r}, not a "
+                       "fraction")
 
 
 def read_corpus(folder: Path) -> Iterator[dict[str, Any]]:
