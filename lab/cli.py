@@ -429,17 +429,15 @@ def study(
                       markup=False, soft_wrap=True)
         console.print(gpu_assumptions(), markup=False, soft_wrap=True)
         _print_power(plan["power"], parsed.statistics.descriptive)
-        for problem in plan["problems"]:
-            console.print(f"cannot start here: {problem}", markup=False, highlight=False,
-                          soft_wrap=True)
         for warning in plan["warnings"]:
             console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
+        if plan["refusal"]:  # the line the real run refuses with, and its exit code
+            raise LabError(plan["refusal"])
         return
-    from lab.study.preflight import check_ready
+    from lab.study.runner import check_start, corpora_environment
 
-    # Before the progress display opens.
-    for warning in check_ready(parsed, folder, corpora, executor, seeds=shard,
-                               allow_underpowered=allow_underpowered):
+    # Before the progress display opens; the dry run's checks (run_study) are these.
+    for warning in check_start(parsed, folder, corpora, executor, shard, allow_underpowered):
         console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
     again = ["lab", "study", str(recipe), "--out", str(folder)]
     again += ["--executor", executor] if executor != "local" else []
@@ -450,7 +448,7 @@ def study(
                            ("--corpora", [corpora] if corpora else [])):
         again += [part for value in values for part in (option, str(value))]
     again += ["--allow-underpowered"] if allow_underpowered else []
-    _exit_with_a_resume_line_on_signals(again)
+    _exit_with_a_resume_line_on_signals(again, corpora_environment())
     summary = _run_with_progress(parsed, folder, corpora, executor, workers, slurm_parameters,
                                  shard)
     took = summary["seconds"]
@@ -491,7 +489,8 @@ def _print_power(plan: dict[str, Any], descriptive: bool) -> None:
         console.print(power_line(plan["power"]), markup=False, highlight=False, soft_wrap=True)
 
 
-def _exit_with_a_resume_line_on_signals(command: List[str]) -> None:
+def _exit_with_a_resume_line_on_signals(command: List[str],
+                                        environment: Optional[str] = None) -> None:
     """Ctrl-C or SIGTERM (a scheduler's cancel) of `lab study`: one line saying how to resume,
     then an exit (130 / 143) without waiting for running stages. Safe: finished stages are
     complete folders, an interrupted pre-training resumes from its checkpoint, and the next run
@@ -500,7 +499,9 @@ def _exit_with_a_resume_line_on_signals(command: List[str]) -> None:
     import shlex
     import signal
 
-    again = " ".join(shlex.quote(part) for part in command)
+    # `environment`: LAB_CORPORA=..., where the study found its data (a new shell lacks it).
+    again = " ".join([*([environment] if environment else []),
+                      *(shlex.quote(part) for part in command)])
 
     def stop(signum: int, _frame: Any) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # one line, however often it is pressed

@@ -176,7 +176,7 @@ def _grid(recipe: Recipe) -> list[Stage]:
                 return Stage("pretrain", resolve_for_device(unbound(
                     "pretrain", model=model, preset=preset, seed=labels["seed"], **section,
                     deepspeed=deepspeed_config(launch["deepspeed"]) if launch["deepspeed"] else None,
-                    save_steps=launch["save_steps"],
+                    save_steps=launch["save_steps"], report_to=whole.resources.report_to,
                     **({"init_from": UNBOUND} if init is not None else {}),
                 ), recipe.resources.device, launch["processes"] * launch["nodes"]),
                     [corpus, tokenizer] + ([init] if init is not None else []),
@@ -295,6 +295,7 @@ def _finetune(recipe: Recipe, pre: Stage, epochs: int, size: int | None,
         max_target_length=(recipe.evaluation.max_new_tokens
                            or default_of(FinetuneConfig, "max_target_length")),
         injected_corpora=(UNBOUND,) * len(placebos), exclude_injected=exclude,
+        report_to=recipe.resources.report_to,
     ), [pre, *placebos], labels={**pre.labels, "epochs": epochs, "train_size": size},
         launch={"device": recipe.resources.device})
 

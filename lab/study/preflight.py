@@ -82,6 +82,7 @@ def preflight(recipe: Recipe, study: Path, corpora_dir: Path | None = None,
     problems += check_executor_packages(executor) + check_deepspeed(deepspeed)
     if pending and executor != "slurm":  # a SLURM study's stages run on other machines
         problems += check_device(recipe.resources.device)
+        problems += check_report_to(recipe.resources.report_to, pending)
     if not folder:  # free space is asked of the folder the study will be in
         problems += check_disk(recipe, pending, study)
     # One line per problem, each named once (a missing --corpora folder fails every lookup).
@@ -96,6 +97,21 @@ def check_device(device: str) -> list[str]:
         resolve_device(device)
     except LabError as exc:
         return [f"resources.device: {str(exc).split(': ', 1)[-1]}"]
+    return []
+
+
+def check_report_to(report_to: str, pending: list[Any]) -> list[str]:
+    """The packages of resources.report_to (wandb, mlflow, tensorboard), where a pending
+    pre-training or fine-tuning would log to them (the Trainer fails only once its model and
+    data are built)."""
+    from lab.train.common import report_targets
+
+    if not any(stage.kind in ("pretrain", "finetune") for stage in pending):
+        return []
+    try:
+        report_targets(report_to)
+    except LabError as exc:
+        return [f"resources.report_to: {str(exc).split(': ', 1)[-1]}"]
     return []
 
 

@@ -33,6 +33,7 @@ from lab.study.evaluate import EvaluateStageConfig
 from lab.stats import (ALPHA, CONVENTIONS, DEFAULT_CONVENTION, PLANNING_SD, SAMPLE_SCORE, SCORES,
                        SMALLEST_EFFECT)
 from lab.study.questions import QUESTIONS
+from lab.train.common import REPORT_TARGETS, report_to_param
 from lab.train.finetune import FinetuneConfig
 from lab.tokenizer import TokenizerConfig
 from lab.train.pretrain import PretrainConfig
@@ -316,6 +317,9 @@ class ResourcesSection:
     # not the defaults (a GPU or bfloat16 computes other numbers).
     device: str = device_param()
     dtype: str = dtype_param()
+    # Where each pre-training and fine-tuning logs (never its result: not in any stage key, so
+    # a resumed study may log elsewhere than it began).
+    report_to: str = report_to_param()
 
 
 @dataclass
@@ -588,6 +592,12 @@ def _check_resources(resources: ResourcesSection) -> None:
             deepspeed_config(launch.deepspeed)
         except LabError as exc:
             _fail("resources.pretrain.deepspeed", str(exc))
+    targets = [t.strip() for t in resources.report_to.split(",") if t.strip()]
+    unknown = [t for t in targets if t not in (*REPORT_TARGETS, "none")] or (
+        ["none"] if "none" in targets and len(targets) > 1 else [])
+    if not targets or unknown:  # whether its package is installed: preflight, where it runs
+        _fail("resources.report_to", f"{_show(resources.report_to)}: choose "
+              f"{', '.join(REPORT_TARGETS)}, a comma-separated list of them, or none")
 
 
 def stage_sections() -> list[str]:
@@ -888,7 +898,10 @@ def _read_file(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise LabError(f"{path}: no such recipe file")
     try:
-        data = _yaml_load(path.read_text(encoding="utf-8")) or {}
+        text = path.read_text(encoding="utf-8")
+        if "\0" in text:  # YAML's own message for it spans lines and names no file
+            raise LabError(f"not a text file (a NUL byte at character {text.index(chr(0))})")
+        data = _yaml_load(text)
     except UnicodeDecodeError as exc:
         raise LabError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     except LabError as exc:
@@ -896,7 +909,11 @@ def _read_file(path: Path) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""
-        raise LabError(f"{path}{where}: malformed YAML ({getattr(exc, 'problem', exc)})") from None
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())  # one line
+        raise LabError(f"{path}{where}: malformed YAML ({problem})") from None
+    if data is None or data == {}:
+        # Every field has a default: a file that sets nothing would run a whole default study.
+        raise LabError(f"{path}: an empty recipe (it must set at least its name:)")
     if not isinstance(data, dict):
         raise LabError(f"{path}: a recipe is a mapping of sections")
     return data

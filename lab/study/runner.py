@@ -18,8 +18,8 @@ from lab.study.collect import PROBES, collect
 from lab.study.cost import estimate
 from lab.study.execution import available_cores, finish, recorded_seconds
 from lab.study.grid import expand
-from lab.study.preflight import check_ready, pending_stages, preflight, slow_settings
-from lab.study.questions import power_plan, power_problem
+from lab.study.preflight import check_ready, pending_stages, slow_settings
+from lab.study.questions import power_plan
 from lab.study.recipe import Recipe, recipe_dict, recipe_from_dict, study_differences
 from lab.study.scheduler import check_executor, default_workers, schedule, submitter
 
@@ -91,14 +91,90 @@ def study_data(recipe: Recipe, corpora_dir: Path | None) -> dict[str, dict[str, 
     return {name: data_fingerprints(name, corpora_dir) for name in names}
 
 
-def data_change(recorded: dict[str, Any] | None, now: dict[str, dict[str, str]]) -> str | None:
-    """The first dataset file that differs from the one the study began with, else None (a
-    study begun before fingerprints were recorded takes today's)."""
-    for name, files in (recorded or {}).items():
+def data_folders(recipe: Recipe, corpora_dir: Path | None) -> dict[str, str]:
+    """Where each dataset of the study (study_data's) is read from here: its local folder
+    (absolute) or `hub`; a dataset found nowhere is left out. Recorded when a study begins, so
+    that a run that cannot find the data says where it was."""
+    from lab.corpora import get_spec
+
+    folders: dict[str, str] = {}
+    for name in study_data(recipe, corpora_dir):
+        spec = get_spec(name)
+        for split in spec.splits:
+            try:
+                where, _files = spec.locate(split, corpora_dir)
+            except LabError:  # missing here, or a --corpora/LAB_CORPORA that is not a folder
+                continue
+            folders[name] = where if where == "hub" else str(Path(where).resolve())
+            break
+    return folders
+
+
+def data_problem(study: Path, summary: dict[str, Any], now: dict[str, dict[str, str]],
+                 corpora_dir: Path | None) -> str | None:
+    """Why the data found here is not the data the study began with (STUDY/study.json's
+    `data`), else None: missing (a split it read from a local file is in no local folder now:
+    a shell without LAB_CORPORA, another --corpora; pointing at it resumes the study) or
+    changed (another file or other bytes: its stages were built on the old data). A study
+    begun before fingerprints were recorded takes today's."""
+    from lab.corpora import candidate_roots, get_spec
+
+    recorded: dict[str, dict[str, str]] = summary.get("data") or {}
+    for name, files in recorded.items():
+        found = now.get(name, {})
+        local_now = {file.split("/")[0] for file in found if "/" in file}
+        gone = sorted(file for file in files if "/" in file and file.split("/")[0] not in local_now)
+        if gone:
+            was = (summary.get("data_folders") or {}).get(name)
+            try:
+                looked = ", ".join(str(root / get_spec(name).subdir)
+                                   for _label, root in candidate_roots(corpora_dir))
+            except LabError as exc:  # --corpora or LAB_CORPORA names no folder
+                looked = str(exc)
+            root = str(Path(was).parent) if was and was != "hub" else "DIR"
+            return (f"{study / SUMMARY}: the data this study began with is missing here ({name} "
+                    f"{gone[0]}{f', read from {was}' if was else ''}; looked in {looked}): "
+                    f"pass --corpora {root} or set LAB_CORPORA={root}, and the study resumes "
+                    "where it stopped")
+    for name, files in recorded.items():
         for file in sorted(set(files) | set(now.get(name, {}))):
             if files.get(file) != now.get(name, {}).get(file):
-                return f"{name} {file}"
+                return (f"{study / SUMMARY}: the data changed since this study began ({name} "
+                        f"{file} differs); its stages were built on the old data: use a new "
+                        "--out")
     return None
+
+
+def corpora_environment() -> str | None:
+    """LAB_CORPORA as a resume command must set it (`LAB_CORPORA=/abs/path`, shell-quoted), if
+    this run reads it: resumed in a shell without it, the study would look elsewhere for its
+    data."""
+    import os
+    import shlex
+
+    value = os.environ.get("LAB_CORPORA")
+    return f"LAB_CORPORA={shlex.quote(str(Path(value).resolve()))}" if value else None
+
+
+def check_start(recipe: Recipe, study: Path, corpora_dir: Path | None = None,
+                executor: str = "local", seeds: list[int] | None = None,
+                allow_underpowered: bool = False) -> list[str]:
+    """Everything that refuses to start a study, in one place: `lab study` runs it before its
+    first stage, and `--dry-run` runs the same, so a dry run says no (exit 2, the same line)
+    exactly when the real run would. Raises one LabError: the study folder (not a study's,
+    another recipe's, other thread counts), its data (missing or changed since it began), then
+    every missing piece at once (preflight.check_ready). Returns the warnings of a study that
+    may start. Writes nothing."""
+    study = Path(study)
+    check_study_folder(study, corpora_dir)
+    check_recorded_recipe(recipe, study)
+    summary = read_summary(study)
+    study_threads(recipe, study, summary)
+    problem = data_problem(study, summary, study_data(recipe, corpora_dir), corpora_dir)
+    if problem:
+        raise LabError(problem)
+    return check_ready(recipe, study, corpora_dir, executor, seeds=seeds,
+                       allow_underpowered=allow_underpowered)
 
 
 def check_recorded_recipe(recipe: Recipe, study: Path) -> None:
@@ -142,33 +218,26 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
               on_event: Callable[..., None] | None = None, ready_checked: bool = False,
               seeds: list[int] | None = None, allow_underpowered: bool = False) -> dict[str, Any]:
     """Entry point of `lab study`: run the stages that are not finished, then collect results.
-    `ready_checked`: the caller has run preflight.check_ready for this recipe and folder;
+    `ready_checked`: the caller has run check_start for this recipe and folder;
     `seeds`: run only the shard of those seeds (`expand`); `allow_underpowered`: run a study
     whose primary tests can never reach alpha (lab.study.questions.power_problem)."""
     study = Path(study)
-    check_study_folder(study, corpora_dir)
     stages = expand(recipe, seeds)
     check_executor(executor, workers)
-    data = study_data(recipe, corpora_dir)
-    changed_data = data_change(read_summary(study).get("data"), data)
-    changed_data = changed_data and (
-        f"{study / SUMMARY}: the data changed since this study began ({changed_data} differs); "
-        "its stages were built on the old data: use a new --out")
     if dry_run:
-        # A plan for another machine (a cluster) is worth printing where the study cannot run.
+        # A plan for another machine (a cluster) is worth printing where the study cannot run:
+        # the plan, then the one line the real run would refuse with (`refusal`).
         pending = pending_stages(recipe, study, seeds)
-        underpowered = power_problem(recipe)
+        try:
+            warnings, refusal = check_start(recipe, study, corpora_dir, executor, seeds,
+                                            allow_underpowered), None
+        except LabError as exc:
+            warnings, refusal = slow_settings(pending, executor), str(exc)
         return {"stages": len(stages), "done": len(stages) - len(pending),
                 "estimate": estimate(recipe, stages, study), "power": power_plan(recipe),
-                "problems": [*preflight(recipe, study, corpora_dir, executor, pending=pending),
-                             *([changed_data] if changed_data else []),
-                             *([underpowered] if underpowered and not allow_underpowered else [])],
-                "warnings": slow_settings(pending, executor)}
-    if changed_data:
-        raise LabError(changed_data)
+                "refusal": refusal, "warnings": warnings}
     if not ready_checked:
-        check_ready(recipe, study, corpora_dir, executor, seeds=seeds,  # every missing piece at once
-                    allow_underpowered=allow_underpowered)
+        check_start(recipe, study, corpora_dir, executor, seeds, allow_underpowered)
     study.mkdir(parents=True, exist_ok=True)
     check_recorded_recipe(recipe, study)
     previous_summary = read_summary(study)
@@ -180,7 +249,9 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
     # so that it cannot be computed again from what the seeds then show.
     planned = previous_summary.get("planned_power") or power_plan(recipe).get("power")
     summary: dict[str, Any] = {"study": recipe.name, "stages": len(stages), "threads": threads,
-                               "executor": executor, "workers": workers, "data": data,
+                               "executor": executor, "workers": workers,
+                               "data": study_data(recipe, corpora_dir),
+                               "data_folders": data_folders(recipe, corpora_dir),
                                "planned_power": planned,
                                **({"shard_seeds": sorted(seeds)} if seeds is not None else {})}
     write_json_atomic(study / SUMMARY, {**previous_summary, **summary})
