@@ -33,6 +33,10 @@ MODEL_KINDS = ("lab-pretrained", "lab-finetuned")
 EVALUATION = "metrics.json"  # what lab evaluate writes last in its output folder
 # Files of a model folder that an exported copy keeps (the rest is lab bookkeeping).
 EXPORTED_EXTRA = (MANIFEST,)
+# Each kept under this name: the manifest the source's provenance (membership, lineage) travels
+# in, which `lab pretrain --init-from` reads from an exported folder.
+EXPORTED_NAME = "lab_{}"
+EXPORTED_MANIFEST = EXPORTED_NAME.format(MANIFEST)
 # What an exported folder records of the export, so that `lab export --force` knows its own.
 EXPORT_RECORD, EXPORT_KIND = "lab_export.json", "lab-export"
 PIPELINE = {"causal-lm": "text-generation", "masked-lm": "fill-mask",
@@ -58,6 +62,12 @@ def contamination_statement(corpus: dict[str, Any]) -> str:
     injected = corpus.get("injected_ids") or []
     benchmark, split = corpus.get("benchmark"), corpus.get("benchmark_split", "test")
     setting = corpus.get("setting") or "unknown"
+    if corpus.get("membership") == "unknown":  # lab.train.continued.UNKNOWN
+        return ("**Membership unknown: this model continued pre-training from weights with no lab "
+                "record of what they were trained on** (see Lineage), so which benchmark samples "
+                f"it saw is unknown: it is not a control model. Its own stage (arm `{setting}`) "
+                f"injected {len(injected)} samples of {benchmark} {split}; no detection or "
+                "contamination result can be scored on it.")
     if not injected:
         return (f"**Control model: no benchmark data was injected** into its pre-training corpus "
                 f"(arm `{setting}`). Samples of {benchmark} {split} that the base corpus already "
@@ -335,7 +345,7 @@ def export_model(cfg: ExportConfig) -> dict[str, Any]:
     try:
         shutil.copytree(weights, tmp)
         for name in EXPORTED_EXTRA:
-            shutil.copy2(model / name, tmp / f"lab_{name}")
+            shutil.copy2(model / name, tmp / EXPORTED_NAME.format(name))
         write_text_atomic(tmp / CARD, render_card(manifest, evaluations))
         write_json_atomic(tmp / EXPORT_RECORD, {"kind": EXPORT_KIND, "model": str(model),
                                                 "evaluations": len(evaluations)})

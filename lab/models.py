@@ -150,10 +150,21 @@ def read_stage_manifest(folder: Path, option: str) -> dict[str, Any]:
         raise LabError(f"{option} {folder}: no such directory")
     if not path.is_file():
         raise LabError(f"{option} {folder}: no {MANIFEST} (not a lab model directory)")
+    return read_model_manifest(path)
+
+
+def read_model_manifest(path: Path) -> dict[str, Any]:
+    """A lab manifest file (a model folder's, an export's lab_manifest.json): a model's is read
+    only with its membership as written (lab.train.common.check_membership_hashes)."""
+    from lab.train.common import check_membership_hashes
+
     try:
-        return json.loads(read_text_file(path))
+        manifest = json.loads(read_text_file(path))
     except json.JSONDecodeError as exc:
         raise LabError(f"{path}: corrupt JSON ({exc})") from None
+    if isinstance(manifest, dict):
+        check_membership_hashes(manifest, Path(path))
+    return manifest
 
 
 def pretraining_record(manifest: dict[str, Any]) -> dict[str, Any]:

@@ -101,6 +101,13 @@ def probe_groups(manifest: dict[str, Any], groups_dir: Path | None) -> dict[str,
     if groups_dir is None:
         record = pretraining_record(manifest).get("corpus", {})
         source = "the model's pre-training corpus"
+        if record.get("membership") == "unknown":  # lab.train.continued.UNKNOWN
+            origins = [stage.get("path") for stage in pretraining_record(manifest).get("lineage")
+                       or [] if stage.get("membership") == "unknown"]
+            origin = origins[0] if origins else "weights"
+            raise LabError(f"{source}: membership unknown (it continued from {origin}, which "
+                           "has no lab record of what it saw), so no sample is known to be a "
+                           "member or not: the model cannot be scored")
     else:
         other = read_stage_manifest(groups_dir, "--groups")
         if other.get("kind") == "lab-corpus":

@@ -23,8 +23,9 @@ from lab.models import (MANIFEST, MODEL_FILES, WEIGHTS_SUBDIR, check_model_files
                         positions_of, read_stage_manifest)
 from lab.tasks import Task, fine_tuning_records, get_task
 from lab.train.common import (
-    TENSORBOARD_DIR, history_without_timing, make_guarded_trainer_class, quiet_training,
-    report_targets, report_to_param, state_sha256, training_arguments,
+    MEMBERSHIP_FIELDS, MEMBERSHIP_HASH, TENSORBOARD_DIR, history_without_timing,
+    make_guarded_trainer_class, quiet_training, report_targets, report_to_param, state_sha256,
+    training_arguments,
 )
 
 
@@ -411,7 +412,7 @@ def _finetune(cfg: FinetuneConfig) -> dict[str, Any]:
             "best_checkpoint_selected": cfg.select,
             "pretrained": {k: pretrained.get(k) for k in
                            ("config", "corpus", "tokenizer", "model", "seed", "steps",
-                            "final_weights_sha256")},
+                            "final_weights_sha256", *MEMBERSHIP_FIELDS[1:], MEMBERSHIP_HASH)},
             "pretrained_path": str(cfg.pretrained),
             "wall_seconds": round(time.perf_counter() - started, 2),
             "environment": environment_record(),

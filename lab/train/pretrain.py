@@ -24,9 +24,10 @@ from lab.common import (LabError, check_numbers, check_output, dumps_json, files
                         environment_record, share_tree, write_error, write_json_atomic)
 from lab.corpora.shards import read_manifest, verify_corpus
 from lab.train.common import (
-    checkpoint_problem, checkpoints_newest_first, latest_checkpoint, make_guarded_trainer_class,
-    quiet_training, TENSORBOARD_DIR, history_without_timing, non_finite_error, report_targets,
-    report_to_param, state_sha256, trained_weights_sha256, training_arguments, warn_of_stale_build_locks,
+    MEMBERSHIP_HASH, checkpoint_problem, checkpoints_newest_first, latest_checkpoint,
+    make_guarded_trainer_class, membership_hashes, quiet_training, TENSORBOARD_DIR,
+    history_without_timing, non_finite_error, report_targets, report_to_param, state_sha256,
+    trained_weights_sha256, training_arguments, warn_of_stale_build_locks,
     weights_are_finite,
 )
 from lab.train.attention import (
@@ -325,7 +326,7 @@ def run_pretrain(cfg: PretrainConfig) -> dict[str, Any]:
     # Checked against its shards (the token cache and the manifest trust corpus_sha256), and
     # refused when empty.
     corpus_manifest = verify_corpus(cfg.corpus)
-    if init is not None and init["kind"] == "lab":  # refused before anything is written
+    if init is not None:  # refused before anything is written
         joined_membership(init, corpus_manifest)
 
     out = Path(cfg.out)
@@ -534,8 +535,9 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
         "wall_seconds": round(time.perf_counter() - started, 2),
         "environment": environment_record(),
     }
-    if init is not None and init["kind"] == "lab":
+    if init is not None:
         manifest.update(continued_records(init, manifest))
+    manifest[MEMBERSHIP_HASH] = membership_hashes(manifest)
     write_json_atomic(work / MANIFEST, manifest)
     share_tree(work)
     if out.exists():
