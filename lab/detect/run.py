@@ -24,6 +24,7 @@ from lab.common import (LabError, beside, check_output, corpora_param, environme
                         param, write_rows_and_summary)
 from lab.contamination import settings as settings_table
 from lab.corpora import corpora_inputs, load_samples
+from lab.corpora.shards import read_manifest, verify_corpus
 from lab.detect import DETECTORS, applicable, check_detectors, score_all
 from lab.detect.context import DetectContext
 from lab.detect.shift import DRAW
@@ -72,6 +73,9 @@ class DetectConfig:
     corpora_dir: Path | None = corpora_param()
 
     def __post_init__(self) -> None:
+        if not self.detectors:  # `--detectors ,` or a recipe's `detectors: []`: empty tables
+            raise LabError(f"--detectors: name at least one detector (choose from "
+                           f"{', '.join(DETECTORS)})")
         check_detectors(self.detectors)
         if self.form not in ("auto", *settings_table.FORMS):
             raise LabError(f"--form {self.form}: choose from auto, "
@@ -120,10 +124,11 @@ def _load(path: Path, option: str) -> tuple[Any, Any, dict[str, Any], str]:
 
 
 def _reference_context(cfg: DetectConfig, family: str, manifest: dict[str, Any], form: str,
-                       max_tokens: int) -> DetectContext | None:
+                       max_tokens: int, scored: set[str]) -> DetectContext | None:
     if cfg.reference is None:
         return None
     model, tokenizer, theirs, their_family = _load(cfg.reference, "--reference")
+    _check_reference_unseen(cfg, manifest, theirs, scored)
     if their_family != family:
         raise LabError(f"--reference {cfg.reference}: a {their_family} model; the detected model "
                        f"is {family} (the reference must be of the same family)")
@@ -134,6 +139,55 @@ def _reference_context(cfg: DetectConfig, family: str, manifest: dict[str, Any],
     return DetectContext(model=place_model(model, cfg.device, cfg.dtype), tokenizer=tokenizer,
                          family=family, form=form, max_tokens=max_tokens,
                          batch_size=cfg.batch_size)
+
+
+def _check_reference_unseen(cfg: DetectConfig, manifest: dict[str, Any],
+                            theirs: dict[str, Any], scored: set[str]) -> None:
+    """The reference detector reads the target's loss against the reference's: a reference that
+    saw the scored samples (the model itself, or another arm's model) lowers both alike and
+    hides the contamination (AUC 0.5). One whose membership is unknown (weights from a model
+    with no lab record) may have seen them too, so it is refused as well."""
+    if (manifest.get("final_weights_sha256")
+            and manifest.get("final_weights_sha256") == theirs.get("final_weights_sha256")):
+        raise LabError(f"--reference {cfg.reference}: the same weights as --model {cfg.model}; "
+                       "a reference must never have seen the scored samples")
+    corpus = pretraining_record(theirs).get("corpus", {})
+    if corpus.get("membership") == "unknown":  # lab.train.continued.UNKNOWN
+        raise LabError(f"--reference {cfg.reference}: its membership is unknown (weights from a "
+                       "model with no lab record of what it saw), so it may have seen the scored "
+                       "samples; use a control or placebo model of the study")
+    seen = sorted(scored & set(corpus.get("injected_ids") or []))
+    if seen:
+        raise LabError(f"--reference {cfg.reference}: it pre-trained on {len(seen)} of the "
+                       f"scored samples ({', '.join(seen[:3])}{', ...' if len(seen) > 3 else ''}); "
+                       "a reference must never have seen them (a control or placebo model)")
+
+
+def _check_own_corpus(cfg: DetectConfig, manifest: dict[str, Any]) -> None:
+    """The model's membership against its pre-training corpus, where that corpus is still
+    there (its recorded sha256): the corpus verified against its shards (their hashes and the
+    documents' own sample fields, lab.corpora.shards.verify_corpus), then the injected and
+    held-out ids the model copied from it. A model continued from another (init_from) holds
+    the joined membership of its lineage, which no one corpus states."""
+    record = pretraining_record(manifest)
+    corpus = record.get("corpus", {})
+    folder = Path(corpus["path"]) if isinstance(corpus.get("path"), str) else None
+    if folder is None or not (folder / "manifest.json").is_file():
+        return
+    try:
+        theirs = read_manifest(folder)
+    except LabError:
+        return
+    if theirs.get("corpus_sha256") != corpus.get("sha256"):
+        return  # another corpus at that path now: the model's record is all there is
+    theirs = verify_corpus(folder)
+    if record.get("init_from"):
+        return
+    for name in ("injected_ids", "held_out_ids"):
+        if set(corpus.get(name) or []) != set(theirs.get(name) or []):
+            raise LabError(f"--model {cfg.model}: its manifest's corpus.{name} differs from "
+                           f"that of its pre-training corpus {folder / 'manifest.json'} (checked "
+                           "against the corpus's shards)")
 
 
 @dataclass
@@ -191,16 +245,27 @@ def _lab_subject(cfg: DetectConfig, check: Any) -> _Subject:
     if cfg.benchmark is not None:
         raise LabError(f"--benchmark {cfg.benchmark}: only for a model that is not a lab model; "
                        "a lab model's members come from its corpus (or --groups)")
-    chosen = probe_groups(read_stage_manifest(cfg.model, "--model"), cfg.groups)
+    own = read_stage_manifest(cfg.model, "--model")
+    if own.get("kind") == "lab-corpus":
+        raise LabError(f"--model {cfg.model}: is a corpus, not a model (pre-train a model on it "
+                       "with lab pretrain, or pass it as --groups to score a control model on "
+                       "its samples)")
+    if cfg.groups is not None and (Path(cfg.groups) / "manifest.json").is_file() and \
+            read_stage_manifest(cfg.groups, "--groups").get("kind") == "lab-corpus":
+        verify_corpus(cfg.groups)  # its membership is what its shards hold
+    chosen = probe_groups(own, cfg.groups)
     form = settings_table.probed_form(chosen["setting"]) if cfg.form == "auto" else cfg.form
     if form is None:
         raise LabError(f"the corpus setting '{chosen['setting']}' has no injected form to score")
     check()
+    if cfg.groups is None:
+        _check_own_corpus(cfg, own)
     model, tokenizer, manifest, family = _load(cfg.model, "--model")
     positions = positions_of(model.config)
     block = int(pretraining_record(manifest).get("config", {}).get("block_size") or positions)
     max_tokens = min(block, positions)
-    reference = _reference_context(cfg, family, manifest, form, max_tokens)
+    reference = _reference_context(cfg, family, manifest, form, max_tokens,
+                                   {*chosen["injected"], *chosen["held_out"]})
     return _Subject(model, tokenizer, manifest, family, chosen, form, max_tokens, reference,
                     family)
 
@@ -300,6 +365,9 @@ def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
     used = applicable(detectors, family, reference_ctx is not None)
     if outside:  # they prompt `<s> input <SEP>`, the lab's injected format, not the model's
         used = [d for d in used if d.needs != "output"]
+    if not used:
+        raise LabError(f"--detectors {','.join(cfg.detectors)}: none applies to this {family} "
+                       "model" + ("" if reference_ctx else " without --reference"))
     torch.manual_seed(0)
     samples = members + nonmembers + shift
     seconds: dict[str, float] = {}
