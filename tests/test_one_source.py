@@ -297,3 +297,186 @@ def test_no_evaluation_module_imports_the_study_layer():
 def test_statistics_import_no_stage_module():
     assert not [m for m in _imports(ROOT / "lab" / "stats.py")
                 if m.startswith("lab.") and m != "lab.common"]
+
+
+# ---- a study's tables come from one source: its stages (issue 59) -----------------------------
+
+MICRO = ROOT / "recipes" / "mini" / "micro.yaml"
+
+
+def fake_study(folder: Path) -> Path:
+    """A micro study folder as `lab study` leaves it, without training: its evaluate stages and
+    the pre-training manifests they read, written by hand, then recipe.json and the tables
+    (lab.study.collect) from them."""
+    from lab.study.collect import collect
+
+    recipe = load_recipe(MICRO)
+    stages = expand(recipe)
+    for number, stage in enumerate(s for s in stages if s.kind == "evaluate"):
+        pretrain = stage.inputs[0].inputs[0].out(folder)
+        pretrain.mkdir(parents=True, exist_ok=True)
+        seed = stage.labels["seed"]
+        (pretrain / "manifest.json").write_text(json.dumps({
+            "seed": seed, "init_weights_sha256": f"w{seed}", "first_batch_sha256": f"b{seed}",
+            "packing": {"injected_token_fraction": 0.1}, "loss": {"final": 2.0}, "corpus": {}}))
+        out = stage.out(folder)
+        out.mkdir(parents=True)
+        rows = [{"id": f"codetrans:test:{i}", "group": group, "scores": {"bleu": number + i},
+                 "source": f"int a{i};", "reference": f"int b{i};", "prediction": f"p{number}-{i}"}
+                for i, group in enumerate(("injected", "held_out"))]
+        (out / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (out / "metrics.json").write_text(json.dumps({
+            "task": "translation", "samples": 2, "metrics": {"bleu": number + 0.5},
+            "by_group": {r["group"]: {"samples": 1, "bleu": r["scores"]["bleu"]} for r in rows}}))
+    (folder / "recipe.json").write_text(json.dumps(recipe_dict(recipe)))
+    collect(recipe, stages, folder)
+    return folder
+
+
+def _plus_fifty(path: Path, arm: str = "paired") -> int:
+    """+50 on `arm`'s first `all` row's bleu in a results CSV; its line number."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    index = next(i for i, r in enumerate(rows) if r["arm"] == arm and r["group"] == "all")
+    rows[index]["bleu"] = str(float(rows[index]["bleu"]) + 50)
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return index + 2
+
+
+def test_a_table_that_is_not_what_the_stages_give_is_refused_by_file_line_and_column(tmp_path):
+    from lab.study.collect import TABLES_RECORD, check_tables
+    from lab.study.report import run_report, run_stats
+
+    study = fake_study(tmp_path / "s")
+    original = (study / "results.csv").read_bytes()
+    assert check_tables(study).name == "micro"  # as lab wrote it: the record's digests agree
+    line = _plus_fifty(study / "results.csv")
+    edited = (rf"s/results.csv: line {line} \(stage evaluate-\w+, group all\), column bleu: "
+              rf"'5\d\.5' where the stages give '\d\.5': `lab merge .*s --out NEW` rebuilds")
+    for read in (check_tables, run_stats, run_report):
+        with pytest.raises(LabError, match=edited):
+            read(study)
+    # Without the record (deleted, or tables older than it) the stages are still the source.
+    record = (study / TABLES_RECORD).read_bytes()
+    (study / TABLES_RECORD).unlink()
+    with pytest.raises(LabError, match=edited):
+        check_tables(study)
+    # Tables equal to what the stages give stand, whatever the record says (two runners of
+    # one study write the tables and the record in turn).
+    (study / "results.csv").write_bytes(original)
+    (study / TABLES_RECORD).write_text(record.decode().replace('"results.csv": "', '"results.csv": "0'))
+    check_tables(study)
+    # The Parquet copy is held to them too, and a table cut short is named as such.
+    from lab.study.collect import write_table
+
+    write_table(tmp_path / "results.csv", [{"stage": "evaluate-x", "group": "all", "bleu": 1.0}])
+    (study / "results.parquet").write_bytes((tmp_path / "results.parquet").read_bytes())
+    with pytest.raises(LabError, match=r"s/results.parquet: columns differ from those the stages "
+                                       r"give \(missing: study, benchmark, task\)"):
+        check_tables(study)
+    (study / "results.csv").write_bytes(original[:len(original) // 2])
+    with pytest.raises(LabError, match=r"s/results.csv: truncated \(line \d+ ends without a line "
+                                       r"break"):
+        check_tables(study)
+
+
+def test_tables_without_stages_are_held_to_the_record_and_their_parquet_copies(tmp_path):
+    import shutil
+
+    from lab.study.collect import check_tables
+
+    study = fake_study(tmp_path / "s")
+    shard = tmp_path / "tables"  # as a shard's results travel: the tables without the stages
+    shard.mkdir()
+    for path in study.iterdir():
+        if path.is_file():
+            shutil.copy(path, shard / path.name)
+    check_tables(shard)
+    line = _plus_fifty(shard / "results.csv")
+    with pytest.raises(LabError, match=rf"tables/results.csv: line {line} \(.*\), column bleu: "
+                                       r"'5\d\.5' where results.parquet holds '\d\.5'$"):
+        check_tables(shard)
+    with pytest.raises(LabError, match=rf"tables/results.csv: line {line} "):
+        merge_studies = __import__("lab.study.merge", fromlist=["merge_studies"]).merge_studies
+        merge_studies([shard], tmp_path / "merged")
+    # Both copies changed alike: only the record tells, and there are no stages to ask.
+    from lab.study.collect import write_table
+    from lab.study.merge import _read_table
+
+    write_table(shard / "results.csv", _read_table(shard / "results.csv", (), True))
+    with pytest.raises(LabError, match=r"tables/results.csv: not the file lab wrote \(its sha256 "
+                                       r"differs from .*tables.json's\) and no stages/"):
+        check_tables(shard)
+
+
+def test_samples_parquet_holds_each_samples_text_joinable_by_id(tmp_path):
+    import pyarrow.parquet as pq
+
+    from lab.study.collect import SAMPLE_TEXT
+    from lab.study.merge import merge_studies
+
+    study = fake_study(tmp_path / "s")
+    for folder in (study, merge_studies([study], tmp_path / "merged")["out"]):
+        table = pq.read_table(Path(folder) / "samples.parquet").to_pylist()
+        assert table and all(row[c] for row in table for c in SAMPLE_TEXT)
+        for row in table:  # the text its evaluation scored, by stage and sample id
+            written = [json.loads(line) for line in
+                       (study / "stages" / row["stage"] / "predictions.jsonl").open()]
+            [sample] = [w for w in written if w["id"] == row["id"]]
+            assert {c: row[c] for c in SAMPLE_TEXT} == {c: sample[c] for c in SAMPLE_TEXT}
+        # samples.csv stays the scores lab stats reads
+        header = (Path(folder) / "samples.csv").read_text().splitlines()[0].split(",")
+        assert "id" in header and not set(SAMPLE_TEXT) & set(header)
+
+
+def test_merge_refuses_a_source_whose_recipe_is_not_the_one_its_stages_ran_by(tmp_path):
+    from lab.study.collect import TABLES_RECORD
+    from lab.study.merge import merge_studies
+    from lab.study.report import run_stats
+
+    study = fake_study(tmp_path / "s")
+    (study / "recipe.json").write_text('{"name": "micro"}')
+    replaced = (r"s/recipe.json: not the recipe .*/s's stages ran by \(differs from the one "
+                r"tables.json recorded in \d+ section\(s\): corpus, evaluation, ")
+    for read in (lambda s: merge_studies([s], tmp_path / "out"), run_stats):
+        with pytest.raises(LabError, match=replaced):
+            read(study)
+    (study / TABLES_RECORD).unlink()  # the stages' own keys still tell
+    with pytest.raises(LabError, match=r"s/recipe.json: not the recipe .*/s's stages ran by "
+                                       r"\(\d+ stage\(s\) under stages/ are not stages of it"):
+        merge_studies([study], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_recorded_recipe_of_wrong_types_is_refused_alike_by_stats_report_and_merge(tmp_path):
+    from lab.study.merge import merge_studies
+    from lab.study.report import run_report, run_stats
+
+    study = fake_study(tmp_path / "s")
+    (study / "recipe.json").write_text(json.dumps({**json.loads(
+        (study / "recipe.json").read_text()), "seeds": "0, 1"}))
+    messages = set()
+    for read in (run_stats, run_report, lambda s: merge_studies([s], tmp_path / "out")):
+        with pytest.raises(LabError) as refused:
+            read(study)
+        messages.add(str(refused.value))
+    assert messages == {f"{study / 'recipe.json'}: a recipe this lab cannot read (seeds: "
+                        "expected a list, got '0, 1')"}
+
+
+def test_a_truncated_results_table_is_named_as_such(tmp_path):
+    from lab.study.report import run_stats
+    from tests.test_report import CONTROL, PAIRED, write_study
+
+    study = write_study(tmp_path / "s", {"control": CONTROL, "paired": PAIRED})
+    results = study / "results.csv"
+    for keep in (100, len(results.read_bytes()) // 2):  # in the header; in a row
+        results.write_bytes(results.read_bytes()[:keep])
+        with pytest.raises(LabError, match=r"s/results.csv: truncated \(line \d+ ends without a "
+                                           r"line break; lab writes whole lines\)$"):
+            run_stats(study)

@@ -189,11 +189,14 @@ def test_convention_and_alpha_come_from_the_recipe_and_the_secondary_table_is_ne
     assert "0.007937 †" in rows[("input-only", "bleu", "0")]
     # ... but never the primary table: it keeps the recipe's declared alpha (issue 58).
     assert result["primary"]["alpha"] == 0.001 and "chosen on the command line" in result["note"]
-    (study / "recipe.json").write_text("{not json")
-    with pytest.raises(LabError, match="recipe.json: unreadable"):
-        run_stats(study)
     with pytest.raises(LabError, match="alpha 2.0"):
         run_stats(study, "exact-two-sided", alpha=2.0)
+    # A damaged recipe is refused whatever the options give (one behaviour wherever a
+    # recorded recipe is read: lab.study.collect.recorded_recipe).
+    (study / "recipe.json").write_text("{not json")
+    for options in ((), ("exact-two-sided", 0.05)):
+        with pytest.raises(LabError, match="recipe.json: unreadable"):
+            run_stats(study, *options)
 
 
 def test_unknown_metric_and_convention(tmp_path):

@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from lab.common import LabError, check_output, table_cell, write_json_atomic
-from lab.study.collect import PROBES, RESULTS, SAMPLES, collected_rows, write_table
+from lab.study.collect import (PROBES, RESULTS, SAMPLE_TEXT, SAMPLES, check_recipe_ran,
+                               check_tables, collected_rows, recorded_recipe, typed_cell,
+                               whole_lines, write_tables)
 from lab.study.grid import expand
-from lab.study.recipe import recipe_dict, recipe_from_dict, study_differences
+from lab.study.recipe import recipe_dict, study_differences
 
 MERGED = "merged.json"  # written last in a merged folder: its sources and what each gave
 MERGED_KIND = "lab-merged"
@@ -80,7 +82,11 @@ def merge_studies(sources: list[Path], out: Path, seeds: list[int] | None = None
                 if held is None:
                     tables[name][key] = row
                     found_in[(name, key)] = source
-                elif _filled(held) != _filled(row):
+                elif _filled(held) == _filled(row):
+                    if any(c in row for c in SAMPLE_TEXT) and not any(
+                            c in held for c in SAMPLE_TEXT):
+                        tables[name][key] = row  # the one with the sample's text
+                else:
                     raise LabError(f"{source}: {name} row {'/'.join(key)} differs from the one "
                                    f"in {found_in[(name, key)]}: the same stage gave other "
                                    "numbers (not reproducible across these runs)")
@@ -100,14 +106,13 @@ def merge_studies(sources: list[Path], out: Path, seeds: list[int] | None = None
                        + (f" of seeds {seeds}" if seeds is not None else ""))
     record = {"kind": MERGED_KIND, "recipe": recipes[0].name, "seeds": _seeds(results),
               "evaluations": len({row["stage"] for row in results}), "sources": given}
-    merged = recipe_dict(recipes[0])
     work = out.with_name(f".{out.name}.merging-{os.getpid()}")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     try:
-        write_json_atomic(work / "recipe.json", merged)
-        for name, _identity in TABLES:
-            write_table(work / name, list(tables[name].values()))
+        write_json_atomic(work / "recipe.json", recipe_dict(recipes[0]))
+        write_tables(work, {name: list(tables[name].values()) for name, _identity in TABLES},
+                     recipes[0])
         write_json_atomic(work / MERGED, record)
         if out.exists():
             shutil.rmtree(out)
@@ -118,15 +123,15 @@ def merge_studies(sources: list[Path], out: Path, seeds: list[int] | None = None
 
 
 def _source_recipe(source: Path) -> Any:
-    path = source / "recipe.json"
-    if not path.is_file():
+    """The source's recipe, refused where it is not the one its stages ran by (or, for a
+    source of tables, where they are not those lab wrote: lab.study.collect.check_tables)."""
+    recipe = recorded_recipe(source)
+    if recipe is None:
         raise LabError(f"{source}: not a study folder (no recipe.json)")
-    try:
-        return recipe_from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError) as exc:
-        raise LabError(f"{path}: unreadable ({exc})") from None
-    except LabError as exc:
-        raise LabError(f"{path}: a recipe this lab cannot read ({exc})") from None
+    check_recipe_ran(source, recipe)
+    if not (source / "stages").is_dir():
+        check_tables(source)
+    return recipe
 
 
 def _source_rows(source: Path, recipe: Any) -> dict[str, list[dict[str, Any]]]:
@@ -147,6 +152,7 @@ def _read_table(path: Path, identity: tuple[str, ...], required: bool) -> list[d
         if required:
             raise LabError(f"{path}: no such file")
         return []
+    whole_lines(path)
     try:
         with open(path, newline="", encoding="utf-8") as handle:
             reader = csv.DictReader(handle)
@@ -183,32 +189,25 @@ def _check_kinds(row: dict[str, Any], kinds: dict[str, tuple[bool, int]], path: 
 
 
 def _as_written(row: dict[str, Any]) -> dict[str, Any]:
-    """A row as results.csv writes it (floats rounded to 6 places, None empty), then typed."""
-    return _typed({key: "" if value is None else str(table_cell(value))
-                   for key, value in row.items()})
+    """A row as results.csv writes it (floats rounded to 6 places, None empty), then typed;
+    a sample's text (SAMPLE_TEXT) stays text."""
+    return {**_typed({key: "" if value is None else str(table_cell(value))
+                      for key, value in row.items() if key not in SAMPLE_TEXT}),
+            **{key: row[key] for key in SAMPLE_TEXT if key in row}}
 
 
 def _typed(row: dict[str, str]) -> dict[str, Any]:
     """A CSV row's cells as numbers where they are numbers (an id like 007 stays text), empty
     cells as None."""
-    typed: dict[str, Any] = {}
-    for key, text in row.items():
-        typed[key] = None if text == "" else text
-        if not text:
-            continue
-        for kind in (int, float):  # only where the number writes back as the same text
-            try:
-                if str(kind(text)) == text:
-                    typed[key] = kind(text)
-                    break
-            except ValueError:
-                continue
-    return typed
+    return {key: typed_cell(text) for key, text in row.items()}
 
 
 def _filled(row: dict[str, Any]) -> dict[str, Any]:
-    """What a row holds: a table with more columns than another gives its rows empty cells."""
-    return {key: value for key, value in row.items() if value is not None}
+    """What a row holds: a table with more columns than another gives its rows empty cells;
+    a sample's text is what its scores came from, not a number to reproduce (a source of
+    tables carries it only in its Parquet copy)."""
+    return {key: value for key, value in row.items()
+            if value is not None and key not in SAMPLE_TEXT}
 
 
 def _seeds(rows: list[dict[str, Any]]) -> list[int]:

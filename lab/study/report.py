@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.common import LabError, write_json_atomic, write_text_atomic
+from lab.study.collect import check_tables
 from lab.stats import CONVENTIONS, CROSSOVER_TEST, PAIRED_SAMPLES_TEST, SEEDS_TEST
 from lab.study.dose import dose_stats, dose_table
 from lab.study.figure import (decay_figure, detect_figure, dose_figure, plotted_cells,
@@ -27,7 +28,17 @@ from lab.study.tables import (SECONDARY, console_text, primary_sections, report_
 def study_stats(study: Path, convention: str | None = None, include_control: bool = False,
                 alpha: float | None = None) -> list[dict[str, Any]]:
     """The secondary table's cells (report_data.study_cells) as stats.json records them."""
+    _check_study(study)
     return [cell.record() for cell in study_cells(study, convention, include_control, alpha)]
+
+
+def _check_study(study: Path) -> None:
+    """Refuse, before anything is read or written, a study whose tables are not what its stages
+    give, or whose recipe.json is not theirs (lab.study.collect.check_tables): lab stats and
+    lab report read one source or refuse, and rebuild nothing."""
+    study = Path(study)
+    if study.is_dir():  # else study_cells names what is missing
+        check_tables(study)
 
 
 def _report_folder(study: Path) -> Path:
@@ -81,6 +92,7 @@ def run_stats(study: Path, convention: str | None = None, alpha: float | None = 
     """Entry point of `lab stats`: the primary table, then every arm per cell with the
     descriptive tests and effect sizes; writes STUDY/report/stats.json. Convention and alpha
     default to the study's recipe."""
+    _check_study(study)
     cells = study_cells(study, convention, include_control=True, alpha=alpha)
     primary = study_primary(study)
     primary["chosen_after"] = chosen_after(study, convention, alpha)
@@ -117,6 +129,7 @@ def run_report(study: Path, convention: str | None = None, metric: str = "bleu",
     (html) the self-contained HTML page with the sample browser; `console` is what the
     terminal shows of it. Convention and alpha default to the study's recipe."""
     study = Path(study)
+    _check_study(study)
     cells = study_cells(study, convention, include_control=True, alpha=alpha)
     plotted_cells(cells, metric)  # an unknown --metric fails before anything is written
     page = study_page_data(study) if html else None  # so does a defect in what the page reads

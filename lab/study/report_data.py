@@ -33,7 +33,8 @@ from lab.stats import (CONVENTIONS, PAIRED_SAMPLES_TEST, SAMPLE_SCORE, SCORES, c
                        within_model_net_of, within_model_seeds)
 from lab.study.primary import primary_table
 from lab.study.recipe import StatisticsSection
-from lab.study.collect import BASELINE_PREFIX, PROBE_COLUMNS, PROBES, RESULTS, SAMPLES
+from lab.study.collect import (BASELINE_PREFIX, PROBE_COLUMNS, PROBES, RESULTS, SAMPLES,
+                               recorded_recipe, whole_lines)
 
 SCORE_FLOOR = 5.0  # below this (BLEU-like 0-100) a lift says little: the cell is flagged
 LABELS = ("model", "task", "arm", "seed", "epochs", "train_size", "group")  # results.csv must have
@@ -74,6 +75,7 @@ def read_csv(path: Path, required: tuple[str, ...], numeric: Callable[[str], boo
         raise LabError(f"{path}: is a directory, not a CSV file")
     if not path.exists():
         raise LabError(f"{path}: no such file (run lab study first)")
+    whole_lines(path)
     rows: list[tuple[int, dict[str, Any]]] = []
     try:
         with open(path, newline="", encoding="utf-8") as handle:
@@ -679,13 +681,11 @@ def with_primary_p(cells: list[Cell], primary: dict[str, Any]) -> None:
 def _stage_labels(study: Path) -> dict[str, dict[str, Any]]:
     """Stage key -> its labels (arm, seed, model, ...) from the study's recipe; empty for a
     folder without recipe.json (tables copied without their stages)."""
-    from lab.study.recipe import recipe_from_dict
     from lab.study.grid import expand, model_name
 
-    path = study / "recipe.json"
-    if not path.is_file():
+    recipe = recorded_recipe(study)
+    if recipe is None:
         return {}
-    recipe = recipe_from_dict(json.loads(path.read_text(encoding="utf-8")))
     return {stage.key: {**stage.labels, "model": model_name(stage.labels)}
             for stage in expand(recipe) if "model" in stage.labels}
 
