@@ -434,7 +434,7 @@ def study(
         if plan["refusal"]:  # the line the real run refuses with, and its exit code
             raise LabError(plan["refusal"])
         return
-    from lab.study.runner import check_start, corpora_environment
+    from lab.study.runner import check_start, resume_corpora
 
     # Before the progress display opens; the dry run's checks (run_study) are these.
     for warning in check_start(parsed, folder, corpora, executor, shard, allow_underpowered):
@@ -445,10 +445,10 @@ def study(
                            ("--workers", [workers] if workers else []),
                            ("--threads", [threads] if threads else []),
                            ("--seeds", [seeds] if seeds else []),
-                           ("--corpora", [corpora] if corpora else [])):
+                           ("--corpora", [where] if (where := resume_corpora(corpora)) else [])):
         again += [part for value in values for part in (option, str(value))]
     again += ["--allow-underpowered"] if allow_underpowered else []
-    _exit_with_a_resume_line_on_signals(again, corpora_environment())
+    _exit_with_a_resume_line_on_signals(again)
     summary = _run_with_progress(parsed, folder, corpora, executor, workers, slurm_parameters,
                                  shard)
     took = summary["seconds"]
@@ -489,8 +489,7 @@ def _print_power(plan: dict[str, Any], descriptive: bool) -> None:
         console.print(power_line(plan["power"]), markup=False, highlight=False, soft_wrap=True)
 
 
-def _exit_with_a_resume_line_on_signals(command: List[str],
-                                        environment: Optional[str] = None) -> None:
+def _exit_with_a_resume_line_on_signals(command: List[str]) -> None:
     """Ctrl-C or SIGTERM (a scheduler's cancel) of `lab study`: one line saying how to resume,
     then an exit (130 / 143) without waiting for running stages. Safe: finished stages are
     complete folders, an interrupted pre-training resumes from its checkpoint, and the next run
@@ -499,9 +498,7 @@ def _exit_with_a_resume_line_on_signals(command: List[str],
     import shlex
     import signal
 
-    # `environment`: LAB_CORPORA=..., where the study found its data (a new shell lacks it).
-    again = " ".join([*([environment] if environment else []),
-                      *(shlex.quote(part) for part in command)])
+    again = " ".join(shlex.quote(part) for part in command)
 
     def stop(signum: int, _frame: Any) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # one line, however often it is pressed

@@ -225,8 +225,10 @@ def test_interrupted_study_says_how_to_resume(tmp_path, signum, code):
     os.killpg(proc.pid, signum) if signum == signal.SIGINT else proc.send_signal(signum)
     _out, err = proc.communicate(timeout=120)
     assert proc.returncode == code, err
+    # The data's folder too (issue 59 row 13): a new shell has no LAB_CORPORA.
+    corpora = Path(os.environ["LAB_CORPORA"]).resolve()
     assert err.splitlines() == [f"lab: interrupted; resume with: lab study {MICRO} --out {study} "
-                                "--set 'seeds=[0]' --workers 2"], err
+                                f"--set 'seeds=[0]' --workers 2 --corpora {corpora}"], err
     # No worker outlives the runner (they would finish stages behind the resumed run's back).
     deadline = time.monotonic() + 30  # the resource tracker notices its parent is gone
     while subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True).stdout.strip():
@@ -248,10 +250,11 @@ def test_a_study_refuses_data_that_changed_since_it_began(tmp_path):
     recorded["csn-java"]["valid/java_valid_0.jsonl.gz"] = "0" * 64  # another copy of CSN
     (study / SUMMARY).write_text(json.dumps({"study": "micro", "data": recorded}))
     plan = run_study(recipe, study, dry_run=True)
-    assert any("the data changed since this study began (csn-java valid/java_valid_0.jsonl.gz"
-               in problem for problem in plan["problems"])
-    with pytest.raises(LabError, match="the data changed since this study began"):
-        run_study(recipe, study, ready_checked=True)
+    assert plan["refusal"].startswith(f"{study / SUMMARY}: the data changed since this study "
+                                      "began (csn-java valid/java_valid_0.jsonl.gz differs)")
+    with pytest.raises(LabError) as refused:
+        run_study(recipe, study)
+    assert str(refused.value) == plan["refusal"] and not (study / "stages").exists()
 
 
 def test_fingerprints_depend_on_content_not_on_where_the_file_is(tmp_path, monkeypatch):

@@ -214,9 +214,9 @@ def test_run_study_checks_before_writing_anything(no_wordnet, quickstart, tiny_c
     with pytest.raises(LabError, match=WORDNET_MISSING):
         run_study(quickstart, tmp_path / "study", tiny_corpora, workers=1)
     assert not (tmp_path / "study").exists()
-    # A dry run plans for any machine (a cluster's): it names what is missing here, and fails not.
+    # A dry run still plans (for a cluster's machine, say), then refuses with the same line.
     plan = run_study(quickstart, tmp_path / "study", tiny_corpora, dry_run=True, workers=1)
-    assert plan["stages"] > 0 and any(WORDNET_MISSING in p for p in plan["problems"])
+    assert plan["stages"] > 0 and WORDNET_MISSING in plan["refusal"]
     assert not (tmp_path / "study").exists()
 
 
@@ -279,6 +279,16 @@ def test_cli_with_meteor_and_no_wordnet_fails_before_pre_training(corpora_root, 
     assert list(out.iterdir()) == []
 
 
+def _assert_plan_then_the_real_runs_answer(result: subprocess.CompletedProcess) -> None:
+    """A paper recipe's dry run on any machine: the plan on stdout, then either nothing wrong
+    (exit 0) or the real run's one error line (exit 2: a CPU machine has no resources.device
+    cuda, nor its disk)."""
+    assert result.returncode in (0, 2), result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("lab: error: ")]
+    assert len(errors) == (result.returncode == 2), result.stderr
+    assert "Traceback" not in result.stderr and "stages, 0 done" in result.stdout
+
+
 def test_gpu_hours_reproduce_their_anchor_and_reach_the_dry_run():
     """The training MFU is anchored on nanoGPT's GPT-2 124M: 600,000 steps of 491,520 tokens in
     about 4 days on 8 A100s, i.e. 768 A100-hours; the estimate for those FLOPs must give that
@@ -293,7 +303,7 @@ def test_gpu_hours_reproduce_their_anchor_and_reach_the_dry_run():
                              str(Path(__file__).resolve().parents[1] / "recipes/paper/rq5-epoch-sweep.yaml"),
                              "--dry-run", "--out", "unused-study"], capture_output=True, text=True,
                             env={**os.environ, "COLUMNS": "200"})
-    assert result.returncode == 0, result.stderr
+    _assert_plan_then_the_real_runs_answer(result)
     assert "A100 GPU-h" in result.stdout and "H100 GPU-h" in result.stdout
     assert "A100 GPU-hours" in result.stdout and "MFU 25% for training" in result.stdout
 
@@ -314,7 +324,114 @@ def test_the_dry_run_states_simulated_power_apart_from_reaching_alpha():
     result = subprocess.run([sys.executable, "-m", "lab.cli", "study", str(recipe), "--dry-run",
                              "--out", "unused-study"], capture_output=True, text=True,
                             env={**os.environ, "COLUMNS": "200"})
-    assert result.returncode == 0, result.stderr
+    _assert_plan_then_the_real_runs_answer(result)
     assert f"Holm over {len(plan['tests'])}): all can reach alpha 0.05" in result.stdout
     assert power_line(plan["power"]) in " ".join(result.stdout.split())
-    assert "cannot start here: underpowered" not in result.stdout  # (a GPU, disk: elsewhere)
+    assert "underpowered" not in result.stdout + result.stderr  # (a GPU, disk: elsewhere)
+
+
+# --- issue 59: a dry run says no exactly when the real run does -----------------------------------
+
+MICRO = ROOT / "recipes" / "mini" / "micro.yaml"
+
+
+def _refusals(recipe, study: Path, corpora: Path | None) -> tuple[str, str]:
+    """The dry run's refusal, then the real run's error (asked only once the dry run refused:
+    a real run that is not refused would start the study)."""
+    from lab.study.runner import run_study
+
+    plan = run_study(recipe, study, corpora, dry_run=True)
+    assert plan["refusal"], "the dry run would start this study"
+    with pytest.raises(LabError) as real:
+        run_study(recipe, study, corpora)
+    return plan["refusal"], str(real.value)
+
+
+def test_a_dry_run_refuses_with_the_real_runs_line(tiny_corpora, tmp_path):
+    """Row 14: each of these printed "cannot start here" (or "0 done") and exited 0; the real
+    run refused. Both now go through lab.study.runner.check_start."""
+    import json
+
+    import torch
+
+    from lab.study.recipe import recipe_dict
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "recipe.json").write_text(json.dumps(recipe_dict(load_recipe(QUICKSTART))))
+    cases = [
+        (load_recipe(MICRO, [f"resources.device=cuda:{gpus + 98}"]), tmp_path / "a",
+         tiny_corpora, "resources.device: "),
+        (load_recipe(MICRO), tmp_path / "b", tmp_path / "nowhere",
+         f"--corpora {tmp_path / 'nowhere'}: no such directory"),
+        (load_recipe(MICRO), other, tiny_corpora,
+         f"{other / 'recipe.json'}: the study directory holds another recipe"),
+        (load_recipe(MICRO, ["statistics.descriptive=false"]), tmp_path / "d", tiny_corpora,
+         "underpowered: "),
+    ]
+    for recipe, study, corpora, fragment in cases:
+        dry, real = _refusals(recipe, study, corpora)
+        assert dry == real and fragment in dry, (dry, real)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other", "tiny-corpora"]
+    assert [p.name for p in other.iterdir()] == ["recipe.json"]
+
+
+def test_a_resumed_study_whose_data_is_not_found_says_missing_not_changed(offline, tiny_corpora,
+                                                                           tmp_path):
+    """Row 13: resumed in a shell without LAB_CORPORA, a study said its data had changed and
+    to use a new --out (throwing its finished stages away). It names where the data was read
+    and how to point at it; pointed there, the data is the study's again."""
+    import json
+
+    from lab.study.runner import SUMMARY, data_folders, data_problem, study_data
+
+    micro = load_recipe(MICRO)
+    study = tmp_path / "study"
+    study.mkdir()
+    began = {"study": "micro", "data": study_data(micro, tiny_corpora),
+             "data_folders": data_folders(micro, tiny_corpora)}
+    assert set(began["data_folders"].values()) <= {
+        str(p.resolve()) for p in tiny_corpora.iterdir()}
+    (study / SUMMARY).write_text(json.dumps(began))
+    dry, real = _refusals(micro, study, None)
+    assert dry == real
+    assert dry.startswith(f"{study / SUMMARY}: the data this study began with is missing here (")
+    assert any(f"read from {folder}; looked in {Path('corpora') / Path(folder).name})" in dry
+               for folder in began["data_folders"].values())
+    assert f"pass --corpora {tiny_corpora.resolve()} or set LAB_CORPORA={tiny_corpora.resolve()}" \
+        in dry
+    assert "changed" not in dry and "new --out" not in dry
+    assert data_problem(study, began, study_data(micro, tiny_corpora), tiny_corpora) is None
+    assert sorted(p.name for p in study.iterdir()) == [SUMMARY]
+
+
+def test_the_resume_hint_carries_the_corpora_location(monkeypatch, tmp_path):
+    """Row 13: the line printed on Ctrl-C resumes with the data the study read (the command
+    line's own test: tests/test_faults.py, test_interrupted_study_says_how_to_resume)."""
+    from lab.study.runner import resume_corpora
+
+    monkeypatch.delenv("LAB_CORPORA", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert resume_corpora(None) is None  # ./corpora or the hub: found again from here
+    assert resume_corpora(Path("given")) == Path("given")  # as given, like --out
+    monkeypatch.setenv("LAB_CORPORA", "shared/corpora")
+    assert resume_corpora(None) == (tmp_path / "shared" / "corpora").resolve()
+    assert resume_corpora(Path("given")) == Path("given")
+
+
+def test_report_to_packages_are_checked_before_any_stage(pf, monkeypatch, tmp_path):
+    """resources.report_to names a logger whose package is missing: a problem of the preflight
+    (the Trainer would fail only once its data and model are built), not of the recipe (a
+    study's recipe.json is read on machines that do not train)."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a, **k: None if name == "mlflow" else find_spec(name, *a, **k))
+    recipe = load_recipe(MICRO, ["resources.report_to=mlflow"])
+    problems = pf.preflight(recipe, tmp_path / "s")
+    assert "resources.report_to: the mlflow package is not installed (pip install mlflow)" \
+        in problems
+    assert not any(p.startswith("resources.report_to") for p in pf.preflight(
+        load_recipe(MICRO, ["resources.report_to=none"]), tmp_path / "s"))

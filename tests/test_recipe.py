@@ -363,3 +363,61 @@ def test_loading_a_recipe_knows_the_schedulers_without_importing_torch():
 
     from lab.common import lr_schedulers
     assert lr_schedulers() == tuple(kind.value for kind in SchedulerType)
+
+
+# --- issue 59: a recipe that sets nothing, a binary one, report_to ------------------------------
+
+@pytest.mark.parametrize("text", ["", "# a study, some day\n\n", "{}\n", "---\n"])
+def test_an_empty_recipe_is_refused_not_run_as_a_default_study(tmp_path, text):
+    """Row 15: every field has a default, so an empty file ran a 31-stage, 48-hour study."""
+    path = tmp_path / "empty.yaml"
+    path.write_text(text)
+    with pytest.raises(LabError) as refused:
+        load_recipe(path)
+    assert str(refused.value) == f"{path}: an empty recipe (it must set at least its name:)"
+    path.write_text("# a study\nname: mine\n")  # naming the study is enough to mean one
+    assert load_recipe(path).name == "mine"
+
+
+@pytest.mark.parametrize("data", [b"name: a\x00b\n", b"\x00\x00\x00\x00", b"seeds: [0]\n\x00"])
+def test_a_binary_recipe_is_one_line_naming_the_file(tmp_path, data):
+    """Row 16: a NUL byte made YAML's two-line reader error, which named no file."""
+    path = tmp_path / "binary.yaml"
+    path.write_bytes(data)
+    with pytest.raises(LabError) as refused:
+        load_recipe(path)
+    message = str(refused.value)
+    assert message.startswith(f"{path}: not a text file (a NUL byte at character ")
+    assert "\n" not in message
+
+
+def test_report_to_reaches_the_training_stages_and_keeps_their_keys(recipe_file):
+    """report_to (where the Trainer logs) is resources.report_to, declared once (the training
+    configs' own field and help); it changes no result, so no stage key, and a study may
+    resume logging elsewhere."""
+    from lab.study.grid import expand
+    from lab.study.recipe import study_differences
+    from lab.train.pretrain import PretrainConfig
+    from lab.common import default_of
+
+    default = load_recipe(recipe_file)
+    assert default.resources.report_to == default_of(PretrainConfig, "report_to")
+    logged = load_recipe(recipe_file, ["resources.report_to=none"])
+    stages, logged_stages = expand(default), expand(logged)
+    assert [s.key for s in stages] == [s.key for s in logged_stages]
+    trained = [s for s in logged_stages if s.kind in ("pretrain", "finetune")]
+    assert {s.kind for s in trained} == {"pretrain", "finetune"}
+    assert {s.config.report_to for s in trained} == {"none"}
+    assert {s.config.report_to for s in stages if s.kind in ("pretrain", "finetune")} == {
+        default.resources.report_to}
+    assert study_differences(default, logged) == []
+    assert load_recipe(recipe_file, ["resources.report_to='tensorboard, wandb'"])
+
+
+@pytest.mark.parametrize("value", ["wandbx", "none,wandb", "''", "','"])
+def test_an_unknown_report_to_is_one_line(recipe_file, value):
+    with pytest.raises(LabError) as refused:
+        load_recipe(recipe_file, [f"resources.report_to={value}"])
+    message = str(refused.value)
+    assert message.startswith(f"{recipe_file}: resources.report_to: ") and "\n" not in message
+    assert "choose tensorboard, wandb, mlflow" in message
