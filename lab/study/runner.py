@@ -145,15 +145,16 @@ def data_problem(study: Path, summary: dict[str, Any], now: dict[str, dict[str, 
     return None
 
 
-def corpora_environment() -> str | None:
-    """LAB_CORPORA as a resume command must set it (`LAB_CORPORA=/abs/path`, shell-quoted), if
-    this run reads it: resumed in a shell without it, the study would look elsewhere for its
-    data."""
+def resume_corpora(corpora_dir: Path | None) -> Path | None:
+    """The --corpora of the command that resumes a study: the one given, else LAB_CORPORA's
+    folder (absolute): resumed in a shell without LAB_CORPORA, the study would find its data
+    missing. None where the data came from ./corpora or the hub, which a resume finds again."""
     import os
-    import shlex
 
+    if corpora_dir is not None:
+        return Path(corpora_dir)
     value = os.environ.get("LAB_CORPORA")
-    return f"LAB_CORPORA={shlex.quote(str(Path(value).resolve()))}" if value else None
+    return Path(value).resolve() if value else None
 
 
 def check_start(recipe: Recipe, study: Path, corpora_dir: Path | None = None,
