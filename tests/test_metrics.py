@@ -331,6 +331,24 @@ def test_codebleu_on_java_and_cs(language: str, reference: str, prediction: str)
     assert 0 < different["syntax_match_score"] < 100
 
 
+def test_codebleu_composite_is_the_reference_weighted_sum() -> None:
+    """The codebleu package scores 25 where all four components are 0 (it counts a data-flow
+    match of 0 as 1); CodeXGLUE's calc_code_bleu.py, and the lab, the weighted sum: 0."""
+    from codebleu import calc_codebleu
+
+    reference, unrelated = [JAVA_REF], ["zzz"]
+    package = calc_codebleu(reference, unrelated, lang="java")
+    assert package["codebleu"] == pytest.approx(0.25)  # the behaviour the lab corrects
+    scores = metrics.codebleu_score(reference, unrelated, "java")
+    assert {k: v for k, v in scores.items() if k != "codebleu"} == \
+        {k: 0.0 for k in metrics.CODEBLEU_WEIGHTS}
+    assert scores["codebleu"] == 0.0
+    different = metrics.codebleu_score(reference, [JAVA_PRED], "java")
+    assert different["dataflow_match_score"] > 0  # where data flow matches, nothing changes
+    assert different["codebleu"] == pytest.approx(sum(
+        0.25 * different[k] for k in metrics.CODEBLEU_WEIGHTS))
+
+
 def test_codebleu_does_not_depend_on_the_callers_hash_seed(codexglue_fixture: Path) -> None:
     """codebleu's data-flow match follows set order; the lab fixes it (PYTHONHASHSEED=0)."""
     program = ("import json, sys\nfrom lab.eval.metrics import codebleu_score\n"

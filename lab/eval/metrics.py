@@ -196,9 +196,28 @@ def meteor_per_sample(references: Sequence[str], predictions: Sequence[str]) -> 
             for r, p in zip(references, predictions)]
 
 
+# CodeBLEU's weights of its components (alpha, beta, gamma, theta): CodeXGLUE's default, which
+# the codebleu package's calc_codebleu shares.
+CODEBLEU_WEIGHTS = {"ngram_match_score": 0.25, "weighted_ngram_match_score": 0.25,
+                    "syntax_match_score": 0.25, "dataflow_match_score": 0.25}
+CODEBLEU_COMPOSITE = ("the weighted sum of its four components, as CodeXGLUE's calc_code_bleu.py "
+                      "computes it (the codebleu package counts a data-flow match of 0 as 1)")
+
+
+def codebleu_composite(components: dict[str, float]) -> float:
+    """CodeBLEU from its four components: CODEBLEU_COMPOSITE. The codebleu package 0.7.0 adds
+    `theta * (dataflow_match_score or 1)`, so wherever no data flow matches (or none is
+    extracted from the references) it counts the data-flow match as a full 1: predictions
+    sharing nothing with their references score 25 with all four components 0 (lab issue 59;
+    asked upstream in k4black/codebleu#59). The reference implementation and the paper take
+    the data-flow match as it is; so does the lab."""
+    return sum(weight * components[name] for name, weight in CODEBLEU_WEIGHTS.items())
+
+
 def codebleu_score(references: Sequence[str], predictions: Sequence[str], language: str
                    ) -> dict[str, float]:
-    """CodeBLEU (0-100) and its four components, from the `codebleu` package."""
+    """CodeBLEU (0-100) and its four components, from the `codebleu` package; the composite
+    as CodeXGLUE computes it (codebleu_composite)."""
     if language not in CODEBLEU_LANGUAGES:
         raise LabError(f"codebleu: no grammar for language '{language}' (java or cs)")
     try:
@@ -216,6 +235,7 @@ def codebleu_score(references: Sequence[str], predictions: Sequence[str], langua
         scores = calc_codebleu(list(references), list(predictions), lang=lang)
     else:
         scores = _codebleu_with_fixed_hash_seed(list(references), list(predictions), lang)
+    scores["codebleu"] = codebleu_composite(scores)
     return {key: 100.0 * value for key, value in scores.items()}
 
 
@@ -532,5 +552,6 @@ def describe(task: str | None = None) -> dict[str, Any]:
         "em_tokens": "exact match of whitespace tokens (pred.split() == ref.split()), whatever "
                      "the task (CodeXGLUE's text-to-code EM)",
         "codebleu": "codebleu package 0.7.0 (tree-sitter grammars), Java or C#, run with "
-                    "PYTHONHASHSEED=0 (its data-flow match depends on set order)",
+                    "PYTHONHASHSEED=0 (its data-flow match depends on set order); the composite "
+                    f"{CODEBLEU_COMPOSITE}",
     }
