@@ -133,3 +133,24 @@ def test_what_an_outside_model_is_refused(models, tmp_path):
         with pytest.raises(LabError, match=re.escape(fragment)):
             run_detect(model, tmp_path / "out", **options)
         assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("reference, refused", [
+    ({"final_weights_sha256": "a"}, "the same weights as --model"),
+    ({"corpus": {"membership": "unknown"}}, "its membership is unknown"),
+    ({"corpus": {"injected_ids": ["codetrans:test:7", "codetrans:test:9"]}},
+     r"it pre-trained on 1 of the scored samples \(codetrans:test:7\)"),
+])
+def test_a_reference_that_saw_or_may_have_seen_the_samples_is_refused(reference, refused):
+    from pathlib import Path
+
+    from lab.detect.run import DetectConfig, _check_reference_unseen
+
+    cfg = DetectConfig(model=Path("m"), reference=Path("r"))
+    model = {"kind": "lab-pretrained", "final_weights_sha256": "a"}
+    theirs = {"kind": "lab-pretrained", "final_weights_sha256": "b", **reference}
+    with pytest.raises(LabError, match=f"--reference r: {refused}"):
+        _check_reference_unseen(cfg, model, theirs, {"codetrans:test:7", "codetrans:test:8"})
+    # a control model's reference: it never saw them
+    _check_reference_unseen(cfg, model, {"kind": "lab-pretrained", "final_weights_sha256": "b",
+                                         "corpus": {"injected_ids": []}}, {"codetrans:test:7"})

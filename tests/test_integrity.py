@@ -7,6 +7,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -138,6 +139,34 @@ def test_empty_corpus_and_empty_shard_are_refused(world):
     _write_manifest(padded, manifest)
     with pytest.raises(LabError, match="part-99999.jsonl.gz: empty shard"):
         pretrain(world, "padded-out", corpus=padded)
+
+
+def _edit(manifest: dict, field: str) -> None:
+    """One membership field of a corpus manifest changed, its shards left as they are."""
+    if field == "held_out_ids":  # an injected sample also called held out
+        manifest["held_out_ids"].append(manifest["injected_ids"][0])
+    elif field == "injected_ids":  # one injected sample dropped from the list
+        manifest["injected_ids"].pop()
+    elif field == "options.repeat":
+        manifest["options"]["repeat"] = 2
+    elif field == "counts.injected_documents":
+        manifest["counts"]["injected_documents"] += 1
+    elif field == "counts.final_documents":
+        manifest["counts"]["final_documents"] -= 1
+
+
+@pytest.mark.parametrize("field", ["held_out_ids", "injected_ids", "options.repeat",
+                                   "counts.injected_documents", "counts.final_documents"])
+def test_corpus_membership_is_checked_against_the_shards(world, field):
+    from lab.corpora.shards import verify_corpus
+
+    edited = _copy_corpus(world, "paired", "edited")
+    manifest = read_manifest(edited)
+    verify_corpus(edited)  # as injected: the documents say what the manifest says
+    _edit(manifest, field)
+    _write_manifest(edited, manifest)
+    with pytest.raises(LabError, match=rf"edited/manifest.json: field '{re.escape(field)}'"):
+        verify_corpus(edited)
 
 
 def test_corpora_verify_refuses_an_empty_dataset_file(tiny_corpora):

@@ -202,7 +202,8 @@ def _ids(path: Path, manifest: dict[str, Any], name: str) -> list[str]:
 
 def _listed(ids: Iterable[str]) -> str:
     ids = sorted(ids)
-    return f"{len(ids)} samples ({', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''})"
+    return (f"{len(ids)} sample{'s' if len(ids) != 1 else ''} "
+            f"({', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''})")
 
 
 def check_membership(path: Path, manifest: dict[str, Any], found: Injected) -> None:
