@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import gzip
 import hashlib
@@ -307,17 +308,30 @@ def dumps_json(obj: Any) -> str:
 @contextlib.contextmanager
 def atomic_file(path: Path) -> Iterator[Any]:
     """A binary handle on a temporary sibling of `path` that replaces it when the block ends;
-    on any failure the temporary file is removed and `path` stays as it was."""
+    on any failure the temporary file is removed and `path` stays as it was. A failed write
+    (disk full, read-only folder) is an OSError naming `path` itself: a write to an open
+    handle names no file, and the temporary one is gone."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    tmp = None
     try:
+        remove_stale_siblings(path)
+        fd, tmp = tempfile.mkstemp(prefix=f"{path.name}.tmp-{_owner()}-", dir=path.parent)
         with os.fdopen(fd, "wb") as handle:
             yield handle
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as exc:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno is not None and (
+                exc.filename is None or _temporary_of(Path(exc.filename), path)):
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
         raise
+
+
+def _temporary_of(candidate: Path, path: Path) -> bool:
+    """Whether `candidate` is one of atomic_file's temporary siblings of `path`."""
+    return candidate.parent == path.parent and candidate.name.startswith(path.name + ".tmp-")
 
 
 def share_tree(folder: Path) -> None:
@@ -409,6 +423,8 @@ def check_output(out: Path, force: bool, kind: str, inputs: Iterable[Any] = (),
     check_apart(out, inputs)
     if not os.path.lexists(out):
         return
+    if what == "file" and out.is_dir():  # neither replaced nor written into, with --force or not
+        raise LabError(f"{out}: is a directory (name the file to write)")
     if not force:
         raise LabError(f"{out}: output {what} exists (use --force to replace it)")
     found = output_kind(out)
@@ -453,21 +469,66 @@ def _check_parent_is_a_folder(out: Path) -> None:
         raise LabError(f"{out}: {existing} is a file, not a folder")
 
 
+# Errors only a write can meet: whatever file an OSError names, the written disk is at fault.
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
+
+
+def _within_output(name: Any, out: Path) -> bool:
+    """`name` is `out`, lies inside it, or is one of its siblings OUT.* (OUT.tmp-..., OUT.partial)."""
+    path, out = Path(os.path.abspath(name)), Path(os.path.abspath(out))
+    return path == out or out in path.parents or any(
+        part.parent == out.parent and part.name.startswith(out.name + ".")
+        for part in (path, *path.parents))
+
+
+def _free_bytes(path: Path) -> int | None:
+    folder = next((p for p in (Path(os.path.abspath(path)), *Path(os.path.abspath(path)).parents)
+                   if p.exists()), None)
+    try:
+        stat = os.statvfs(folder)
+    except (OSError, TypeError):
+        return None
+    return stat.f_bavail * stat.f_frsize
+
+
 def write_error(exc: BaseException, out: Path) -> LabError | None:
-    """A failed write (disk full, read-only or immutable folder) as one line naming the output,
-    else None. Writers wrap the OS error differently: OSError itself, safetensors'
-    'I/O error: ... (os error 28)', torch.save's 'PytorchStreamWriter failed writing file'."""
+    """A failed write of `out` (disk full, read-only or immutable folder) as one line naming
+    it, else None (the exception is someone else's: a LabError, an input's OSError, which the
+    CLI reports naming its own file). Writers wrap the OS error differently: OSError itself
+    (shutil's copies name the source first, the destination second), shutil.copytree's list of
+    them, safetensors' 'I/O error: ... (os error 28)', torch.save's C++ stream errors, which
+    lose the errno ('[enforce fail at inline_container.cc] unexpected pos', 'open file failed
+    with strerror: ...')."""
     import re
 
     if isinstance(exc, LabError):
         return None
+    if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list):
+        for _source, target, why in exc.args[0]:  # copytree: (source, destination, reason)
+            code = re.search(r"\[Errno (\d+)\]", str(why))
+            if code and int(code.group(1)) in _WRITE_ERRNOS and _within_output(target, out):
+                return LabError(f"{out}: cannot write ({os.strerror(int(code.group(1)))})")
+        return None
     if isinstance(exc, OSError) and exc.errno is not None:
-        return LabError(f"{out}: cannot write ({exc.strerror})")
+        named = [name for name in (exc.filename, exc.filename2) if name is not None]
+        if not named or any(_within_output(name, out) for name in named):
+            return LabError(f"{out}: cannot write ({exc.strerror})")
+        return None  # a file elsewhere (an input, a cache): the CLI names it
+    for cause in (exc.__cause__, exc.__context__):  # torch.save: a RuntimeError raised in a handler
+        if cause is not None and cause is not exc and (found := write_error(cause, out)):
+            return found
     message = str(exc)
     if code := re.search(r"\(os error (\d+)\)", message):
         return LabError(f"{out}: cannot write ({os.strerror(int(code.group(1)))})")
-    if "PytorchStreamWriter failed writing" in message:
-        return LabError(f"{out}: cannot write (torch.save failed: disk full?)")
+    if reason := re.search(r"open file failed with strerror: ([^\n]+)", message):
+        return LabError(f"{out}: cannot write ({reason.group(1).strip()})")
+    if any(sign in message for sign in ("PytorchStreamWriter failed writing",
+                                        "inline_container.cc", "iostream error")):
+        free = _free_bytes(out)
+        if free is not None and free < 1 << 20:  # the C++ stream keeps no errno: ask the disk
+            return LabError(f"{out}: cannot write ({os.strerror(errno.ENOSPC)})")
+        return LabError(f"{out}: cannot write (torch.save failed: {message.splitlines()[0][:120]}; "
+                        "disk full or an I/O error?)")
     return None
 
 
@@ -531,6 +592,47 @@ def check_numbers(option: str = "--", **values: Any) -> None:
             raise LabError(f"{name(key)} {value}: must be >= 0")
 
 
+def _owner() -> str:
+    """Who builds an output in OUT.tmp-PID@HOST-XXXXXXXX (and swaps it through OUT.old-...): a
+    later run of the same output removes the ones whose process is gone."""
+    return f"{os.getpid()}@{platform.node() or 'localhost'}"
+
+
+def remove_stale_siblings(out: Path) -> list[Path]:
+    """Remove the OUT.tmp-* and OUT.old-* folders (atomic_output_dir) or files (atomic_file)
+    that a killed run of `out` left (kill -9, power loss), and return them: only this machine's (a folder shared with other machines
+    holds theirs, whose processes this one cannot see) whose process is no longer alive."""
+    import glob
+    import re
+
+    out = Path(out)
+    owned = re.compile(re.escape(out.name) + r"\.(?:tmp|old)-(\d+)@(.+)-[a-z0-9_]{8}$")
+    here = _owner().split("@", 1)[1]
+    removed = []
+    for kind in ("tmp", "old"):
+        for sibling in out.parent.glob(f"{glob.escape(out.name)}.{kind}-*"):
+            found = owned.match(sibling.name)
+            if found and found.group(2) == here and not _process_alive(int(found.group(1))):
+                if sibling.is_dir() and not sibling.is_symlink():
+                    shutil.rmtree(sibling, ignore_errors=True)
+                else:
+                    sibling.unlink(missing_ok=True)
+                removed.append(sibling)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: alive, someone else's
+        return True
+    return True
+
+
 @contextlib.contextmanager
 def atomic_output_dir(out: Path, force: bool = False, kind: str | None = None,
                       inputs: Iterable[Any] = ()) -> Iterator[Path]:
@@ -552,19 +654,21 @@ def atomic_output_dir(out: Path, force: bool = False, kind: str | None = None,
     if out.exists() and not out.is_dir():
         raise LabError(f"{out}: exists and is not a directory")
     out.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_siblings(out)
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f"{out.name}.tmp-{_owner()}-", dir=out.parent))
     except OSError as exc:
         raise LabError(f"{out}: cannot write in {out.parent} ({exc.strerror})") from None
     os.chmod(tmp, 0o755)
     try:
         yield tmp
     except BaseException as exc:
+        failure = write_error(exc, out)  # first: it may ask the disk how full it is
         shutil.rmtree(tmp, ignore_errors=True)
-        raise write_error(exc, out) or exc
+        raise failure or exc
     share_tree(tmp)
     if out.exists():
-        trash = Path(tempfile.mkdtemp(prefix=out.name + ".old-", dir=out.parent))
+        trash = Path(tempfile.mkdtemp(prefix=f"{out.name}.old-{_owner()}-", dir=out.parent))
         os.replace(out, trash / "old")
         os.replace(tmp, out)
         shutil.rmtree(trash, ignore_errors=True)

@@ -156,5 +156,8 @@ def run_baseline(cfg: BaselineConfig) -> dict[str, Any]:
               "baselines": {n: corpus for n, (corpus, _) in scored.items()},
               "environment": environment_record()}
     if cfg.out is not None:
-        write_json_atomic(Path(cfg.out), result)
+        try:
+            write_json_atomic(Path(cfg.out), result)
+        except OSError as exc:  # as lab score says it: a full disk names --out, not a temporary
+            raise LabError(f"--out {cfg.out}: cannot write ({exc.strerror or exc})") from None
     return result

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from lab.common import LabError
+from lab.common import LabError, atomic_file
 from lab.detect.leaderboard import number
 from lab.study.report_data import Cell, train_size_order
 
@@ -108,10 +108,16 @@ def save_figure(fig: Any, out_base: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     paths = [out_base.with_suffix(".png"), out_base.with_suffix(".svg")]
-    with matplotlib.rc_context({"svg.hashsalt": "lab"}):
-        fig.savefig(paths[0], dpi=120)
-        fig.savefig(paths[1], dpi=120, metadata={"Date": None})
-    plt.close(fig)
+    # Each through a temporary sibling (atomic_file): savefig writes in place, and a full disk
+    # left a truncated SVG behind.
+    try:
+        with matplotlib.rc_context({"svg.hashsalt": "lab"}):
+            with atomic_file(paths[0]) as handle:
+                fig.savefig(handle, format="png", dpi=120)
+            with atomic_file(paths[1]) as handle:
+                fig.savefig(handle, format="svg", dpi=120, metadata={"Date": None})
+    finally:
+        plt.close(fig)
     return paths
 
 
