@@ -421,7 +421,10 @@ def test_samples_parquet_holds_each_samples_text_joinable_by_id(tmp_path):
     from lab.study.merge import merge_studies
 
     study = fake_study(tmp_path / "s")
-    for folder in (study, merge_studies([study], tmp_path / "merged")["out"]):
+    merged = Path(merge_studies([study], tmp_path / "merged")["out"])
+    # A merge's tables travel without stages and merge again: the text comes along.
+    again = Path(merge_studies([merged], tmp_path / "again")["out"])
+    for folder in (study, merged, again):
         table = pq.read_table(Path(folder) / "samples.parquet").to_pylist()
         assert table and all(row[c] for row in table for c in SAMPLE_TEXT)
         for row in table:  # the text its evaluation scored, by stage and sample id
@@ -432,6 +435,13 @@ def test_samples_parquet_holds_each_samples_text_joinable_by_id(tmp_path):
         # samples.csv stays the scores lab stats reads
         header = (Path(folder) / "samples.csv").read_text().splitlines()[0].split(",")
         assert "id" in header and not set(SAMPLE_TEXT) & set(header)
+    # The HTML page's sample browser shows a merge's predictions from there.
+    from lab.study.report_data import study_page_data
+
+    page = study_page_data(again)["data"]
+    assert page["evaluations"] and all(prediction.startswith("p") for e in page["evaluations"]
+                                       for prediction in e["predictions"])
+    assert page["samples"]["codetrans:test:0"] == ["int a0;", "int b0;"]
 
 
 def test_merge_refuses_a_source_whose_recipe_is_not_the_one_its_stages_ran_by(tmp_path):

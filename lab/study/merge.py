@@ -143,8 +143,28 @@ def _source_rows(source: Path, recipe: Any) -> dict[str, list[dict[str, Any]]]:
                 for (name, _identity), rows in zip(TABLES, collected)}
     if not (source / RESULTS).is_file():
         raise LabError(f"{source}: neither stages/ nor {RESULTS}: nothing to merge")
-    return {name: _read_table(source / name, identity, required=name == RESULTS)
-            for name, identity in TABLES}
+    tables = {name: _read_table(source / name, identity, required=name == RESULTS)
+              for name, identity in TABLES}
+    tables[SAMPLES] = _with_text(source / SAMPLES, tables[SAMPLES])
+    return tables
+
+
+def _with_text(path: Path, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A source of tables' samples with each sample's text from its Parquet copy (checked
+    against the CSV by check_tables), where the copy holds it."""
+    import pyarrow.parquet as pq
+
+    copy = path.with_suffix(".parquet")
+    if not rows or not copy.is_file():
+        return rows
+    columns = [c for c in SAMPLE_TEXT if c in pq.read_schema(copy).names]
+    if not columns:
+        return rows  # written before samples.parquet held the text
+    identity = ("stage", "id", "group")
+    texts = {tuple(str(row[c]) for c in identity): row
+             for row in pq.read_table(copy, columns=[*identity, *columns]).to_pylist()}
+    return [{**row, **{c: texts.get(tuple(str(row.get(k)) for k in identity), {}).get(c)
+                       for c in columns}} for row in rows]
 
 
 def _read_table(path: Path, identity: tuple[str, ...], required: bool) -> list[dict[str, Any]]:

@@ -33,8 +33,8 @@ from lab.stats import (CONVENTIONS, PAIRED_SAMPLES_TEST, SAMPLE_SCORE, SCORES, c
                        within_model_net_of, within_model_seeds)
 from lab.study.primary import primary_table
 from lab.study.recipe import StatisticsSection
-from lab.study.collect import (BASELINE_PREFIX, PROBE_COLUMNS, PROBES, RESULTS, SAMPLES,
-                               recorded_recipe, whole_lines)
+from lab.study.collect import (BASELINE_PREFIX, PROBE_COLUMNS, PROBES, RESULTS, SAMPLE_TEXT,
+                               SAMPLES, recorded_recipe, whole_lines)
 
 SCORE_FLOOR = 5.0  # below this (BLEU-like 0-100) a lift says little: the cell is flagged
 LABELS = ("model", "task", "arm", "seed", "epochs", "train_size", "group")  # results.csv must have
@@ -714,16 +714,34 @@ def _evaluations(study: Path) -> tuple[dict, list]:
                 entry["scores"].setdefault(column[len("score_"):], []).append(
                     None if value is None else round(value, 4))
     samples: dict[str, list[str]] = {}
+    texts = _sample_texts(study)
     for entry in evaluations.values():
         found: dict[str, str] = {}
-        predictions = study / "stages" / entry.pop("stage") / "predictions.jsonl"
+        stage = entry.pop("stage")
+        predictions = study / "stages" / stage / "predictions.jsonl"
         if predictions.is_file():
             for _number, row in read_jsonl(predictions):
                 found[row.get("id")] = row.get("prediction", "")
                 samples.setdefault(row.get("id"), [row.get("source", ""), row.get("reference", "")])
+        for sample in entry["ids"]:  # a study without its stages (a merge): samples.parquet
+            text = texts.get((stage, sample))
+            if sample not in found and text:
+                found[sample] = text["prediction"]
+                samples.setdefault(sample, [text["source"], text["reference"]])
         entry["predictions"] = [found.get(i, "(prediction not in the study folder)")
                                 for i in entry["ids"]]
     return samples, list(evaluations.values())
+
+
+def _sample_texts(study: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """(stage, sample id) -> the sample's text (SAMPLE_TEXT) where samples.parquet holds it."""
+    import pyarrow.parquet as pq
+
+    copy = (study / SAMPLES).with_suffix(".parquet")
+    if not copy.is_file() or not set(SAMPLE_TEXT) <= set(pq.read_schema(copy).names):
+        return {}
+    return {(str(row["stage"]), str(row["id"])): row for row in pq.read_table(
+        copy, columns=["stage", "id", *SAMPLE_TEXT]).to_pylist() if row["prediction"] is not None}
 
 
 def _curves(study: Path, labels: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
