@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.common import (LabError, check_output, param, share_tree, write_json_atomic,
+from lab.common import (LabError, atomic_output_dir, check_output, param, write_json_atomic,
                         write_text_atomic)
 from lab.corpora import DATASETS
 from lab.models import (MANIFEST, LOADERS, WEIGHTS_SUBDIR, architecture_of, check_model_files,
@@ -340,22 +339,15 @@ def export_model(cfg: ExportConfig) -> dict[str, Any]:
     # holds it or lies inside it, an evaluation, nor an unrelated folder.
     check_output(out, force, EXPORT_KIND, [model, *(cfg.evaluations or ())])
     evaluations = model_evaluations(model, manifest, cfg.evaluations)
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        shutil.copytree(weights, tmp)
+    # Built in a temporary sibling (shared with all, renamed when whole); a failed write (a full
+    # disk) names OUT, not the MODEL file it was copying.
+    with atomic_output_dir(out, force, EXPORT_KIND, [model, *(cfg.evaluations or ())]) as tmp:
+        shutil.copytree(weights, tmp, dirs_exist_ok=True)
         for name in EXPORTED_EXTRA:
             shutil.copy2(model / name, tmp / EXPORTED_NAME.format(name))
         write_text_atomic(tmp / CARD, render_card(manifest, evaluations))
         write_json_atomic(tmp / EXPORT_RECORD, {"kind": EXPORT_KIND, "model": str(model),
                                                 "evaluations": len(evaluations)})
-        share_tree(tmp)  # copies of weights saved before the lab shared them keep mode 0600
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(tmp, out)
     record = {"out": str(out), "files": sorted(p.name for p in out.iterdir()),
               "architecture": architecture_of(manifest), "evaluations": len(evaluations)}
     if push_to_hub:

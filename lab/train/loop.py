@@ -333,21 +333,25 @@ def _save_checkpoint(checkpoint: Path, model: Any, optimizer: Any, scheduler: An
         raise non_finite_error("weights", step, "nan/inf")
     temporary = checkpoint.with_name(checkpoint.name + ".tmp")
     shutil.rmtree(temporary, ignore_errors=True)
-    temporary.mkdir(parents=True)
-    save_model(model, str(temporary / WEIGHTS_FILE))
-    torch.save(optimizer.state_dict(), temporary / OPTIMIZER_FILE)
-    torch.save(scheduler.state_dict(), temporary / SCHEDULER_FILE)
-    rng = {"cpu": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        rng["cuda"] = torch.cuda.get_rng_state()
-    torch.save(rng, temporary / RNG_FILE)
-    (temporary / STATE_FILE).write_text(json.dumps(
-        {"global_step": step, "epoch": epoch, "log_history": history}, indent=1),
-        encoding="utf-8")
-    (temporary / LOGGING_RECORD).write_text(json.dumps(
-        {"pending_loss": float(window.loss), "last_logged_step": window.last_logged_step,
-         "logged_loss_sum": window.logged_loss_sum}), encoding="utf-8")
-    record_checkpoint(temporary)
+    try:
+        temporary.mkdir(parents=True)
+        save_model(model, str(temporary / WEIGHTS_FILE))
+        torch.save(optimizer.state_dict(), temporary / OPTIMIZER_FILE)
+        torch.save(scheduler.state_dict(), temporary / SCHEDULER_FILE)
+        rng = {"cpu": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state()
+        torch.save(rng, temporary / RNG_FILE)
+        (temporary / STATE_FILE).write_text(json.dumps(
+            {"global_step": step, "epoch": epoch, "log_history": history}, indent=1),
+            encoding="utf-8")
+        (temporary / LOGGING_RECORD).write_text(json.dumps(
+            {"pending_loss": float(window.loss), "last_logged_step": window.last_logged_step,
+             "logged_loss_sum": window.logged_loss_sum}), encoding="utf-8")
+        record_checkpoint(temporary)
+    except BaseException:  # a full disk: no half-written checkpoint left beside the whole ones
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
     shutil.rmtree(checkpoint, ignore_errors=True)
     os.replace(temporary, checkpoint)
     for old in checkpoints_newest_first(checkpoint.parent)[SAVE_TOTAL_LIMIT:]:

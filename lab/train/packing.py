@@ -108,8 +108,14 @@ def tokenize_corpus(corpus: Path, tokenizer: Any, tokenizer_sha256: str,
             todo.append({"shard": str(corpus / shard["file"]), "documents": shard["documents"],
                          "folder": str(folder), "tokenizer": tokenizer})
     if todo:
-        root.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="tokenize-", dir=root) as work:
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            workspace = tempfile.TemporaryDirectory(prefix="tokenize-", dir=root)
+        except OSError as exc:  # a read-only or full cache is the cache's problem, not --out's
+            where = ("set LAB_CACHE to a writable folder (or give --cache-dir)"
+                     if root == default_cache_dir() else "give another --cache-dir")
+            raise LabError(f"token cache {root}: cannot write ({exc.strerror}); {where}") from None
+        with workspace as work:
             run_step(ExecutorConfig(tasks=tasks), "tokenize", tokenize_shard_unit, todo,
                      Path(work))
         for unit in todo:

@@ -347,10 +347,17 @@ def run_pretrain(cfg: PretrainConfig) -> dict[str, Any]:
         _leave_process_group()
         return result
     except BaseException as exc:
+        failure = write_error(exc, work)  # first: it may ask the disk how full it is
         # Nothing to resume from: leave no half-made directory behind.
         if int(os.environ.get("RANK", "0")) == 0 and latest_checkpoint(work / "checkpoints") is None:
             shutil.rmtree(work, ignore_errors=True)
-        raise write_error(exc, work) or exc
+        elif failure is not None and int(os.environ.get("RANK", "0")) == 0:
+            # A full disk: the checkpoint it cut short goes (the Trainer writes in place); a
+            # resume continues from the newest whole one.
+            for checkpoint in checkpoints_newest_first(work / "checkpoints"):
+                if checkpoint_problem(checkpoint) is not None:
+                    shutil.rmtree(checkpoint, ignore_errors=True)
+        raise failure or exc
 
 
 def injected_doses(corpus_manifest: dict[str, Any]) -> dict[str, int] | None:
