@@ -203,3 +203,123 @@ def test_cli_refusal_is_one_line_and_exit_code_2(world, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("lab: error: --init-from "), proc.stderr
     assert "no such directory" in lines[0]
     assert not out.exists() and not out.with_name("out.partial").exists()
+
+
+# --- membership through every path (issue 59 rows 1, 2, 17): records only, no training --------
+
+def _corpus(setting: str, injected: list[str], held_out: list[str], **more) -> dict:
+    return {"setting": setting, "benchmark": "codetrans", "benchmark_split": "test",
+            "injected_ids": injected, "held_out_ids": held_out, **more}
+
+
+LAB_SOURCE = {"path": "/models/A", "kind": "lab"}
+
+
+def test_two_contaminated_stages_are_joined_not_refused():
+    """docs/commands.md (--init-from): a sample is injected if either stage injected it, held
+    out only if both held it out."""
+    from lab.train.continued import joined_membership
+
+    source = {"corpus": _corpus("paired", ["a", "b"], ["c", "d", "e"])}
+    mine = _corpus("paired", ["c"], ["a", "b", "d", "e"])
+    joined = joined_membership(LAB_SOURCE, mine, source)
+    assert joined["injected_ids"] == ["a", "b", "c"] and joined["held_out_ids"] == ["d", "e"]
+    assert "membership" not in joined
+    other = _corpus("paired", ["c"], ["a"], benchmark="concode")
+    with pytest.raises(LabError, match="--init-from /models/A: it injected codetrans test "
+                                       "samples and this corpus concode test"):
+        joined_membership(LAB_SOURCE, other, source)
+
+
+def test_a_contaminated_model_continued_on_a_control_corpus_stays_contaminated():
+    from lab.train.continued import joined_membership
+
+    source = {"corpus": _corpus("paired", ["a", "b"], ["c"])}
+    joined = joined_membership(LAB_SOURCE, _corpus("control", [], []), source)
+    assert (joined["setting"], joined["injected_ids"], joined["held_out_ids"]) == (
+        "paired", ["a", "b"], ["c"])
+
+
+def test_weights_without_a_lab_record_have_unknown_membership_never_control():
+    from lab.train.continued import UNKNOWN, joined_membership
+
+    plain = {"path": "/models/hf", "kind": "huggingface"}
+    assert joined_membership(plain, _corpus("control", [], []))["membership"] == UNKNOWN
+    # ... and so has every model continued from such a model
+    source = {"corpus": _corpus("control", [], [], membership=UNKNOWN)}
+    assert joined_membership(LAB_SOURCE, _corpus("control", [], []), source)["membership"] \
+        == UNKNOWN
+
+
+def test_a_checkpoint_carries_its_runs_membership_up_to_its_step():
+    from lab.train.continued import _at_step
+
+    run = {"kind": "lab-pretrained", "steps": 10, "final_weights_sha256": "f" * 64,
+           "corpus": _corpus("paired", ["a", "b"], ["c"]),
+           "exposures": {"order": "uniform", "steps": 10, "by_sample": {"a": [3, 8], "b": [9]}},
+           "lineage": [{"setting": "paired", "steps": 6, "weights_sha256": "1" * 64},
+                       {"setting": "control", "steps": 4, "weights_sha256": "f" * 64}]}
+    at = _at_step(run, 7, "checkpoint-7")
+    assert at["corpus"] == run["corpus"] and at["steps"] == 7
+    assert at["final_weights_sha256"] is None
+    assert at["exposures"]["by_sample"] == {"a": [3], "b": []}
+    assert at["exposures"]["steps"] == 7 and "summary" in at["exposures"]
+    assert [(s["setting"], s["steps"]) for s in at["lineage"]] == [("paired", 6), ("control", 1)]
+    assert at["lineage"][-1]["checkpoint"] == "checkpoint-7"
+    assert at["lineage"][-1]["weights_sha256"] is None
+
+
+def _hashed_manifest(folder: Path) -> Path:
+    import json
+
+    from lab.train.common import MEMBERSHIP_HASH, membership_hashes
+
+    record = {"kind": "lab-pretrained", "corpus": _corpus("paired", [f"i{n}" for n in range(8)],
+                                                          [f"h{n}" for n in range(8)]),
+              "exposures": {"order": "uniform", "steps": 4, "by_sample": {"i0": [1]}}}
+    record[MEMBERSHIP_HASH] = membership_hashes(record)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "manifest.json").write_text(json.dumps(record))
+    return folder / "manifest.json"
+
+
+def test_an_edited_membership_is_refused_naming_the_manifest_and_field(tmp_path):
+    import json
+
+    from lab.models import read_model_manifest, read_stage_manifest
+
+    path = _hashed_manifest(tmp_path / "M")
+    assert read_stage_manifest(tmp_path / "M", "--model")["corpus"]["injected_ids"][0] == "i0"
+    manifest = json.loads(path.read_text())
+    corpus = manifest["corpus"]
+    corpus["injected_ids"][:5], corpus["held_out_ids"][:5] = (corpus["held_out_ids"][:5],
+                                                              corpus["injected_ids"][:5])
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(LabError, match=f"^{path}: field corpus.held_out_ids differs from its "
+                                       "membership_sha256"):
+        read_model_manifest(path)
+    # a fine-tuned model's copy of its pre-training record is checked the same way
+    tuned = tmp_path / "E" / "manifest.json"
+    tuned.parent.mkdir()
+    tuned.write_text(json.dumps({"kind": "lab-finetuned", "pretrained": manifest}))
+    with pytest.raises(LabError, match="field pretrained.corpus.held_out_ids differs"):
+        read_model_manifest(tuned)
+    del manifest["corpus"]["held_out_ids"]
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(LabError, match="field corpus.held_out_ids is missing"):
+        read_model_manifest(path)
+
+
+def test_a_manifest_from_before_the_hash_is_read_with_a_warning(tmp_path, capsys):
+    import json
+
+    from lab.models import read_model_manifest
+    from lab.train.common import MEMBERSHIP_HASH
+
+    path = _hashed_manifest(tmp_path / "old")
+    manifest = json.loads(path.read_text())
+    del manifest[MEMBERSHIP_HASH]
+    path.write_text(json.dumps(manifest))
+    assert read_model_manifest(path)["corpus"] == manifest["corpus"]
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"lab: warning: {path}: no membership_sha256")

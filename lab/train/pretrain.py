@@ -105,8 +105,10 @@ class PretrainConfig:
         flag=True)
     init_from: Path | None = param(
         None, "Start from these weights instead of random ones (continued pre-training): lab "
-              "pretrain's OUT or a local Hugging Face folder (config.json, safetensors) of the "
-              "same family, preset shape and tokenizer; optimizer and schedule start fresh.")
+              "pretrain's OUT, its lab export or one of its checkpoints (what they saw comes "
+              "with them), or a local Hugging Face folder (config.json, safetensors; membership "
+              "unknown) of the same family, preset shape and tokenizer; optimizer and schedule "
+              "start fresh.")
     resume: bool = param(False, "Continue OUT.partial from its newest checkpoint.")
     force: bool = param(False, "Restart and replace existing outputs.")
     dry_run: bool = param(False, "Print parameter counts and tokens per step only.")
