@@ -42,6 +42,32 @@ app.add_typer(corpora_app, name="corpora")
 # Piped output (CI logs, files) gets wide tables instead of truncated cells.
 console = Console(width=None if sys.stdout.isatty() else 200)
 
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        from lab import __version__
+        from lab.common import git_commit
+
+        commit = git_commit()
+        print(f"lab {__version__}" + (f" (git {commit})" if commit else ""))
+        raise typer.Exit()
+
+
+@app.callback()
+def _everywhere(
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                 help="Print the lab's version (and git commit) and exit."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bars inside long steps "
+                                                      "(also off when stderr is not a terminal "
+                                                      "or in CI)."),
+) -> None:
+    """The options before any command (the app's help is Typer's `help`)."""
+    from lab.progress import QUIET_VARIABLE
+
+    if quiet:  # in the environment, so a study's stages and a run's ranks are quiet too
+        os.environ[QUIET_VARIABLE] = "1"
+
+
 CorporaOption = typer.Option(
     None, "--corpora", help="Folder holding the datasets (else $LAB_CORPORA, ./corpora, the hub)."
 )
@@ -795,6 +821,23 @@ def llm_eval(cfg: LlmEvalConfig) -> None:
                       highlight=False, soft_wrap=True)
 
 
+COMPLETION_SHELLS = ("bash", "zsh", "fish", "powershell")
+COMPLETE_VARIABLE = "_LAB_COMPLETE"  # set by the completion script when the shell asks
+
+
+@app.command()
+def completion(shell: str = typer.Argument(..., help=", ".join(COMPLETION_SHELLS) + ".")) -> None:
+    """Print the shell's completion script (bash: eval "$(lab completion bash)" in ~/.bashrc)."""
+    from typer.completion import get_completion_script
+
+    if shell not in COMPLETION_SHELLS:
+        raise LabError(f"lab completion {shell}: unknown shell; choose from "
+                       f"{', '.join(COMPLETION_SHELLS)}")
+    # The script asks `lab` itself for the candidates (_LAB_COMPLETE=complete_SHELL lab ...),
+    # which typer answers before any command runs.
+    print(get_completion_script(prog_name="lab", complete_var=COMPLETE_VARIABLE, shell=shell))
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Console entry point: user errors become one line on stderr and exit code 2."""
     if os.environ.get("LAB_DIE_WITH_PARENT") == "1":
@@ -802,8 +845,12 @@ def main(argv: Optional[List[str]] = None) -> None:
         from lab.study.execution import die_with_parent
 
         die_with_parent()
+    if COMPLETE_VARIABLE in os.environ:
+        from typer.completion import completion_init
+
+        completion_init()  # typer registers its shells' answers only for add_completion apps
     try:
-        result = app(args=argv, standalone_mode=False)
+        result = app(args=argv, standalone_mode=False, complete_var=COMPLETE_VARIABLE)
     except LabError as exc:
         _fail(str(exc))
     except OSError as exc:

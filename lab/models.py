@@ -253,6 +253,14 @@ def check_model_files(model_dir: Path, option: str) -> None:
                        f"was trained: restore it or train it again)")
 
 
+def lab_cuts_itself(tokenizer: Any) -> Any:
+    """`tokenizer` without transformers' warning that a document is longer than the model's
+    length: the lab tokenizes whole documents and cuts their ids to its own lengths, so the
+    warning would only be noise in every stage's log."""
+    tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
+    return tokenizer
+
+
 def load_lab_model(model_dir: Path, architecture: str, option: str = "--model") -> tuple[Any, Any]:
     """(model in eval mode, tokenizer) of a lab model directory (its weights are in model/,
     checked against the manifest first); damaged files are one LabError naming the folder.
@@ -263,7 +271,8 @@ def load_lab_model(model_dir: Path, architecture: str, option: str = "--model") 
     weights = Path(model_dir) / WEIGHTS_SUBDIR
     loader = getattr(transformers, LOADERS[architecture])
     with loading(weights, option):
-        tokenizer = transformers.PreTrainedTokenizerFast.from_pretrained(str(weights))
+        tokenizer = lab_cuts_itself(
+            transformers.PreTrainedTokenizerFast.from_pretrained(str(weights)))
     model = load_weights(loader, weights, option)
     model.eval()
     return model, tokenizer

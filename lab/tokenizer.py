@@ -155,6 +155,18 @@ def load_tokenizer(folder: Path):
     return tokenizer
 
 
+def fit_to_model(tokenizer: Any, config: Any) -> Any:
+    """`tokenizer` with model_max_length set to the positions `config`'s model attends over (an
+    encoder-decoder: the fewer of its two), as it is saved beside the model: a trained
+    tokenizer's default, 1e30, made `truncation=True` cut nothing and a long input crash the
+    model. The lab itself cuts token ids to its own lengths (lab.models.lab_cuts_itself)."""
+    from lab.models import positions_of
+
+    parts = [config.encoder, config.decoder] if hasattr(config, "encoder") else [config]
+    tokenizer.model_max_length = min(positions_of(part) for part in parts)
+    return tokenizer
+
+
 def tokenizer_hash(folder: Path) -> str:
     """The tokenizer_sha256 its manifest records (load_tokenizer checks the file against it)."""
     path = Path(folder) / MANIFEST

@@ -229,3 +229,101 @@ def test_deepspeed_configs_validate():
         zero = json.loads(path.read_text(encoding="utf-8"))["zero_optimization"]
         zero = {k: (10_000_000 if v == "auto" else v) for k, v in zero.items()}
         DeepSpeedZeroConfig(**zero)
+
+
+# --- the build context and the image's user -------------------------------------------------------
+
+DOCKERIGNORE = REPO / ".dockerignore"
+
+
+def _ignore_rules() -> list[tuple[bool, re.Pattern]]:
+    """.dockerignore as (is an exception "!", pattern) in order: Docker's rules, where `*` and
+    `?` stay within one path segment, `**` spans any number, and the last matching rule wins."""
+    rules = []
+    for line in DOCKERIGNORE.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        negated = line.startswith("!")
+        pattern = line[1:] if negated else line
+        pattern = pattern.strip("/")
+        regex = ""
+        i = 0
+        while i < len(pattern):
+            if pattern.startswith("**/", i):
+                regex, i = regex + "(?:.*/)?", i + 3
+            elif pattern.startswith("**", i):
+                regex, i = regex + ".*", i + 2
+            elif pattern[i] == "*":
+                regex, i = regex + "[^/]*", i + 1
+            elif pattern[i] == "?":
+                regex, i = regex + "[^/]", i + 1
+            else:
+                regex, i = regex + re.escape(pattern[i]), i + 1
+        rules.append((negated, re.compile(regex)))
+    return rules
+
+
+def _ignored(path: str, rules: list[tuple[bool, re.Pattern]]) -> bool:
+    """Whether Docker leaves `path` out: a rule matching the path or a folder above it counts."""
+    parts = path.split("/")
+    prefixes = ["/".join(parts[:n]) for n in range(1, len(parts) + 1)]
+    ignored = False
+    for negated, regex in rules:
+        if any(regex.fullmatch(prefix) for prefix in prefixes):
+            ignored = not negated
+    return ignored
+
+
+def build_context() -> dict[str, int]:
+    """What `docker build .` would send from this checkout: {path: bytes}. A folder that is left
+    out and that no exception rule can reach into is not walked (.venv has GBs)."""
+    rules = _ignore_rules()
+    exceptions = [regex.pattern for negated, regex in rules if negated]
+    sent = {}
+    for folder, subfolders, files in os.walk(REPO):
+        here = Path(folder).relative_to(REPO).as_posix()
+        here = "" if here == "." else here + "/"
+        subfolders[:] = [d for d in subfolders
+                         if not _ignored(here + d, rules)
+                         or any(e.startswith(re.escape(here + d + "/")) for e in exceptions)]
+        for name in files:
+            if not _ignored(here + name, rules):
+                sent[here + name] = (Path(folder) / name).stat().st_size
+    return sent
+
+
+def test_build_context_sends_what_the_image_copies_and_not_the_venv():
+    sent = build_context()
+    copied = [source for line in _join_continuations(DOCKERFILE.read_text(encoding="utf-8").splitlines())
+              if line.startswith("COPY") for source in line.split()[1:-1] if not source.startswith("--")]
+    assert "lab" in copied and "pyproject.toml" in copied
+    for source in copied:
+        if (REPO / source).is_file():
+            assert source in sent, f".dockerignore leaves out {source}, which the Dockerfile copies"
+        else:
+            assert any(p.startswith(source + "/") for p in sent), f".dockerignore leaves out {source}/"
+    assert "lab/cli.py" in sent and "scripts/install_wordnet.sh" in sent
+    for left_out in (".venv/", ".git/", "runs/", "results/", "notebooks/", "tests/"):
+        assert not any(p.startswith(left_out) for p in sent), f"the context sends {left_out}"
+    assert not any("__pycache__" in p or ".egg-info" in p for p in sent)
+    assert sum(sent.values()) < 20_000_000, "the build context is over 20 MB"
+
+
+def test_ignore_rules_follow_docker():
+    """The checker itself can fail: a folder rule covers its files, the last rule wins."""
+    rules = [(False, re.compile("[^/]*")), (True, re.compile("lab")),
+             (False, re.compile("(?:.*/)?__pycache__"))]
+    assert _ignored(".venv/lib/x.py", rules) and _ignored("README.md", rules)
+    assert not _ignored("lab/cli.py", rules) and _ignored("lab/__pycache__/cli.pyc", rules)
+
+
+def test_image_runs_as_a_user_and_has_wordnet():
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    users = re.findall(r"^USER\s+(\S+)", text, re.M)
+    assert users and users[-1] not in ("root", "0", "0:0"), "the image runs as root"
+    assert text.index("USER") > text.index("RUN pip install -e ."), "installs need root"
+    # WordNet for METEOR, which every bundled recipe scores; the same script as scripts/setup.sh
+    assert re.search(r"bash scripts/install_wordnet\.sh /opt/venv/bin/python", text)
+    assert "bash scripts/install_wordnet.sh" in (REPO / "scripts" / "setup.sh").read_text()
+    assert "wordnet" in (REPO / "scripts" / "install_wordnet.sh").read_text().lower()

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from lab import progress
 from lab.corpora import Sample
 
 PLL_PASSES = 7  # RoBERTa: token i is masked in pass i % 7
@@ -117,7 +118,7 @@ def _causal_stats(model: Any, docs: list[list[int]], batch_size: int) -> list[To
     import torch
 
     out = []
-    for start in range(0, len(docs), batch_size):
+    for start in progress.steps(range(0, len(docs), batch_size), "scoring"):
         batch = docs[start:start + batch_size]
         ids, mask = _padded(batch, 0)
         device = next(model.parameters()).device
@@ -139,7 +140,7 @@ def _masked_stats(model: Any, tokenizer: Any, docs: list[list[int]], batch_size:
     jobs = [job for job in jobs if job[2]]
     found: list[dict[int, tuple[float, float, float, bool]]] = [{} for _ in docs]
     device = next(model.parameters()).device
-    for start in range(0, len(jobs), batch_size):
+    for start in progress.steps(range(0, len(jobs), batch_size), "scoring (masked passes)"):
         batch = jobs[start:start + batch_size]
         ids, mask = _padded([doc for _d, doc, _p in batch], tokenizer.pad_token_id)
         for row, (_d, _doc, positions) in enumerate(batch):

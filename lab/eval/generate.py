@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from lab import progress
 from lab.codetokens import whitespace_hash
 from lab.contamination import settings as settings_table
 from lab.common import (LabError, atomic_output_dir, beside, check_numbers, check_output,
@@ -100,7 +101,7 @@ def generate(model: Any, tokenizer: Any, architecture: str, sources: list[str], 
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
     outputs: list[str] = [""] * len(prompts)
     pad = tokenizer.pad_token_id
-    for start in range(0, len(order), batch_size):
+    for start in progress.steps(range(0, len(order), batch_size), "generating"):
         batch = order[start:start + batch_size]
         ids, mask = padded([prompts[i] for i in batch], pad, left=architecture == "causal-lm")
         ids, mask = ids.to(model.device), mask.to(model.device)

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lab import progress
 from lab.codetokens import KEYWORDS, TOKEN_PATTERN
 from lab.common import (DataNotFound, LabError, beside, check_output, corpora_param,
                         environment_record, param, write_rows_and_summary)
@@ -246,7 +247,8 @@ def _masked_name_hits(model: Any, tokenizer: Any, docs: list[list[int]],
 
     jobs = [(d, doc, positions) for d, doc in enumerate(docs) for positions in names[d]]
     hits = [0] * len(docs)
-    for batch in _batched(jobs, batch_size):
+    for batch in progress.steps(_batched(jobs, batch_size), "masked names",
+                                total=-(-len(jobs) // batch_size)):
         ids, attention = padded([doc for _d, doc, _p in batch], tokenizer.pad_token_id,
                                 left=False)
         for row, (_d, _doc, positions) in enumerate(batch):

@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
+from lab import progress
 from lab.common import LabError, files_problem, files_record, safetensors_complete
 
 
@@ -465,7 +466,9 @@ def training_arguments(output_dir: Path, **settings: Any):
 
     wanted: dict[str, Any] = dict(
         report_to=[], use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0,
-        remove_unused_columns=False, disable_tqdm=True, logging_first_step=True,
+        remove_unused_columns=False, logging_first_step=True,
+        # the Trainer's step bar on a terminal; none in logs and CI (lab.progress decides)
+        disable_tqdm=not progress.showing(),
         save_total_limit=2,
         # Both families use every weight in every step: skip DDP's per-step unused-weight search.
         ddp_find_unused_parameters=False,

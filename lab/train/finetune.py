@@ -19,9 +19,10 @@ from lab.common import (LabError, atomic_output_dir, check_numbers, check_output
                         environment_record, files_record, loading, param, write_json_atomic)
 from lab.contamination import SEP_MARKER
 from lab.corpora import Sample, corpora_inputs, load_samples
-from lab.models import (MANIFEST, MODEL_FILES, WEIGHTS_SUBDIR, check_model_files, load_weights,
-                        positions_of, read_stage_manifest)
+from lab.models import (MANIFEST, MODEL_FILES, WEIGHTS_SUBDIR, check_model_files, lab_cuts_itself,
+                        load_weights, positions_of, read_stage_manifest)
 from lab.tasks import Task, fine_tuning_records, get_task
+from lab.tokenizer import fit_to_model
 from lab.train.common import (
     MEMBERSHIP_FIELDS, MEMBERSHIP_HASH, TENSORBOARD_DIR, history_without_timing,
     make_guarded_trainer_class, quiet_training, report_targets, report_to_param, state_sha256,
@@ -343,7 +344,7 @@ def _finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     check_model_files(cfg.pretrained, "--pretrained")
     model_dir = Path(cfg.pretrained) / WEIGHTS_SUBDIR
     with loading(model_dir, "--pretrained"):
-        tokenizer = PreTrainedTokenizerFast.from_pretrained(str(model_dir))
+        tokenizer = lab_cuts_itself(PreTrainedTokenizerFast.from_pretrained(str(model_dir)))
     lengths = fit_lengths(cfg, family, model_positions(model_dir),
                           (pretrained.get("config") or {}).get("block_size"))
     train, valid, data_note = _training_samples(task, cfg)
@@ -393,7 +394,7 @@ def _finetune(cfg: FinetuneConfig) -> dict[str, Any]:
             model = trainer.model
             shutil.rmtree(tmp / "checkpoints", ignore_errors=True)
         model.save_pretrained(str(tmp / WEIGHTS_SUBDIR))
-        tokenizer.save_pretrained(str(tmp / WEIGHTS_SUBDIR))
+        fit_to_model(tokenizer, model.config).save_pretrained(str(tmp / WEIGHTS_SUBDIR))
         losses = [h["loss"] for h in history if "loss" in h]
         manifest = {
             "kind": "lab-finetuned",

@@ -41,6 +41,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from lab import progress
 from lab.train.attention import DOCUMENT_IDS, with_document_mask
 from lab.train.schedule import Stream, total_steps as schedule_total_steps, uniform_order
 from lab.train.common import (
@@ -208,6 +209,7 @@ def train_plain(model: Any, dataset: Any, collator: Any, settings: LoopSettings,
         window.pending.clear()
 
     micro = iter(loader)
+    steps_bar = progress.bar(last_step, "training", initial=step)
     try:
         while step < last_step:
             epoch = step // per_epoch
@@ -241,6 +243,7 @@ def train_plain(model: Any, dataset: Any, collator: Any, settings: LoopSettings,
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
+            steps_bar.update(1)
             watch.see(step_loss, step)
             window.loss += step_loss
             flush_logs()  # the previous step's log: read once this step is queued
@@ -261,6 +264,7 @@ def train_plain(model: Any, dataset: Any, collator: Any, settings: LoopSettings,
         watch.check()
         throughput.on_train_end(None, state, None)
     finally:
+        steps_bar.close()
         del micro
         if writer is not None:
             writer.close()

@@ -473,7 +473,9 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
     if not trained.is_main:
         return rank_record
 
-    tokenizer.save_pretrained(str(work / WEIGHTS_SUBDIR))
+    from lab.tokenizer import fit_to_model
+
+    fit_to_model(tokenizer, model.config).save_pretrained(str(work / WEIGHTS_SUBDIR))
     history = history_without_timing([h for h in trained.history if "loss" in h])
     report = packing_report(tokenized, packing, injected_doses(corpus_manifest))
     (work / "packing.json").write_text(dumps_json(report), encoding="utf-8")

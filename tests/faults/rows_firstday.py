@@ -1,6 +1,13 @@
 """Fault-table rows for issue 59 (firstday): built with the constructors of table.py."""
 from __future__ import annotations
 
-from .table import Case  # noqa: F401  (rows use error/ok/same/... from .table)
+import lab
 
-ROWS: list[Case] = []
+from .table import Case, error, ok
+
+ROWS: list[Case] = [
+    # `lab completion` knows bash, zsh, fish and powershell; another shell is one line.
+    error("completion-unknown-shell", ["completion", "tcsh"], "tcsh"),
+    error("completion-no-shell", ["completion"], "shell"),
+    ok("version", ["--version"], f"lab {lab.__version__}"),
+]
