@@ -461,6 +461,13 @@ def test_merge_refuses_a_source_whose_recipe_is_not_the_one_its_stages_ran_by(tm
                                        r"\(\d+ stage\(s\) under stages/ are not stages of it"):
         merge_studies([study], tmp_path / "out")
     assert not (tmp_path / "out").exists()
+    # A merge travels without stages: its tables.json still tells (the lab before merged it,
+    # rc 0, its recipe the replaced one).
+    merged = Path(merge_studies([fake_study(tmp_path / "t")], tmp_path / "merged")["out"])
+    (merged / "recipe.json").write_text('{"name": "micro"}')
+    with pytest.raises(LabError, match=r"merged/recipe.json: not the recipe .*merged's stages ran "
+                                       r"by \(differs from the one tables.json recorded in"):
+        merge_studies([merged], tmp_path / "out")
 
 
 def test_a_recorded_recipe_of_wrong_types_is_refused_alike_by_stats_report_and_merge(tmp_path):
