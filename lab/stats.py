@@ -252,7 +252,8 @@ def tpr_at_fpr(members: Sequence[float], nonmembers: Sequence[float], fpr: float
 def seed_mean_interval(values: Sequence[float], level: float = 0.95
                        ) -> tuple[float | None, float | None, float | None]:
     """(mean, low, high) of a per-seed quantity (the seed is the unit): Student's t interval
-    with k - 1 degrees of freedom; one seed gives no interval (None, None)."""
+    with k - 1 degrees of freedom; no interval (None, None) where INTERVAL_RULE says none can
+    be estimated (one seed, all seeds equal, a value not finite)."""
     import numpy as np
     from scipy.stats import t as t_distribution
 
@@ -260,11 +261,11 @@ def seed_mean_interval(values: Sequence[float], level: float = 0.95
     if not len(values):
         return None, None, None
     mean = float(values.mean())
-    if len(values) < 2:
+    if no_interval_reason(values.tolist()):
         return mean, None, None
     half = float(t_distribution.ppf((1 + level) / 2, len(values) - 1)
                  * values.std(ddof=1) / math.sqrt(len(values)))
-    return mean, mean - half, mean + half
+    return (mean, *(checked_interval(mean, mean - half, mean + half) or (None, None)))
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -414,9 +415,10 @@ def _resampled_effects(parts: SeedParts, shape: tuple[int, ...], rng: Any) -> An
 
 
 def cluster_resamples(per_seed: dict[Any, SeedParts], resamples: int = BOOTSTRAP_RESAMPLES,
-                      seed: int = 0) -> Any:
+                      seed: int = 0, with_seeds: bool = False) -> Any:
     """resamples x k per-seed effects: each row draws k seeds with replacement and, for each
-    drawn seed, its samples (_resampled_effects). None with fewer than two seeds."""
+    drawn seed, its samples (_resampled_effects). None with fewer than two seeds. `with_seeds`:
+    (effects, the drawn seeds' indices), both resamples x k."""
     import numpy as np
 
     seeds = [s for s in per_seed if seed_effect(per_seed[s]) is not None]
@@ -426,7 +428,8 @@ def cluster_resamples(per_seed: dict[Any, SeedParts], resamples: int = BOOTSTRAP
     rng = np.random.default_rng(seed)
     drawn_seeds = rng.integers(0, k, (resamples, k))
     resampled = np.stack([_resampled_effects(per_seed[s], (resamples, k), rng) for s in seeds])
-    return resampled[drawn_seeds, np.arange(resamples)[:, None], np.arange(k)[None, :]]
+    effects = resampled[drawn_seeds, np.arange(resamples)[:, None], np.arange(k)[None, :]]
+    return (effects, drawn_seeds) if with_seeds else effects
 
 
 SEED_INTERVAL = (f"{STUDENT_T} with {STUDENT_T_SEEDS} seeds or fewer, else a "
@@ -448,6 +451,78 @@ def clipped(interval: tuple[float, float], bounds: tuple[float, float] | None
     return max(low, min(high, interval[0])), max(low, min(high, interval[1]))
 
 
+# ---- the one rule for every interval the lab prints ----------------------------------------
+INTERVAL_RULE = ("an interval is printed only where it can be estimated: over two or more seeds "
+                 "whose effects differ (one seed: over its samples, where resampling them moves "
+                 "the effect), every value finite, the estimate inside it; otherwise 'n/a "
+                 "(reason)' stands in its place, never a number")
+ZERO_SPREAD = "zero spread"
+NOT_FINITE = "not finite"
+# Values this close, as a share of their size, are equal: the spread of rounding, not of data
+# (a Student t over it would print a point as an interval, a bootstrap-t divide by it).
+SAME_VALUES = 1e-9
+
+
+def _count(n: int, unit: str) -> str:
+    return f"{n} {unit}" + ("" if n == 1 else "s")
+
+
+def no_interval_reason(values: Sequence[float], unit: str = "seed") -> str | None:
+    """Why `values` (the per-seed effects an interval is over, or one model's resampled
+    effects) give no interval (INTERVAL_RULE): '1 seed', 'not finite', 'zero spread'; None
+    where they give one."""
+    values = [float(v) for v in values]
+    if not all(map(math.isfinite, values)):
+        return NOT_FINITE
+    if len(values) < 2:
+        return _count(len(values), unit)
+    if max(values) - min(values) <= SAME_VALUES * max(1.0, max(map(abs, values))):
+        return ZERO_SPREAD
+    return None
+
+
+def checked_interval(estimate: float, low: float, high: float) -> tuple[float, float] | None:
+    """(low, high) where it is an interval of `estimate` (INTERVAL_RULE: finite, wider than a
+    point, holding the estimate), else None."""
+    return None if _bad_interval(estimate, low, high) else (float(low), float(high))
+
+
+def _bad_interval(estimate: float, low: float, high: float) -> str | None:
+    if not all(math.isfinite(v) for v in (estimate, low, high)):
+        return NOT_FINITE
+    if high - low <= SAME_VALUES * max(1.0, abs(low), abs(high)):
+        return ZERO_SPREAD
+    if not low <= estimate <= high:
+        return "estimate outside it"
+    return None
+
+
+def interval_reason(estimate: float | None, low: float | None, high: float | None, seeds: int,
+                    over_samples: bool = False) -> str | None:
+    """Why a table prints no interval beside `estimate` (INTERVAL_RULE), None where it prints
+    [low, high]. `seeds`: how many seeds the estimate is over; `over_samples`: the interval is
+    one model's, over its samples (SAMPLE_BOOTSTRAP)."""
+    if estimate is None or not math.isfinite(estimate):
+        return NOT_FINITE
+    if low is None or high is None:
+        # the interval functions leave it out for too few seeds, or a spread of zero
+        return ZERO_SPREAD if over_samples or seeds >= 2 else _count(seeds, "seed")
+    return _bad_interval(estimate, low, high)
+
+
+def effect_text(estimate: float | None, low: float | None, high: float | None, seeds: int,
+                over_samples: bool = False, spec: str = "+.2f") -> str:
+    """An effect as every table prints it: '+1.23 [+0.40, +2.06]', '+1.23 [n/a (1 seed)]'
+    (INTERVAL_RULE), '-' without an estimate, 'n/a (not finite)' for a NaN or infinite one."""
+    if estimate is None:
+        return "-"
+    if not math.isfinite(estimate):
+        return f"n/a ({NOT_FINITE})"
+    reason = interval_reason(estimate, low, high, seeds, over_samples)
+    return format(estimate, spec) + (f" [n/a ({reason})]" if reason else
+                                     f" [{format(low, spec)}, {format(high, spec)}]")
+
+
 def effect_interval(per_seed: dict[Any, SeedParts], level: float = 0.95,
                     resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0,
                     bounds: tuple[float, float] | None = None) -> tuple[float, float] | None:
@@ -457,45 +532,59 @@ def effect_interval(per_seed: dict[Any, SeedParts], level: float = 0.95,
     t* quantiles times the observed spread, each tail at least Student's t with k - 1 degrees
     of freedom. Studentising by the spread over seeds keeps it honest with few seeds, where a
     percentile interval of the resampled means is far too narrow
-    (benchmarks/inference_calibration.py measures both). One seed: None (no spread over seeds);
-    see sample_interval. With STUDENT_T_SEEDS seeds or fewer: Student's t over the per-seed
-    effects (interval_method). `bounds`: what the effect can be (clipped)."""
+    (benchmarks/inference_calibration.py measures both). None where INTERVAL_RULE says none
+    can be estimated (one seed: see sample_interval; seeds whose effects are equal; a value not
+    finite). With STUDENT_T_SEEDS seeds or fewer: Student's t over the per-seed effects
+    (interval_method). `bounds`: what the effect can be (clipped)."""
     import numpy as np
     from scipy.stats import t as t_distribution
 
     effects = np.array([e for e in map(seed_effect, per_seed.values()) if e is not None])
     k = len(effects)
-    if k < 2:
+    if no_interval_reason(effects.tolist()):
         return None
+    estimate = float(effects.mean())
     if k <= STUDENT_T_SEEDS:
         _mean, low, high = seed_mean_interval(effects.tolist(), level)
-        return clipped((low, high), bounds)
-    estimate, spread = effects.mean(), effects.std(ddof=1) / math.sqrt(k)
-    if spread == 0:
-        return clipped((float(estimate), float(estimate)), bounds)
-    drawn = cluster_resamples(per_seed, resamples, seed)
+        return None if low is None else checked_interval(estimate, *clipped((low, high), bounds))
+    spread = effects.std(ddof=1) / math.sqrt(k)
+    drawn, drawn_seeds = cluster_resamples(per_seed, resamples, seed, with_seeds=True)
+    # A resample with no spread over its drawn effects (one seed drawn k times, or seeds whose
+    # sparse per-sample differences all resampled to the same mean) has nothing to studentise
+    # by: dividing by its ~0 spread is what printed [-220938541681.45, +5.50] (issue 59). Such
+    # resamples say nothing of the spread over seeds and are left out.
     spreads = drawn.std(axis=1, ddof=1) / math.sqrt(k)
-    t_star = (drawn.mean(axis=1) - estimate) / np.maximum(spreads, 1e-12 * max(1.0, abs(spread)))
+    scale = np.maximum(1.0, np.abs(drawn).max(axis=1))
+    kept = (drawn_seeds.min(axis=1) != drawn_seeds.max(axis=1)) & (spreads > SAME_VALUES * scale)
+    if not kept.any():
+        return None
+    t_star = (drawn[kept].mean(axis=1) - estimate) / spreads[kept]
     low_t, high_t = np.percentile(t_star, [100 * (1 - level) / 2, 100 * (1 + level) / 2])
     # Resampling a handful of seeds understates the studentised tails a little (k seeds drawn
     # with repeats); Student's t with k - 1 degrees of freedom, exact for normal per-seed
     # effects, is the least either tail may reach.
     student = float(t_distribution.ppf((1 + level) / 2, k - 1))
     low_t, high_t = min(low_t, -student), max(high_t, student)
-    return clipped((float(estimate - high_t * spread), float(estimate - low_t * spread)), bounds)
+    return checked_interval(estimate, *clipped((float(estimate - high_t * spread),
+                                                float(estimate - low_t * spread)), bounds))
 
 
 def sample_interval(parts: SeedParts, level: float = 0.95, resamples: int = BOOTSTRAP_RESAMPLES,
                     seed: int = 0) -> tuple[float, float] | None:
     """One seed's effect with a percentile interval over its samples (SAMPLE_BOOTSTRAP): what
-    the samples say of this one trained model, not of training runs."""
+    the samples say of this one trained model, not of training runs. None where INTERVAL_RULE
+    says none can be estimated (no samples; samples whose every resample gives the same effect,
+    as one sample a part does; a value not finite)."""
     import numpy as np
 
-    if seed_effect(parts) is None:
+    estimate = seed_effect(parts)
+    if estimate is None:
         return None
     drawn = _resampled_effects(parts, (resamples,), np.random.default_rng(seed))
+    if no_interval_reason([estimate, *drawn.tolist()], "resample"):
+        return None
     low, high = np.percentile(drawn, [100 * (1 - level) / 2, 100 * (1 + level) / 2])
-    return float(low), float(high)
+    return checked_interval(estimate, float(low), float(high))
 
 
 # The noise of a between-arm contrast in the committed rq4 study (results/mini-rq4-paired:

@@ -78,15 +78,16 @@ def test_the_leaderboard_table_has_detectors_as_rows_and_conditions_as_columns()
     rows = [{**base, "arm": "paired", "epochs": None, "detector": "loss", "auc": 0.8},
             {**base, "arm": "paired", "epochs": None, "detector": "zlib", "auc": 0.7,
              "seeds": 1, "auc_low": None, "auc_sample_low": 0.6, "auc_sample_high": 0.8},
-            {**base, "arm": "paired", "epochs": 5, "detector": "loss", "auc": 0.6},
+            {**base, "arm": "paired", "epochs": 5, "detector": "loss", "auc": 0.6,
+             "auc_low": 0.5, "auc_high": 0.7},
             {**base, "arm": "control", "epochs": None, "detector": "min_k", "auc": 0.5,
              "auc_low": None}]
     table = leaderboard_markdown(rows).splitlines()
     assert table[0] == ("| detector | gpt2 paired, pre-trained | gpt2 paired, E=5 | "
                         "gpt2 control on paired, pre-trained |")
-    assert table[2] == "| loss | 0.80 [0.70, 0.90] | 0.60 [0.70, 0.90] | - |"
+    assert table[2] == "| loss | 0.80 [0.70, 0.90] | 0.60 [0.50, 0.70] | - |"
     assert table[3] == "| zlib | 0.70 (0.60-0.80) | - | - |"
-    assert table[4] == "| min_k | - | - | 0.50 |"
+    assert table[4] == "| min_k | - | - | 0.50 [n/a (zero spread)] |"  # 3 seeds, no interval
     assert "averaged over 1/3 seeds" in table[-1]
 
 

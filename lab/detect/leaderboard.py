@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from lab.common import LabError
-from lab.stats import seed_mean_interval
+from lab.stats import checked_interval, interval_reason, seed_mean_interval
 
 # An AUC that prints as 1.00 (or 0.00) at two decimals: at the ceiling (floor) for the table.
 CEILING = 0.995
@@ -31,11 +31,10 @@ def leaderboard(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for condition, members in cells.items():
         aucs = [number(r.get("auc")) for r in members if number(r.get("auc")) is not None]
+        # No spread (auc_min == auc_max says so), one seed, a NaN: no interval (INTERVAL_RULE)
         auc, low, high = seed_mean_interval(aucs)
         if low is not None:  # an AUC lies in [0, 1]; so does its interval
-            low, high = max(0.0, low), min(1.0, high)
-        if len(aucs) > 1 and min(aucs) == max(aucs):
-            low = high = None  # no spread: a point, not an interval (auc_min == auc_max says so)
+            low, high = checked_interval(auc, max(0.0, low), min(1.0, high)) or (None, None)
         one = members[0] if len(members) == 1 else {}
         out.append({**dict(zip(CONDITION, condition)), "seeds": len(members), "auc": auc,
                     "auc_low": low, "auc_high": high,
@@ -154,6 +153,8 @@ def _cell(row: dict[str, Any] | None) -> str:
     auc = number(row.get("auc")) if row else None
     if auc is None:
         return "-"
+    if not math.isfinite(auc):
+        return f"n/a ({interval_reason(auc, None, None, 0)})"
     seeds = int(number(row.get("seeds")) or 1)
     smallest, largest = number(row.get("auc_min")), number(row.get("auc_max"))
     sizes = ""
@@ -175,9 +176,15 @@ def _cell(row: dict[str, Any] | None) -> str:
         # one model's bootstrap collapses too where every resample separates perfectly
         return f"{auc:.3f} ({sizes.strip(' ()') or 'one model'}; no spread over resamples)" \
                + p_range
-    return (f"{auc:.2f}" + (f" [{low:.2f}, {high:.2f}]" if low is not None else
-                            f" ({s_low:.2f}-{s_high:.2f})" if s_low is not None else "")
-            + p_range)
+    if seeds > 1:
+        reason = interval_reason(auc, low, high, seeds)
+        interval = f" [n/a ({reason})]" if reason else f" [{low:.2f}, {high:.2f}]"
+    elif s_low is None:  # one model, scored before detect.csv kept its samples' interval
+        interval = ""
+    else:  # one model: its samples' interval, in round brackets
+        reason = interval_reason(auc, s_low, s_high, seeds, over_samples=True)
+        interval = f" (n/a: {reason})" if reason else f" ({s_low:.2f}-{s_high:.2f})"
+    return f"{auc:.2f}{interval}{p_range}"
 
 
 def rerender(detect_csv: Path) -> tuple[Path, Path]:

@@ -41,7 +41,8 @@ from lab.common import LabError
 from lab.contamination import settings as settings_table
 from lab.stats import (SEED_INTERVAL, DOSE_BAND, DOSE_CURVE, DOSE_CURVE_UNCONSTRAINED,
                        NON_MONOTONE_RULE, ONE_MODEL_TEST, SAMPLE_BOOTSTRAP, SIGN_FLIP_TEST,
-                       dose_band, dose_curve_values, dose_turns, effect_interval, fit_dose_curve,
+                       dose_band, dose_curve_values, dose_turns, effect_interval, effect_text,
+                       fit_dose_curve,
                        fit_unconstrained_curve, holm, membership_auc, one_model_rank_test,
                        paired_within_model, sample_interval, seed_effect, sign_flip_test,
                        starred_p, unconstrained_curve_values)
@@ -389,10 +390,10 @@ def _fmt(value: Any, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _with_interval(value: float | None, low: float | None, high: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:+.2f}" + ("" if low is None else f" [{low:+.2f}, {high:+.2f}]")
+def _with_interval(value: float | None, low: float | None, high: float | None, seeds: int,
+                   over_samples: bool = False) -> str:
+    """The lift and its interval, or why it has none (lab.stats.INTERVAL_RULE)."""
+    return effect_text(value, low, high, seeds, over_samples)
 
 
 def _describe_fits(cell: dict[str, Any]) -> str:
@@ -435,14 +436,16 @@ def dose_table(found: dict[str, Any], metric: str) -> dict[str, str]:
     lines = []
     for r in levels:
         versus = _with_interval(r.get("lift_vs_control"), r.get("lift_vs_control_ci_low"),
-                                r.get("lift_vs_control_ci_high"))
+                                r.get("lift_vs_control_ci_high"), r["seeds"])
         if r.get("p_vs_control_holm") is not None:
             p_holm = starred_p(r["p_vs_control_holm"], r["lift_vs_control"], alpha, ".2g")
             versus += f" (p {p_holm}{' ' + DISAGREES if r.get('disagrees_vs_control') else ''})"
         lines.append([r["model"], r["arm"], str(r["epochs"]), str(r["dose"]),
                       _fmt(r.get("times_seen"), "g"), _fmt(r.get("token_share"), ".1%"),
                       str(r["seeds"]), str(r["samples"]), _fmt(r.get("score"), ".2f"),
-                      _with_interval(r.get("lift"), r.get("lift_ci_low"), r.get("lift_ci_high")),
+                      _with_interval(r.get("lift"), r.get("lift_ci_low"), r.get("lift_ci_high"),
+                                     len(r.get("seed_lifts") or {}),
+                                     r.get("unit") == SAMPLE_UNIT),
                       starred_p(r.get("p_holm"), r.get("lift"), alpha, ".2g")
                       + (f" {DISAGREES}" if r.get("disagrees") else ""),
                       _fmt(r.get("p_pooled_description"), ".2g"), versus,

@@ -20,8 +20,9 @@ from typing import Any
 
 from lab.common import LabError
 from lab.eval.generate import EXCLUDED_FROM_CLEAN
-from lab.stats import (CLUSTER_BOOTSTRAP, CORPUS_SCORE, SAMPLE_BOOTSTRAP, SAMPLE_SCORE, SCORES,
-                       SIGN_FLIP_TEST, STUDENT_T, STUDENT_T_SEEDS, clipped, effect_interval, holm,
+from lab.stats import (CLUSTER_BOOTSTRAP, CORPUS_SCORE, INTERVAL_RULE, SAMPLE_BOOTSTRAP,
+                       SAMPLE_SCORE, SCORES, SIGN_FLIP_TEST, STUDENT_T, STUDENT_T_SEEDS,
+                       checked_interval, clipped, effect_interval, effect_text, holm,
                        interval_method, sample_interval, seed_effect, seed_mean_interval,
                        sign_flip_test, starred_p)
 from lab.study.questions import (QUESTIONS, SAMPLE_UNIT, SEED_UNIT, Contrast, allowed, family,
@@ -250,9 +251,11 @@ def _corpus_row(test: Contrast, task: str, metric: str, corpus: dict, compared: 
                estimate=sum(effects.values()) / seeds if seeds else None)
     p, name = sign_flip_test(list(effects.values()), alternative)
     row.update(p=p, test=name, floor=sign_flip_floor(seeds, alternative))
-    if seeds >= 2:
-        _mean, low, high = seed_mean_interval(list(effects.values()), 1 - alpha)
-        row["ci_low"], row["ci_high"] = clipped((low, high), effect_bounds(test))
+    mean, low, high = seed_mean_interval(list(effects.values()), 1 - alpha)
+    interval = None if low is None else checked_interval(mean, *clipped((low, high),
+                                                                        effect_bounds(test)))
+    if interval:
+        row["ci_low"], row["ci_high"] = interval
         row["interval_method"] = STUDENT_T
     return row
 
@@ -365,12 +368,9 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def _effect(row: dict[str, Any]) -> str:
-    if row.get("estimate") is None:
-        return "-"
-    text = f"{row['estimate']:+.2f}"
-    if row.get("ci_low") is not None:
-        text += f" [{row['ci_low']:+.2f}, {row['ci_high']:+.2f}]"
-    return text
+    """The estimate and its interval, or the reason it has none (lab.stats.INTERVAL_RULE)."""
+    return effect_text(row.get("estimate"), row.get("ci_low"), row.get("ci_high"),
+                       row.get("seeds", 0), over_samples=row.get("unit") == SAMPLE_UNIT)
 
 
 def _p_holm(row: dict[str, Any], table: dict[str, Any]) -> str:
@@ -457,6 +457,9 @@ def primary_note(table: dict[str, Any]) -> str:
         + (f" ({CORPUS_EFFECT}; Student t over seeds; n/a where {CORPUS_NOT_NET})"
            if other == CORPUS_SCORE else " (tested as the primary table's note says)")
         + ", Holm over its own family, never starred: a secondary analysis.")
+    shown = rows + [r["other"] for r in rows if r.get("other")]
+    if any(r.get("estimate") is not None and r.get("ci_low") is None for r in shown):
+        parts.append(f"[n/a (reason)]: {INTERVAL_RULE}.")
     if table["not_available"]:
         parts.append(f"Declared but not in these results: {', '.join(table['not_available'])}.")
     if table.get("beyond_plan"):

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.stats import (ALPHA, SEED_INTERVAL, ONE_MODEL_TEST, SAMPLE_BOOTSTRAP, SIGN_FLIP_TEST,
-                       holm, one_model_rank_test, seed_effect, sign_flip_test)
+                       effect_text, holm, one_model_rank_test, seed_effect, sign_flip_test)
 from lab.study.collect import SAMPLES
 from lab.study.dose import seed_interval
 from lab.study.questions import SAMPLE_UNIT, SEED_UNIT, rank_floor, sign_flip_floor
@@ -266,10 +266,11 @@ def timing_table(found: dict[str, Any], metric: str) -> dict[str, str]:
              "| p (Holm) | vs most recent [CI] | p (Holm) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lift = f"{_fmt(r['lift'], '+.2f')} [{_fmt(r['lift_ci_low'], '+.2f')}, " \
-               f"{_fmt(r['lift_ci_high'], '+.2f')}]"
-        contrast = (f"{_fmt(r['contrast'], '+.2f')} [{_fmt(r.get('contrast_ci_low'), '+.2f')}, "
-                    f"{_fmt(r.get('contrast_ci_high'), '+.2f')}] vs {r['against']}"
+        over_samples = r.get("unit") == SAMPLE_UNIT  # one seed: the interval over its samples
+        lift = effect_text(r["lift"], r["lift_ci_low"], r["lift_ci_high"], r["seeds"],
+                           over_samples)
+        contrast = (effect_text(r["contrast"], r.get("contrast_ci_low"), r.get("contrast_ci_high"),
+                                r["seeds"], over_samples) + f" vs {r['against']}"
                     if r.get("contrast") is not None else "")
         lines.append(f"| {r['model']} | {r['epochs']} | {r['train_size'] or 'all'} | {r['arm']} "
                      f"| {r['level']} | {r['window'] or ''} | {_fmt(r['steps_since_last'], '.0f')} "
@@ -286,8 +287,8 @@ def timing_table(found: dict[str, Any], metric: str) -> dict[str, str]:
         for r in decays:
             lines.append(f"| {r['model']} | {r['epochs']} | {r['train_size'] or 'all'} "
                          f"| {r['arm']} | {r['level']} | {r['weight_decay'][1]:g} - "
-                         f"{r['weight_decay'][0]:g} | {_fmt(r['difference'], '+.2f')} "
-                         f"[{_fmt(r['ci_low'], '+.2f')}, {_fmt(r['ci_high'], '+.2f')}] "
+                         f"{r['weight_decay'][0]:g} | "
+                         f"{effect_text(r['difference'], r['ci_low'], r['ci_high'], r['seeds'])} "
                          f"| {_fmt(r.get('p_holm'), '.3g')} | {verdict(r, 'p', 'floor', alpha)} |")
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
