@@ -635,11 +635,14 @@ ConventionOption = typer.Option(
                "the primary table always keeps the recipe's).")
 AlphaOption = typer.Option(None, help="Significance level of the secondary tables (default: the "
                                       "study's recipe; the primary table always keeps the recipe's).")
+StudyArgument = typer.Argument(..., help="A study directory made by lab study or lab merge; tables "
+                                         "that are not what its stages give (tables.json) are "
+                                         "refused, not rebuilt.")
 
 
 @app.command()
 def stats(
-    study: Path = typer.Argument(..., help="A study directory made by lab study."),
+    study: Path = StudyArgument,
     convention: Optional[str] = ConventionOption,
     alpha: Optional[float] = AlphaOption,
     fmt: str = typer.Option("table", "--format", help="table (rich), md, csv or json."),
@@ -672,7 +675,7 @@ def stats(
 
 @app.command()
 def report(
-    study: Path = typer.Argument(..., help="A study directory made by lab study."),
+    study: Path = StudyArgument,
     convention: Optional[str] = ConventionOption,
     alpha: Optional[float] = AlphaOption,
     metric: str = typer.Option(_default(run_report, "metric"), help="Metric of the decay figure."),
