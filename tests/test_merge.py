@@ -103,13 +103,17 @@ def test_shards_run_apart_merge_into_the_whole_study(tmp_path):
     assert again["sources"][0]["git_commits"] == record["sources"][0]["git_commits"]
     assert (merged / "results.csv").read_bytes() == (tmp_path / "whole" / "results.csv").read_bytes()
 
-    # The same stage with other numbers is a reproducibility failure, named.
-    rows = _rows(tables_only / "results.csv")
-    rows[0]["bleu"] = str(float(rows[0]["bleu"]) + 1.0)
-    with open(tables_only / "results.csv", "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    # The same stage with other numbers is a reproducibility failure, named (the tables
+    # written whole by the lab, as another machine's run would: a table edited by hand is
+    # refused before, as not what the lab wrote: tests/test_one_source.py).
+    from lab.study.collect import write_tables
+    from lab.study.merge import TABLES as MERGED_TABLES, _read_table
+
+    tables = {name: _read_table(tables_only / name, identity, True)
+              for name, identity in MERGED_TABLES}
+    rows = tables["results.csv"]
+    rows[0]["bleu"] += 1.0
+    write_tables(tables_only, tables, recipe)
     with pytest.raises(LabError, match=rf"results.csv row {rows[0]['stage']}/all differs"):
         merge_studies([tmp_path / "seed0", tables_only], tmp_path / "merged2")
     assert not (tmp_path / "merged2").exists()
