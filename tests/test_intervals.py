@@ -182,3 +182,11 @@ def test_the_leaderboard_prints_an_interval_or_its_reason(aucs):
     if re.search(r"\[\d", cell):
         assert numbers[1] <= numbers[0] <= numbers[2] and 0 <= numbers[1] < numbers[2] <= 1
     assert cell.startswith(("n/a (", "0.", "each of")) or "spread 0" in cell, cell
+
+
+def test_the_shift_check_prints_an_interval_or_its_reason():
+    from lab.detect.shift import bound
+
+    assert bound(0.55, 0.45, 0.65, 0.3).startswith("shift AUC 0.55 [0.45, 0.65] (")
+    collapsed = bound(1.0, 1.0, 1.0, 0.001)  # every resample separates perfectly
+    assert "[n/a (zero spread)]" in collapsed and "excluded" not in collapsed

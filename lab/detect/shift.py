@@ -26,6 +26,7 @@ import statistics
 from typing import Any, Sequence
 
 from lab.contamination.settings import form_documents
+from lab.stats import interval_reason
 
 # Each target picks at random among this many nearest unused valid samples: 1 would make every
 # seed's draw nearly the same (the draw's variation would again be left out of the interval over
@@ -118,10 +119,13 @@ def bound(auc: float | None, low: float | None, high: float | None, p: float | N
     """The check's reading: a bound with its interval, never 'no shift'."""
     if auc is None:
         return "no shift check: a group is empty"
-    interval = f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
+    # every resample giving one AUC: no interval (lab.stats.INTERVAL_RULE); none recorded: none
+    reason = interval_reason(auc, low, high, 1, over_samples=True) if low is not None else None
+    interval = ("" if low is None else f" [n/a ({reason})]" if reason else
+                f" [{low:.2f}, {high:.2f}]")
     reading = (f"shift AUC {auc:.2f}{interval} (two-sided p {p:.2g}; {direction(auc)})"
                if p is not None else f"shift AUC {auc:.2f}{interval} ({direction(auc)})")
-    if interval:
+    if interval and not reason:
         return reading + ": a shift larger than the interval allows is excluded, not every shift"
     return reading
 
