@@ -289,15 +289,20 @@ def check_recipe_ran(folder: Path, recipe: Recipe) -> None:
         raise LabError(f"{folder / RECIPE}: not the recipe {folder}'s stages ran by (differs "
                        f"from the one {TABLES_RECORD} recorded in {len(sections)} section(s): "
                        f"{', '.join(sections)})")
-    if (folder / "stages").is_dir():
+    if (folder / "stages").is_dir() and (folder / RESULTS).is_file():
+        # Without the record, the stages results.csv was collected from must be the recipe's.
+        # (Not every folder under stages/: a resumed study may leave stages of an earlier
+        # launch or detect section there, which its recipe no longer names.)
         keys = {stage.key for stage in expand(recipe)}
-        # A stage's folder is named by its key (lab.study.grid); OUT.partial, OUT.tmp-* are not.
-        foreign = sorted(path.name for path in (folder / "stages").iterdir() if path.is_dir()
-                         and re.fullmatch(r"[a-z]+-[0-9a-f]{12}", path.name)
-                         and path.name not in keys)
+        try:
+            with open(folder / RESULTS, newline="", encoding="utf-8") as handle:
+                named = {row.get("stage") for row in csv.DictReader(handle)}
+        except (OSError, UnicodeDecodeError, csv.Error) as exc:
+            raise LabError(f"{folder / RESULTS}: unreadable ({exc})") from None
+        foreign = sorted(key for key in named - keys if key and (folder / "stages" / key).is_dir())
         if foreign:
             raise LabError(f"{folder / RECIPE}: not the recipe {folder}'s stages ran by "
-                           f"({len(foreign)} stage(s) under stages/ are not stages of it, "
+                           f"({len(foreign)} evaluation(s) of {RESULTS} are not stages of it, "
                            f"e.g. {foreign[0]})")
 
 
