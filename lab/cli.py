@@ -62,10 +62,11 @@ def _everywhere(
                                                       "or in CI)."),
 ) -> None:
     """The options before any command (the app's help is Typer's `help`)."""
-    from lab.progress import QUIET_VARIABLE
+    from lab.progress import QUIET_VARIABLE, quiet_libraries
 
     if quiet:  # in the environment, so a study's stages and a run's ranks are quiet too
         os.environ[QUIET_VARIABLE] = "1"
+    quiet_libraries()
 
 
 CorporaOption = typer.Option(

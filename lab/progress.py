@@ -24,6 +24,18 @@ def showing() -> bool:
         return False
 
 
+def quiet_libraries() -> None:
+    """transformers' and the hub's own bars (writing model shards, loading weights) follow
+    `showing()` too; called once per command, before it runs."""
+    if showing():
+        return
+    from huggingface_hub.utils import disable_progress_bars
+    from transformers.utils import logging as transformers_logging
+
+    disable_progress_bars()
+    transformers_logging.disable_progress_bar()
+
+
 def steps(iterable: Iterable[Any], description: str, total: int | None = None,
           unit: str = "batch") -> Iterable[Any]:
     """`iterable`, drawing a bar on stderr as it is consumed when `showing()`; else `iterable`

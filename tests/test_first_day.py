@@ -99,6 +99,11 @@ def test_quiet_flag_reaches_the_environment(capsys, monkeypatch):
     code, _, _ = run_cli(["--quiet", "completion", "bash"], capsys)
     assert code == 0 and os.environ.get(progress.QUIET_VARIABLE) == "1"
     assert not progress.showing()
+    # the libraries' own bars too (transformers' "Writing model shards")
+    from huggingface_hub.utils import are_progress_bars_disabled
+    from transformers.utils.logging import is_progress_bar_enabled
+
+    assert are_progress_bars_disabled() and not is_progress_bar_enabled()
 
 
 def test_training_shows_the_trainers_bar_on_a_terminal_only(monkeypatch, tmp_path):
