@@ -334,7 +334,8 @@ def test_forgetting_stats_are_seed_level_lifts_with_the_weight_decay_contrast(tm
                  if r["model"] == "gpt2/wd=0" and r["level"] == "early:0.2")
     expected = sum(truth[(0.0, s, "early:0.2")] - truth[(0.0, s, None)] for s in (0, 1, 2)) / 3
     assert early["lift"] == pytest.approx(expected) and early["seeds"] == 3
-    assert early["lift_ci_low"] <= early["lift"] <= early["lift_ci_high"]
+    # every seed's lift is 4.00: no spread over seeds, so no interval (lab.stats.INTERVAL_RULE)
+    assert early["lift"] == pytest.approx(4.0) and early["lift_ci_low"] is None
     assert early["steps_since_last"] == 264 and early["window"] == "0-0.2"
     assert early["against"] == "late:0.2"  # the most recently seen level
     late = next(r for r in found["levels"] if r["model"] == "gpt2/wd=0" and r["level"] == "late:0.2")
@@ -344,7 +345,8 @@ def test_forgetting_stats_are_seed_level_lifts_with_the_weight_decay_contrast(tm
     assert decay_early["difference"] == pytest.approx(-3.0)  # wd 0.1 lost the 3 points
     assert decay_early["p"] == pytest.approx(0.25)  # 3 seeds, all one sign: the floor
     table = timing_table(found, "bleu")["md"]
-    assert "| gpt2/wd=0 | 0 | 200 | paired | early:0.2 | 0-0.2 | 264 |" in table
+    assert ("| gpt2/wd=0 | 0 | 200 | paired | early:0.2 | 0-0.2 | 264 "
+            "| +4.00 [n/a (zero spread)] |") in table
     assert "Weight decay" in table
 
 
