@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from lab.common import LabError
-from lab.stats import checked_interval, interval_reason, seed_mean_interval
+from lab.stats import INTERVAL_RULE, checked_interval, interval_reason, seed_mean_interval
 
 # An AUC that prints as 1.00 (or 0.00) at two decimals: at the ceiling (floor) for the table.
 CEILING = 0.995
@@ -138,7 +138,8 @@ def leaderboard_markdown(rows: Sequence[dict[str, Any]]) -> str:
               "m and n the members and non-members each model was scored on; perfect separation "
               "of so few samples does not show a true AUC of 1. 'x in each of N models (spread 0)': the "
               "seeds' AUCs are equal, so there is no interval over them; 'x (m vs n; no spread "
-              "over resamples)': one model whose every bootstrap resample gives the same AUC. 'arm on groups': a "
+              "over resamples)': one model whose every bootstrap resample gives the same AUC; "
+              f"'[n/a (reason)]': {INTERVAL_RULE}. 'arm on groups': a "
               "model that never saw the groups' samples (a control or placebo): it should stay "
               "near 0.5. 'held-out test vs valid': the distribution-shift check, two groups of "
               "samples neither of which the model saw (an AUC away from 0.5 is a detector "
