@@ -514,8 +514,8 @@ def write_error(exc: BaseException, out: Path) -> LabError | None:
         if not named or any(_within_output(name, out) for name in named):
             return LabError(f"{out}: cannot write ({exc.strerror})")
         return None  # a file elsewhere (an input, a cache): the CLI names it
-    for cause in (exc.__cause__, exc.__context__):  # torch.save: a RuntimeError raised in a handler
-        if cause is not None and cause is not exc and (found := write_error(cause, out)):
+    for cause in (exc.__cause__, exc.__context__):  # an OSError re-raised as something else
+        if isinstance(cause, OSError) and (found := write_error(cause, out)):
             return found
     message = str(exc)
     if code := re.search(r"\(os error (\d+)\)", message):

@@ -802,3 +802,159 @@ def test_verify_fails_on_a_known_file_whose_bytes_differ(workdir, corpora_root):
     assert_one_line_error(run_lab(["corpora", "verify", "codetrans", "--corpora",
                                    workdir / "corpora"], workdir, None),
                           f"{truncated}: differs from the published test.java-cs.txt.java")
+
+
+# --- writes that fail (issue 59 rows 9, 10, 12, 16) ---------------------------------------------
+
+def mount_tmpfs(folder: Path, size: str) -> Path:
+    """A small tmpfs at `folder` (unmounted by the caller), or a skip where mounting needs
+    privileges this run lacks."""
+    folder.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                      capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)")
+    return folder
+
+
+def fill(folder: Path, room: int) -> None:
+    stat = os.statvfs(folder)
+    (folder / "filler").write_bytes(b"\0" * max(0, stat.f_bavail * stat.f_frsize - room))
+
+
+def test_a_failed_write_names_the_file_and_keeps_the_previous_one(tmp_path):
+    """A write to a full disk raises OSError(ENOSPC) naming no file: atomic_file names the
+    file it was writing, removes its temporary sibling and leaves the previous version."""
+    import errno
+
+    from lab.common import atomic_file
+
+    path = tmp_path / "results.json"
+    path.write_text("previous\n")
+    with pytest.raises(OSError) as failed:
+        with atomic_file(path) as handle:
+            handle.write(b"x" * 20480)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    assert (failed.value.errno, failed.value.filename) == (errno.ENOSPC, str(path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+    assert path.read_text() == "previous\n"
+
+
+def _fills_the_disk(handle, format, **options):
+    """savefig writes 20,480 bytes of an SVG, then the disk is full (issue 59 row 9)."""
+    import errno
+
+    handle.write(b"\x89PNG" if format == "png" else b"<svg" + b" " * 20476)
+    if format == "svg":
+        handle.flush()
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_figure_cut_short_by_a_full_disk_leaves_no_partial_file(tmp_path):
+    from matplotlib.figure import Figure
+
+    from lab.study.figure import save_figure
+
+    (tmp_path / "decay-bleu.svg").write_text("<svg>previous</svg>")
+    figure = Figure()
+    figure.savefig = _fills_the_disk
+    with pytest.raises(OSError) as failed:
+        save_figure(figure, tmp_path / "decay-bleu")
+    assert failed.value.filename == str(tmp_path / "decay-bleu.svg")
+    assert "No space left on device" in str(failed.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["decay-bleu.png", "decay-bleu.svg"]
+    assert (tmp_path / "decay-bleu.svg").read_text() == "<svg>previous</svg>"
+
+
+def test_report_on_a_nearly_full_disk_names_the_file_and_cuts_none(tmp_path):
+    """Issue 59 row 9: `lab report` with room for its first files only."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_report import CONTROL, PAIRED, write_study
+
+    disk = mount_tmpfs(tmp_path / "disk", "400k")
+    try:
+        study = write_study(disk / "study", {"control": CONTROL, "paired": PAIRED})
+        fill(disk, 80 << 10)
+        result = run_lab(["report", study], tmp_path, None, MPLBACKEND="Agg")
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        line = result.stderr.strip().splitlines()[-1]
+        assert line.startswith(f"lab: error: {study / 'report'}/") and \
+            line.endswith(": No space left on device"), line
+        for path in (study / "report").iterdir():  # each file whole, no temporary left
+            assert ".tmp-" not in path.name, path
+            if path.suffix == ".svg":
+                assert path.read_text().rstrip().endswith("</svg>"), path
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_write_error_names_the_output_only_for_its_own_writes(tmp_path):
+    """write_error: what each writer raises on a full or read-only disk, as one line naming
+    the output; an input's (or a cache's) OSError is not the output's."""
+    import errno
+
+    from lab.common import LabError, write_error
+
+    out = tmp_path / "pt.partial"
+    full = os.strerror(errno.ENOSPC)
+    enforce = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+    enforce.__context__ = RuntimeError("basic_ios::clear: iostream error")
+    cases = [
+        (OSError(errno.ENOSPC, full), f"{out}: cannot write ({full})"),
+        (OSError(errno.ENOSPC, full, "model/a.bin", None, str(out) + ".tmp-1@h-abcd1234/a.bin"),
+         f"{out}: cannot write ({full})"),  # shutil's copies name the source first
+        (shutil.Error([("model/a", str(out / "a"), f"[Errno 28] {full}: 'model/a' -> 'x'")]),
+         f"{out}: cannot write ({full})"),
+        (Exception("Error while serializing: I/O error: No space left on device (os error 28)"),
+         f"{out}: cannot write ({full})"),
+        (RuntimeError("[enforce fail at inline_container.cc:747] . open file failed with "
+                      "strerror: Read-only file system"),
+         f"{out}: cannot write (Read-only file system)"),
+        (enforce, f"{out}: cannot write (torch.save failed: [enforce fail at"),  # room left here
+        (FileNotFoundError(errno.ENOENT, "No such file", "corpus/manifest.json"), None),
+        (OSError(errno.EROFS, "Read-only file system", "/cache/tokens/x.tmp-1"), None),
+        (LabError("an input's problem"), None),
+        (KeyError("x"), None),
+    ]
+    for exc, expected in cases:
+        found = write_error(exc, out)
+        if expected is None:
+            assert found is None, (exc, found)
+        else:
+            assert found is not None and str(found).startswith(expected), (exc, found)
+
+
+def test_torch_save_on_a_full_disk_is_named_no_space_left(tmp_path):
+    """Issue 59 row 12's traceback: torch.save's C++ stream error on a real full disk."""
+    import torch
+
+    from lab.common import write_error
+
+    disk = mount_tmpfs(tmp_path / "disk", "64k")
+    try:
+        with pytest.raises(RuntimeError) as failed:
+            torch.save(torch.zeros(100_000), disk / "optimizer.pt")
+        assert str(write_error(failed.value, disk)) == f"{disk}: cannot write (No space left on device)"
+    finally:  # lazily: the failed writer's file stays open until its traceback is collected
+        subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+def test_a_killed_runs_temporary_siblings_go_and_no_one_elses(tmp_path):
+    """Issue 59 row 10: OUT.tmp-PID@HOST-XXXXXXXX of a process that is gone is removed by the
+    next run of OUT; a live process's, another machine's and a user's own files stay."""
+    import platform
+
+    from lab.common import atomic_output_dir, write_text_atomic
+
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    host = platform.node() or "localhost"
+    stale = [f"arm.tmp-{ended.pid}@{host}-abcd1234", f"arm.old-{ended.pid}@{host}-x1y2z3w4",
+             f"table.md.tmp-{ended.pid}@{host}-abcd1234"]
+    kept = [f"arm.tmp-1@{host}-abcd1234", f"arm.tmp-{ended.pid}@elsewhere-abcd1234",
+            "arm.tmp-mine", "table.md.tmp-notes"]
+    for name in stale + kept:
+        (tmp_path / name).mkdir() if name.startswith("arm") else (tmp_path / name).write_text("")
+    with atomic_output_dir(tmp_path / "arm") as tmp:
+        (tmp / "manifest.json").write_text('{"kind": "lab-corpus"}')
+    write_text_atomic(tmp_path / "table.md", "| a |\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["arm", "table.md", *kept])
