@@ -48,11 +48,13 @@ def trained_weights_sha256(model: Any) -> str:
 # every read of a model manifest (lab.models.read_stage_manifest).
 MEMBERSHIP_FIELDS = ("corpus", "own_corpus", "exposures", "lineage", "init_from")
 MEMBERSHIP_HASH = "membership_sha256"
+_WARNED_UNHASHED: set[str] = set()
 
 
 def _canonical_sha256(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=True)
+    # as written and read back first: a key that is a number in memory is a string in the file
+    value = json.loads(json.dumps(value))
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -77,9 +79,11 @@ def check_membership_hashes(manifest: dict[str, Any], path: Path) -> None:
     recorded = record.get(MEMBERSHIP_HASH)
     where = "" if record is manifest else "pretrained."
     if recorded is None:
-        print(f"lab: warning: {path}: no {where}{MEMBERSHIP_HASH} (a model made before the lab "
-              "hashed its membership): its injected and held-out ids are taken as written",
-              file=sys.stderr, flush=True)
+        if str(path) not in _WARNED_UNHASHED:  # once per process: a command reads it often
+            _WARNED_UNHASHED.add(str(path))
+            print(f"lab: warning: {path}: no {where}{MEMBERSHIP_HASH} (a model made before the "
+                  "lab hashed its membership): its injected and held-out ids are taken as "
+                  "written", file=sys.stderr, flush=True)
         return
     if not isinstance(recorded, dict):
         raise LabError(f"{path}: field {where}{MEMBERSHIP_HASH} is not a table of hashes")
