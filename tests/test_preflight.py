@@ -147,7 +147,8 @@ def test_low_disk_is_named_with_what_the_estimate_assumes(pf, monkeypatch, quick
     (problem,) = pf.preflight(quickstart, tmp_path / "study", tiny_corpora)
     assert problem.startswith(f"{tmp_path}: 5.0 MB free, but the study's unfinished stages need "
                               "about ")
-    for fragment in ("700 documents", "1 pre-trained models with 2 checkpoints", "gpt2 4.3M"):
+    for fragment in (f"{quickstart.corpus.limit:,} documents",
+                     "1 pre-trained models with 2 checkpoints", "gpt2 4.3M"):
         assert fragment in problem, problem
     # The bound: the tiny GPT-2 (4.3M parameters) with two checkpoints dominates.
     from lab.study.grid import expand
@@ -347,14 +348,17 @@ def _refusals(recipe, study: Path, corpora: Path | None) -> tuple[str, str]:
     return plan["refusal"], str(real.value)
 
 
-def test_a_dry_run_refuses_with_the_real_runs_line(tiny_corpora, tmp_path):
+def test_a_dry_run_refuses_with_the_real_runs_line(monkeypatch, tiny_corpora, tmp_path):
     """Row 14: each of these printed "cannot start here" (or "0 done") and exited 0; the real
     run refused. Both now go through lab.study.runner.check_start."""
     import json
 
     import torch
 
+    from lab.study import runner
     from lab.study.recipe import recipe_dict
+
+    monkeypatch.setattr(runner, "power_plan", lambda recipe: {})  # the plan's slowest part
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     other = tmp_path / "other"
@@ -377,15 +381,17 @@ def test_a_dry_run_refuses_with_the_real_runs_line(tiny_corpora, tmp_path):
     assert [p.name for p in other.iterdir()] == ["recipe.json"]
 
 
-def test_a_resumed_study_whose_data_is_not_found_says_missing_not_changed(offline, tiny_corpora,
-                                                                           tmp_path):
+def test_a_resumed_study_whose_data_is_not_found_says_missing_not_changed(offline, monkeypatch,
+                                                                           tiny_corpora, tmp_path):
     """Row 13: resumed in a shell without LAB_CORPORA, a study said its data had changed and
     to use a new --out (throwing its finished stages away). It names where the data was read
     and how to point at it; pointed there, the data is the study's again."""
     import json
 
+    from lab.study import runner
     from lab.study.runner import SUMMARY, data_folders, data_problem, study_data
 
+    monkeypatch.setattr(runner, "power_plan", lambda recipe: {})  # the plan's slowest part
     micro = load_recipe(MICRO)
     study = tmp_path / "study"
     study.mkdir()
