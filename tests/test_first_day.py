@@ -106,6 +106,19 @@ def test_quiet_flag_reaches_the_environment(capsys, monkeypatch):
     assert are_progress_bars_disabled() and not is_progress_bar_enabled()
 
 
+def test_a_stage_log_gets_no_library_bars(tmp_path):
+    """A study's stage writes to its log: transformers' own bars stay out of it."""
+    from huggingface_hub.utils import are_progress_bars_disabled, enable_progress_bars
+    from transformers.utils import logging as transformers_logging
+
+    from lab.study.execution import _output_to
+
+    enable_progress_bars()
+    transformers_logging.enable_progress_bar()
+    with _output_to(tmp_path / "stage.log"):
+        assert are_progress_bars_disabled() and not transformers_logging.is_progress_bar_enabled()
+
+
 def test_training_shows_the_trainers_bar_on_a_terminal_only(monkeypatch, tmp_path):
     from lab.train.common import training_arguments
 

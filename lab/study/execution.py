@@ -20,6 +20,7 @@ from typing import Any, Iterator
 
 from filelock import FileLock
 
+from lab import progress
 from lab.common import LabError, command_line, write_json_atomic
 from lab.study.grid import Stage, launch_key, model_name, world_size
 from lab.study.stages import KINDS, bind
@@ -102,6 +103,7 @@ def _output_to(log_path: Path) -> Iterator[None]:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
         sys.stdout = sys.stderr = log
+        progress.quiet_libraries()  # a log: no library bars (lab.progress decides)
         _CONSOLE_FDS.append(saved_fds)
         try:
             yield
