@@ -68,7 +68,7 @@ class Comparison:
     method: str
     cliffs_delta: float
     a12: float
-    lift_ci: tuple[float, float]
+    lift_ci: tuple[float, float] | None  # None where INTERVAL_RULE says none can be estimated
 
     def convention(self) -> str:
         return f"Mann-Whitney U, {self.alternative}, {self.method}"
@@ -145,18 +145,23 @@ def cliffs_delta(experimental: Sequence[float], control: Sequence[float]) -> flo
 
 
 def bootstrap_lift_ci(experimental: Sequence[float], control: Sequence[float], level: float = 0.95,
-                      resamples: int = 5000, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of mean(E) - mean(C), resampling each group."""
+                      resamples: int = 5000, seed: int = 0) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of mean(E) - mean(C), resampling each group; None where
+    every resample gives the same lift (one value a group, or no spread) or a value is not
+    finite (INTERVAL_RULE)."""
     rng = random.Random(seed)
     lifts = []
     for _ in range(resamples):
         e = [rng.choice(experimental) for _ in experimental]
         c = [rng.choice(control) for _ in control]
         lifts.append(sum(e) / len(e) - sum(c) / len(c))
+    estimate = sum(experimental) / len(experimental) - sum(control) / len(control)
+    if no_interval_reason([estimate, *lifts], "resample"):
+        return None
     lifts.sort()
     low = lifts[int(math.floor((1 - level) / 2 * resamples))]
     high = lifts[min(resamples - 1, int(math.ceil((1 + level) / 2 * resamples)) - 1)]
-    return low, high
+    return checked_interval(estimate, low, high)
 
 
 def compare(experimental: Sequence[float], control: Sequence[float],

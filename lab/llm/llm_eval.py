@@ -335,7 +335,7 @@ def compare_sets(scores: dict[str, dict[str, list[float]]],
     for metric in METRICS:
         exp, ctrl = scores["contaminated"][metric], scores["perturbed"][metric]
         result = compare(exp, ctrl, convention, seed=seed)
-        entry = {**result.__dict__, "lift_ci": list(result.lift_ci),
+        entry = {**result.__dict__, "lift_ci": list(result.lift_ci) if result.lift_ci else None,
                  "std_experimental": statistics.stdev(exp) if len(exp) > 1 else None,
                  "std_control": statistics.stdev(ctrl) if len(ctrl) > 1 else None,
                  "test": result.convention(), "convention": convention, "pairing": test}
