@@ -373,7 +373,9 @@ def test_a_dry_run_refuses_with_the_real_runs_line(monkeypatch, tiny_corpora, tm
          f"{other / 'recipe.json'}: the study directory holds another recipe"),
         (load_recipe(MICRO, ["statistics.descriptive=false"]), tmp_path / "d", tiny_corpora,
          "underpowered: "),
-    ]
+    ] + ([] if gpus else [  # the case: a GPU recipe's dry run on a CPU machine
+        (load_recipe(MICRO, ["resources.device=cuda"]), tmp_path / "e", tiny_corpora,
+         "resources.device: no CUDA GPU is visible here")])
     for recipe, study, corpora, fragment in cases:
         dry, real = _refusals(recipe, study, corpora)
         assert dry == real and fragment in dry, (dry, real)
