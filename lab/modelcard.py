@@ -4,9 +4,12 @@ A card is written from records alone, into the folder that holds them: after `la
 `lab finetune` (the CLI; the study runner after those stages), `write_model_card` renders a
 model folder's manifest into its README.md: what the model is, what it was trained on, which
 benchmark test samples were deliberately injected into its pre-training corpus. An evaluation
-never writes into the model it evaluates: its metrics stay in its own output (metrics.json),
-and `lab export` gathers those of the model (named, or found in its folder and beside it) into
-the card of the copy it writes for publishing.
+never writes into the model it evaluates: its metrics stay in its own output (metrics.json);
+a card shows those found beside the model when it is written (a study writes every card again
+at the end of each run), and `lab export` gathers those of the model (named, or found in its
+folder and beside it) into the card of the copy it writes for publishing. A card also names
+the model's base (the model it was fine-tuned or continued from), its pre-training stages
+(lineage) and, fine-tuned, the format its inputs were given in.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from lab.common import (LabError, atomic_output_dir, check_output, param, write_
 from lab.corpora import DATASETS
 from lab.models import (MANIFEST, LOADERS, WEIGHTS_SUBDIR, architecture_of, check_model_files,
                         pretraining_record, read_stage_manifest)
+from lab.contamination import SEP_MARKER
 from lab.tasks import Decoding
 
 # huggingface_hub is imported where a card is made, not here: it adds seconds to the start of
@@ -121,11 +125,26 @@ def evaluation_results(evaluations: list[dict[str, Any]]) -> list[Any]:
     ]
 
 
+def base_model(manifest: dict[str, Any]) -> tuple[str, str] | None:
+    """(the folder a model was made from, how: finetune or continued pre-training) by its
+    manifest; None for a model pre-trained from random weights."""
+    if manifest.get("kind") == "lab-finetuned" and manifest.get("pretrained_path"):
+        return str(manifest["pretrained_path"]), "finetune"
+    init = manifest.get("init_from") if manifest.get("kind") == "lab-pretrained" else None
+    return (str(init["path"]), "continued pre-training") if init else None
+
+
+def membership_tag(corpus: dict[str, Any]) -> str:
+    if corpus.get("membership") == "unknown":  # lab.train.continued.UNKNOWN
+        return "membership-unknown"
+    return "deliberately-contaminated" if corpus.get("injected_ids") else "contamination-control"
+
+
 def _card_data(manifest: dict[str, Any], evaluations: list[dict[str, Any]], name: str) -> Any:
     from huggingface_hub import ModelCardData
 
     corpus = pretraining_record(manifest).get("corpus") or {}
-    contaminated = bool(corpus.get("injected_ids"))
+    base = base_model(manifest)
     trained_on = [(corpus.get("options") or {}).get("base", "csn-java"), corpus.get("benchmark"),
                   (manifest.get("task") or {}).get("benchmark"),
                   *(e["benchmark"] for e in evaluations)]
@@ -134,9 +153,12 @@ def _card_data(manifest: dict[str, Any], evaluations: list[dict[str, Any]], name
         license=LICENSE,
         library_name="transformers",
         pipeline_tag=PIPELINE[architecture_of(manifest)],
-        tags=["code", "java", "contamination-study", "lab",
-              "deliberately-contaminated" if contaminated else "contamination-control"],
+        tags=["code", "java", "contamination-study", "lab", membership_tag(corpus)],
         datasets=list(dict.fromkeys(hub_dataset(n) for n in trained_on if n)),
+        # the source folder's name (a local lab model, not a hub repository); continued
+        # pre-training is a "finetune" too in the hub's terms (new weights trained from them)
+        **({"base_model": Path(base[0]).name, "base_model_relation": "finetune"}
+           if base else {}),
         **({"model_name": name, "eval_results": results} if results else {}),
     )
 
@@ -170,9 +192,9 @@ def render_card(manifest: dict[str, Any], evaluations: list[dict[str, Any]] | No
     architecture = architecture_of(manifest)
     finetuned = manifest.get("kind") == "lab-finetuned"
     family = model.get("family", "?")
-    name = name or (f"lab-{family}-{model.get('preset', '')}-{corpus.get('setting', 'arm')}"
-                    f"-seed{pretraining.get('seed')}" + ("-finetuned" if finetuned else ""))
+    name = name or card_title(manifest)
     environment = manifest.get("environment") or {}
+    base = base_model(manifest)
     sections = [
         f"# {name}",
         contamination_statement(corpus),
@@ -183,6 +205,7 @@ def render_card(manifest: dict[str, Any], evaluations: list[dict[str, Any]] | No
              + (" (RoBERTa encoder with a new Transformer decoder)" if finetuned
                 and architecture == "encoder-decoder" else "")),
             ("Size preset", model.get("preset")),
+            ("Base model", f"`{base[0]}` ({base[1]})" if base else None),
             ("Parameters (pre-trained)", f"{model['parameters']['total']:,}"
              if isinstance(model.get("parameters"), dict) else None),
             ("Vocabulary", model.get("vocab_size")),
@@ -209,6 +232,9 @@ def render_card(manifest: dict[str, Any], evaluations: list[dict[str, Any]] | No
             ("Weights sha256", pretraining.get("final_weights_sha256")),
         ]),
     ]
+    lineage = _lineage_section(pretraining)
+    if lineage:
+        sections.append(lineage)
     if finetuned:
         ft, data = manifest.get("config") or {}, manifest.get("data") or {}
         sections.append("## Fine-tuning\n\n" + _rows([
@@ -220,7 +246,7 @@ def render_card(manifest: dict[str, Any], evaluations: list[dict[str, Any]] | No
             ("Seed", manifest.get("seed")),
             ("Final training loss", (manifest.get("loss") or {}).get("final")),
             ("Weights sha256", manifest.get("final_weights_sha256")),
-        ]))
+        ]) + "\n\n" + prompt_format(architecture, ft))
     sections += [
         "## Evaluation\n\n" + _evaluation_section(evaluations),
         "## Use\n\n```python\nfrom transformers import AutoTokenizer, "
@@ -238,6 +264,61 @@ def render_card(manifest: dict[str, Any], evaluations: list[dict[str, Any]] | No
     return str(ModelCard(f"---\n{metadata}\n---\n\n" + "\n\n".join(sections) + "\n"))
 
 
+def card_title(manifest: dict[str, Any]) -> str:
+    """A card's title: family, preset, each pre-training stage's arm, seed, the fine-tuning
+    (task, epochs, samples) and the first digits of the weights' sha256, so that no two models
+    share one (a continued model and its source, fine-tunings of one model)."""
+    pretraining = pretraining_record(manifest)
+    model, corpus = pretraining.get("model") or {}, pretraining.get("corpus") or {}
+    arms = [str(stage.get("setting") or "unknown") for stage in pretraining.get("lineage") or []]
+    parts = ["lab", model.get("family", "?"), model.get("preset", ""),
+             "-then-".join(arms) or corpus.get("setting", "arm"),
+             f"seed{pretraining.get('seed')}"]
+    if manifest.get("kind") == "lab-finetuned":
+        ft, data = manifest.get("config") or {}, manifest.get("data") or {}
+        parts += [str((manifest.get("task") or {}).get("name") or "finetuned"),
+                  f"e{ft.get('epochs')}", f"n{data.get('train_used')}"]
+    weights = manifest.get("final_weights_sha256")
+    return "-".join(str(p) for p in parts if p) + (f"-{weights[:8]}" if weights else "")
+
+
+def _lineage_section(pretraining: dict[str, Any]) -> str | None:
+    """The pre-training stages a continued model went through, first to last."""
+    lineage = pretraining.get("lineage")
+    if not lineage:
+        return None
+    lines = ["| Stage | Arm (injection setting) | Steps | Corpus sha256 | Weights sha256 |",
+             "|---|---|---|---|---|"]
+    for number, stage in enumerate(lineage, 1):
+        if stage.get("membership") == "unknown":
+            arm = f"weights from `{stage.get('path')}`, no lab record: membership unknown"
+        else:
+            arm = f"`{stage.get('setting')}`" + (f" ({stage['checkpoint']})"
+                                                  if stage.get("checkpoint") else "")
+        lines.append(f"| {number} | {arm} | {stage.get('steps') or ''} | "
+                     f"{stage.get('corpus_sha256') or ''} | {stage.get('weights_sha256') or ''} |")
+    return ("## Lineage\n\nPre-trained in stages, each continuing from the last one's weights; "
+            "the membership above joins them all (a sample is injected if any stage injected "
+            "it).\n\n" + "\n".join(lines))
+
+
+# How a fine-tuned model's inputs were formatted (lab.train.finetune's causal_example and
+# seq2seq_example), by architecture: what a user must feed it to get what it learned.
+PROMPT_FORMATS = {
+    "causal-lm": ("One sequence: `<s>` SOURCE ` " + SEP_MARKER + "`, then the model generates "
+                  "` TARGET</s>` (the loss is on the target only). Give it `<s>` + source + "
+                  "` " + SEP_MARKER + "` and generate until `</s>`."),
+    "encoder-decoder": ("The encoder reads `<s>` SOURCE `</s>`; the decoder generates TARGET "
+                        "`</s>`."),
+}
+
+
+def prompt_format(architecture: str | None, config: dict[str, Any]) -> str:
+    return ("**Prompt format.** " + PROMPT_FORMATS.get(architecture or "", "not recorded")
+            + (f" Sources are cut at {config['max_source_length']} tokens, targets at "
+               f"{config['max_target_length']}." if config.get("max_source_length") else ""))
+
+
 def write_model_card(folder: Path) -> None:
     """README.md of a lab model folder, rendered from its manifest.json: called once the folder
     is complete, after `lab pretrain` or `lab finetune` (the CLI, the study runner). Writing it
@@ -245,7 +326,9 @@ def write_model_card(folder: Path) -> None:
     manifest = read_stage_manifest(folder, "MODEL")
     if manifest.get("kind") not in MODEL_KINDS:
         raise LabError(f"MODEL {folder}: not a lab pre-trained or fine-tuned model")
-    card, text = Path(folder) / CARD, render_card(manifest)
+    # its metrics where known: the evaluations of it beside it (a study's, at its end)
+    card = Path(folder) / CARD
+    text = render_card(manifest, model_evaluations(Path(folder), manifest))
     if card.is_file() and card.read_text(encoding="utf-8", errors="replace") == text:
         return  # written already (a study's end-of-run pass): left as it is
     write_text_atomic(card, text)

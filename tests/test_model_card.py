@@ -127,6 +127,68 @@ def test_model_cards_state_the_contamination_and_the_training(models, micro_worl
     assert "deliberately contaminated" not in body
 
 
+def test_fine_tuned_cards_name_their_base_model_and_prompt_format(models):
+    for name, fragment in (("ft-gpt2", "One sequence: `<s>` SOURCE ` <SEP>`"),
+                           ("ft-roberta", "The encoder reads `<s>` SOURCE `</s>`")):
+        meta, body = _card(models / name)
+        assert meta["base_model"] == "pt-" + name[3:] + "-paired"
+        assert meta["base_model_relation"] == "finetune"
+        assert f"| Base model | `{models / ('pt-' + name[3:] + '-paired')}` (finetune) |" in body
+        assert "**Prompt format.** " + fragment in body
+        lengths = json.loads((models / name / "manifest.json").read_text())["config"]
+        assert (f"Sources are cut at {lengths['max_source_length']} tokens, targets at "
+                f"{lengths['max_target_length']}.") in body
+    meta, body = _card(models / "pt-gpt2-paired")
+    assert "base_model" not in meta and "Prompt format" not in body
+
+
+def test_no_two_cards_share_a_title(models):
+    titles = {name: _card(models / name)[1].lstrip().split("\n", 1)[0] for name in MODELS}
+    assert len(set(titles.values())) == len(MODELS), titles
+    assert titles["ft-gpt2"].startswith("# lab-gpt2-micro-paired-seed0-translation-e1-n16-")
+
+
+def _continued_manifest(source_corpus: dict, membership: dict) -> dict:
+    """A pre-training manifest as continued_records leaves it: `pt-a` (paired) continued on the
+    control corpus, or from weights with no lab record."""
+    lineage = [{"setting": "paired", "steps": 6, "corpus_sha256": "c1" * 32,
+                "weights_sha256": "a1" * 32},
+               {"setting": "control", "steps": 4, "corpus_sha256": "c2" * 32,
+                "weights_sha256": "b2" * 32}]
+    if membership:
+        lineage[0] = {"setting": None, "steps": None, "corpus_sha256": None,
+                      "weights_sha256": "a1" * 32, "path": "/models/plain", **membership}
+    return {"kind": "lab-pretrained", "model": {"family": "gpt2", "preset": "micro"},
+            "config": {"block_size": 128}, "seed": 0, "steps": 4,
+            "final_weights_sha256": "b2" * 32,
+            "corpus": {**source_corpus, **membership}, "lineage": lineage,
+            "init_from": {"path": "/models/pt-a", "kind": "lab", "weights_sha256": "a1" * 32,
+                          "steps": 6}}
+
+
+def test_a_continued_model_card_states_its_joined_membership_and_lineage():
+    from lab.modelcard import render_card
+
+    paired = {"setting": "paired", "benchmark": "codetrans", "benchmark_split": "test",
+              "injected_ids": ["codetrans:test:1", "codetrans:test:2"],
+              "held_out_ids": ["codetrans:test:3"]}
+    text = render_card(_continued_manifest(paired, {}))
+    head, body = text[4:].split("\n---\n", 1)
+    meta = yaml.safe_load(head)
+    assert "deliberately-contaminated" in meta["tags"] and meta["base_model"] == "pt-a"
+    assert body.lstrip().startswith("# lab-gpt2-micro-paired-then-control-seed0-b2b2b2b2\n")
+    assert "**This model was deliberately contaminated.** 2 samples" in body
+    assert "| Base model | `/models/pt-a` (continued pre-training) |" in body
+    assert "## Lineage" in body and "| 1 | `paired` | 6 |" in body and "| 2 | `control` | 4 |" in body
+
+    control = {**paired, "setting": "control", "injected_ids": [], "held_out_ids": []}
+    text = render_card(_continued_manifest(control, {"membership": "unknown"}))
+    head, body = text[4:].split("\n---\n", 1)
+    assert "membership-unknown" in yaml.safe_load(head)["tags"]
+    assert "**Membership unknown" in body and "Control model" not in body
+    assert "| 1 | weights from `/models/plain`, no lab record: membership unknown |" in body
+
+
 MODELS = ("pt-gpt2-paired", "pt-roberta-paired", "pt-gpt2-control", "ft-gpt2", "ft-roberta")
 
 
@@ -212,6 +274,14 @@ def test_evaluations_stay_in_their_folders_and_export_shows_them(models, tmp_pat
         export_model(ExportConfig(model=model, out=tmp_path / "x",
                                   evaluations=(str(tmp_path / "nothing"),)))
     assert not (tmp_path / "x").exists()
+
+    # The model's own card, written again (as a study does at the end of each run), shows the
+    # metrics now known: those found beside it, as the export's card does.
+    write_model_card(model)
+    card = ModelCard.load(model / CARD)
+    assert {r.metric_type: r.metric_value for r in card.data.eval_results} == pytest.approx(
+        {k: result["metrics"][k] for k in ("bleu", "em")}, abs=1e-4)
+    assert "| translation | codetrans | test | greedy | 2 | BLEU |" in card.text
 
 
 LOAD_WITHOUT_LAB = """
