@@ -85,8 +85,9 @@ ROWS: list[Case] = [
     ok("writes: a killed inject's OUT.tmp-* is removed by the next run, a live one kept",
        [*INJECT, "--setting", "control"], "out-inject", killed_run_left,
        check=only_the_dead_runs_removed),
-    error("writes: pretrain on a full disk", [*PRE, "--out", "full/pt"],
-          f"full/pt.partial: cannot write ({FULL})", tmpfs("full")),
+    # 1.2 MB: room for the weights (safetensors), not for the optimizer's state (torch.save)
+    error("writes: pretrain on a full disk, torch.save's error", [*PRE, "--out", "full/pt"],
+          f"full/pt.partial: cannot write ({FULL})", tmpfs("full", "1200k")),
     error("writes: export on a full disk names the output", [*EXPORT, "--out", "full/ex"],
           f"full/ex: cannot write ({FULL})", tmpfs("full")),
     error("writes: baseline on a full disk names --out",
