@@ -404,11 +404,14 @@ def _check_shareable_outputs(study: Path, summary: dict) -> None:
             assert f"{len(corpus['injected_ids'])} samples of the codetrans test split" in text
         else:
             assert "contamination-control" in meta["tags"] and "Control model" in text
-        # The stage's own card loads as the hub reads cards and holds no results: evaluating
-        # never writes into the model's folder; an exported card gathers them from beside it.
+        # The stage's own card loads as the hub reads cards and shows the results found beside
+        # it (the study writes every card again at its end; evaluating never writes into the
+        # model's folder), as an exported card does.
         card = ModelCard.load(folder / "README.md")
-        assert card.data.license == "apache-2.0" and card.data.eval_results is None
         results = evaluation_results(model_evaluations(folder, manifest))
+        assert card.data.license == "apache-2.0"
+        assert [(r.metric_type, r.metric_value) for r in card.data.eval_results or []] == [
+            (r.metric_type, r.metric_value) for r in results]
         if folder.name in evaluated:
             bleu = [r.metric_value for r in results if r.metric_type == "bleu"]
             assert bleu == [pytest.approx(evaluated[folder.name]["metrics"]["bleu"], abs=1e-4)]
