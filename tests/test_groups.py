@@ -331,8 +331,8 @@ def test_fitted_lengths_stay_within_the_pretraining_block():
     (["evaluation.max_new_tokens=191"], "the target fits in at most 190"),
     (["models=[roberta]", "finetune.epochs=[1]", "evaluation.max_new_tokens=257"],
      "257: larger than pretrain.block_size 256, the positions roberta was pre-trained on"),
-    (["evaluation.max_samples=201"], "evaluation.max_samples: 201: a split-half arm splits the "
-     "first 200 test samples"),
+    (["evaluation.max_samples=81"], "evaluation.max_samples: 81: a split-half arm splits the "
+     "first 80 test samples"),
     (["evaluation.max_samples=null"], "evaluation.max_samples: null: a split-half arm"),
 ])
 def test_recipes_whose_lengths_or_samples_do_not_fit_are_refused(overrides, message):
