@@ -315,7 +315,7 @@ def atomic_file(path: Path) -> Iterator[Any]:
     tmp = None
     try:
         remove_stale_siblings(path)
-        fd, tmp = tempfile.mkstemp(prefix=f"{path.name}.tmp-{_owner()}-", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path), dir=path.parent)
         with os.fdopen(fd, "wb") as handle:
             yield handle
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
@@ -593,9 +593,14 @@ def check_numbers(option: str = "--", **values: Any) -> None:
 
 
 def _owner() -> str:
-    """Who builds an output in OUT.tmp-PID@HOST-XXXXXXXX (and swaps it through OUT.old-...): a
-    later run of the same output removes the ones whose process is gone."""
     return f"{os.getpid()}@{platform.node() or 'localhost'}"
+
+
+def temporary_prefix(path: Path, kind: str = "tmp") -> str:
+    """The name's start of a temporary sibling of `path` (tempfile adds 8 random characters):
+    PATH.tmp-PID@HOST- (or .old-, an output being swapped out) says who builds it, so that a
+    later run of the same output removes the ones whose process is gone (remove_stale_siblings)."""
+    return f"{Path(path).name}.{kind}-{_owner()}-"
 
 
 def remove_stale_siblings(out: Path) -> list[Path]:
@@ -656,7 +661,7 @@ def atomic_output_dir(out: Path, force: bool = False, kind: str | None = None,
     out.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_siblings(out)
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f"{out.name}.tmp-{_owner()}-", dir=out.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=temporary_prefix(out), dir=out.parent))
     except OSError as exc:
         raise LabError(f"{out}: cannot write in {out.parent} ({exc.strerror})") from None
     os.chmod(tmp, 0o755)
@@ -668,7 +673,7 @@ def atomic_output_dir(out: Path, force: bool = False, kind: str | None = None,
         raise failure or exc
     share_tree(tmp)
     if out.exists():
-        trash = Path(tempfile.mkdtemp(prefix=f"{out.name}.old-{_owner()}-", dir=out.parent))
+        trash = Path(tempfile.mkdtemp(prefix=temporary_prefix(out, "old"), dir=out.parent))
         os.replace(out, trash / "old")
         os.replace(tmp, out)
         shutil.rmtree(trash, ignore_errors=True)

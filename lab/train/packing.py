@@ -33,7 +33,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from lab.common import LabError, files_problem, files_record, lab_cache_dir
+from lab.common import (LabError, files_problem, files_record, lab_cache_dir, remove_stale_siblings,
+                        temporary_prefix)
 from lab.corpora.shards import read_shard, verify_corpus
 from lab.train.attention import DOCUMENT_IDS
 
@@ -171,7 +172,8 @@ def _discard(folder: Path) -> None:
 
 def _build_cache(records: Iterator[dict[str, Any]], tokenizer: Any, folder: Path) -> None:
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".tmp-", dir=folder.parent))
+    remove_stale_siblings(folder)  # what a killed build of this entry left
+    tmp = Path(tempfile.mkdtemp(prefix=temporary_prefix(folder), dir=folder.parent))
     try:
         ids: list[str] = []
         injected: list[str | None] = []
