@@ -23,8 +23,8 @@ from typing import Any
 from lab.common import (LabError, atomic_output_dir, check_output, param, write_json_atomic,
                         write_text_atomic)
 from lab.corpora import DATASETS
-from lab.models import (MANIFEST, LOADERS, WEIGHTS_SUBDIR, architecture_of, check_model_files,
-                        pretraining_record, read_stage_manifest)
+from lab.models import (EXPORTED_NAME, MANIFEST, LOADERS, WEIGHTS_SUBDIR, architecture_of,
+                        check_model_files, pretraining_record, read_stage_manifest)
 from lab.contamination import SEP_MARKER
 from lab.tasks import Decoding
 
@@ -36,10 +36,7 @@ MODEL_KINDS = ("lab-pretrained", "lab-finetuned")
 EVALUATION = "metrics.json"  # what lab evaluate writes last in its output folder
 # Files of a model folder that an exported copy keeps (the rest is lab bookkeeping).
 EXPORTED_EXTRA = (MANIFEST,)
-# Each kept under this name: the manifest the source's provenance (membership, lineage) travels
-# in, which `lab pretrain --init-from` reads from an exported folder.
-EXPORTED_NAME = "lab_{}"
-EXPORTED_MANIFEST = EXPORTED_NAME.format(MANIFEST)
+# Each kept under the name EXPORTED_NAME (lab.models).
 # What an exported folder records of the export, so that `lab export --force` knows its own.
 EXPORT_RECORD, EXPORT_KIND = "lab_export.json", "lab-export"
 PIPELINE = {"causal-lm": "text-generation", "masked-lm": "fill-mask",

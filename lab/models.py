@@ -5,7 +5,9 @@ One preset names one shape for both families, so an MLM-vs-CLM comparison is lik
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -138,9 +140,69 @@ def count_parameters(model: Any) -> dict[str, int]:
     return {"total": total, "embedding": embedding, "non_embedding": total - embedding}
 
 
+# --- a model manifest's membership ------------------------------------------------------------
+# What a model saw (its membership: which benchmark samples were injected, held out, when they
+# were trained on, through which stages and from which weights): the fields of a pre-training
+# manifest that every result about the model trusts. Each is hashed when the manifest is
+# written (each key of `corpus` on its own, so that a refusal names the field) and checked by
+# every read of a model manifest (read_model_manifest).
+MEMBERSHIP_FIELDS = ("corpus", "own_corpus", "exposures", "lineage", "init_from")
+MEMBERSHIP_HASH = "membership_sha256"
+_WARNED_UNHASHED: set[str] = set()
+
+
+def _canonical_sha256(value: Any) -> str:
+    # as written and read back first: a key that is a number in memory is a string in the file
+    value = json.loads(json.dumps(value))
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def membership_hashes(record: dict[str, Any]) -> dict[str, str]:
+    """{field: sha256 of its canonical JSON} of a pre-training manifest's membership fields
+    (`corpus.KEY` for each key of its corpus record; absent fields are not listed)."""
+    hashes = {f"corpus.{key}": _canonical_sha256(value)
+              for key, value in (record.get("corpus") or {}).items()}
+    hashes.update({field: _canonical_sha256(record[field]) for field in MEMBERSHIP_FIELDS[1:]
+                   if record.get(field) is not None})
+    return dict(sorted(hashes.items()))
+
+
+def check_membership_hashes(manifest: dict[str, Any], path: Path) -> None:
+    """A LabError naming `path` and the first membership field that differs from the hash
+    written with it (an edited id list, a swapped sample, a removed or added field). A model
+    manifest written before the lab kept these hashes is read with a warning: nothing vouches
+    for its membership, and nothing can be done about it but training it again."""
+    record = manifest if manifest.get("kind") == "lab-pretrained" else manifest.get("pretrained")
+    if not isinstance(record, dict) or not isinstance(record.get("corpus"), dict):
+        return  # not a model manifest with a membership (a corpus's, a stub's)
+    recorded = record.get(MEMBERSHIP_HASH)
+    where = "" if record is manifest else "pretrained."
+    if recorded is None:
+        if str(path) not in _WARNED_UNHASHED:  # once per process: a command reads it often
+            _WARNED_UNHASHED.add(str(path))
+            print(f"lab: warning: {path}: no {where}{MEMBERSHIP_HASH} (a model made before the "
+                  "lab hashed its membership): its injected and held-out ids are taken as "
+                  "written", file=sys.stderr, flush=True)
+        return
+    if not isinstance(recorded, dict):
+        raise LabError(f"{path}: field {where}{MEMBERSHIP_HASH} is not a table of hashes")
+    actual = membership_hashes(record)
+    for field in sorted(set(recorded) | set(actual)):
+        if recorded.get(field) != actual.get(field):
+            change = ("is missing" if field not in actual else "was added" if field not in
+                      recorded else f"differs from its {MEMBERSHIP_HASH}")
+            raise LabError(f"{path}: field {where}{field} {change} (the membership was edited "
+                           "after the model was made: restore the manifest or train again)")
+
+
 # --- loading what the lab trained -------------------------------------------------------------
 
 MANIFEST = "manifest.json"  # a lab model directory's record of how it was made
+# An exported folder keeps it under this name: the manifest the source's provenance (membership,
+# lineage) travels in, which `lab pretrain --init-from` reads from an exported folder.
+EXPORTED_NAME = "lab_{}"
+EXPORTED_MANIFEST = EXPORTED_NAME.format(MANIFEST)
 
 
 def read_stage_manifest(folder: Path, option: str) -> dict[str, Any]:
@@ -155,9 +217,7 @@ def read_stage_manifest(folder: Path, option: str) -> dict[str, Any]:
 
 def read_model_manifest(path: Path) -> dict[str, Any]:
     """A lab manifest file (a model folder's, an export's lab_manifest.json): a model's is read
-    only with its membership as written (lab.train.common.check_membership_hashes)."""
-    from lab.train.common import check_membership_hashes
-
+    only with its membership as written (check_membership_hashes)."""
     try:
         manifest = json.loads(read_text_file(path))
     except json.JSONDecodeError as exc:

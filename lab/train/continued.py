@@ -77,8 +77,8 @@ def _init_source(path: Path) -> tuple[str, Path, dict[str, Any] | None, list[Pat
     (lab-checkpoint: the run's manifest.json, as it stood at that step). Any other folder is
     a Hugging Face model (huggingface) whose membership nobody knows."""
     from lab.common import files_problem
-    from lab.models import MODEL_FILES, read_model_manifest, read_stage_manifest
-    from lab.modelcard import EXPORTED_MANIFEST
+    from lab.models import (EXPORTED_MANIFEST, MODEL_FILES, read_model_manifest,
+                            read_stage_manifest)
     from lab.train.common import checkpoint_problem
 
     name = f"--init-from {path}"
