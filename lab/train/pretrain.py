@@ -22,7 +22,7 @@ from typing import Any
 
 from lab.common import (LabError, check_numbers, check_output, dumps_json, files_record, param,
                         environment_record, share_tree, write_error, write_json_atomic)
-from lab.corpora.shards import read_manifest, verify_corpus
+from lab.corpora.shards import verify_corpus
 from lab.train.common import (
     MEMBERSHIP_HASH, checkpoint_problem, checkpoints_newest_first, latest_checkpoint,
     make_guarded_trainer_class, membership_hashes, quiet_training, TENSORBOARD_DIR,
@@ -323,13 +323,13 @@ def run_pretrain(cfg: PretrainConfig) -> dict[str, Any]:
 
     tokenizer = load_tokenizer(cfg.tokenizer)
     init = check_init_from(cfg, tokenizer)
-    if cfg.dry_run:
-        return dry_run(cfg, tokenizer, read_manifest(cfg.corpus))
     # Checked against its shards (the token cache and the manifest trust corpus_sha256), and
-    # refused when empty.
+    # refused when empty: by the dry run too, which refuses what the run would.
     corpus_manifest = verify_corpus(cfg.corpus)
     if init is not None:  # refused before anything is written
         joined_membership(init, corpus_manifest)
+    if cfg.dry_run:
+        return dry_run(cfg, tokenizer, corpus_manifest)
 
     out = Path(cfg.out)
     work = out.with_name(out.name + ".partial")

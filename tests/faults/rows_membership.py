@@ -56,6 +56,8 @@ ROWS: list[Case] = [
           copy_then("paired", "arm-x1000", scale_counts)),
     error("pretrain: a corpus whose injected ids were swapped", [*_on_corpus("arm-swap"), "--out", "out-pt"],
           SWAPPED_FIELD, SWAPPED),
+    error("pretrain --dry-run: a corpus whose injected ids were swapped",
+          [*_on_corpus("arm-swap"), "--dry-run", "--out", "out-pt"], SWAPPED_FIELD, SWAPPED),
     error("detect: --groups a corpus whose injected ids were swapped",
           [*DETECT, "--groups", "arm-swap"], SWAPPED_FIELD, SWAPPED),
     # row 5: a reference that saw the samples
