@@ -324,3 +324,16 @@ def test_a_manifest_from_before_the_hash_is_read_with_a_warning(tmp_path, capsys
     read_model_manifest(path)  # a command reads it several times: one warning
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"lab: warning: {path}: no membership_sha256")
+
+
+def test_a_model_of_unknown_membership_has_no_held_out_group_to_score():
+    """lab evaluate splits scores by pretraining_membership: weights of unknown provenance
+    may have seen any sample, so nothing is scored as held out (its injected ones still are)."""
+    from lab.eval.generate import pretraining_membership
+
+    corpus = {"injected_ids": ["codetrans:test:1"], "held_out_ids": ["codetrans:test:2"]}
+    known = pretraining_membership({"kind": "lab-pretrained", "corpus": corpus})
+    unknown = pretraining_membership({"kind": "lab-pretrained",
+                                      "corpus": {**corpus, "membership": "unknown"}})
+    assert known["held_out"] == {"codetrans:test:2"} and unknown["held_out"] == set()
+    assert unknown["injected"] == known["injected"] == {"codetrans:test:1"}

@@ -161,11 +161,17 @@ def evaluation_benchmark(manifest: dict[str, Any], task: Task, requested: str | 
 def pretraining_membership(manifest: dict[str, Any]) -> dict[str, set[str]]:
     """Group -> sample ids, from the pre-training corpus recorded in the model's manifest:
     injected / held-out ids, pre-existing overlap, and injected samples whose document was
-    truncated at the block size (`corpus.truncated_ids`; absent from older manifests: none)."""
+    truncated at the block size (`corpus.truncated_ids`; absent from older manifests: none).
+    A model of unknown membership (continued from weights with no lab record) has no held-out
+    group."""
+    from lab.train.continued import UNKNOWN
+
     corpus = pretraining_record(manifest).get("corpus", {})
+    # Weights of unknown provenance may have seen any sample: none is scored as held out.
+    unknown = corpus.get("membership") == UNKNOWN
     return {
         "injected": set(corpus.get("injected_ids") or []),
-        "held_out": set(corpus.get("held_out_ids") or []),
+        "held_out": set() if unknown else set(corpus.get("held_out_ids") or []),
         "pre_existing": {entry.rsplit("/", 1)[0] for entry in corpus.get("pre_existing_verbatim") or []},
         "injected_truncated": set(corpus.get("truncated_ids") or []),
     }
