@@ -3,6 +3,7 @@ and no output directory (nor temporary sibling) left behind. The CLI runs as a s
 tiny synthetic corpora."""
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -839,14 +840,18 @@ def test_a_failed_write_names_the_file_and_keeps_the_previous_one(tmp_path):
     assert path.read_text() == "previous\n"
 
 
-def _fills_the_disk(handle, format, **options):
-    """savefig writes 20,480 bytes of an SVG, then the disk is full (issue 59 row 9)."""
+def _fills_the_disk(target, format=None, **options):
+    """savefig (to a path, in place, or to a handle) writes 20,480 bytes of an SVG, then the
+    disk is full (issue 59 row 9)."""
     import errno
 
-    handle.write(b"\x89PNG" if format == "png" else b"<svg" + b" " * 20476)
-    if format == "svg":
-        handle.flush()
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    svg = (format or Path(str(target)).suffix[1:]) == "svg"
+    with contextlib.ExitStack() as stack:
+        handle = target if hasattr(target, "write") else stack.enter_context(open(target, "wb"))
+        handle.write(b"<svg" + b" " * 20476 if svg else b"\x89PNG")
+        if svg:
+            handle.flush()
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
 def test_a_figure_cut_short_by_a_full_disk_leaves_no_partial_file(tmp_path):
