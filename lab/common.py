@@ -469,7 +469,8 @@ def _check_parent_is_a_folder(out: Path) -> None:
         raise LabError(f"{out}: {existing} is a file, not a folder")
 
 
-# Errors only a write can meet: whatever file an OSError names, the written disk is at fault.
+# Errors only a write meets: shutil.copytree reports its copies' failures as text naming both
+# files, and with these the destination is surely at fault.
 _WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
 
 
@@ -498,7 +499,7 @@ def write_error(exc: BaseException, out: Path) -> LabError | None:
     (shutil's copies name the source first, the destination second), shutil.copytree's list of
     them, safetensors' 'I/O error: ... (os error 28)', torch.save's C++ stream errors, which
     lose the errno ('[enforce fail at inline_container.cc] unexpected pos', 'open file failed
-    with strerror: ...')."""
+    with strerror: ...'; its reader's errors, a damaged checkpoint, are not a write's)."""
     import re
 
     if isinstance(exc, LabError):
@@ -522,8 +523,8 @@ def write_error(exc: BaseException, out: Path) -> LabError | None:
         return LabError(f"{out}: cannot write ({os.strerror(int(code.group(1)))})")
     if reason := re.search(r"open file failed with strerror: ([^\n]+)", message):
         return LabError(f"{out}: cannot write ({reason.group(1).strip()})")
-    if any(sign in message for sign in ("PytorchStreamWriter failed writing",
-                                        "inline_container.cc", "iostream error")):
+    if any(sign in message for sign in ("PytorchStreamWriter failed writing", "unexpected pos",
+                                        "iostream error")):
         free = _free_bytes(out)
         if free is not None and free < 1 << 20:  # the C++ stream keeps no errno: ask the disk
             return LabError(f"{out}: cannot write ({os.strerror(errno.ENOSPC)})")

@@ -915,6 +915,8 @@ def test_write_error_names_the_output_only_for_its_own_writes(tmp_path):
                       "strerror: Read-only file system"),
          f"{out}: cannot write (Read-only file system)"),
         (enforce, f"{out}: cannot write (torch.save failed: [enforce fail at"),  # room left here
+        (RuntimeError("[enforce fail at inline_container.cc:222] . PytorchStreamReader failed "
+                      "reading zip archive: failed finding central directory"), None),  # a read
         (FileNotFoundError(errno.ENOENT, "No such file", "corpus/manifest.json"), None),
         (OSError(errno.EROFS, "Read-only file system", "/cache/tokens/x.tmp-1"), None),
         (LabError("an input's problem"), None),
