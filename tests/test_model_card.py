@@ -310,7 +310,7 @@ def test_an_exported_model_loads_with_plain_transformers(models, tmp_path, name,
     record = export_model(ExportConfig(model=models / name, out=tmp_path / "export"))
     out = Path(record["out"])
     assert {CARD, "config.json", "lab_manifest.json", "tokenizer.json"} <= set(record["files"])
-    assert not (tmp_path / "export.tmp").exists()
+    assert not list(tmp_path.glob("export.tmp*"))  # no temporary sibling (OUT.tmp-PID@HOST-...)
     done = subprocess.run([sys.executable, "-c", LOAD_WITHOUT_LAB, str(out), auto],
                           capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"),
                           cwd=tmp_path)
