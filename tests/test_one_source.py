@@ -79,7 +79,7 @@ MINI_AS_EARLIER = ["pretrain.bf16=false", "finetune.bf16=false", "finetune.group
 # and on 80 samples, 100 fine-tuning pairs and E in {0, 5} (issue 59: half the wall time).
 QUICKSTART_AS_EARLIER = ["pretrain.bf16=true", "finetune.bf16=true", "corpus.limit=700",
                          "injection.samples=200", "pretrain.batch_size=16",
-                         "finetune.epochs=[0,1,5]", "finetune.train_sizes=[200]",
+                         "pretrain.warmup_steps=30", "finetune.epochs=[0,1,5]", "finetune.train_sizes=[200]",
                          "evaluation.max_samples=200"]
 PAPER_AS_EARLIER = ["resources.pretrain.processes=1", "resources.pretrain.deepspeed=null",
                     "pretrain.batch_size=32", "pretrain.bf16=false", "finetune.bf16=false",
