@@ -502,7 +502,9 @@ def test_a_dry_run_refuses_a_placebo_pool_that_does_not_exist(workdir, tmp_path)
     assert not (tmp_path / "s").exists()
     fits = run_lab([*study, "benchmark=codetrans-paper", "--set", "injection.samples=400"],
                    workdir, None)
-    assert fits.returncode == 0 and "placebo" not in fits.stderr, fits.stderr
+    # a paper study cannot start on this machine for other reasons (no GPU, the paper subsets
+    # not here, disk), which its dry run now refuses with: none of them is the placebo pool
+    assert "placebo" not in fits.stderr, fits.stderr
 
 
 def test_study_refuses_a_missing_recipe_and_a_file_as_study_folder(workdir, tmp_path):
