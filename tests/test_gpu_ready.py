@@ -93,9 +93,11 @@ def test_gpu_smoke_dry_run_shows_both_plans_and_refuses_to_run_without_a_gpu(tmp
     script = REPO / "scripts" / "gpu-smoke.sh"
     dry = subprocess.run(["bash", str(script), "--dry-run"], env=env, capture_output=True,
                          text=True, timeout=600)
-    assert dry.returncode == 0, dry.stderr
+    # both plans shown, each refused as its real run would be here (no GPU): exit 2
+    assert dry.returncode == 2, dry.stderr
     assert "== one GPU" in dry.stdout and "== two GPUs, ZeRO-2, bf16" in dry.stdout
     assert dry.stdout.count("29 stages, 0 done") == 2
+    assert dry.stderr.count("no CUDA GPU is visible here") == 2, dry.stderr
     assert not (tmp_path / "smoke").exists()
     real = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True,
                           timeout=60)
