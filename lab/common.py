@@ -346,6 +346,17 @@ def share_tree(folder: Path) -> None:
                 os.chmod(path, os.stat(path).st_mode & 0o7777 | 0o644)
 
 
+def read_json_if_there(path: Path) -> Any:
+    """The JSON at `path`, None where there is no such file (a record not written yet); an
+    unreadable one refused in one line naming it."""
+    if not Path(path).is_file():
+        return None
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise LabError(f"{path}: unreadable ({exc})") from None
+
+
 def write_json_atomic(path: Path, obj: Any) -> None:
     with atomic_file(path) as handle:
         handle.write(dumps_json(obj).encode("utf-8"))

@@ -16,8 +16,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from lab.common import (LabError, atomic_file, sha256_file, table_cell, write_json_atomic,
-                        write_text_atomic)
+from lab.common import (LabError, atomic_file, read_json_if_there, sha256_file, table_cell,
+                        write_json_atomic, write_text_atomic)
 from lab.study.grid import Stage, expand, model_name
 from lab.study.recipe import Recipe, recipe_dict, recipe_from_dict, study_differences
 
@@ -259,12 +259,9 @@ def recorded_recipe(study: Path) -> Recipe | None:
 def tables_record(folder: Path) -> dict[str, Any]:
     """FOLDER/tables.json ({} where the tables predate it or were written by hand)."""
     path = Path(folder) / TABLES_RECORD
-    if not path.is_file():
+    record = read_json_if_there(path)
+    if record is None:
         return {}
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise LabError(f"{path}: unreadable ({exc})") from None
     if not (isinstance(record, dict) and record.get("kind") == TABLES_KIND
             and isinstance(record.get("files"), dict)):
         raise LabError(f"{path}: not the record lab writes of a study's tables")

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from lab.common import LabError, check_apart, environment_record, write_json_atomic
+from lab.common import (LabError, check_apart, environment_record, read_json_if_there,
+                        write_json_atomic)
 from lab.corpora import corpora_inputs
 from lab.study.collect import PROBES, collect
 from lab.study.cost import estimate
@@ -30,12 +31,9 @@ SUMMARY = "study.json"
 def read_summary(study: Path) -> dict[str, Any]:
     """STUDY/study.json as a dict: empty for a new study, refused when unreadable."""
     path = study / SUMMARY
-    if not path.is_file():
+    summary = read_json_if_there(path)
+    if summary is None:
         return {}
-    try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise LabError(f"{path}: unreadable ({exc})") from None
     if not isinstance(summary, dict):
         raise LabError(f"{path}: unreadable (not a JSON object)")
     return summary
