@@ -617,8 +617,9 @@ def temporary_prefix(path: Path, kind: str = "tmp") -> str:
 
 def remove_stale_siblings(out: Path) -> list[Path]:
     """Remove the OUT.tmp-* and OUT.old-* folders (atomic_output_dir) or files (atomic_file)
-    that a killed run of `out` left (kill -9, power loss), and return them: only this machine's (a folder shared with other machines
-    holds theirs, whose processes this one cannot see) whose process is no longer alive."""
+    that a killed run of `out` left (kill -9, power loss), and return them: only this
+    machine's (a folder shared with other machines holds theirs, whose processes this one
+    cannot see) whose process is no longer alive."""
     import glob
     import re
 
