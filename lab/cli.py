@@ -19,6 +19,7 @@ from rich.table import Table
 from lab.common import LabError, option_name
 from lab.contamination.audit import AuditConfig, run_audit
 from lab.contamination.inject import InjectConfig  # the configs declare their commands' options
+from lab.decontam.run import DecontamConfig
 from lab.eval.baselines import BaselineConfig
 from lab.eval.generate import EvaluateConfig
 from lab.detect.run import DetectConfig
@@ -233,6 +234,24 @@ def audit(cfg: AuditConfig) -> None:
         console.print(f"not audited (not available): {', '.join(summary['splits_missing'])}")
     if cfg.out is not None:
         console.print(f"report: {cfg.out}/report.jsonl  summary: {cfg.out}/summary.json")
+
+
+@app.command()
+@options_of(DecontamConfig)
+def decontam(cfg: DecontamConfig) -> None:
+    """Decontaminators run over an arm's corpus, judged on its injected samples per dose."""
+    from lab.decontam.run import run_decontam
+
+    result = run_decontam(cfg)
+    rows = [{**row, "recall": _fmt(row["recall"]), "precision": _fmt(row["precision"])}
+            for row in result["rows"]]
+    console.print(_table(f"{result['setting']} arm of {result['benchmark']}:{result['split']} "
+                         f"({result['documents']} documents, {result['form']} form)", rows,
+                         ["method", "dose", "injected_samples", "samples_found", "recall",
+                          "flagged_documents", "flagged_injected", "flagged_natural_overlap",
+                          "flagged_other", "precision"]))
+    console.print(f"rows: {cfg.out}/decontam.csv  time and memory: {cfg.out}/decontam_timing.csv",
+                  markup=False, soft_wrap=True)
 
 
 @app.command()

@@ -25,6 +25,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "lab.stats", "lab.models")),
     ("data", ("lab.corpora", "lab.records", "lab.tasks", "lab.shards")),
     ("contamination", ("lab.contamination",)),
+    ("decontamination", ("lab.decontam",)),  # decontaminators over an arm: above its audit
     ("tokenizer", ("lab.tokenizer",)),
     ("train", ("lab.train",)),
     ("eval", ("lab.eval", "lab.llm", "lab.detect")),

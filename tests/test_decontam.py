@@ -1,0 +1,200 @@
+"""`lab decontam`: decontaminators run over a real paired arm (CSN-format Java with CodeTrans
+test samples injected by `lab inject`) and judged on its ground truth; hand-made documents for
+what a renamed copy does to each method; the bad inputs (one line, exit 2, nothing written)."""
+from __future__ import annotations
+
+import csv
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.corpora import Sample
+from lab.decontam import DECONTAMINATORS
+from lab.decontam.base import Options, Reference
+from lab.decontam.ngram import janitor_removes, words
+
+METHODS = ("exact", "ngram13", "datatrove", "minhash", "audit")
+
+
+@pytest.fixture(scope="module")
+def arm(tmp_path_factory) -> Path:
+    """A paired CodeTrans arm over 300 CSN-format documents: of the test split's first 12
+    samples, 6 injected once (dose 1, repeat 1), 6 held out (dose 0)."""
+    if not os.environ.get("LAB_CORPORA"):
+        pytest.skip("needs LAB_CORPORA")
+    from lab.contamination.inject import InjectConfig, run_inject
+
+    out = tmp_path_factory.mktemp("decontam") / "paired"
+    run_inject(InjectConfig(benchmark="codetrans", setting="paired", seed=0, out=out,
+                            base_splits=("valid",), limit=300, samples=12, doses=(0, 1)))
+    return out
+
+
+def decontam(arm: Path, out: Path, **options):
+    from lab.decontam.run import DecontamConfig, run_decontam
+
+    return run_decontam(DecontamConfig(corpus=arm, out=out, **options))
+
+
+def rows_of(out: Path) -> list[dict[str, str]]:
+    with open(out / "decontam.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def row(rows: list[dict[str, str]], method: str, dose: int) -> dict[str, str]:
+    return next(r for r in rows if r["method"] == method and r["dose"] == str(dose))
+
+
+def test_exact_finds_every_verbatim_copy_and_the_csv_has_a_row_per_method_and_dose(arm, tmp_path):
+    result = decontam(arm, tmp_path / "out", methods=METHODS)
+    rows = rows_of(tmp_path / "out")
+    assert [(r["method"], r["dose"]) for r in rows] == [(m, d) for m in METHODS for d in ("0", "1")]
+    exact = row(rows, "exact", 1)
+    assert (exact["injected_samples"], exact["samples_found"], exact["recall"]) == ("6", "6", "1.0")
+    assert exact["injected_documents_flagged"] == exact["injected_documents"] == "6"
+    assert exact["precision"] == "1.0" and exact["flagged_other"] == "0"
+    assert row(rows, "exact", 0)["recall"] == ""  # held out: nothing injected to find
+    for r in rows:
+        assert (r["benchmark"], r["split"], r["setting"], r["form"]) == (
+            "codetrans", "test", "paired", "verbatim")
+        assert r["documents"] == "300"
+        assert int(r["flagged_injected"]) + int(r["flagged_natural_overlap"]) + int(
+            r["flagged_other"]) == int(r["flagged_documents"]) == int(r["documents_removed"])
+    # the lab's audit finds verbatim copies too, and the datatrove step is run for real
+    assert row(rows, "audit", 1)["recall"] == "1.0"
+    assert int(row(rows, "datatrove", 1)["samples_found"]) > 0
+    assert row(rows, "datatrove", 1)["flagged_other"] == "0"
+    timing = (tmp_path / "out" / "decontam_timing.csv").read_text().splitlines()
+    assert [line.split(",")[0] for line in timing[1:]] == list(METHODS)
+    assert result["methods"]["exact"]["samples_found"] == 6
+
+
+def test_ngram13_finds_every_sample_it_can_and_all_with_short_sides_whole(arm, tmp_path):
+    """lm-eval's rule never matches a side of fewer than 13 words (punctuation deleted), and
+    most CodeTrans functions are that short: recall is the share of injected samples with a
+    side of 13 words or more; `--ngram-short whole` matches short sides whole: recall 1.0."""
+    from lab.corpora import load_samples
+    from lab.corpora.shards import read_manifest
+
+    decontam(arm, tmp_path / "lm-eval", methods=("ngram13",))
+    decontam(arm, tmp_path / "whole", methods=("ngram13",), ngram_short="whole")
+    injected = set(read_manifest(arm)["injected_ids"])
+    samples = [s for s in load_samples("codetrans", "test").records if s.id in injected]
+    findable = sum(max(len(words(s.input)), len(words(s.output))) >= 13 for s in samples)
+    lm_eval = row(rows_of(tmp_path / "lm-eval"), "ngram13", 1)
+    assert lm_eval["samples_found"] == str(findable)
+    assert lm_eval["parameters"] == "n=13 rule=any short=skip"
+    whole = row(rows_of(tmp_path / "whole"), "ngram13", 1)
+    assert (whole["samples_found"], whole["recall"], whole["precision"]) == ("6", "1.0", "1.0")
+
+
+def test_the_csv_is_the_same_bytes_for_the_same_inputs(arm, tmp_path):
+    decontam(arm, tmp_path / "a", methods=("exact", "ngram8", "minhash"))
+    decontam(arm, tmp_path / "b", methods=("exact", "ngram8", "minhash"))
+    assert (tmp_path / "a" / "decontam.csv").read_bytes() == (
+        tmp_path / "b" / "decontam.csv").read_bytes()
+
+
+# --- hand-made documents: a renamed copy ----------------------------------------------------
+
+JAVA = """public static int countMatchingItems(List<String> items, String prefix, int limit) {
+    int count = 0;
+    for (String item : items) {
+        if (item != null && item.startsWith(prefix)) {
+            count++;
+            if (count >= limit) {
+                return limit;
+            }
+        }
+    }
+    return count;
+}"""
+RENAMES = {"countMatchingItems": "tally", "items": "values", "prefix": "head", "limit": "cap",
+           "count": "n", "item": "v"}
+RENAMED = re.sub(r"\b(" + "|".join(RENAMES) + r")\b", lambda m: RENAMES[m.group(1)], JAVA)
+OTHER = "public void close() throws IOException { if (stream != null) { stream.close(); } }"
+DOCUMENTS = [JAVA, "/** Counts. */\n" + "\n\n".join(JAVA.split("\n")), RENAMED, OTHER]
+REFERENCE = Reference([Sample("bench:test:0", "test", 0, JAVA, "")], "java", "cs")
+
+
+@pytest.mark.parametrize("method, options, flags", [
+    ("exact", Options(), [True, True, False, False]),
+    ("ngram13", Options(), [True, True, False, False]),
+    ("datatrove", Options(), [True, True, False, False]),
+    ("audit", Options(), [True, True, False, False]),
+    # shingles of 5 tokens: the renamed copy's Jaccard with the sample is 0.03
+    ("minhash", Options(), [True, True, False, False]),
+    ("minhash", Options(jaccard=0.3), [True, True, False, False]),
+    # single tokens: its Jaccard is 0.68 (keywords and punctuation are kept)
+    ("minhash", Options(shingle=1, jaccard=0.5), [True, True, True, False]),
+])
+def test_a_renamed_copy(method, options, flags):
+    """Measured: every method finds the verbatim and the re-laid-out copy and none the
+    unrelated method; only MinHash over single tokens at Jaccard 0.5 finds the copy whose
+    identifiers were renamed."""
+    assert DECONTAMINATORS[method].flag(DOCUMENTS, REFERENCE, options) == flags
+
+
+def test_the_janitor_rule():
+    """lm-eval's Janitor: a document is left whole-less when it has more than 10 matches, or
+    when no piece of at least 200 characters survives the 200-character windows."""
+    long_text = "x" * 1000
+    assert not janitor_removes(long_text, [])
+    assert not janitor_removes(long_text, [(10, 20)])           # 780 characters after the cut
+    assert janitor_removes("y" * 300, [(100, 120)])             # nothing long enough is left
+    assert janitor_removes(long_text * 10, [(i * 900, i * 900 + 5) for i in range(11)])
+    assert not janitor_removes(long_text * 10, [(i * 900, i * 900 + 5) for i in range(10)])
+    assert DECONTAMINATORS["ngram13"].flag([JAVA], REFERENCE, Options(ngram_rule="janitor")) == [True]
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+def run_lab(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "lab.cli", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def lab_in_process(args: list[str], capsys) -> tuple[int, str, str]:
+    from lab.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return stopped.value.code, captured.out, captured.err
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    (["--methods", "exact,bogus"], "--methods bogus: unknown method (choose from exact"),
+    (["--methods", ""], "--methods: give at least one method"),
+    (["--ngram-n", "0"], "--ngram-n 0: must be >= 1"),
+    (["--ngram-n", "-2"], "--ngram-n -2: must be >= 1"),
+    (["--jaccard", "1.5"], "--jaccard 1.5: must be in (0, 1]"),
+    (["--ngram-rule", "sometimes"], "--ngram-rule sometimes: choose from any, janitor"),
+])
+def test_bad_options(arm, tmp_path, capsys, extra, fragment):
+    out = tmp_path / "out"
+    code, stdout, stderr = lab_in_process(["decontam", "--corpus", arm, "--out", out, *extra],
+                                          capsys)
+    assert code == 2 and stdout == ""
+    assert stderr.count("\n") == 1 and stderr.startswith("lab: error: ") and fragment in stderr
+    assert not out.exists() and not any(p.name.startswith("out") for p in tmp_path.iterdir())
+
+
+def test_a_folder_without_a_manifest(tmp_path):
+    """In a process of its own: one line, exit 2, no traceback, no output folder."""
+    folder = tmp_path / "not-a-corpus"
+    folder.mkdir()
+    (folder / "part-00000.jsonl.gz").write_bytes(b"")
+    out = tmp_path / "out"
+    result = run_lab(["decontam", "--corpus", folder, "--out", out], tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == "" and "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [
+        f"lab: error: {folder}: not a lab corpus directory (no manifest.json; make one with "
+        "lab inject)"]
+    assert not out.exists()
