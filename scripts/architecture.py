@@ -24,7 +24,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("lab", "lab.common", "lab.codetokens", "lab.executor", "lab.executor_datatrove",
                     "lab.stats", "lab.models")),
     ("data", ("lab.corpora", "lab.records", "lab.tasks", "lab.shards")),
-    ("contamination", ("lab.contamination",)),
+    # lab perturb's renamer (text in, text out) is also a soft-contamination form of injection
+    # (lab.contamination.soft): it sits with the injector, below the LLM arm that drives it.
+    ("contamination", ("lab.contamination", "lab.llm.perturb", "lab.llm.table_i")),
     ("decontamination", ("lab.decontam",)),  # decontaminators over an arm: above its audit
     ("tokenizer", ("lab.tokenizer",)),
     ("train", ("lab.train",)),

@@ -28,6 +28,7 @@ from lab.common import (DataNotFound, LabError, atomic_output_dir, check_numbers
                         corpora_param, environment_record, param, read_text_file,
                         write_json_atomic)
 from lab.contamination import settings as settings_table
+from lab.contamination import soft
 from lab.contamination import timing as timing_table
 from lab.contamination.arm import ArmTally, Built, too_few_documents
 from lab.contamination.audit import audit_samples
@@ -82,6 +83,10 @@ class InjectConfig(ExecutorConfig):
         + timing_table.SPEC_HELP + ". Several timings split the injected samples into as many "
         "seeded, equal-size levels (duplicates kept together), each in its own window "
         "(lab.contamination.timing).")
+    contamination_form: str = param(
+        soft.VERBATIM, soft.FORM_HELP[0].upper() + soft.FORM_HELP[1:] + "; a placebo's own "
+        "samples get the same. Recorded per injected document (its form field) and in the "
+        "manifest (lab.contamination.soft).")
     test_ids: Path | None = param(None, "File of sample ids to inject.")
     decontaminate: bool = param(False, "First drop base near-duplicates of the test set.")
     placebo_from: tuple[str, ...] | None = param(
@@ -142,6 +147,7 @@ class InjectConfig(ExecutorConfig):
         if self.doses is not None:
             check_doses(self)
         timing_table.check_timing(tuple(self.timing), self.doses)
+        soft.parse_form(self.contamination_form)
         if self.placebo_match not in PLACEBO_MATCHES:
             raise LabError(f"--placebo-match {self.placebo_match}: choose from "
                            f"{', '.join(PLACEBO_MATCHES)}")
@@ -174,6 +180,8 @@ def validate(cfg: InjectConfig) -> None:
     spec = get_spec(cfg.benchmark)
     if spec.kind != "benchmark":
         raise LabError(f"--benchmark {cfg.benchmark}: not a benchmark")
+    soft.check_form(soft.parse_form(cfg.contamination_form), cfg.benchmark,
+                    settings_table.get(cfg.setting), cfg.base)
     if cfg.test_ids is not None and not Path(cfg.test_ids).is_file():
         raise LabError(f"--test-ids {cfg.test_ids}: no such file")
     if cfg.placebo_from is not None:
@@ -416,7 +424,7 @@ def choose_placebo(pool: PlaceboPool, selected: list[Sample], setting: Setting,
 def form_length(setting: Setting, sample: Sample) -> tuple[int, int]:
     """A sample's length as the arm injects it (one copy): lab code tokens of its documents,
     then their characters."""
-    texts = [text for _side, text in setting.documents(sample)]
+    texts = [text for _side, text in soft.length_documents(setting, sample)]
     return sum(len(code_tokens(text)) for text in texts), sum(map(len, texts))
 
 
@@ -487,6 +495,9 @@ def plan_injection(cfg: InjectConfig) -> Plan:
                            f"{len(samples)} samples")
         samples = samples[: cfg.samples]
     setting = settings_table.get(cfg.setting)
+    form = soft.parse_form(cfg.contamination_form)
+    if not form.verbatim:  # its documents come in the contamination form
+        setting = soft.FormedSetting.of(setting, form, cfg.seed, cfg.benchmark, cfg.base)
     # A placebo selects the test samples its base setting would inject with this seed (their
     # count is what it matches) and injects none of them.
     levels = dose_levels(samples, cfg) if cfg.doses and setting.injects else None
@@ -510,6 +521,7 @@ def plan_injection(cfg: InjectConfig) -> Plan:
                 injected.append({
                     "id": f"inject:{sample.id}:{side}:{copy}", "text": text,
                     "sample": sample.id, "side": side, "copy": copy,
+                    **({"form": form.name} if not form.verbatim else {}),
                 })
     timing_levels = None
     if setting.injects and not timing_table.is_uniform(cfg.timing):
@@ -553,8 +565,9 @@ def build_in_memory(cfg: InjectConfig, plan: Plan, tmp: Path) -> Built:
     order = list(range(len(base)))
     random.Random(f"{cfg.seed}/remove").shuffle(order)
     removed = set(order[: len(plan.injected)])
+    extra = soft.base_fields(cfg.contamination_form)
     final: list[dict[str, Any]] = [
-        {"id": d.id, "text": d.text} for i, d in enumerate(base) if i not in removed
+        {"id": d.id, "text": d.text, **extra} for i, d in enumerate(base) if i not in removed
     ] + plan.injected
     random.Random(f"{cfg.seed}/order").shuffle(final)
     tally = ArmTally.for_plan(plan.samples, plan.injected)
@@ -618,6 +631,8 @@ def _manifest(cfg: InjectConfig, plan: Plan, built: Built, guards: dict[str, Any
             "decontaminate": cfg.decontaminate, "shard_size": cfg.shard_size,
             **({"placebo_from": list(cfg.placebo_from)} if cfg.placebo_from else {}),
             **({"placebo_match": cfg.placebo_match} if pool is not None else {}),
+            **({"contamination_form": cfg.contamination_form}
+               if isinstance(plan.setting, soft.FormedSetting) else {}),
         },
         **({"executor": {"executor": cfg.executor, "tasks": cfg.tasks}}
            if cfg.corpus_format == 2 else {}),
@@ -645,6 +660,8 @@ def _manifest(cfg: InjectConfig, plan: Plan, built: Built, guards: dict[str, Any
                                        plan.copies, injected)}
            if plan.levels is not None else {}),
         **({"timing_levels": timing_record(cfg, plan)} if plan.timing_levels is not None else {}),
+        **({"contamination_form": form_record(plan.setting, plan.sources)}
+           if isinstance(plan.setting, soft.FormedSetting) else {}),
         "pre_existing_verbatim": pre_existing,
         "guards": guards,
         "inputs": {
@@ -667,6 +684,18 @@ def _manifest(cfg: InjectConfig, plan: Plan, built: Built, guards: dict[str, Any
             "length_match": length_match,
         }
     return manifest
+
+
+def form_record(setting: soft.FormedSetting, sources: list[Sample]) -> dict[str, Any]:
+    """The arm's contamination form and its options, how many of the injected samples (a
+    placebo's own) it altered, and those it left as verbatim writes them, with the reason."""
+    unchanged = []
+    for sample in sources:
+        _documents, reason = setting.formed(sample)
+        if reason is not None:
+            unchanged.append({"id": sample.id, "reason": reason})
+    return {**setting.contamination.record(), "seed": setting.seed,
+            "altered_samples": len(sources) - len(unchanged), "unchanged": unchanged}
 
 
 def dose_record(cfg: InjectConfig, setting: Setting, samples: list[Sample], levels: list[list[int]],

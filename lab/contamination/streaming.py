@@ -20,6 +20,7 @@ from typing import Any, Iterator
 import orjson
 
 from lab.common import LabError
+from lab.contamination import soft
 from lab.contamination.arm import ArmTally, Built, too_few_documents
 from lab.contamination.overlap import index_spec, side_index
 from lab.corpora import Loaded, get_spec, load_samples
@@ -209,7 +210,8 @@ def scatter_unit(unit: dict[str, Any]) -> dict[str, Any]:
             if doc_id in removed:
                 continue
             _write_keyed(handles, work, unit["unit"], seeded_key(seed, "order", doc_id),
-                         {"id": doc_id, "text": text}, buckets)
+                         {"id": doc_id, "text": text, **plan.get("base_fields", {})},
+                         buckets)
             written += 1
     finally:
         for handle in handles.values():
@@ -286,8 +288,10 @@ def build_streaming(cfg: Any, plan: Any, tmp: Path) -> Any:
             histogram = [a + b for a, b in zip(histogram, scan["histogram"])]
         smallest = _smallest(smallest, scan["smallest"], k)
     dirty.sort()
+    extra = soft.base_fields(cfg.contamination_form)  # a non-verbatim form's {"form": ""}
     arm_plan: dict[str, Any] = {"seed": cfg.seed, "dirty": dirty, "limit_threshold": None,
-                                "work": str(work), "out": str(tmp / CORPUS_SUBDIR)}
+                                "work": str(work), "out": str(tmp / CORPUS_SUBDIR),
+                                **({"base_fields": extra} if extra else {})}
     plan_path = work / "plan.json"
     if cfg.limit is not None:
         arm_plan["limit_threshold"] = list(_limit_threshold(cfg, units, histogram, work))

@@ -17,6 +17,7 @@ from typing import Any
 
 from lab.common import LabError, default_of, sha256_file
 from lab.contamination import settings as settings_table
+from lab.contamination import soft
 from lab.contamination import timing as timing_table
 from lab.contamination.inject import placebo_splits
 from lab.study.recipe import Recipe, deepspeed_config, for_model, placebo_plan
@@ -134,6 +135,7 @@ def _inject(recipe: Recipe, arm: str, seed: int) -> Stage:
         placebo_from=placebo_from,
         placebo_match=injection.placebo_match if setting.placebo else "random",
         timing=tuple(injection.timing) if setting.injects else timing_table.DEFAULT,
+        contamination_form=injection.contamination_form if setting.injects else soft.VERBATIM,
     ), labels={"arm": arm, "seed": seed})
 
 

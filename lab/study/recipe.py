@@ -26,6 +26,7 @@ import yaml
 
 from lab.common import SEED_MAX, LabError, default_of, option_name, param
 from lab.contamination import settings as settings_table
+from lab.contamination import soft
 from lab.contamination.inject import InjectConfig, placebo_splits
 from lab.detect.run import DetectConfig
 from lab.eval.probe import ProbeConfig
@@ -126,7 +127,7 @@ STUDY_DEFAULTS = {
 CorpusSection = section("CorpusSection", InjectConfig, ["base", "base_splits", "limit"])
 InjectionSection = section("InjectionSection", InjectConfig,
                            ["repeat", "fraction", "doses", "samples", "decontaminate",
-                            "placebo_from", "placebo_match", "timing"])
+                            "placebo_from", "placebo_match", "timing", "contamination_form"])
 
 
 TokenizerSection = section("TokenizerSection", TokenizerConfig, ["vocab_size"],
@@ -613,6 +614,21 @@ SWEEPS = {"finetune": {"epochs": "epochs", "train_sizes": "train_size"},
           "pretrain": {"weight_decay": "weight_decay"}}
 
 
+def _check_contamination_form(recipe: Recipe) -> None:
+    """injection.contamination_form against the benchmark and every arm that injects (the
+    grid gives the control verbatim): the refusal lab inject would make, before any stage."""
+    form = soft.parse_form(recipe.injection.contamination_form)
+    for i, arm in enumerate(recipe.arms):
+        setting = settings_table.get(arm)
+        if not setting.injects:
+            continue
+        try:
+            soft.check_form(form, recipe.benchmark, setting, recipe.corpus.base)
+        except LabError as exc:
+            reason = str(exc).split(": ", 1)[-1]
+            _fail("injection.contamination_form", f"arms[{i}] {arm}: {reason}")
+
+
 def _check_as_config(name: str, section: Any) -> None:
     """A section's fields as its stage's config checks them when it is made (its __post_init__,
     which `lab COMMAND` runs too): the recipe states no rule of its own about one stage. The
@@ -682,6 +698,7 @@ def _check_across_stages(recipe: Recipe) -> None:
             placebo_splits(recipe.benchmark, "test", tuple(placebo_from))
         except LabError as exc:
             _fail("injection.placebo_from", str(exc).removeprefix("--placebo-from").lstrip(": "))
+    _check_contamination_form(recipe)
     test_samples = ((dataset_manifest(recipe.benchmark) or {}).get("expected_records") or {}) \
         .get("test")
     if injection.samples and test_samples and injection.samples > test_samples:

@@ -20,6 +20,7 @@ from lab.detect.run import DetectConfig, run_detect
 from lab.eval.probe import ProbeConfig, run_probe
 from lab.modelcard import write_model_card
 from lab.study.evaluate import EvaluateStageConfig, run_evaluate_stage
+from lab.contamination import soft
 from lab.contamination import timing as timing_table
 from lab.study.recipe import KEY_NEUTRAL_DEFAULTS, ResourcesSection
 from lab.tokenizer import TokenizerConfig, run_tokenizer
@@ -71,8 +72,10 @@ KINDS: dict[str, StageKind] = {
     "inject": StageKind(
         InjectConfig, run_inject,
         key=("benchmark", "setting", "seed", "base", "base_splits", "limit", "repeat", "fraction",
-             "doses", "samples", "decontaminate", "placebo_from", "placebo_match", "timing"),
+             "doses", "samples", "decontaminate", "placebo_from", "placebo_match", "timing",
+             "contamination_form"),
         neutral={"doses": None, "samples": None, "placebo_from": None, "placebo_match": "random",
+                 "contamination_form": soft.VERBATIM,
                  "timing": list(timing_table.DEFAULT)}),
     "tokenizer": StageKind(TokenizerConfig, run_tokenizer_stage, key=("vocab_size", "benchmarks"),
                            inputs=("corpus",), output="tokenizer"),
