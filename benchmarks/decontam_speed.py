@@ -90,8 +90,8 @@ def main() -> None:
         lab, other = results[0], results[-1]
         both = set(lab["flagged"]) & set(other["flagged"])
         either = set(lab["flagged"]) | set(other["flagged"])
-        print(f"{lab['method']} / {other['method']}: time x{lab['seconds'] / other['seconds']:.3f}, "
-              f"peak memory "
+        print(f"{lab['method']} / {other['method']}: "
+              f"time x{lab['seconds'] / other['seconds']:.3f}, peak memory "
               + (f"x{lab['peak_mib'] / other['peak_mib']:.3f}" if other["peak_mib"] else "n/a")
               + f"; flagged by both {len(both)}, by either {len(either)}")
     print(f"memory: {results[0]['memory']}")

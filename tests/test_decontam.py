@@ -148,7 +148,8 @@ def test_the_janitor_rule():
     assert janitor_removes("y" * 300, [(100, 120)])             # nothing long enough is left
     assert janitor_removes(long_text * 10, [(i * 900, i * 900 + 5) for i in range(11)])
     assert not janitor_removes(long_text * 10, [(i * 900, i * 900 + 5) for i in range(10)])
-    assert DECONTAMINATORS["ngram13"].flag([JAVA], REFERENCE, Options(ngram_rule="janitor")) == [True]
+    janitor = Options(ngram_rule="janitor")
+    assert DECONTAMINATORS["ngram13"].flag([JAVA], REFERENCE, janitor) == [True]
 
 
 # --- bad input ---------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Iterator, Sequence
 
 from lab.codetokens import code_tokens
+from lab.common import LabError
 from lab.contamination import segments
 from lab.decontam.base import Options, Reference
 
@@ -40,7 +41,11 @@ def units(text: str) -> list[str]:
 
 
 def flag(documents: Sequence[str], reference: Reference, options: Options) -> list[bool]:
-    from datasketch import MinHash, MinHashLSH
+    try:
+        from datasketch import MinHash, MinHashLSH
+    except ImportError:
+        raise LabError("--methods minhash: needs the datasketch package (a dependency of the "
+                       "lab: pip install 'datasketch>=2.0')") from None
 
     def sketches(texts: Sequence[str]) -> Iterator[MinHash]:
         return MinHash.generator((shingles(t, options.shingle) for t in texts),
