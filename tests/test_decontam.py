@@ -99,6 +99,26 @@ def test_the_csv_is_the_same_bytes_for_the_same_inputs(arm, tmp_path):
         tmp_path / "b" / "decontam.csv").read_bytes()
 
 
+def test_a_renamed_arm_hides_most_samples_from_exact(tmp_path):
+    """An arm injected in the renamed form (lab inject --contamination-form renamed): the form
+    is read from its manifest; exact finds the samples the renamer left unchanged and misses
+    the renamed ones."""
+    if not os.environ.get("LAB_CORPORA"):
+        pytest.skip("needs LAB_CORPORA")
+    from lab.contamination.inject import InjectConfig, run_inject
+
+    arm = tmp_path / "renamed"
+    manifest = run_inject(InjectConfig(benchmark="codetrans", setting="paired", seed=0, out=arm,
+                                       base_splits=("valid",), limit=300, samples=12,
+                                       doses=(0, 1), contamination_form="renamed"))
+    decontam(arm, tmp_path / "out", methods=("exact",))
+    exact = row(rows_of(tmp_path / "out"), "exact", 1)
+    assert exact["form"] == "renamed"
+    unchanged = {u["id"] for u in manifest["contamination_form"]["unchanged"]}
+    kept = len(unchanged & set(manifest["injected_ids"]))
+    assert kept <= int(exact["samples_found"]) < int(exact["injected_samples"]) == 6
+
+
 # --- hand-made documents: a renamed copy ----------------------------------------------------
 
 JAVA = """public static int countMatchingItems(List<String> items, String prefix, int limit) {

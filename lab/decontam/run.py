@@ -102,6 +102,20 @@ def dose_levels(manifest: dict[str, Any]) -> list[tuple[int, list[str]]]:
     return [level for level in found if level[1]] or [(0, [])]
 
 
+def form_of(manifest: dict[str, Any]) -> str:
+    """The arm's contamination form as `lab inject --contamination-form` names it (e.g.
+    renamed, partial:0.5); verbatim for an arm whose manifest states none."""
+    form = manifest.get("contamination_form")
+    if isinstance(form, str) and form:
+        return form
+    spec = (manifest.get("options") or {}).get("contamination_form")
+    if isinstance(spec, str) and spec:
+        return spec
+    if isinstance(form, dict) and form.get("name"):
+        return str(form["name"]) + (f":{form['fraction']}" if form.get("fraction") else "")
+    return DEFAULT_FORM
+
+
 def reference_of(manifest: dict[str, Any], path: Path, corpora_dir: Path | None
                  ) -> tuple[str, str, Reference]:
     benchmark = manifest.get("benchmark")
@@ -211,7 +225,7 @@ def run_decontam(cfg: DecontamConfig) -> dict[str, Any]:
     options = cfg.options()
     described = {"benchmark": benchmark, "split": split,
                  "setting": manifest.get("setting", ""),
-                 "form": manifest.get("contamination_form", DEFAULT_FORM)}
+                 "form": form_of(manifest)}
     flags_of: dict[str, list[bool]] = {}
     timing = []
     for name in cfg.methods:
