@@ -177,6 +177,19 @@ def test_verbatim_writes_the_arm_as_before(tmp_path):
     assert all("form" not in record for record in lines(tmp_path / "verbatim"))
 
 
+def test_a_streamed_arm_gives_every_line_the_form_field(tmp_path):
+    """Format 2 writes its base documents in other processes: they carry form "" too."""
+    manifest = small_arm(tmp_path, "streamed", contamination_form="cross-language",
+                         corpus_format=2, shard_size=100)
+    verify_corpus(tmp_path / "streamed")
+    records = lines(tmp_path / "streamed")
+    assert len(records) == 300 and len(manifest["shards"]) > 1
+    assert {r["form"] for r in records if not r["sample"]} == {""}
+    injected = [r for r in records if r["sample"]]
+    assert len(injected) == 30 and {(r["form"], r["side"]) for r in injected} == {
+        ("cross-language", "output")}
+
+
 def run_lab(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
     return subprocess.run([sys.executable, "-m", "lab.cli", *map(str, args)], cwd=cwd, env=env,

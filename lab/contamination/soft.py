@@ -196,7 +196,7 @@ def length_documents(setting: Setting, sample: Any) -> list[tuple[str, str]]:
     return setting.documents(sample)
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=1 << 16)
 def formed_documents(form: ContaminationForm, setting: Setting, sample: Any, seed: int,
                      benchmark: str, base: str = "csn-java") -> tuple[list[tuple[str, str]],
                                                                       str | None]:
