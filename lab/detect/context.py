@@ -49,6 +49,14 @@ class DetectContext:
     cdd_samples: int = 10  # sampled outputs per input (peakedness)
     cdd_alpha: float = 0.05
     seed: int = 0
+    # What detectors that never load the model read (lab.detect.blind): each scored sample's
+    # membership label (True: the group read as members), aligned with the samples scored, and
+    # the seed of their cross-fitting folds (a study's seed, so each seed folds afresh).
+    labels: tuple[bool, ...] | None = None
+    fold_seed: int = 0
+    # The model's pre-training corpus record (path, sha256; tokenizer_sha256 added): DC-PDD's
+    # reference corpus (lab.detect.dc_pdd). None for an outside model.
+    corpus: dict[str, Any] | None = None
     _stats: dict[str, TokenStats] = field(default_factory=dict, repr=False)
 
     def documents(self, sample: Sample) -> list[str]:
@@ -66,6 +74,18 @@ class DetectContext:
             at += len(parts)
             out.append(TokenStats(*(tuple(v for p in parts for v in getattr(p, name))
                                     for name in STATS)))
+        return out
+
+    def scored_ids(self, samples: Sequence[Sample]) -> list[tuple[int, ...]]:
+        """Per sample: the ids of the tokens sample_stats gives statistics of, in its order (a
+        causal model predicts tokens 1..n-1 of `<s> text </s>`, a masked one the inner ones)."""
+        out = []
+        for sample in samples:
+            ids: list[int] = []
+            for text in self.documents(sample):
+                doc = self.encode(text)
+                ids += doc[1:] if self.family == "gpt2" else doc[1:-1]
+            out.append(tuple(ids))
         return out
 
     def text_stats(self, texts: Sequence[str]) -> list[TokenStats]:

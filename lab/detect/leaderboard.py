@@ -8,7 +8,13 @@ the range of the per-model two-sided p. Its input is a study's detect.csv
 Where the seeds' AUCs do not differ (all at the ceiling, as 40 members perfectly separated from
 40 non-members are, or otherwise equal), a t-interval over seeds collapses to a point; the table
 then says what the models showed ("each of 3 models >= 0.996 (40 vs 40)") instead, since perfect
-separation of a few dozen samples does not show a true AUC of 1."""
+separation of a few dozen samples does not show a true AUC of 1.
+
+Rows scored since issue 60 also carry the arm's contamination form (`lab inject
+--contamination-form`): conditions are then told apart by it too (a form other than verbatim
+is named in the condition), and the TPR at 0.1% FPR, averaged where every seed's model had
+enough non-members for it (lab.detect.run.LOW_FPR_NONMEMBERS) and otherwise n/a with why.
+Rows without them render as before."""
 from __future__ import annotations
 
 import math
@@ -22,14 +28,21 @@ from lab.stats import INTERVAL_RULE, checked_interval, interval_reason, seed_mea
 # An AUC that prints as 1.00 (or 0.00) at two decimals: at the ceiling (floor) for the table.
 CEILING = 0.995
 CONDITION = ("model", "arm", "groups", "epochs", "comparison", "dose", "detector")
+FORM = "contamination_form"  # a condition too, in rows that carry it
+LOW_FPR_KEY = "tpr_at_0.1pct_fpr"  # lab.detect.run.LOW_FPR_KEY
+VERBATIM = "verbatim"
 
 
 def leaderboard(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     cells: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    with_form = any(FORM in row for row in rows)
+    with_low_fpr = any(LOW_FPR_KEY in row for row in rows)
     for row in rows:
-        cells[tuple(row.get(k) for k in CONDITION)].append(row)
+        cells[(*(row.get(k) for k in CONDITION),
+               *((row.get(FORM) or VERBATIM,) if with_form else ()))].append(row)
     out = []
-    for condition, members in cells.items():
+    for key, members in cells.items():
+        condition = key[:len(CONDITION)]
         aucs = [number(r.get("auc")) for r in members if number(r.get("auc")) is not None]
         # No spread (auc_min == auc_max says so), one seed, a NaN: no interval (INTERVAL_RULE)
         auc, low, high = seed_mean_interval(aucs)
@@ -48,8 +61,20 @@ def leaderboard(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                     "auc_sample_low": one.get("auc_sample_low"),
                     "auc_sample_high": one.get("auc_sample_high"),
                     **{f"{name}_mean": _mean([r.get(name) for r in members])
-                       for name in ("tpr_at_1pct_fpr", "tpr_at_5pct_fpr")}})
+                       for name in ("tpr_at_1pct_fpr", "tpr_at_5pct_fpr")},
+                    **({FORM: key[-1]} if with_form else {}),
+                    **(_low_fpr(members) if with_low_fpr else {})})
     return out
+
+
+def _low_fpr(members: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The mean TPR at 0.1% FPR where every seed's model gave one; else n/a and why."""
+    values = [number(r.get(LOW_FPR_KEY)) for r in members]
+    if values and all(v is not None for v in values):
+        return {f"{LOW_FPR_KEY}_mean": sum(values) / len(values), f"{LOW_FPR_KEY}_note": None}
+    notes = [r.get(f"{LOW_FPR_KEY}_note") for r in members if r.get(f"{LOW_FPR_KEY}_note")]
+    return {f"{LOW_FPR_KEY}_mean": None,
+            f"{LOW_FPR_KEY}_note": notes[0] if notes else "n/a (not recorded for every seed)"}
 
 
 def _smallest(values: Sequence[Any]) -> int | None:
@@ -110,6 +135,8 @@ def _condition(row: dict[str, Any]) -> str:
     scored = row["arm"] if row["arm"] == row["groups"] else f"{row['arm']} on {row['groups']}"
     stage = "pre-trained" if row.get("epochs") in (None, "") else f"E={int(float(row['epochs']))}"
     dose = "" if str(row.get("dose")) in ("all", "") else f", dose {row['dose']}"
+    if row.get(FORM) not in (None, "", VERBATIM):
+        scored += f" ({row[FORM]})"
     if row.get("comparison") == "shift":
         return f"{row['model']} {scored}, {stage}: held-out test vs valid"
     return f"{row['model']} {scored}, {stage}{dose}"
@@ -146,7 +173,27 @@ def leaderboard_markdown(rows: Sequence[dict[str, Any]]) -> str:
               "reading the split, not membership; below 0.5: the valid samples read as more "
               "member-like), with the range of the per-model two-sided Mann-Whitney p; it is a "
               "bound: a shift larger than the interval allows is excluded, not every shift."]
+    if any(f"{LOW_FPR_KEY}_mean" in r for r in rows):
+        lines += ["", _low_fpr_legend(rows)]
+    if any(r.get(FORM) not in (None, "", VERBATIM) for r in rows):
+        lines += ["", "'arm (form)': the arm's samples were injected in that contamination form "
+                      "(`lab inject --contamination-form`); an arm named alone injected them "
+                      "verbatim."]
     return "\n".join(lines) + "\n"
+
+
+def _low_fpr_legend(rows: Sequence[dict[str, Any]]) -> str:
+    """The TPR at 0.1% FPR, where every model of a condition had enough non-members."""
+    given = [r for r in rows if number(r.get(f"{LOW_FPR_KEY}_mean")) is not None]
+    notes = sorted({str(r.get(f"{LOW_FPR_KEY}_note")) for r in rows
+                    if number(r.get(f"{LOW_FPR_KEY}_mean")) is None})
+    text = ("TPR at 0.1% FPR (detect_leaderboard.csv, tpr_at_0.1pct_fpr_mean): given where "
+            "every seed's model had at least 1000 non-members (with fewer, no threshold has an "
+            "FPR of 0.1% but 0); ")
+    if not given:
+        return text + "none here: " + "; ".join(notes) + "."
+    return text + f"given for {len(given)} of {len(rows)} rows" + (
+        f", n/a for the rest: {'; '.join(notes)}." if notes else ".")
 
 
 def _cell(row: dict[str, Any] | None) -> str:

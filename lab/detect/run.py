@@ -10,6 +10,11 @@ members from non-members, the TPR at 1% and 5% FPR (the low-FPR regime membershi
 judged by), the one-sided Mann-Whitney p and both groups' means; with a dose ladder, the same per
 dose against the held-out level. `--reference` (a model that never saw the samples, with the
 same tokenizer and family: the study's control or placebo model) adds the reference detector.
+The TPR at 0.1% FPR is given only where there are at least 1000 non-members (with fewer, no
+threshold has an FPR of 0.1% but 0: the row says so). The blind baseline (lab.detect.blind)
+reads the members' and non-members' labels, never the model; DC-PDD reads the model's
+pre-training corpus. Each row and metric carries the arm's contamination form (`lab inject
+--contamination-form`; verbatim where its corpus record states none).
 With a held-out half, the distribution-shift check sets it against as many never-seen validation
 samples, length-matched to it (lab.detect.shift): two-sided, read as a bound.
 """
@@ -25,7 +30,7 @@ from lab.common import (LabError, beside, check_output, corpora_param, environme
 from lab.contamination import settings as settings_table
 from lab.corpora import corpora_inputs, load_samples
 from lab.corpora.shards import read_manifest, verify_corpus
-from lab.detect import DETECTORS, applicable, check_detectors, score_all
+from lab.detect import DEFAULT_DETECTORS, DETECTORS, applicable, check_detectors, score_all
 from lab.detect.context import DetectContext
 from lab.detect.shift import DRAW
 from lab.models import (check_placement, device_param, dtype_param, place_model, positions_of,
@@ -33,6 +38,11 @@ from lab.models import (check_placement, device_param, dtype_param, place_model,
 from lab.stats import auc_interval, membership_auc, roc_auc, tpr_at_fpr
 
 FPRS = (0.01, 0.05)  # the false positive rates TPR is reported at
+# TPR at 0.1% FPR, where at least LOW_FPR_NONMEMBERS non-members let a threshold's FPR be 0.1%
+LOW_FPR, LOW_FPR_NONMEMBERS = 0.001, 1000
+LOW_FPR_KEY = "tpr_at_0.1pct_fpr"
+SHIFT_SUFFIX = "_shift"  # a labelled detector's scores of the shift check (held-out test vs valid)
+VERBATIM = "verbatim"  # the contamination form of an arm whose record states none
 
 
 @dataclass
@@ -45,8 +55,8 @@ class DetectConfig:
     split: str = param("test", "With --benchmark: the audited split; never-seen-assumed "
                                "samples of the validation split are the comparison.")
     out: Path | None = param(None, "Default: MODEL-detect, beside MODEL.")
-    detectors: tuple[str, ...] = param(tuple(DETECTORS), "Detectors to run (lab.detect): "
-                                       + ", ".join(DETECTORS) + ".")
+    detectors: tuple[str, ...] = param(DEFAULT_DETECTORS, "Detectors to run (lab.detect): "
+                                       + ", ".join(DEFAULT_DETECTORS) + ".")
     reference: Path | None = param(None, "A model that never saw the samples (a study's control "
                                          "or placebo model, same tokenizer and family): enables "
                                          "the reference detector.")
@@ -101,9 +111,19 @@ def detection_metrics(members: Sequence[float], nonmembers: Sequence[float]) -> 
             "auc_sample_high": interval[1] if interval else None,
             **{f"tpr_at_{round(f * 100)}pct_fpr": tpr_at_fpr(members, nonmembers, f)
                for f in FPRS},
+            **low_fpr_metrics(members, nonmembers),
             "p": p, "alternative": "greater", "member_mean": sum(members) / len(members) if members else None,
             "nonmember_mean": sum(nonmembers) / len(nonmembers) if nonmembers else None,
             "members": len(members), "nonmembers": len(nonmembers)}
+
+
+def low_fpr_metrics(members: Sequence[float], nonmembers: Sequence[float]) -> dict[str, Any]:
+    """TPR at 0.1% FPR where there are >= LOW_FPR_NONMEMBERS non-members; else None and why."""
+    if not len(members) or len(nonmembers) >= LOW_FPR_NONMEMBERS:
+        return {LOW_FPR_KEY: tpr_at_fpr(members, nonmembers, LOW_FPR)}
+    return {LOW_FPR_KEY: None,
+            f"{LOW_FPR_KEY}_note": f"n/a (needs >= {LOW_FPR_NONMEMBERS} non-members; "
+                                   f"{len(nonmembers)} here)"}
 
 
 def summarise(rows: list[dict[str, Any]], names: Sequence[str],
@@ -202,6 +222,8 @@ class _Subject:
     max_tokens: int
     reference: DetectContext | None
     described: str  # what the console names the model
+    contamination_form: str | None = None  # the scored samples' arm's; None: an outside model
+    corpus: dict[str, Any] | None = None  # the model's pre-training corpus record (DC-PDD)
 
 
 OUTSIDE_MAX_TOKENS = 2048  # an outside model's documents are cut there (or at its positions)
@@ -266,8 +288,35 @@ def _lab_subject(cfg: DetectConfig, check: Any) -> _Subject:
     max_tokens = min(block, positions)
     reference = _reference_context(cfg, family, manifest, form, max_tokens,
                                    {*chosen["injected"], *chosen["held_out"]})
+    groups_record = (pretraining_record(own).get("corpus", {}) if cfg.groups is None
+                     else _groups_record(cfg.groups))
+    record = pretraining_record(manifest)
+    corpus = {**record.get("corpus", {}),
+              "tokenizer_sha256": record.get("tokenizer", {}).get("sha256")}
     return _Subject(model, tokenizer, manifest, family, chosen, form, max_tokens, reference,
-                    family)
+                    family, contamination_form(groups_record), corpus)
+
+
+def _groups_record(groups: Path) -> dict[str, Any]:
+    """--groups' corpus record: the corpus's manifest, or a model's pre-training corpus."""
+    other = read_stage_manifest(groups, "--groups")
+    return other if other.get("kind") == "lab-corpus" else pretraining_record(other).get(
+        "corpus", {})
+
+
+def contamination_form(record: dict[str, Any]) -> str:
+    """The contamination form (`lab inject --contamination-form`, e.g. renamed, partial:0.5)
+    a corpus record (an arm's manifest, or a model's copy of it) says its samples were injected
+    in; verbatim where it states none."""
+    form = record.get("contamination_form")
+    spec = (record.get("options") or {}).get("contamination_form")
+    if isinstance(form, str) and form:
+        return form
+    if isinstance(spec, str) and spec:
+        return spec
+    if isinstance(form, dict) and form.get("name"):
+        return str(form["name"]) + (f":{form['fraction']}" if form.get("fraction") else "")
+    return VERBATIM
 
 
 def _outside_subject(cfg: DetectConfig, check: Any) -> _Subject:
@@ -361,17 +410,34 @@ def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
     ctx = DetectContext(model=model, tokenizer=tokenizer, family=family, form=form,
                         max_tokens=max_tokens, batch_size=cfg.batch_size, k=cfg.k,
                         reference=reference_ctx, languages=spec_languages,
-                        neighbours=cfg.neighbours, cdd_samples=cfg.cdd_samples)
-    used = applicable(detectors, family, reference_ctx is not None)
+                        neighbours=cfg.neighbours, cdd_samples=cfg.cdd_samples,
+                        fold_seed=seed, corpus=subject.corpus)
+    used = applicable(detectors, family, reference_ctx is not None, subject.corpus is not None)
     if outside:  # they prompt `<s> input <SEP>`, the lab's injected format, not the model's
         used = [d for d in used if d.needs != "output"]
     if not used:
         raise LabError(f"--detectors {','.join(cfg.detectors)}: none applies to this {family} "
                        "model" + ("" if reference_ctx else " without --reference"))
+    if any(d.name == "dc_pdd" for d in used):  # its corpus refused before any scoring
+        from lab.detect.dc_pdd import corpus_counts
+
+        corpus_counts(ctx)
     torch.manual_seed(0)
     samples = members + nonmembers + shift
     seconds: dict[str, float] = {}
-    scores = score_all(ctx, samples, used, seconds)
+    scores = score_all(ctx, samples, [d for d in used if d.needs != "labels"], seconds)
+    # a labelled detector (the blind baseline) learns the groups it tells apart: members
+    # against non-members, then (the shift check) held-out test against valid samples
+    labelled = [d for d in used if d.needs == "labels"]
+    for name, values in score_all(ctx, members + nonmembers, labelled, seconds,
+                                  labels=[True] * len(members) + [False] * len(nonmembers)
+                                  ).items():
+        scores[name] = values + [None] * len(shift)
+    if shift and labelled:
+        for name, values in score_all(ctx, nonmembers + shift, labelled,
+                                      labels=[True] * len(nonmembers) + [False] * len(shift)
+                                      ).items():
+            scores[name + SHIFT_SUFFIX] = [None] * len(members) + values
     roles = (["member"] * len(members) + ["nonmember"] * len(nonmembers)
              + ["shift"] * len(shift))
     groups = {"member": "audited" if outside else "injected", "nonmember": baseline,
@@ -379,7 +445,9 @@ def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
     rows = []
     for i, (sample, role) in enumerate(zip(samples, roles)):
         row = {"id": sample.id, "member": role == "member", "role": role, "group": groups[role],
-               **{name: values[i] for name, values in scores.items()}}
+               **({"contamination_form": subject.contamination_form}
+                  if subject.contamination_form else {}),
+               **{name: values[i] for name, values in scores.items() if values[i] is not None}}
         if sample.id in chosen["doses"] and role != "shift":
             row["dose"] = chosen["doses"][sample.id]
         rows.append(row)
@@ -400,35 +468,61 @@ def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
         "groups": chosen["source"], "benchmark": chosen["benchmark"], "split": chosen["split"],
         "form": form, "baseline": baseline, "reference_samples": reference_record,
         "reference_model": str(cfg.reference) if cfg.reference else None,
+        **({"contamination_form": subject.contamination_form}
+           if subject.contamination_form else {}),
         "detectors": summarise(rows, names),
         "skipped": sorted(d.name for d in detectors if d not in used),
         "detector_seconds": seconds,
         "settings": {"k": cfg.k, "neighbours": cfg.neighbours, "cdd_samples": cfg.cdd_samples,
-                     "fprs": list(FPRS)},
+                     "fprs": list(FPRS), "low_fpr": LOW_FPR,
+                     "low_fpr_min_nonmembers": LOW_FPR_NONMEMBERS,
+                     **({"dc_pdd_a": _dc_pdd_a()} if "dc_pdd" in names else {}),
+                     **({"blind_fold_seed": seed} if labelled else {})},
         "placement": {"device": device, "dtype": cfg.dtype},
         **({"by_dose": _by_dose(rows, names)} if chosen["doses"] else {}),
         **({"shift": shift_summary} if shift_summary is not None else {}),
         "wall_seconds": round(time.perf_counter() - started, 2),
         "environment": environment_record(),
     }
+    if subject.contamination_form:  # in every metric's row, so a study's detect.csv has it
+        _with_form(summary, subject.contamination_form)
     write_rows_and_summary(out, "scores.jsonl", rows, summary, force=cfg.force,
                            kind="lab-detection", inputs=inputs)
     summary["out"] = str(out)
     return summary
 
 
+def _dc_pdd_a() -> float:
+    from lab.detect.dc_pdd import A
+
+    return A
+
+
+def _with_form(summary: dict[str, Any], form: str) -> None:
+    """Each detector's metrics (every member, each dose, the shift check) named with the
+    contamination form."""
+    tables = [summary["detectors"], *(summary.get("by_dose") or {}).values(),
+              (summary.get("shift") or {}).get("detectors") or {}]
+    for table in tables:
+        for metrics in table.values():
+            metrics["contamination_form"] = form
+
+
 def _shift_summary(rows: list[dict[str, Any]], names: Sequence[str]
                    ) -> dict[str, dict[str, Any]]:
     """Per detector, the held-out test samples against the valid ones: the membership metrics
-    with a two-sided p, the direction and the bound (lab.detect.shift.shift_metrics)."""
+    with a two-sided p, the direction and the bound (lab.detect.shift.shift_metrics). A
+    labelled detector's are its own scores of the shift check (it learnt test against valid)."""
     from lab.detect.shift import shift_metrics
 
     test = [r for r in rows if r["role"] == "nonmember"]
     valid = [r for r in rows if r["role"] == "shift"]
-    return {name: shift_metrics(detection_metrics([r[name] for r in test],
-                                                  [r[name] for r in valid]),
-                                [r[name] for r in test], [r[name] for r in valid])
-            for name in names}
+    out = {}
+    for name in names:
+        key = name + SHIFT_SUFFIX if DETECTORS[name].needs == "labels" else name
+        first, second = [r[key] for r in test], [r[key] for r in valid]
+        out[name] = shift_metrics(detection_metrics(first, second), first, second)
+    return out
 
 
 def _by_dose(rows: list[dict[str, Any]], names: Sequence[str]) -> dict[str, Any]:

@@ -1,0 +1,235 @@
+"""The detectors' baselines (issue 60): the blind bag-of-words baseline that never sees the model,
+DC-PDD by hand, the TPR at 0.1% FPR only where the non-members allow it, and the leaderboard's
+rows per contamination form."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from lab.common import LabError
+from lab.corpora import Sample
+from lab.detect import DETECTORS, check_detectors, score_all
+from lab.detect.context import DetectContext
+from lab.detect.run import detection_metrics
+
+needs_corpora = pytest.mark.skipif(not os.environ.get("LAB_CORPORA"), reason="needs LAB_CORPORA")
+
+
+def blind_context() -> DetectContext:
+    """No model, no tokenizer: the blind baseline reads the samples' text only."""
+    return DetectContext(model=None, tokenizer=None, family="gpt2", form="paired")
+
+
+def codetrans_test() -> list[Sample]:
+    from lab.corpora import load_samples
+
+    return list(load_samples("codetrans", "test", None).records)
+
+
+@needs_corpora
+def test_blind_on_random_halves_of_one_split_covers_chance():
+    """The split-half design: members and non-members drawn at random from CodeTrans test. The
+    blind baseline cannot tell them apart: the interval the lab prints covers 0.5. A 95%
+    interval misses 0.5 in about one draw in twenty by chance, so ten draws (each with its own
+    folds) are scored: at least 8 cover 0.5 (9 of these do; 18 of 20 draws did when measured)
+    and their mean AUC is 0.5 within 0.02 (each draw's spread is about 0.02)."""
+    from lab.detect import blind
+
+    samples = codetrans_test()
+    assert len(samples) == 1000
+    texts = ["\n".join(blind_context().documents(s)) for s in samples]
+    covered, aucs = 0, []
+    for draw in range(10):
+        members = set(random.Random(f"draw {draw}").sample(range(len(samples)), 500))
+        labels = [i in members for i in range(len(samples))]
+        scores = blind.cross_fit(texts, labels, draw)
+        metrics = detection_metrics([s for s, m in zip(scores, labels) if m],
+                                    [s for s, m in zip(scores, labels) if not m])
+        covered += metrics["auc_sample_low"] <= 0.5 <= metrics["auc_sample_high"]
+        aucs.append(metrics["auc"])
+    assert covered >= 8, aucs
+    assert abs(sum(aucs) / len(aucs) - 0.5) < 0.02, aucs
+    # the detector is the same cross-fitting, deterministic per seed; another seed folds afresh
+    labels = [i in set(random.Random("draw 0").sample(range(1000), 500)) for i in range(1000)]
+    ctx = DetectContext(model=None, tokenizer=None, family="gpt2", form="paired", fold_seed=0)
+    scored = score_all(ctx, samples, check_detectors(["blind"]), labels=labels)["blind"]
+    assert scored == blind.cross_fit(texts, labels, 0)
+    other = DetectContext(model=None, tokenizer=None, family="gpt2", form="paired", fold_seed=1)
+    assert score_all(other, samples, check_detectors(["blind"]), labels=labels)["blind"] != scored
+
+
+@needs_corpora
+def test_blind_finds_a_split_that_is_not_random():
+    """Members = the samples whose code mentions a string: the split is in the text, and the
+    blind baseline (trained on the other fold only) finds it."""
+    samples = codetrans_test()
+    labels = ["String" in s.input for s in samples]
+    assert 100 < sum(labels) < 900
+    scores = score_all(blind_context(), samples, check_detectors(["blind"]),
+                       labels=labels)["blind"]
+    metrics = detection_metrics([s for s, m in zip(scores, labels) if m],
+                                [s for s, m in zip(scores, labels) if not m])
+    assert metrics["auc"] > 0.8 and metrics["auc_sample_low"] > 0.5
+
+
+def test_blind_needs_labels_and_both_groups():
+    samples = [Sample(id=f"t:test:{i}", split="test", index=i, input="a b", output="c")
+               for i in range(6)]
+    # without labels the blind baseline does not apply (and never loads a model)
+    assert score_all(blind_context(), samples, check_detectors(["blind"])) == {}
+    with pytest.raises(LabError, match="blind: needs at least 2 members and 2 non-members"):
+        score_all(blind_context(), samples, check_detectors(["blind"]),
+                  labels=[True] + [False] * 5)
+    with pytest.raises(LabError, match="blind: needs each scored sample's membership label"):
+        DETECTORS["blind"].score(blind_context(), samples)
+
+
+# DC-PDD on a hand-made example: one id per character, a bigram model, a two-document corpus.
+VOCAB = 32
+BOS, PAD, EOS, MASK = 0, 1, 2, 4
+
+
+class CharTokenizer:
+    bos_token_id, pad_token_id, eos_token_id, mask_token_id = BOS, PAD, EOS, MASK
+
+    def __call__(self, text, add_special_tokens=False):
+        if isinstance(text, list):
+            return {"input_ids": [[self.id(c) for c in t] for t in text]}
+        return {"input_ids": [self.id(c) for c in text]}
+
+    def __len__(self):
+        return VOCAB
+
+    @staticmethod
+    def id(c: str) -> int:
+        return 5 + (ord(c) % (VOCAB - 5))
+
+
+def bigram_model(probabilities):
+    import torch
+
+    class Bigram(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = torch.nn.Parameter(torch.tensor(probabilities, dtype=torch.float64).log())
+            self.config = SimpleNamespace(model_type="gpt2", n_positions=64)
+
+        def forward(self, input_ids, attention_mask=None, **_):
+            return SimpleNamespace(logits=self.table[input_ids])
+
+    return Bigram()
+
+
+def write_corpus(folder: Path, texts: list[str]) -> dict[str, str]:
+    from lab.corpora.shards import shards_digest, write_shards
+
+    records = [{"id": f"d{i}", "text": t} for i, t in enumerate(texts)]
+    shards = write_shards(folder / "corpus", records, 10)
+    (folder / "manifest.json").write_text(json.dumps({"shards": shards}))
+    return {"path": str(folder), "sha256": shards_digest(shards)}
+
+
+def test_dc_pdd_by_hand(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_CACHE", str(tmp_path / "cache"))
+    a, b = CharTokenizer.id("a"), CharTokenizer.id("b")
+    rows = [[1 / VOCAB] * VOCAB for _ in range(VOCAB)]
+    for previous, likely, p in ((BOS, a, 0.5), (a, b, 0.9), (b, a, 0.5)):
+        rows[previous] = [p if j == likely else (1 - p) / (VOCAB - 1) for j in range(VOCAB)]
+    corpus = write_corpus(tmp_path / "corpus", ["aab", "bb"])
+    ctx = DetectContext(model=bigram_model(rows), tokenizer=CharTokenizer(), family="gpt2",
+                        form="output", corpus=corpus)
+    # counted as <s> text </s>: <s> 2, </s> 2, a 2, b 3; N = 9 tokens, |V| = 32: Laplace
+    f = {BOS: 3 / 41, EOS: 3 / 41, a: 3 / 41, b: 4 / 41}
+    # "aba": <s> a b a </s>; predicted a (1/2), b (0.9), a again (skipped: not its first
+    # occurrence), </s> after a (0.1/31); each term -p log f, capped at a = 0.01
+    terms = [min(-0.5 * math.log(f[a]), 0.01), min(-0.9 * math.log(f[b]), 0.01),
+             min(-(0.1 / 31) * math.log(f[EOS]), 0.01)]
+    assert terms[:2] == [0.01, 0.01] and terms[2] < 0.01  # the cap binds where p is high
+    sample = Sample(id="t:test:0", split="test", index=0, input="x", output="aba")
+    got = score_all(ctx, [sample], check_detectors(["dc_pdd"]))["dc_pdd"]
+    assert got == pytest.approx([sum(terms) / 3], rel=1e-6)  # float32 log-softmax
+    # without the cap: the mean of the raw terms
+    from lab.detect.dc_pdd import smoothed, token_score
+
+    counts = [0] * VOCAB
+    counts[BOS], counts[EOS], counts[a], counts[b] = 2, 2, 2, 3
+    raw = token_score([a, b, a, EOS], [math.log(0.5), math.log(0.9), math.log(0.5),
+                                       math.log(0.1 / 31)], smoothed(counts), a=math.inf)
+    assert raw == pytest.approx((-0.5 * math.log(f[a]) - 0.9 * math.log(f[b])
+                                 - (0.1 / 31) * math.log(f[EOS])) / 3)
+    # the counts were cached by the corpus's and tokenizer's sha256 where a tokenizer states one
+    assert not (tmp_path / "cache" / "dc_pdd").exists()
+    hashed = DetectContext(model=ctx.model, tokenizer=ctx.tokenizer, family="gpt2",
+                           form="output", corpus={**corpus, "tokenizer_sha256": "t"})
+    assert DETECTORS["dc_pdd"].score(hashed, [sample]) == got
+    assert len(list((tmp_path / "cache" / "dc_pdd").glob("*.npy"))) == 1
+
+
+def test_dc_pdd_refuses_a_corpus_that_is_not_there(tmp_path):
+    ctx = DetectContext(model=None, tokenizer=CharTokenizer(), family="gpt2", form="output",
+                        corpus={"path": str(tmp_path / "gone"), "sha256": "x"})
+    sample = Sample(id="t:test:0", split="test", index=0, input="x", output="ab")
+    with pytest.raises(LabError, match=r"dc_pdd: the model's pre-training corpus .*gone is not "
+                                       r"there"):
+        DETECTORS["dc_pdd"].score(ctx, [sample])
+    corpus = write_corpus(tmp_path / "other", ["ab"])
+    ctx.corpus = {**corpus, "sha256": "another"}
+    with pytest.raises(LabError, match="holds another corpus now"):
+        DETECTORS["dc_pdd"].score(ctx, [sample])
+    # an outside model (no corpus record): DC-PDD does not apply
+    outside = DetectContext(model=None, tokenizer=None, family="gpt2", form="output")
+    assert score_all(outside, [sample], check_detectors(["dc_pdd"])) == {}
+
+
+def test_tpr_at_a_tenth_of_a_percent_fpr_only_with_1000_non_members():
+    rng = random.Random(0)
+    members = [rng.gauss(1, 1) for _ in range(200)]
+    few = detection_metrics(members, [rng.gauss(0, 1) for _ in range(999)])
+    assert few["tpr_at_0.1pct_fpr"] is None
+    assert few["tpr_at_0.1pct_fpr_note"] == "n/a (needs >= 1000 non-members; 999 here)"
+    assert {"tpr_at_1pct_fpr", "tpr_at_5pct_fpr"} <= set(few)  # the existing ones unchanged
+    enough = detection_metrics(members, [rng.gauss(0, 1) for _ in range(1000)])
+    assert 0 <= enough["tpr_at_0.1pct_fpr"] <= enough["tpr_at_1pct_fpr"]
+    assert "tpr_at_0.1pct_fpr_note" not in enough
+
+
+def test_the_contamination_form_of_a_corpus_record():
+    from lab.detect.run import contamination_form
+
+    assert contamination_form({}) == "verbatim"
+    assert contamination_form({"options": {"contamination_form": "renamed"}}) == "renamed"
+    assert contamination_form({"contamination_form": {"name": "partial", "fraction": 0.5}}) == \
+        "partial:0.5"
+
+
+def test_the_leaderboard_has_rows_per_contamination_form_and_says_when_tpr_is_na():
+    from lab.detect.leaderboard import leaderboard, leaderboard_markdown
+
+    base = {"model": "gpt2", "arm": "paired", "groups": "paired", "epochs": None,
+            "comparison": "membership", "dose": "all", "detector": "loss",
+            "members": 40, "nonmembers": 40, "tpr_at_0.1pct_fpr": None,
+            "tpr_at_0.1pct_fpr_note": "n/a (needs >= 1000 non-members; 40 here)"}
+    rows = [{**base, "seed": seed, "auc": auc, "contamination_form": form}
+            for form, aucs in (("verbatim", (0.9, 0.95)), ("renamed", (0.6, 0.7)))
+            for seed, auc in enumerate(aucs)]
+    board = leaderboard(rows)
+    assert [(r["contamination_form"], r["seeds"]) for r in board] == [("verbatim", 2),
+                                                                      ("renamed", 2)]
+    assert [r["auc"] for r in board] == pytest.approx([0.925, 0.65])
+    assert board[0]["tpr_at_0.1pct_fpr_mean"] is None
+    assert board[0]["tpr_at_0.1pct_fpr_note"] == "n/a (needs >= 1000 non-members; 40 here)"
+    table = leaderboard_markdown(board)
+    assert table.splitlines()[0] == ("| detector | gpt2 paired, pre-trained | "
+                                     "gpt2 paired (renamed), pre-trained |")
+    assert "none here: n/a (needs >= 1000 non-members; 40 here)" in table
+    # rows from before the form and the low FPR: the same columns as before
+    old = leaderboard([{k: v for k, v in r.items() if not k.startswith(("contamination",
+                                                                         "tpr_at_0.1"))}
+                       for r in rows[:2]])
+    assert "contamination_form" not in old[0] and "tpr_at_0.1pct_fpr_mean" not in old[0]
