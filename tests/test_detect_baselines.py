@@ -233,3 +233,66 @@ def test_the_leaderboard_has_rows_per_contamination_form_and_says_when_tpr_is_na
                                                                          "tpr_at_0.1"))}
                        for r in rows[:2]])
     assert "contamination_form" not in old[0] and "tpr_at_0.1pct_fpr_mean" not in old[0]
+
+
+@needs_corpora
+def test_lab_detect_runs_the_baselines_beside_the_detectors(micro_world, tmp_path, monkeypatch):
+    """`lab detect` on a (barely trained) micro GPT-2 of the split-half paired arm: DC-PDD from
+    its own pre-training corpus, the blind baseline on members vs non-members and, in the shift
+    check, on held-out test vs valid; the contamination form on every row; no TPR at 0.1% FPR
+    with 40 non-members; DC-PDD refused in one line once the corpus is gone, and skipped for an
+    outside model (no corpus known)."""
+    import shutil
+
+    from lab.detect.run import run_detect
+    from lab.train.pretrain import PretrainConfig, run_pretrain
+
+    monkeypatch.setenv("LAB_CACHE", str(tmp_path / "lab-cache"))
+    shutil.copytree(micro_world / "paired", tmp_path / "paired")  # moved away below
+    run_pretrain(PretrainConfig(model="gpt2", corpus=tmp_path / "paired", out=tmp_path / "arm",
+                                tokenizer=micro_world / "tok", preset="micro", max_steps=4,
+                                lr=3e-3, batch_size=16, block_size=128, seed=0, report_to="none",
+                                cache_dir=tmp_path / "cache", save_steps=1000))
+    detectors = ("loss", "dc_pdd", "blind")
+    result = run_detect(tmp_path / "arm", tmp_path / "detect", detectors=detectors,
+                        max_samples=40)
+    assert list(result["detectors"]) == list(detectors) and result["skipped"] == []
+    assert result["contamination_form"] == "verbatim"
+    assert result["settings"]["dc_pdd_a"] == 0.01 and result["settings"]["blind_fold_seed"] == 0
+    for name in detectors:
+        metrics = result["detectors"][name]
+        assert metrics["members"] == metrics["nonmembers"] == 40
+        assert metrics["tpr_at_0.1pct_fpr"] is None
+        assert metrics["tpr_at_0.1pct_fpr_note"] == "n/a (needs >= 1000 non-members; 40 here)"
+        assert metrics["contamination_form"] == "verbatim"
+        assert name in result["shift"]["detectors"]
+    assert list(tmp_path.glob("lab-cache/dc_pdd/*.npy"))  # the corpus's token counts, cached
+    rows = [json.loads(line) for line in (tmp_path / "detect" / "scores.jsonl").open()]
+    assert {r["contamination_form"] for r in rows} == {"verbatim"}
+    by_role = {role: [r for r in rows if r["role"] == role]
+               for role in ("member", "nonmember", "shift")}
+    assert all("blind" in r and "blind_shift" not in r for r in by_role["member"])
+    assert all("blind" in r and "blind_shift" in r for r in by_role["nonmember"])
+    assert all("blind" not in r and "blind_shift" in r and "dc_pdd" in r
+               for r in by_role["shift"])
+    from lab.stats import roc_auc
+
+    shift = result["shift"]["detectors"]["blind"]
+    assert shift["auc"] == pytest.approx(roc_auc([r["blind_shift"] for r in by_role["nonmember"]],
+                                                 [r["blind_shift"] for r in by_role["shift"]]))
+    assert shift["alternative"] == "two-sided" and shift["bound"].startswith("shift AUC")
+
+    # the corpus moved away: DC-PDD is refused in one line, before anything is written
+    (tmp_path / "paired").rename(tmp_path / "moved")
+    with pytest.raises(LabError, match=r"dc_pdd: the model's pre-training corpus .*paired is "
+                                       r"not there"):
+        run_detect(tmp_path / "arm", tmp_path / "refused", detectors=detectors, max_samples=40)
+    assert not (tmp_path / "refused").exists()
+
+    # an outside model: no corpus record, so no DC-PDD; the blind baseline reads audited vs valid
+    outside = tmp_path / "hf-gpt2"
+    shutil.copytree(tmp_path / "arm" / "model", outside)
+    audit = run_detect(outside, tmp_path / "audit", benchmark="codetrans", max_samples=24,
+                       detectors=detectors)
+    assert list(audit["detectors"]) == ["loss", "blind"] and audit["skipped"] == ["dc_pdd"]
+    assert "contamination_form" not in audit
