@@ -112,10 +112,11 @@ def _contrast_parts(contrast: Contrast, clean: dict, halves: dict, task: str) ->
     for seed in first:
         if seed not in last:
             continue
-        both = [(a, b) for a, b in zip(first[seed], last[seed])]
-        common = [set(a[1]) & set(b[1]) for a, b in both]
-        decayed[seed] = ([(a[0], {i: a[1][i] for i in ids}) for (a, _b), ids in zip(both, common)]
-                         + [(-b[0], {i: b[1][i] for i in ids}) for (_a, b), ids in zip(both, common)])
+        both = list(zip(first[seed], last[seed]))
+        # In the first part's order, never a set's: a set of ids iterates in an order that
+        # changes with the process's string hashing, and the means' last digits with it.
+        decayed[seed] = ([(a[0], {i: v for i, v in a[1].items() if i in b[1]}) for a, b in both]
+                         + [(-b[0], {i: b[1][i] for i in a[1] if i in b[1]}) for a, b in both])
     return decayed
 
 
