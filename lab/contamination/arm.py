@@ -79,6 +79,11 @@ class Built:
     final_documents: int
     total_chars: int
     tally: ArmTally
+    # --decontaminate-with: the injected documents left in the arm (None: all of the plan's)
+    # and the manifest's `decontamination` record.
+    injected: list[dict[str, Any]] | None = None
+    decontamination: dict[str, Any] | None = None
+    intended_total_chars: int | None = None  # the arm's characters before it
 
 
 def too_few_documents(cfg: Any, injected: int, available: int) -> LabError:

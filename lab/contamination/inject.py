@@ -89,6 +89,14 @@ class InjectConfig(ExecutorConfig):
         "manifest (lab.contamination.soft).")
     test_ids: Path | None = param(None, "File of sample ids to inject.")
     decontaminate: bool = param(False, "First drop base near-duplicates of the test set.")
+    decontaminate_with: str | None = param(
+        None, "Decontaminate the built arm with this lab.decontam method (exact, ngram13, "
+              "minhash, ...; its default options) against the benchmark split: every document it "
+              "flags (injected copies and base documents alike) is dropped and as many unflagged "
+              "base documents from outside the arm take their places (seeded), so the arm keeps "
+              "its size; injected_ids become the samples left in the arm, intended_injected_ids "
+              "and the manifest's `decontamination` record what was meant and removed. Not "
+              "--decontaminate, which drops base near-duplicates before injection.")
     placebo_from: tuple[str, ...] | None = param(
         None, "Splits a placebo draws from (lab inject's default: every split but test and the "
               "injected one). A study's default: the splits no model fine-tunes on (codetrans: "
@@ -148,6 +156,14 @@ class InjectConfig(ExecutorConfig):
             check_doses(self)
         timing_table.check_timing(tuple(self.timing), self.doses)
         soft.parse_form(self.contamination_form)
+        if self.decontaminate_with is not None:
+            from lab.decontam import DECONTAMINATORS
+            if self.decontaminate_with not in DECONTAMINATORS:
+                raise LabError(f"--decontaminate-with {self.decontaminate_with}: unknown method "
+                               f"(choose from {', '.join(DECONTAMINATORS)})")
+            if self.corpus_format != 1:
+                raise LabError(f"--decontaminate-with {self.decontaminate_with}: only a format 1 "
+                               "arm (built in memory) is decontaminated")
         if self.placebo_match not in PLACEBO_MATCHES:
             raise LabError(f"--placebo-match {self.placebo_match}: choose from "
                            f"{', '.join(PLACEBO_MATCHES)}")
@@ -546,6 +562,7 @@ def build_in_memory(cfg: InjectConfig, plan: Plan, tmp: Path) -> Built:
     """Format 1: the whole base corpus in memory, choices by Python's seeded random."""
     base_parts = load_documents(cfg.base, cfg.base_splits, cfg.corpora_dir)
     base: list[Document] = [doc for part in base_parts for doc in part.records]
+    everything = base
     base_total = len(base)
     if cfg.limit is not None:
         if cfg.limit > base_total:
@@ -566,19 +583,113 @@ def build_in_memory(cfg: InjectConfig, plan: Plan, tmp: Path) -> Built:
     random.Random(f"{cfg.seed}/remove").shuffle(order)
     removed = set(order[: len(plan.injected)])
     extra = soft.base_fields(cfg.contamination_form)
+    kept = [d for i, d in enumerate(base) if i not in removed]
+    injected, refill, decontamination = plan.injected, [], None
+    intended_chars = (sum(len(d.text) for d in kept) + sum(len(r["text"]) for r in injected))
+    if cfg.decontaminate_with is not None:
+        # The refill's candidates in one seeded order of the whole base corpus, so that arms
+        # of one seed draw their refills alike (nested, like their removals).
+        dirty = set(decontaminated)
+        in_arm = {d.id for d in kept}
+        rank = list(range(len(everything)))
+        random.Random(f"{cfg.seed}/refill").shuffle(rank)
+        outside = [everything[j] for j in rank
+                   if everything[j].id not in in_arm and everything[j].id not in dirty]
+        kept, injected, refill, decontamination = decontaminate_arm(cfg, plan, kept, outside)
     final: list[dict[str, Any]] = [
-        {"id": d.id, "text": d.text, **extra} for i, d in enumerate(base) if i not in removed
-    ] + plan.injected
+        {"id": d.id, "text": d.text, **extra} for d in kept + refill] + injected
     random.Random(f"{cfg.seed}/order").shuffle(final)
-    tally = ArmTally.for_plan(plan.samples, plan.injected)
-    for i, d in enumerate(base):
-        tally.add_base(d.text, kept=i not in removed)
+    tally = ArmTally.for_plan(plan.samples, injected)
+    kept_ids = {d.id for d in kept}
+    for d in base:
+        tally.add_base(d.text, kept=d.id in kept_ids)
+    for d in refill:  # base documents from outside the arm's base, in the arm now
+        tally.add_base(d.text, kept=True)
     for record in final:
         tally.add_final(record["text"], injected="sample" in record)
     shards = write_shards(tmp / CORPUS_SUBDIR, final, cfg.shard_size)
     return Built([part.provenance() for part in base_parts], base_total, after_limit,
                  decontaminated, len(base), sorted(base[i].id for i in removed), shards,
-                 len(final), sum(len(r["text"]) for r in final), tally)
+                 len(final), sum(len(r["text"]) for r in final), tally,
+                 injected=injected if decontamination is not None else None,
+                 decontamination=decontamination,
+                 intended_total_chars=intended_chars if decontamination is not None else None)
+
+
+# How many refill candidates a decontaminated arm flags at a time (the methods judge each
+# document alone, so the chunks change nothing but the work done).
+REFILL_CHUNK = 2_000
+
+
+def decontaminate_arm(cfg: InjectConfig, plan: Plan, kept: list[Document],
+                      outside: list[Document]
+                      ) -> tuple[list[Document], list[dict[str, Any]], list[Document],
+                                 dict[str, Any]]:
+    """`--decontaminate-with METHOD` on a built arm (its kept base documents and its injected
+    ones): the method (lab.decontam, default options) flags documents against the arm's
+    benchmark samples (the --samples subset, as `lab decontam` reads them); every flagged one
+    goes, injected copy or base document, and as many base documents from `outside` the arm
+    (the base corpus's documents the --limit subset or the injection's removals left out, in
+    the seeded order of random.Random(seed/refill) over the whole base corpus, skipping those
+    the method flags) take their places. Returns the kept base documents, the surviving
+    injected ones, the refill and the manifest's `decontamination` record."""
+    from dataclasses import asdict
+
+    from lab.decontam import DECONTAMINATORS
+    from lab.decontam.base import Options, Reference
+
+    name = str(cfg.decontaminate_with)
+    method = DECONTAMINATORS[name]
+    options = Options()
+    spec = get_spec(cfg.benchmark)
+    reference = Reference(plan.samples, spec.input_language, spec.output_language)
+    flags = method.flag([d.text for d in kept] + [r["text"] for r in plan.injected], reference,
+                        options)
+    base_flags, injected_flags = flags[:len(kept)], flags[len(kept):]
+    flagged_base = sorted(d.id for d, f in zip(kept, base_flags) if f)
+    clean_base = [d for d, f in zip(kept, base_flags) if not f]
+    surviving = [r for r, f in zip(plan.injected, injected_flags) if not f]
+    needed = len(flagged_base) + sum(injected_flags)
+    refill: list[Document] = []
+    checked = skipped = 0
+    while len(refill) < needed and checked < len(outside):
+        chunk = outside[checked:checked + max(REFILL_CHUNK, 2 * needed)]
+        checked += len(chunk)
+        for d, f in zip(chunk, method.flag([d.text for d in chunk], reference, options)):
+            if len(refill) == needed:
+                break
+            if f:
+                skipped += 1
+            else:
+                refill.append(d)
+    if len(refill) < needed:
+        raise LabError(
+            f"--decontaminate-with {name}: {needed} documents flagged in the {cfg.setting} arm, "
+            f"but only {len(refill)} unflagged base documents outside the arm to take their "
+            "places (keep the arm's size: take a --limit subset of a larger base corpus)")
+    copies_of: dict[str, set[int]] = {}
+    for r in surviving:
+        copies_of.setdefault(r["sample"], set()).add(r["copy"])
+    changed = {s.id: len(copies_of.get(s.id, ())) for s, times in zip(plan.sources, plan.copies)
+               if len(copies_of.get(s.id, ())) != times}
+    record = {
+        "method": name, "source": method.source, "rule": method.summary,
+        "parameters": method.parameters(options), "options": asdict(options),
+        "flagged_documents": needed,
+        "flagged_injected_documents": sum(injected_flags),
+        "flagged_base_documents": len(flagged_base),
+        "removed_injected_ids": [s for s, n in changed.items() if n == 0],
+        "surviving_copies": changed,
+        "removed_base_documents": len(flagged_base),
+        "removed_base_document_ids": flagged_base,
+        "refilled": len(refill),
+        "refilled_ids": sorted(d.id for d in refill),
+        "refill_candidates": len(outside), "refill_candidates_flagged": skipped,
+        "refill_rule": "base documents outside the arm (the --limit subset's rest and the "
+                       "injection's removals), in random.Random(seed/refill) order of the whole "
+                       "base corpus, those the method flags skipped",
+    }
+    return clean_base, surviving, refill, record
 
 
 def run_inject(cfg: InjectConfig) -> dict[str, Any]:
@@ -594,7 +705,8 @@ def run_inject(cfg: InjectConfig) -> dict[str, Any]:
         else:
             built = build_in_memory(cfg, plan, tmp)
         chosen_set = set(plan.chosen)
-        guards, pre_existing = check_guards(cfg, samples, chosen_set, built, plan.injected)
+        arm_injected = built.injected if built.injected is not None else plan.injected
+        guards, pre_existing = check_guards(cfg, samples, chosen_set, built, arm_injected)
         guards.update(check_counts(cfg, setting, plan.selected, plan.sources, plan.copies,
                                    plan.injected, len(built.removed)))
         length_match = None
@@ -613,6 +725,13 @@ def _manifest(cfg: InjectConfig, plan: Plan, built: Built, guards: dict[str, Any
               pre_existing: list[str], length_match: dict[str, Any] | None) -> dict[str, Any]:
     samples, chosen, pool, injected = plan.samples, plan.chosen, plan.pool, plan.injected
     chosen_set = set(chosen)
+    decontamination = built.decontamination
+    sources = plan.sources
+    if decontamination is not None:  # the samples left in the arm; the intended ones recorded
+        injected = built.injected if built.injected is not None else injected
+        gone = set(decontamination["removed_injected_ids"])
+        chosen = [i for i in chosen if samples[i].id not in gone]
+        sources = [s for s in sources if s.id not in gone]
     injected_chars = sum(len(r["text"]) for r in injected)
     manifest: dict[str, Any] = {
         "kind": "lab-corpus",
@@ -629,6 +748,8 @@ def _manifest(cfg: InjectConfig, plan: Plan, built: Built, guards: dict[str, Any
             **({"timing": list(cfg.timing)} if not timing_table.is_uniform(cfg.timing) else {}),
             "test_ids": str(cfg.test_ids) if cfg.test_ids else None,
             "decontaminate": cfg.decontaminate, "shard_size": cfg.shard_size,
+            **({"decontaminate_with": cfg.decontaminate_with}
+               if cfg.decontaminate_with is not None else {}),
             **({"placebo_from": list(cfg.placebo_from)} if cfg.placebo_from else {}),
             **({"placebo_match": cfg.placebo_match} if pool is not None else {}),
             **({"contamination_form": cfg.contamination_form}
@@ -642,7 +763,7 @@ def _manifest(cfg: InjectConfig, plan: Plan, built: Built, guards: dict[str, Any
             "decontaminated_removed": len(built.decontaminated),
             "arm_documents": built.arm_documents,
             "injected_samples": len(chosen),
-            "held_out_samples": len(samples) - len(chosen),
+            "held_out_samples": len(samples) - len(plan.chosen),
             "injected_documents": len(injected),
             "removed_documents": len(built.removed),
             "final_documents": built.final_documents,
@@ -650,9 +771,11 @@ def _manifest(cfg: InjectConfig, plan: Plan, built: Built, guards: dict[str, Any
                                            if built.final_documents else 0.0),
             "injected_char_fraction": (round(injected_chars / built.total_chars, 6)
                                        if built.total_chars else 0.0),
-            **({"placebo_samples": len(plan.sources)} if pool is not None else {}),
+            **({"placebo_samples": len(sources)} if pool is not None else {}),
         },
         "injected_ids": [samples[i].id for i in chosen],
+        **({"intended_injected_ids": [samples[i].id for i in plan.chosen]}
+           if decontamination is not None else {}),
         "held_out_ids": [s.id for i, s in enumerate(samples) if i not in chosen_set],
         "removed_base_ids": built.removed,
         "decontaminated_ids": built.decontaminated,
@@ -662,6 +785,7 @@ def _manifest(cfg: InjectConfig, plan: Plan, built: Built, guards: dict[str, Any
         **({"timing_levels": timing_record(cfg, plan)} if plan.timing_levels is not None else {}),
         **({"contamination_form": form_record(plan.setting, plan.sources)}
            if isinstance(plan.setting, soft.FormedSetting) else {}),
+        **({"decontamination": decontamination} if decontamination is not None else {}),
         "pre_existing_verbatim": pre_existing,
         "guards": guards,
         "inputs": {
@@ -672,7 +796,9 @@ def _manifest(cfg: InjectConfig, plan: Plan, built: Built, guards: dict[str, Any
         "environment": environment_record(),
     }
     if pool is not None:
-        manifest["placebo_ids"] = [s.id for s in plan.sources]
+        manifest["placebo_ids"] = [s.id for s in sources]
+        if decontamination is not None:
+            manifest["intended_placebo_ids"] = [s.id for s in plan.sources]
         manifest["placebo"] = {
             "base_setting": plan.setting.base,
             "samples": [{"id": s.id, "split": s.split} for s in plan.sources],
@@ -801,7 +927,8 @@ def placebo_length_match(cfg: InjectConfig, plan: Plan, built: Built) -> dict[st
     arm = [plan.samples[i] for i in plan.selected]
     arm_chars = injected_chars(plan.setting, arm, plan.copies)
     placebo_chars = injected_chars(plan.setting, plan.sources, plan.copies)
-    kept_base_chars = built.total_chars - placebo_chars
+    total = built.intended_total_chars or built.total_chars  # before --decontaminate-with
+    kept_base_chars = total - placebo_chars
     arm_share = arm_chars / (kept_base_chars + arm_chars)
     placebo_share = placebo_chars / (kept_base_chars + placebo_chars)
     difference = placebo_share / arm_share - 1

@@ -231,6 +231,7 @@ def check_membership(path: Path, manifest: dict[str, Any], found: Injected) -> N
     if set(held_out) & (seen | set(injected)):
         raise LabError(f"{path}: field 'held_out_ids' lists "
                        f"{_listed(set(held_out) & (seen | set(injected)))} that are injected")
+    _check_decontamination(path, manifest, sources, claimed)
     _check_copies(path, manifest, found)
     _check_counts(path, manifest, found, {"injected_samples": len(injected),
                                           "held_out_samples": len(held_out),
@@ -238,11 +239,59 @@ def check_membership(path: Path, manifest: dict[str, Any], found: Injected) -> N
                                              if placebo is not None else {})})
 
 
+def _surviving_copies(path: Path, manifest: dict[str, Any]) -> dict[str, int]:
+    """A decontaminated arm's (lab inject --decontaminate-with) injected samples that lost
+    copies, and the copies each has left (0: all removed); none for any other arm."""
+    record = manifest.get("decontamination")
+    if record is None:
+        return {}
+    surviving = record.get("surviving_copies") if isinstance(record, dict) else None
+    if not isinstance(surviving, dict) or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 0
+            for n in surviving.values()):
+        raise LabError(f"{path}: field 'decontamination.surviving_copies' must map sample ids "
+                       "to copies >= 0")
+    return surviving
+
+
+def _check_decontamination(path: Path, manifest: dict[str, Any], sources: str,
+                           claimed: set[str]) -> None:
+    """A decontaminated arm: the samples meant to be injected (intended_injected_ids, a
+    placebo's intended_placebo_ids) are those left (injected_ids, placebo_ids) and those whose
+    every copy was removed (decontamination.removed_injected_ids), no other."""
+    surviving = _surviving_copies(path, manifest)
+    if "decontamination" not in manifest:
+        return
+    intended = set(_ids(path, manifest, "intended_" + sources))
+    removed = manifest["decontamination"].get("removed_injected_ids")
+    if not isinstance(removed, list) or not all(isinstance(i, str) for i in removed):
+        raise LabError(f"{path}: field 'decontamination.removed_injected_ids' must be a list "
+                       "of sample ids")
+    if claimed - intended:
+        raise LabError(f"{path}: field '{sources}' lists {_listed(claimed - intended)} not in "
+                       f"'intended_{sources}'")
+    if intended - claimed != set(removed):
+        raise LabError(f"{path}: field 'decontamination.removed_injected_ids' lists "
+                       f"{_listed(set(removed))}; 'intended_{sources}' less '{sources}' is "
+                       f"{_listed(intended - claimed)}")
+    if {s for s, n in surviving.items() if n == 0} != set(removed):
+        raise LabError(f"{path}: field 'decontamination.surviving_copies' does not give 0 "
+                       "copies to exactly the removed_injected_ids")
+
+
 def _check_copies(path: Path, manifest: dict[str, Any], found: Injected) -> None:
     """Each injected sample's copies: its dose level's dose (a placebo's own samples: the dose
-    of their level's placebo_ids), else options.repeat; a dose-0 level's samples not at all;
-    a timing level's samples among the injected ones."""
+    of their level's placebo_ids), else options.repeat, less those a decontaminated arm removed
+    (decontamination.surviving_copies); a dose-0 level's samples not at all; a timing level's
+    samples among the injected ones (or removed by decontamination)."""
+    surviving = _surviving_copies(path, manifest)
+
     def expect(field_name: str, sample: str, copies: int) -> None:
+        if sample in surviving:
+            if not isinstance(copies, int) or surviving[sample] >= copies:
+                raise LabError(f"{path}: field 'decontamination.surviving_copies' gives {sample} "
+                               f"{surviving[sample]} copies, not fewer than its {copies}")
+            field_name, copies = "decontamination.surviving_copies", surviving[sample]
         have = len(found.copies.get(sample, ()))
         if have != copies:
             raise LabError(f"{path}: field '{field_name}' says {sample} was injected {copies} "
@@ -262,7 +311,8 @@ def _check_copies(path: Path, manifest: dict[str, Any], found: Injected) -> None
         for sample in found.copies:
             expect("options.repeat", sample, repeat)
     for level in manifest.get("timing_levels") or []:
-        stray = set(level.get("sources") or level.get("ids") or []) - set(found.copies)
+        stray = (set(level.get("sources") or level.get("ids") or []) - set(found.copies)
+                 - {sample for sample, n in surviving.items() if n == 0})
         if stray:
             raise LabError(f"{path}: field 'timing_levels' lists {_listed(stray)} that "
                            "no document of the shards injects")

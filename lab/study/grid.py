@@ -136,6 +136,7 @@ def _inject(recipe: Recipe, arm: str, seed: int) -> Stage:
         placebo_match=injection.placebo_match if setting.placebo else "random",
         timing=tuple(injection.timing) if setting.injects else timing_table.DEFAULT,
         contamination_form=injection.contamination_form if setting.injects else soft.VERBATIM,
+        decontaminate_with=injection.decontaminate_with,  # every arm, the control's too
     ), labels={"arm": arm, "seed": seed})
 
 

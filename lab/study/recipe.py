@@ -127,7 +127,8 @@ STUDY_DEFAULTS = {
 CorpusSection = section("CorpusSection", InjectConfig, ["base", "base_splits", "limit"])
 InjectionSection = section("InjectionSection", InjectConfig,
                            ["repeat", "fraction", "doses", "samples", "decontaminate",
-                            "placebo_from", "placebo_match", "timing", "contamination_form"])
+                            "placebo_from", "placebo_match", "timing", "contamination_form",
+                            "decontaminate_with"])
 
 
 TokenizerSection = section("TokenizerSection", TokenizerConfig, ["vocab_size"],
