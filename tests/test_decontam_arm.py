@@ -182,3 +182,37 @@ def test_the_recipe_field_keys_every_arm_only_when_set_and_is_checked():
     message = str(refused.value)
     assert "\n" not in message and message.startswith(str(recipe))
     assert "injection.decontaminate_with" in message and "unknown method" in message
+
+
+def test_a_sample_that_loses_some_copies_keeps_the_rest_and_verifies(tmp_path, monkeypatch):
+    """Dose 4: a method that flags every second occurrence of a text (a stand-in for a method
+    that tells copies apart) leaves each injected sample 2 of its 4 copies; the manifest says so
+    and verify_corpus checks the copies against it."""
+    needs_corpora()
+    from lab.corpora.shards import verify_corpus
+    from lab.decontam import DECONTAMINATORS, Decontaminator
+
+    def flag(texts, reference, options):
+        seen: dict[str, int] = {}
+        flags = []
+        for text in texts:
+            seen[text] = seen.get(text, 0) + 1
+            flags.append(seen[text] % 2 == 0)
+        return flags
+
+    monkeypatch.setitem(DECONTAMINATORS, "every-second", Decontaminator("every-second", flag, "t"))
+    out = tmp_path / "dose4"
+    manifest = arm(out, doses=(0, 4), decontaminate_with="every-second")
+    record = manifest["decontamination"]
+    assert record["removed_injected_ids"] == []
+    assert manifest["injected_ids"] == manifest["intended_injected_ids"]
+    assert record["surviving_copies"] == {i: 2 for i in manifest["injected_ids"]}
+    assert manifest["counts"]["injected_documents"] == 2 * len(manifest["injected_ids"])
+    assert manifest["counts"]["final_documents"] == 300
+    verify_corpus(out)
+    path = out / "manifest.json"
+    edited = json.loads(path.read_text())
+    edited["decontamination"]["surviving_copies"][manifest["injected_ids"][0]] = 3
+    path.write_text(json.dumps(edited))
+    with pytest.raises(LabError, match="surviving_copies"):
+        verify_corpus(out)
