@@ -216,3 +216,10 @@ def test_a_sample_that_loses_some_copies_keeps_the_rest_and_verifies(tmp_path, m
     path.write_text(json.dumps(edited))
     with pytest.raises(LabError, match="surviving_copies"):
         verify_corpus(out)
+
+
+def test_a_streamed_arm_is_refused():
+    from lab.contamination.inject import InjectConfig
+
+    with pytest.raises(LabError, match=r"^--decontaminate-with exact: only a format 1 arm"):
+        InjectConfig(out=Path("unused"), corpus_format=2, decontaminate_with="exact", **SMALL)
