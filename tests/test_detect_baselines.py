@@ -200,11 +200,11 @@ def test_tpr_at_a_tenth_of_a_percent_fpr_only_with_1000_non_members():
 
 
 def test_the_contamination_form_of_a_corpus_record():
-    from lab.detect.run import contamination_form
+    from lab.contamination.soft import recorded_form
 
-    assert contamination_form({}) == "verbatim"
-    assert contamination_form({"options": {"contamination_form": "renamed"}}) == "renamed"
-    assert contamination_form({"contamination_form": {"name": "partial", "fraction": 0.5}}) == \
+    assert recorded_form({}) == "verbatim"
+    assert recorded_form({"options": {"contamination_form": "renamed"}}) == "renamed"
+    assert recorded_form({"contamination_form": {"name": "partial", "fraction": 0.5}}) == \
         "partial:0.5"
 
 

@@ -88,6 +88,21 @@ class ContaminationForm:
         return options
 
 
+def recorded_form(record: dict[str, Any]) -> str:
+    """The contamination form (e.g. renamed, partial:0.5) a corpus record (an arm's manifest,
+    or a model's copy of it) says its samples were injected in; verbatim where it states none
+    (every arm made before the forms existed)."""
+    form = record.get("contamination_form")
+    spec = (record.get("options") or {}).get("contamination_form")
+    if isinstance(form, str) and form:
+        return form
+    if isinstance(spec, str) and spec:
+        return spec
+    if isinstance(form, dict) and form.get("name"):
+        return str(form["name"]) + (f":{form['fraction']}" if form.get("fraction") else "")
+    return VERBATIM
+
+
 def parse_form(spec: str) -> ContaminationForm:
     """`verbatim`, `renamed`, `reformatted`, `partial`, `partial:F`, `cross-language` or
     `nl-reworded`; LabError in one line otherwise."""

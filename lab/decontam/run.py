@@ -25,6 +25,7 @@ from typing import Any, Callable
 from lab.common import (LabError, atomic_output_dir, check_output, corpora_param,
                         environment_record, param, table_cell, write_json_atomic,
                         write_text_atomic)
+from lab.contamination.soft import recorded_form
 from lab.corpora import corpora_inputs, get_spec, load_samples
 from lab.corpora.shards import read_corpus, verify_corpus
 from lab.decontam import DECONTAMINATORS, Decontaminator, check_methods
@@ -33,7 +34,6 @@ from lab.decontam.base import NGRAM_RULES, NGRAM_SHORT, Options, Reference
 
 KIND = "lab-decontam"
 DEFAULT_METHODS = ("exact", "ngram8", "ngram13", "ngram50", "datatrove", "minhash", "audit")
-DEFAULT_FORM = "verbatim"  # an arm's manifest without contamination_form injected verbatim
 COLUMNS = ["method", "parameters", "benchmark", "split", "setting", "form", "dose", "samples",
            "injected_samples", "samples_found", "recall", "injected_documents",
            "injected_documents_flagged", "document_recall", "documents", "flagged_documents",
@@ -100,20 +100,6 @@ def dose_levels(manifest: dict[str, Any]) -> list[tuple[int, list[str]]]:
     if manifest.get("injected_ids"):
         found.append((int(repeat), list(manifest["injected_ids"])))
     return [level for level in found if level[1]] or [(0, [])]
-
-
-def form_of(manifest: dict[str, Any]) -> str:
-    """The arm's contamination form as `lab inject --contamination-form` names it (e.g.
-    renamed, partial:0.5); verbatim for an arm whose manifest states none."""
-    form = manifest.get("contamination_form")
-    if isinstance(form, str) and form:
-        return form
-    spec = (manifest.get("options") or {}).get("contamination_form")
-    if isinstance(spec, str) and spec:
-        return spec
-    if isinstance(form, dict) and form.get("name"):
-        return str(form["name"]) + (f":{form['fraction']}" if form.get("fraction") else "")
-    return DEFAULT_FORM
 
 
 def reference_of(manifest: dict[str, Any], path: Path, corpora_dir: Path | None
@@ -225,7 +211,7 @@ def run_decontam(cfg: DecontamConfig) -> dict[str, Any]:
     options = cfg.options()
     described = {"benchmark": benchmark, "split": split,
                  "setting": manifest.get("setting", ""),
-                 "form": form_of(manifest)}
+                 "form": recorded_form(manifest)}
     flags_of: dict[str, list[bool]] = {}
     timing = []
     for name in cfg.methods:

@@ -28,6 +28,7 @@ from typing import Any, Sequence
 from lab.common import (LabError, beside, check_output, corpora_param, environment_record,
                         param, write_rows_and_summary)
 from lab.contamination import settings as settings_table
+from lab.contamination.soft import recorded_form
 from lab.corpora import corpora_inputs, load_samples
 from lab.corpora.shards import read_manifest, verify_corpus
 from lab.detect import DEFAULT_DETECTORS, DETECTORS, applicable, check_detectors, score_all
@@ -42,7 +43,6 @@ FPRS = (0.01, 0.05)  # the false positive rates TPR is reported at
 LOW_FPR, LOW_FPR_NONMEMBERS = 0.001, 1000
 LOW_FPR_KEY = "tpr_at_0.1pct_fpr"
 SHIFT_SUFFIX = "_shift"  # a labelled detector's scores of the shift check (held-out test vs valid)
-VERBATIM = "verbatim"  # the contamination form of an arm whose record states none
 
 
 @dataclass
@@ -294,7 +294,7 @@ def _lab_subject(cfg: DetectConfig, check: Any) -> _Subject:
     corpus = {**record.get("corpus", {}),
               "tokenizer_sha256": record.get("tokenizer", {}).get("sha256")}
     return _Subject(model, tokenizer, manifest, family, chosen, form, max_tokens, reference,
-                    family, contamination_form(groups_record), corpus)
+                    family, recorded_form(groups_record), corpus)
 
 
 def _groups_record(groups: Path) -> dict[str, Any]:
@@ -302,21 +302,6 @@ def _groups_record(groups: Path) -> dict[str, Any]:
     other = read_stage_manifest(groups, "--groups")
     return other if other.get("kind") == "lab-corpus" else pretraining_record(other).get(
         "corpus", {})
-
-
-def contamination_form(record: dict[str, Any]) -> str:
-    """The contamination form (`lab inject --contamination-form`, e.g. renamed, partial:0.5)
-    a corpus record (an arm's manifest, or a model's copy of it) says its samples were injected
-    in; verbatim where it states none."""
-    form = record.get("contamination_form")
-    spec = (record.get("options") or {}).get("contamination_form")
-    if isinstance(form, str) and form:
-        return form
-    if isinstance(spec, str) and spec:
-        return spec
-    if isinstance(form, dict) and form.get("name"):
-        return str(form["name"]) + (f":{form['fraction']}" if form.get("fraction") else "")
-    return VERBATIM
 
 
 def _outside_subject(cfg: DetectConfig, check: Any) -> _Subject:
