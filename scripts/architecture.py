@@ -26,8 +26,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("data", ("lab.corpora", "lab.records", "lab.tasks", "lab.shards")),
     # lab perturb's renamer (text in, text out) is also a soft-contamination form of injection
     # (lab.contamination.soft): it sits with the injector, below the LLM arm that drives it.
-    ("contamination", ("lab.contamination", "lab.llm.perturb", "lab.llm.table_i")),
-    ("decontamination", ("lab.decontam",)),  # decontaminators over an arm: above its audit
+    # The decontaminators (text in, flags out) sit with the injector too: `lab inject
+    # --decontaminate-with` runs one over the arm it builds.
+    ("contamination", ("lab.contamination", "lab.llm.perturb", "lab.llm.table_i",
+                       "lab.decontam")),
     ("tokenizer", ("lab.tokenizer",)),
     ("train", ("lab.train",)),
     ("eval", ("lab.eval", "lab.llm", "lab.detect")),
