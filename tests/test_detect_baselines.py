@@ -17,6 +17,7 @@ from lab.corpora import Sample
 from lab.detect import DETECTORS, check_detectors, score_all
 from lab.detect.context import DetectContext
 from lab.detect.run import detection_metrics
+from tests.test_detect import bigram_model
 
 needs_corpora = pytest.mark.skipif(not os.environ.get("LAB_CORPORA"), reason="needs LAB_CORPORA")
 
@@ -109,21 +110,6 @@ class CharTokenizer:
     @staticmethod
     def id(c: str) -> int:
         return 5 + (ord(c) % (VOCAB - 5))
-
-
-def bigram_model(probabilities):
-    import torch
-
-    class Bigram(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.table = torch.nn.Parameter(torch.tensor(probabilities, dtype=torch.float64).log())
-            self.config = SimpleNamespace(model_type="gpt2", n_positions=64)
-
-        def forward(self, input_ids, attention_mask=None, **_):
-            return SimpleNamespace(logits=self.table[input_ids])
-
-    return Bigram()
 
 
 def write_corpus(folder: Path, texts: list[str]) -> dict[str, str]:
