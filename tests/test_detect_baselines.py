@@ -8,7 +8,6 @@ import math
 import os
 import random
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
