@@ -158,6 +158,14 @@ def evaluation_benchmark(manifest: dict[str, Any], task: Task, requested: str | 
     return injected if of_task(injected, task) else task.benchmark
 
 
+def assigned_injected_ids(corpus: dict[str, Any]) -> set[str]:
+    """The samples a pre-training corpus record assigned to be injected: those it injects,
+    and for a decontaminated arm also those its decontaminator then removed
+    (intended_injected_ids). The injected group of scoring, probing and the split-half lift;
+    what a model saw is injected_ids."""
+    return set(corpus.get("intended_injected_ids") or corpus.get("injected_ids") or [])
+
+
 def pretraining_membership(manifest: dict[str, Any]) -> dict[str, set[str]]:
     """Group -> sample ids, from the pre-training corpus recorded in the model's manifest:
     injected / held-out ids, pre-existing overlap, and injected samples whose document was
@@ -170,7 +178,12 @@ def pretraining_membership(manifest: dict[str, Any]) -> dict[str, set[str]]:
     # Weights of unknown provenance may have seen any sample: none is scored as held out.
     unknown = corpus.get("membership") == UNKNOWN
     return {
-        "injected": set(corpus.get("injected_ids") or []),
+        # By intention to treat: a decontaminated arm's injected group is the samples meant to
+        # be injected, those its decontaminator removed too, so its lift over the held-out
+        # group is what decontamination left of the lift (assigned_injected_ids).
+        "injected": assigned_injected_ids(corpus),
+        "removed_by_decontamination": set(
+            (corpus.get("decontamination") or {}).get("removed_injected_ids") or []),
         "held_out": set() if unknown else set(corpus.get("held_out_ids") or []),
         "pre_existing": {entry.rsplit("/", 1)[0] for entry in corpus.get("pre_existing_verbatim") or []},
         "injected_truncated": set(corpus.get("truncated_ids") or []),
@@ -486,7 +499,10 @@ def run_evaluate(cfg: EvaluateConfig | Path, task: str | None = None, **options:
             for i, sample in enumerate(samples):
                 row = {"id": sample.id, "source": sample.input, "reference": sample.output,
                        "prediction": predictions[i], "group": groups[sample.id],
-                       "injected": sample.id in membership["injected"],
+                       "injected": sample.id in membership["injected"]
+                       and sample.id not in membership["removed_by_decontamination"],
+                       **({"removed_by_decontamination": True}
+                          if sample.id in membership["removed_by_decontamination"] else {}),
                        **({"dose": doses.get(sample.id)} if by_dose else {}),
                        **({"timing": timings.get(sample.id)} if by_timing else {}),
                        "in_finetune_data": overlap.get(sample.id, []),

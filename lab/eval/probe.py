@@ -118,7 +118,9 @@ def probe_groups(manifest: dict[str, Any], groups_dir: Path | None) -> dict[str,
         else:
             raise LabError(f"--groups {groups_dir}: not a lab corpus or model directory")
         source = str(groups_dir)
-    if not record.get("injected_ids"):
+    # By intention to treat (assigned_injected_ids), in the record's order.
+    assigned = list(record.get("intended_injected_ids") or record.get("injected_ids") or [])
+    if not assigned:
         setting = settings_table.find(record.get("setting"))
         hint = (f"for a placebo model, pass --groups its base arm's ('{setting.base}') corpus"
                 if setting and setting.placebo else
@@ -126,7 +128,8 @@ def probe_groups(manifest: dict[str, Any], groups_dir: Path | None) -> dict[str,
         raise LabError(f"{source}: injected no test samples, so there is nothing to probe "
                        f"({hint})")
     return {"benchmark": record["benchmark"], "split": record.get("benchmark_split", "test"),
-            "setting": record["setting"], "injected": list(record["injected_ids"]),
+            "setting": record["setting"],
+            "injected": assigned,
             "held_out": list(record.get("held_out_ids", [])), "source": source,
             "doses": {sample: level["dose"] for level in record.get("dose_levels") or []
                       for sample in level["ids"]}}

@@ -111,7 +111,23 @@ def expand(recipe: Recipe, seeds: list[int] | None = None) -> list[Stage]:
     return [stage for stage in stages if stage.key in needed]
 
 
-def _inject(recipe: Recipe, arm: str, seed: int) -> Stage:
+def variants(recipe: Recipe) -> list[dict[str, Any]]:
+    """The corpus variants a recipe sweeps (injection.contamination_form x
+    injection.decontaminate_with), each as the labels that name its models: `form` where forms
+    are swept, `decontam` (the method, or "none") where decontamination is. One empty variant
+    where neither is."""
+    forms, methods = recipe.injection.contamination_form, recipe.injection.decontaminate_with
+    return [{**({"form": form} if len(forms) > 1 else {}),
+             **({"decontam": method or "none"} if len(methods) > 1 else {}),
+             "_form": form, "_method": method}
+            for form, method in itertools.product(forms, methods)]
+
+
+def _labels(variant: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in variant.items() if not k.startswith("_")}
+
+
+def _inject(recipe: Recipe, arm: str, seed: int, variant: dict[str, Any]) -> Stage:
     """One arm's corpus. What the arm's setting does not use is left unset (fraction and doses
     of an arm that injects nothing, the placebo fields of one that is not a placebo). A
     placebo's pool is the study's (recipe.placebo_plan): by default the splits no model
@@ -135,34 +151,33 @@ def _inject(recipe: Recipe, arm: str, seed: int) -> Stage:
         placebo_from=placebo_from,
         placebo_match=injection.placebo_match if setting.placebo else "random",
         timing=tuple(injection.timing) if setting.injects else timing_table.DEFAULT,
-        contamination_form=injection.contamination_form if setting.injects else soft.VERBATIM,
-        decontaminate_with=injection.decontaminate_with,  # every arm, the control's too
-    ), labels={"arm": arm, "seed": seed})
+        contamination_form=variant["_form"] if setting.injects else soft.VERBATIM,
+        decontaminate_with=variant["_method"],  # every arm, the control's too
+    ), labels={"arm": arm, "seed": seed, **_labels(variant)})
 
 
 def _grid(recipe: Recipe) -> list[Stage]:
     stages: list[Stage] = []
-    arm_stage: dict[tuple[str, int], Stage] = {}
-    for arm in recipe.arms:
-        for seed in recipe.seeds:
-            arm_stage[(arm, seed)] = _inject(recipe, arm, seed)
-            stages.append(arm_stage[(arm, seed)])
-    # One tokenizer per study, trained on a control corpus (never on injected test data).
-    control = arm_stage.get(("control", recipe.seeds[0]))
+    swept_variants = variants(recipe)
+    arm_stages: list[dict[tuple[str, int], Stage]] = []  # one per variant
+    for variant in swept_variants:
+        arm_stages.append({})
+        for arm in recipe.arms:
+            for seed in recipe.seeds:
+                arm_stages[-1][(arm, seed)] = _inject(recipe, arm, seed, variant)
+                stages.append(arm_stages[-1][(arm, seed)])
+    # One tokenizer per study, trained on a control corpus (never on injected test data): the
+    # first variant's.
+    control = arm_stages[0].get(("control", recipe.seeds[0]))
     if control is None:
-        first = arm_stage[(recipe.arms[0], recipe.seeds[0])].config
-        control = Stage("inject", dataclasses.replace(first, setting="control", fraction=None,
-                                                      doses=None),
-                        labels={"arm": "control", "seed": recipe.seeds[0]})
+        first = arm_stages[0][(recipe.arms[0], recipe.seeds[0])]
+        control = Stage("inject", dataclasses.replace(first.config, setting="control",
+                                                      fraction=None, doses=None,
+                                                      contamination_form=soft.VERBATIM),
+                        labels={**first.labels, "arm": "control"})
         stages.insert(0, control)
     tokenizer = Stage("tokenizer", unbound("tokenizer", vocab_size=recipe.tokenizer.vocab_size),
                       [control])
-
-    def placebos(seed: int) -> list[Stage]:
-        """The seed's placebo corpora: every fine-tuning of the seed counts their pairs."""
-        return [arm_stage[(arm, seed)] for arm in recipe.arms
-                if settings_table.get(arm).placebo]
-
     stages.append(tokenizer)
     swept = len(recipe.preset) > 1  # a preset label only where sizes are swept
     whole = recipe
@@ -171,7 +186,6 @@ def _grid(recipe: Recipe) -> list[Stage]:
         decays = recipe.pretrain.weight_decay
         for decay in decays:
             launch = dataclasses.asdict(recipe.resources.pretrain)
-            scored: dict[tuple[str, int, int | None], Stage] = {}  # (arm, seed, E): detect's models
             def pretrain(corpus: Stage, labels: dict[str, Any], init: Stage | None = None,
                          epochs: float | None = None) -> Stage:
                 section = {**dataclasses.asdict(recipe.pretrain), "weight_decay": decay,
@@ -187,35 +201,49 @@ def _grid(recipe: Recipe) -> list[Stage]:
                             **({"weight_decay": decay} if len(decays) > 1 else {}), **labels},
                     launch=launch)
 
-            clean_phases: dict[tuple[int, float], Stage] = {}  # continued.order clean-first
-            for arm in recipe.arms:
-                for seed in recipe.seeds:
-                    pre = pretrain(arm_stage[(arm, seed)], {"arm": arm, "seed": seed})
-                    stages.append(pre)
-                    scored[(arm, seed, None)] = pre
-                    stages += _probes(recipe, pre, arm, seed, arm_stage)
-                    stages += _downstream(recipe, pre, scored, placebos(seed))
-                    order = recipe.continued.order
-                    for clean in recipe.continued.clean_epochs if order else []:
-                        if ("control", seed) not in arm_stage:
-                            arm_stage[("control", seed)] = _inject(recipe, "control", seed)
-                            stages.append(arm_stage[("control", seed)])
-                        control_corpus = arm_stage[("control", seed)]
-                        labels = {"arm": arm, "seed": seed, "continued": f"{order}:{clean:g}"}
-                        if order == "clean-after":  # the arm's model, then clean epochs
-                            continued = pretrain(control_corpus, labels, init=pre, epochs=clean)
-                        else:  # clean epochs first (one model per seed), then the arm's corpus
-                            if (seed, clean) not in clean_phases:
-                                clean_phases[(seed, clean)] = pretrain(
-                                    control_corpus, {"arm": "control", "seed": seed,
-                                                     "continued": f"clean-phase:{clean:g}"},
-                                    epochs=clean)
-                                stages.append(clean_phases[(seed, clean)])
-                            continued = pretrain(arm_stage[(arm, seed)], labels,
-                                                 init=clean_phases[(seed, clean)])
-                        stages.append(continued)
-                        stages += _downstream(recipe, continued, None, placebos(seed))
-            stages += _detects(recipe, scored)
+            for variant, arm_stage in zip(swept_variants, arm_stages):
+                named = _labels(variant)
+                # (arm, seed, E): detect's models
+                scored: dict[tuple[str, int, int | None], Stage] = {}
+                clean_phases: dict[tuple[int, float], Stage] = {}  # continued.order clean-first
+
+                def placebos(seed: int, arm_stage=arm_stage) -> list[Stage]:
+                    """The seed's placebo corpora: every fine-tuning of the seed counts their
+                    pairs."""
+                    return [arm_stage[(arm, seed)] for arm in recipe.arms
+                            if settings_table.get(arm).placebo]
+
+                for arm in recipe.arms:
+                    for seed in recipe.seeds:
+                        pre = pretrain(arm_stage[(arm, seed)], {"arm": arm, "seed": seed, **named})
+                        stages.append(pre)
+                        scored[(arm, seed, None)] = pre
+                        stages += _probes(recipe, pre, arm, seed, arm_stage)
+                        stages += _downstream(recipe, pre, scored, placebos(seed))
+                        order = recipe.continued.order
+                        for clean in recipe.continued.clean_epochs if order else []:
+                            if ("control", seed) not in arm_stage:
+                                arm_stage[("control", seed)] = _inject(recipe, "control", seed,
+                                                                       variant)
+                                stages.append(arm_stage[("control", seed)])
+                            control_corpus = arm_stage[("control", seed)]
+                            labels = {"arm": arm, "seed": seed, **named,
+                                      "continued": f"{order}:{clean:g}"}
+                            if order == "clean-after":  # the arm's model, then clean epochs
+                                continued = pretrain(control_corpus, labels, init=pre,
+                                                     epochs=clean)
+                            else:  # clean epochs first (one model per seed), then the arm's corpus
+                                if (seed, clean) not in clean_phases:
+                                    clean_phases[(seed, clean)] = pretrain(
+                                        control_corpus, {"arm": "control", "seed": seed, **named,
+                                                         "continued": f"clean-phase:{clean:g}"},
+                                        epochs=clean)
+                                    stages.append(clean_phases[(seed, clean)])
+                                continued = pretrain(arm_stage[(arm, seed)], labels,
+                                                     init=clean_phases[(seed, clean)])
+                            stages.append(continued)
+                            stages += _downstream(recipe, continued, None, placebos(seed))
+                stages += _detects(recipe, scored)
     return stages
 
 
@@ -336,11 +364,15 @@ def preset_of(stage: Stage) -> str | None:
 
 def model_name(labels: dict[str, Any]) -> str:
     """A model as the study's tables name it: its family, its size where sizes are swept
-    (gpt2/micro) and its weight decay where that is swept (gpt2/wd=0.1), so that each is a model
-    of its own."""
+    (gpt2/micro), its weight decay, contamination form and decontamination method where those
+    are swept (gpt2/wd=0.1, gpt2/form=renamed/decontam=ngram13), so that each is a model of its
+    own."""
     name = f"{labels['model']}/{labels['preset']}" if "preset" in labels else labels["model"]
     if "weight_decay" in labels:
         name += f"/wd={labels['weight_decay']:g}"
+    for swept in ("form", "decontam"):  # grid.variants
+        if swept in labels:
+            name += f"/{swept}={labels[swept]}"
     return f"{name}/{labels['continued']}" if "continued" in labels else name
 
 

@@ -127,8 +127,19 @@ STUDY_DEFAULTS = {
 CorpusSection = section("CorpusSection", InjectConfig, ["base", "base_splits", "limit"])
 InjectionSection = section("InjectionSection", InjectConfig,
                            ["repeat", "fraction", "doses", "samples", "decontaminate",
-                            "placebo_from", "placebo_match", "timing", "contamination_form",
-                            "decontaminate_with"])
+                            "placebo_from", "placebo_match", "timing"], own=[
+    ("contamination_form", list[str], field(default_factory=lambda: [soft.VERBATIM], metadata={
+        "scalar": True, "help": "lab inject --contamination-form: "
+                                + InjectConfig.__dataclass_fields__["contamination_form"]
+                                .metadata["help"] + " A list sweeps it like seeds (one corpus and "
+                                "model per form, arm and seed; the control's is verbatim)."})),
+    ("decontaminate_with", list[str | None], field(default_factory=lambda: [None], metadata={
+        "scalar": True, "scalar_none": True,
+        "help": "lab inject --decontaminate-with: "
+                + InjectConfig.__dataclass_fields__["decontaminate_with"].metadata["help"]
+                + " Every arm's corpus, the control's too. A list sweeps it, null for none "
+                  "([null, ngram13]: each form's lift before and after; report/decontam.md)."})),
+])
 
 
 TokenizerSection = section("TokenizerSection", TokenizerConfig, ["vocab_size"],
@@ -434,7 +445,8 @@ def _build(cls: Any, data: dict[str, Any], prefix: str = "") -> Any:
             where = f"{prefix}.{str(key)[:EXCERPT]}" if prefix else str(key)[:EXCERPT]
             raise LabError(f"{where}: unknown key (known: {', '.join(sorted(names))})")
     values = {key: _convert([value] if fields[key].metadata.get("scalar")
-                            and value is not None and not isinstance(value, list) else value,
+                            and (value is not None or fields[key].metadata.get("scalar_none"))
+                            and not isinstance(value, list) else value,
                             hints[key],
                             f"{prefix}.{key}" if prefix else key, fields[key].metadata.get("expect"))
               for key, value in data.items()}
@@ -612,22 +624,34 @@ def stage_sections() -> list[str]:
 # A section's fields that sweep a config field (each value makes its own stages), by section:
 # the section's field -> the config's.
 SWEEPS = {"finetune": {"epochs": "epochs", "train_sizes": "train_size"},
-          "pretrain": {"weight_decay": "weight_decay"}}
+          "pretrain": {"weight_decay": "weight_decay"},
+          "injection": {"contamination_form": "contamination_form",
+                        "decontaminate_with": "decontaminate_with"}}
 
 
 def _check_contamination_form(recipe: Recipe) -> None:
     """injection.contamination_form against the benchmark and every arm that injects (the
     grid gives the control verbatim): the refusal lab inject would make, before any stage."""
-    form = soft.parse_form(recipe.injection.contamination_form)
-    for i, arm in enumerate(recipe.arms):
-        setting = settings_table.get(arm)
-        if not setting.injects:
-            continue
-        try:
-            soft.check_form(form, recipe.benchmark, setting, recipe.corpus.base)
-        except LabError as exc:
-            reason = str(exc).split(": ", 1)[-1]
-            _fail("injection.contamination_form", f"arms[{i}] {arm}: {reason}")
+    forms = recipe.injection.contamination_form
+    for name, values in (("contamination_form", forms),
+                         ("decontaminate_with", recipe.injection.decontaminate_with)):
+        if not values:
+            _fail(f"injection.{name}", "needs at least one value")
+        if len(set(values)) != len(values):
+            _fail(f"injection.{name}", "values repeat")
+    for j, written in enumerate(forms):
+        form = soft.parse_form(written)
+        where = f"injection.contamination_form[{j}]" if len(forms) > 1 else \
+            "injection.contamination_form"
+        for i, arm in enumerate(recipe.arms):
+            setting = settings_table.get(arm)
+            if not setting.injects:
+                continue
+            try:
+                soft.check_form(form, recipe.benchmark, setting, recipe.corpus.base)
+            except LabError as exc:
+                reason = str(exc).split(": ", 1)[-1]
+                _fail(where, f"arms[{i}] {arm}: {reason}")
 
 
 def _check_as_config(name: str, section: Any) -> None:

@@ -496,6 +496,15 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
                    # overlapping samples without the corpus directory.
                    "injected_ids": corpus_manifest.get("injected_ids", []),
                    "held_out_ids": corpus_manifest.get("held_out_ids", []),
+                   # A decontaminated arm (lab inject --decontaminate-with): the samples meant
+                   # to be injected, a group scored by intention to treat (those the method
+                   # removed stay in it), and what the method removed.
+                   **({"intended_injected_ids": corpus_manifest["intended_injected_ids"],
+                       "decontamination": {
+                           k: corpus_manifest["decontamination"][k]
+                           for k in ("method", "removed_injected_ids", "surviving_copies",
+                                     "removed_base_documents")}}
+                      if "intended_injected_ids" in corpus_manifest else {}),
                    "pre_existing_verbatim": corpus_manifest.get("pre_existing_verbatim", []),
                    "injected_token_fraction": report["injected_token_fraction"],
                    "options": corpus_manifest.get("options"),
