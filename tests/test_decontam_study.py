@@ -1,0 +1,171 @@
+"""Decontamination as a study axis (issue 60, item 3): `injection.contamination_form` and
+`injection.decontaminate_with` sweep like seeds (one corpus and model per form x method, named
+gpt2/form=F/decontam=M), a decontaminated arm's injected group is scored by intention to treat
+(the samples its method removed stay in it), and report/decontam.md gives per form the lift
+before and after."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lab.common import LabError
+from tests.test_decontam_arm import ROOT, arm, needs_corpora
+
+RECIPE = ROOT / "recipes" / "decontam.yaml"
+
+
+def test_the_decontam_recipe_sweeps_forms_and_methods_into_models_of_their_own():
+    from lab.study.grid import expand, model_name
+    from lab.study.recipe import load_recipe
+
+    stages = expand(load_recipe(RECIPE))
+    injects = [s for s in stages if s.kind == "inject"]
+    # 4 forms x (none, ngram13) x 3 seeds paired arms, and the tokenizer's control corpus
+    assert len(injects) == 4 * 2 * 3 + 1
+    pairs = {(s.config.contamination_form, s.config.decontaminate_with)
+             for s in injects if s.labels["arm"] == "paired"}
+    assert pairs == {(f, m) for f in ("verbatim", "renamed", "reformatted", "partial:0.5")
+                     for m in (None, "ngram13")}
+    control = [s for s in injects if s.labels["arm"] == "control"]
+    assert len(control) == 1 and control[0].config.contamination_form == "verbatim"
+    assert len([s for s in stages if s.kind == "tokenizer"]) == 1
+    pretrains = [s for s in stages if s.kind == "pretrain"]
+    names = {model_name(s.labels) for s in pretrains}
+    assert "gpt2/form=renamed/decontam=ngram13" in names
+    assert "gpt2/form=verbatim/decontam=none" in names
+    assert len(names) == 8 and len(pretrains) == 24
+    assert len({s.key for s in stages}) == len(stages)
+    # each model reads its own variant's corpus
+    for stage in pretrains:
+        corpus = stage.inputs[0]
+        assert corpus.labels["form"] == stage.labels["form"]
+        assert corpus.labels["decontam"] == stage.labels["decontam"]
+
+
+def test_one_value_is_a_scalar_and_keeps_every_key():
+    from lab.study.grid import expand, model_name
+    from lab.study.recipe import load_recipe, recipe_dict
+
+    recipe = ROOT / "recipes" / "quickstart.yaml"
+    plain = expand(load_recipe(recipe))
+    listed = expand(load_recipe(recipe, ["injection.contamination_form=[verbatim]",
+                                         "injection.decontaminate_with=[null]"]))
+    assert [s.key for s in listed] == [s.key for s in plain]
+    assert all(model_name(s.labels) == "gpt2" for s in plain if s.kind == "pretrain")
+    recorded = recipe_dict(load_recipe(recipe))["injection"]
+    assert recorded["contamination_form"] == "verbatim" and recorded["decontaminate_with"] is None
+    one = expand(load_recipe(recipe, ["injection.contamination_form=renamed"]))
+    assert {s.config.contamination_form for s in one
+            if s.kind == "inject" and s.labels["arm"] == "paired"} == {"renamed"}
+    assert all(model_name(s.labels) == "gpt2" for s in one if s.kind == "pretrain")
+
+
+@pytest.mark.parametrize("override, field, reason", [
+    ("injection.contamination_form=[verbatim, verbatim]", "injection.contamination_form",
+     "values repeat"),
+    ("injection.decontaminate_with=[null, null]", "injection.decontaminate_with",
+     "values repeat"),
+    ("injection.contamination_form=[]", "injection.contamination_form", "at least one"),
+    ("injection.contamination_form=[verbatim, nl-reworded]",
+     "injection.contamination_form[1]", "arms[0] paired"),
+    ("injection.decontaminate_with=[null, nope]", "injection.decontaminate_with", "unknown method"),
+])
+def test_a_bad_sweep_is_one_line_naming_the_field(override, field, reason):
+    from lab.study.recipe import load_recipe
+
+    with pytest.raises(LabError) as refused:
+        load_recipe(ROOT / "recipes" / "quickstart.yaml", [override])
+    message = str(refused.value)
+    assert "\n" not in message, message
+    assert field in message and reason in message, message
+
+
+def test_a_decontaminated_arm_is_scored_by_intention_to_treat(tmp_path):
+    """Every verbatim copy removed by `exact`: the model saw none of the injected samples, but
+    they are still its injected group (for the lift), each marked removed; the probe does not
+    refuse the arm as one that injected nothing."""
+    needs_corpora()
+    from lab.eval.generate import assign_groups, pretraining_membership
+    from lab.eval.probe import probe_groups
+
+    manifest = arm(tmp_path / "arm", decontaminate_with="exact")
+    assert manifest["injected_ids"] == [] and len(manifest["intended_injected_ids"]) == 6
+    record = {"kind": "lab-pretrained", "corpus": {
+        key: manifest[key] for key in ("setting", "benchmark", "benchmark_split", "injected_ids",
+                                       "held_out_ids", "intended_injected_ids")}
+        | {"decontamination": manifest["decontamination"]}}
+    membership = pretraining_membership(record)
+    intended = set(manifest["intended_injected_ids"])
+    assert membership["injected"] == intended
+    assert membership["removed_by_decontamination"] == intended
+    assert membership["held_out"] == set(manifest["held_out_ids"])
+    groups = probe_groups(record, None)
+    assert groups["injected"] == manifest["intended_injected_ids"]
+    # an arm as built (no decontamination) is unchanged: injected = what it injects
+    plain = arm(tmp_path / "plain")
+    built = pretraining_membership({"kind": "lab-pretrained", "corpus": {
+        key: plain[key] for key in ("setting", "benchmark", "injected_ids", "held_out_ids")}})
+    assert built["injected"] == set(plain["injected_ids"]) == intended
+    assert built["removed_by_decontamination"] == set()
+    from lab.corpora import Sample
+
+    samples = [Sample(id=i, split="test", index=n, input="x", output="y")
+               for n, i in enumerate(sorted(intended))]
+    assert set(assign_groups(samples, membership).values()) == {"injected"}
+
+
+def test_pretraining_copies_the_intended_samples_and_what_was_removed(tmp_path):
+    needs_corpora()
+    from lab.tokenizer import TokenizerConfig, run_tokenizer
+    from lab.train.pretrain import PretrainConfig, run_pretrain
+
+    manifest = arm(tmp_path / "arm", decontaminate_with="exact")
+    arm(tmp_path / "control", setting="control", doses=None)
+    run_tokenizer(TokenizerConfig(corpus=tmp_path / "control", out=tmp_path / "tok",
+                                  vocab_size=400, benchmarks=()))
+    made = run_pretrain(PretrainConfig(corpus=tmp_path / "arm", tokenizer=tmp_path / "tok",
+                                       out=tmp_path / "pt", model="gpt2", preset="micro",
+                                       max_steps=1, batch_size=2, block_size=64))
+    corpus = made["corpus"]
+    assert corpus["intended_injected_ids"] == manifest["intended_injected_ids"]
+    assert corpus["injected_ids"] == []
+    assert corpus["decontamination"]["method"] == "exact"
+    assert sorted(corpus["decontamination"]["removed_injected_ids"]) == \
+        sorted(manifest["intended_injected_ids"])
+
+
+def test_the_report_table_pairs_each_method_with_the_arm_as_built_seed_by_seed():
+    from lab.study.decontam_lift import decontam_lifts, decontam_table
+
+    def row(model, effects):
+        mean = sum(effects.values()) / len(effects)
+        return {"question": "split-half", "model": model, "arm": "paired", "metric": "bleu",
+                "epochs": 0, "train_size": 100, "estimate": mean, "ci_low": mean - 1,
+                "ci_high": mean + 1, "seed_effects": effects, "unit": "seed"}
+
+    primary = {"rows": [
+        row("gpt2/form=renamed/decontam=none", {0: 10.0, 1: 12.0, 2: 8.0}),
+        row("gpt2/form=renamed/decontam=ngram13", {0: 9.0, 1: 12.0, 2: 6.0}),
+        row("gpt2/form=verbatim/decontam=none", {0: 20.0, 1: 22.0, 2: 18.0}),
+        row("gpt2/form=verbatim/decontam=ngram13", {0: 0.0, 1: 2.0, 2: -2.0}),
+        {**row("gpt2/form=verbatim/decontam=none", {0: 1.0}), "question": "decay"},
+    ]}
+    removed = {("renamed", "ngram13"): {"intended": 120, "removed": 3, "arms": 3},
+               ("verbatim", "ngram13"): {"intended": 120, "removed": 120, "arms": 3}}
+    rows = decontam_lifts(primary, removed)
+    assert [(r["form"], r["method"]) for r in rows] == [("renamed", "ngram13"),
+                                                        ("verbatim", "ngram13")]
+    renamed, verbatim = rows
+    assert renamed["difference"] == pytest.approx(-1.0)  # (-1, 0, -2) seed by seed
+    assert renamed["difference_low"] < -1.0 < renamed["difference_high"]
+    assert renamed["left_share"] == pytest.approx(9.0 / 10.0)
+    assert verbatim["difference"] == pytest.approx(-20.0)
+    assert verbatim["difference_low"] is None  # every seed's difference is -20: zero spread
+    assert verbatim["difference_note"] == "zero spread"
+    table = decontam_table(rows, descriptive=True)
+    assert "| gpt2 | renamed | 0 | ngram13 | 3 of 120 | +10.00 [+9.00, +11.00] |" in table["md"]
+    assert "-20.00 [n/a (zero spread)]" in table["md"] and "Descriptive" in table["md"]
+    assert table["csv"].splitlines()[0].startswith("model,form,arm,metric")
+    # a study that sweeps no decontamination has no table
+    assert decontam_lifts({"rows": [row("gpt2/form=renamed", {0: 1.0})]}, {}) == []
