@@ -92,6 +92,28 @@ def test_ngram13_finds_every_sample_it_can_and_all_with_short_sides_whole(arm, t
     assert (whole["samples_found"], whole["recall"], whole["precision"]) == ("6", "1.0", "1.0")
 
 
+def test_threshold_curves_over_n_and_min_count(arm, tmp_path):
+    """thresholds.csv: a row per (n, min-count); at min-count 1 and n = 13 it is the ngram13
+    method's recall; a longer n or a higher min-count never finds more; 5-grams find every
+    verbatim copy here where 13-grams find the few long samples."""
+    decontam(arm, tmp_path / "out", methods=("ngram13",), curve_n=(5, 13, 50),
+             curve_min_count=(1, 3))
+    with open(tmp_path / "out" / "thresholds.csv", newline="") as handle:
+        curve = {(int(r["n"]), int(r["min_count"])): r for r in csv.DictReader(handle)}
+    assert sorted(curve) == [(n, m) for n in (5, 13, 50) for m in (1, 3)]
+    method = row(rows_of(tmp_path / "out"), "ngram13", 1)
+    assert curve[(13, 1)]["samples_found"] == method["samples_found"]
+    assert curve[(13, 1)]["flagged_documents"] == method["flagged_documents"]
+    found = {key: int(r["samples_found"]) for key, r in curve.items()}
+    for n in (5, 13, 50):
+        assert found[(n, 3)] <= found[(n, 1)]
+    for m in (1, 3):
+        assert found[(50, m)] <= found[(13, m)] <= found[(5, m)]
+    assert curve[(5, 1)]["recall"] == "1.0" and found[(13, 1)] < 6
+    share = curve[(5, 1)]
+    assert float(share["removed_share"]) == int(share["flagged_documents"]) / 300
+
+
 def test_the_csv_is_the_same_bytes_for_the_same_inputs(arm, tmp_path):
     decontam(arm, tmp_path / "a", methods=("exact", "ngram8", "minhash"))
     decontam(arm, tmp_path / "b", methods=("exact", "ngram8", "minhash"))
@@ -196,6 +218,8 @@ def lab_in_process(args: list[str], capsys) -> tuple[int, str, str]:
     (["--ngram-n", "-2"], "--ngram-n -2: must be >= 1"),
     (["--jaccard", "1.5"], "--jaccard 1.5: must be in (0, 1]"),
     (["--ngram-rule", "sometimes"], "--ngram-rule sometimes: choose from any, janitor"),
+    (["--curve-n", "0,13"], "--curve-n 0,13: give distinct values >= 1"),
+    (["--curve-min-count", "2,2"], "--curve-min-count 2,2: give distinct values >= 1"),
 ])
 def test_bad_options(arm, tmp_path, capsys, extra, fragment):
     out = tmp_path / "out"

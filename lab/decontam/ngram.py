@@ -124,3 +124,14 @@ def flag(documents: Sequence[str], reference: Reference, options: Options,
         dirty = matches(word_spans(text), grams, vocabulary, first_only=not janitor)
         flags.append(janitor_removes(text, dirty) if janitor else bool(dirty))
     return flags
+
+
+def match_counts(documents: Sequence[str], reference: Reference, n: int, short: str = "skip"
+                 ) -> list[int]:
+    """Per document, how many of its word positions start an n-gram of the reference (the
+    min-count of a threshold curve: a document is flagged at min-count m when it has m or
+    more)."""
+    grams = reference_ngrams(reference, n, short)
+    vocabulary = {w for wanted in grams.values() for gram in wanted for w in gram}
+    return [len(matches(word_spans(text), grams, vocabulary, first_only=False))
+            for text in documents]

@@ -31,6 +31,7 @@ from lab.corpora.shards import read_corpus, verify_corpus
 from lab.decontam import DECONTAMINATORS, Decontaminator, check_methods
 from lab.decontam.audit import flag as audit_flag
 from lab.decontam.base import NGRAM_RULES, NGRAM_SHORT, Options, Reference
+from lab.decontam.ngram import match_counts
 
 KIND = "lab-decontam"
 DEFAULT_METHODS = ("exact", "ngram8", "ngram13", "ngram50", "datatrove", "minhash", "audit")
@@ -41,6 +42,11 @@ COLUMNS = ["method", "parameters", "benchmark", "split", "setting", "form", "dos
            "documents_removed"]
 TIMING_COLUMNS = ["method", "documents", "seconds", "seconds_per_million_documents", "peak_mib",
                   "peak_mib_per_million_documents", "memory"]
+# thresholds.csv: the word n-gram rule over a grid of n and min-count (ConTAM-style curves)
+CURVE_COLUMNS = ["n", "min_count", "ngram_short", "setting", "form", "injected_samples",
+                 "samples_found", "recall", "injected_documents", "document_recall",
+                 "documents", "flagged_documents", "removed_share", "flagged_natural_overlap",
+                 "flagged_other", "precision"]
 
 
 @dataclass
@@ -61,6 +67,10 @@ class DecontamConfig:
     jaccard: float = param(0.8, "minhash: Jaccard threshold, in (0, 1].")
     num_perm: int = param(128, "minhash: permutations per MinHash.")
     shingle: int = param(5, "minhash: code tokens per shingle.")
+    curve_n: tuple[int, ...] = param((5, 8, 13, 20, 50), "thresholds.csv: the n of each point "
+                                     "of the word n-gram threshold curves.")
+    curve_min_count: tuple[int, ...] = param((1, 2, 5, 10), "thresholds.csv: the min-counts "
+                                             "(matching n-grams a document needs to be flagged).")
     force: bool = param(False, "Replace an existing output directory.")
     corpora_dir: Path | None = corpora_param()
 
@@ -81,6 +91,12 @@ class DecontamConfig:
             raise LabError(f"--num-perm {self.num_perm}: must be >= 1")
         if self.shingle < 1:
             raise LabError(f"--shingle {self.shingle}: must be >= 1")
+        self.curve_n, self.curve_min_count = tuple(self.curve_n), tuple(self.curve_min_count)
+        for option, values in (("--curve-n", self.curve_n),
+                               ("--curve-min-count", self.curve_min_count)):
+            if not values or min(values) < 1 or len(set(values)) != len(values):
+                raise LabError(f"{option} {','.join(map(str, values))}: give distinct values "
+                               ">= 1")
 
     def options(self) -> Options:
         return Options(ngram_n=self.ngram_n, ngram_rule=self.ngram_rule,
@@ -226,19 +242,23 @@ def run_decontam(cfg: DecontamConfig) -> dict[str, Any]:
                        "peak_mib_per_million_documents":
                            round(cost["peak_bytes"] / 2**20 * per_million, 1),
                        "memory": cost["memory"]})
+    counts_of = {n: match_counts(texts, reference, n, cfg.ngram_short) for n in cfg.curve_n}
+    curve_flags = {(n, m): [c >= m for c in counts_of[n]]
+                   for n in cfg.curve_n for m in cfg.curve_min_count}
     # Natural overlap: the base documents the audit matches, among those any method flagged
     # (the audit judges each document alone, so a subset gives the same answer).
     if "audit" in flags_of:
         natural = {i for i, f in enumerate(flags_of["audit"]) if f and not samples_of[i]}
     else:
-        candidates = sorted({i for flags in flags_of.values() for i, f in enumerate(flags)
-                             if f and not samples_of[i]})
+        candidates = sorted({i for flags in [*flags_of.values(), *curve_flags.values()]
+                             for i, f in enumerate(flags) if f and not samples_of[i]})
         natural = {i for i, f in zip(candidates, audit_flag([texts[i] for i in candidates],
                                                             reference, options)) if f}
     rows = []
     for name in cfg.methods:
         rows += judge(name, DECONTAMINATORS[name], options, flags_of[name], samples_of, natural,
                       levels, described)
+    curve = threshold_curve(curve_flags, samples_of, natural, levels, described, cfg.ngram_short)
     summary = {
         "kind": KIND, "corpus": str(corpus), "corpus_sha256": manifest.get("corpus_sha256"),
         **described, "reference_samples": len(reference.samples),
@@ -259,13 +279,35 @@ def run_decontam(cfg: DecontamConfig) -> dict[str, Any]:
             "injected_samples": sum(r["injected_samples"] for r in rows if r["method"] == name),
         } for name in cfg.methods},
         "timing": timing,
-        "files": {"rows": "decontam.csv", "timing": "decontam_timing.csv"},
+        "files": {"rows": "decontam.csv", "timing": "decontam_timing.csv",
+                  "thresholds": "thresholds.csv"},
+        "thresholds_rule": "the word n-gram rule (lm-eval's normalisation, --ngram-short) at "
+                           "each n, a document flagged when at least min_count of its word "
+                           "positions start a reference n-gram; recall over the samples of the "
+                           "dose > 0 levels pooled",
         "wall_seconds": round(time.perf_counter() - started, 2),
         "environment": environment_record(),
     }
     with atomic_output_dir(Path(cfg.out), force=cfg.force, kind=KIND, inputs=inputs) as tmp:
         write_text_atomic(tmp / "decontam.csv", csv_text(rows, COLUMNS))
         write_text_atomic(tmp / "decontam_timing.csv", csv_text(timing, TIMING_COLUMNS))
+        write_text_atomic(tmp / "thresholds.csv", csv_text(curve, CURVE_COLUMNS))
         write_json_atomic(tmp / "summary.json", summary)
-    summary["rows"] = rows
+    summary["rows"], summary["thresholds"] = rows, curve
     return summary
+
+
+def threshold_curve(curve_flags: dict[tuple[int, int], list[bool]], samples_of: list[str],
+                    natural: set[int], levels: list[tuple[int, list[str]]],
+                    described: dict[str, Any], short: str) -> list[dict[str, Any]]:
+    """thresholds.csv: per (n, min-count), recall over the injected samples (every dose > 0
+    level pooled) and the share of the corpus removed, judged as decontam.csv judges a method."""
+    injected = [(1, [s for dose, ids in levels if dose > 0 for s in ids])]
+    rows = []
+    for (n, min_count), flags in curve_flags.items():
+        judged = judge("ngram", DECONTAMINATORS["ngram"], Options(ngram_n=n, ngram_short=short),
+                       flags, samples_of, natural, injected, described)[0]
+        rows.append({**judged, "n": n, "min_count": min_count, "ngram_short": short,
+                     "removed_share": (judged["flagged_documents"] / judged["documents"]
+                                       if judged["documents"] else None)})
+    return rows
