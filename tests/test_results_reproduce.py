@@ -20,13 +20,19 @@ STUDIES = ["mini-rq5-epoch-sweep", "mini-rq4-paired"]
 def _recomputed(folder: Path) -> set[str]:
     """Every effect, interval end and per-seed effect of the report's primary, secondary-score
     and exploratory rows, as the READMEs print them (+x.xx)."""
-    primary = run_report(folder, html=False)["primary"]
+    report = run_report(folder, html=False)
+    primary = report["primary"]
     found = set()
     for role in ("rows", "secondary", "exploratory"):
         for row in primary.get(role, []):
             values = [row.get("estimate"), row.get("ci_low"), row.get("ci_high"),
                       *row["seed_effects"].values()]
             found |= {f"{v:+.2f}" for v in values if v is not None}
+    for row in report["decontam"]:  # report/decontam.md: its lifts and differences
+        found |= {f"{row[k]:+.2f}" for k in ("lift_before", "lift_before_low", "lift_before_high",
+                                              "lift_after", "lift_after_low", "lift_after_high",
+                                              "difference", "difference_low", "difference_high")
+                  if row[k] is not None}
     return found
 
 

@@ -188,7 +188,7 @@ def run_report(study: Path, convention: str | None = None, metric: str = "bleu",
     # The returned cells are the compared arms (the control's own rows are in stats.json).
     result = {"cells": [c.record() for c in cells if c.arm != "control"], "tables": written,
               "stats": path, "figure": figure, "doses": doses, "timing": timing,
-              "primary": primary,
+              "primary": primary, "decontam": decontam_rows,
               "sections": sections, "markdown": report_markdown(sections)}
     if html:
         result["html"] = write_html_report(study, result, page)
