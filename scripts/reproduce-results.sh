@@ -7,11 +7,12 @@ cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-for study in mini-rq5-epoch-sweep mini-rq4-paired; do
+for study in mini-rq5-epoch-sweep mini-rq4-paired decontam; do
   cp -r "results/$study" "$work/$study"
   echo "== results/$study"
   .venv/bin/lab report "$work/$study" --no-html
   cat "$work/$study/report/primary.md"
+  if [ -f "$work/$study/report/decontam.md" ]; then cat "$work/$study/report/decontam.md"; fi
 done
 # results/timing keeps no results.csv: its forgetting table is rendered from samples.csv.
 cp -r results/timing "$work/timing"

@@ -14,7 +14,7 @@ from lab.study.report import run_report
 
 ROOT = Path(__file__).resolve().parents[1]
 SIGNED = re.compile(r"(?<![\w.])[+-]\d+\.\d\d(?!\d)")
-STUDIES = ["mini-rq5-epoch-sweep", "mini-rq4-paired"]
+STUDIES = ["mini-rq5-epoch-sweep", "mini-rq4-paired", "decontam"]
 
 
 def _recomputed(folder: Path) -> set[str]:

@@ -252,7 +252,7 @@ def dose_figure(found: dict[str, Any], metric: str, out_base: Path) -> list[Path
         score_ax.legend(fontsize=8, frameon=False)
         lift_ax.legend(handles=lift_ax.get_legend_handles_labels()[0] + fits, fontsize=8,
                        frameon=False)
-        if probe_ax.lines:
+        if probe_ax.get_legend_handles_labels()[0]:  # no probe stages: only the 0.5 line
             probe_ax.legend(fontsize=8, frameon=False)
     return save_figure(fig, out_base)
 
