@@ -686,7 +686,11 @@ def _check_as_config(name: str, section: Any) -> None:
                 reason = message.split(": ", 1)[-1]
                 if target in chosen:
                     value, field_name, index = chosen[target]
-                    _fail(f"{name}.{field_name}[{index}]", f"{reason}, got {_show(value)}")
+                    # one value of a field that takes one (weight_decay: 0.1): named as written
+                    alone = len(swept[field_name]) == 1 and \
+                        section.__dataclass_fields__[field_name].metadata.get("scalar")
+                    _fail(f"{name}.{field_name}" if alone else f"{name}.{field_name}[{index}]",
+                          f"{reason}, got {_show(value)}")
                 if message.startswith(option + ":"):
                     _fail(f"{name}.{target}", reason)
                 value = values[target]
