@@ -158,12 +158,12 @@ def evaluation_benchmark(manifest: dict[str, Any], task: Task, requested: str | 
     return injected if of_task(injected, task) else task.benchmark
 
 
-def assigned_injected_ids(corpus: dict[str, Any]) -> set[str]:
-    """The samples a pre-training corpus record assigned to be injected: those it injects,
-    and for a decontaminated arm also those its decontaminator then removed
+def assigned_injected_ids(corpus: dict[str, Any]) -> list[str]:
+    """The samples a pre-training corpus record assigned to be injected, in its order: those
+    it injects, and for a decontaminated arm also those its decontaminator then removed
     (intended_injected_ids). The injected group of scoring, probing and the split-half lift;
     what a model saw is injected_ids."""
-    return set(corpus.get("intended_injected_ids") or corpus.get("injected_ids") or [])
+    return list(corpus.get("intended_injected_ids") or corpus.get("injected_ids") or [])
 
 
 def pretraining_membership(manifest: dict[str, Any]) -> dict[str, set[str]]:
@@ -181,7 +181,7 @@ def pretraining_membership(manifest: dict[str, Any]) -> dict[str, set[str]]:
         # By intention to treat: a decontaminated arm's injected group is the samples meant to
         # be injected, those its decontaminator removed too, so its lift over the held-out
         # group is what decontamination left of the lift (assigned_injected_ids).
-        "injected": assigned_injected_ids(corpus),
+        "injected": set(assigned_injected_ids(corpus)),
         "removed_by_decontamination": set(
             (corpus.get("decontamination") or {}).get("removed_injected_ids") or []),
         "held_out": set() if unknown else set(corpus.get("held_out_ids") or []),

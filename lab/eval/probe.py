@@ -58,7 +58,7 @@ from lab.detect import extraction
 from lab.detect.context import DetectContext
 from lab.detect.min_k import lowest_mean as min_k_score  # Min-K% (Shi et al.)
 from lab.eval import metrics as metric_fns
-from lab.eval.generate import padded
+from lab.eval.generate import assigned_injected_ids, padded
 from lab.models import (check_placement, device_param, dtype_param, lab_architecture,
                         load_lab_model, place_model, positions_of, pretraining_record,
                         read_stage_manifest)
@@ -118,8 +118,7 @@ def probe_groups(manifest: dict[str, Any], groups_dir: Path | None) -> dict[str,
         else:
             raise LabError(f"--groups {groups_dir}: not a lab corpus or model directory")
         source = str(groups_dir)
-    # By intention to treat (assigned_injected_ids), in the record's order.
-    assigned = list(record.get("intended_injected_ids") or record.get("injected_ids") or [])
+    assigned = assigned_injected_ids(record)  # by intention to treat
     if not assigned:
         setting = settings_table.find(record.get("setting"))
         hint = (f"for a placebo model, pass --groups its base arm's ('{setting.base}') corpus"
