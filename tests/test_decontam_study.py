@@ -151,8 +151,8 @@ def test_the_report_table_pairs_each_method_with_the_arm_as_built_seed_by_seed()
         row("gpt2/form=verbatim/decontam=ngram13", {0: 0.0, 1: 2.0, 2: -2.0}),
         {**row("gpt2/form=verbatim/decontam=none", {0: 1.0}), "question": "decay"},
     ]}
-    removed = {("renamed", "ngram13"): {"intended": 120, "removed": 3, "arms": 3},
-               ("verbatim", "ngram13"): {"intended": 120, "removed": 120, "arms": 3}}
+    removed = {("renamed", "ngram13"): {"intended": 120, "removed": 3},
+               ("verbatim", "ngram13"): {"intended": 120, "removed": 120}}
     rows = decontam_lifts(primary, removed)
     assert [(r["form"], r["method"]) for r in rows] == [("renamed", "ngram13"),
                                                         ("verbatim", "ngram13")]
@@ -169,3 +169,32 @@ def test_the_report_table_pairs_each_method_with_the_arm_as_built_seed_by_seed()
     assert table["csv"].splitlines()[0].startswith("model,form,arm,metric")
     # a study that sweeps no decontamination has no table
     assert decontam_lifts({"rows": [row("gpt2/form=renamed", {0: 1.0})]}, {}) == []
+
+
+def test_samples_removed_are_counted_from_the_samples_table_once_per_model_and_seed():
+    """The 'samples removed' column comes from samples.csv (so a copy of a study recomputes
+    it), over the injected group of the decontaminated models only, each sample once per model
+    and seed whatever the evaluations (E, train sizes) it was scored in; a table without the
+    column (a study made before it) gives none."""
+    from lab.study.collect import REMOVED
+    from lab.study.decontam_lift import removed_samples
+    from lab.study.grid import model_name, swept_labels
+
+    def sample(model, seed, i, group, removed, epochs=0):
+        return {"model": model, "seed": seed, "id": f"codetrans:test:{i}", "group": group,
+                "epochs": epochs, REMOVED: removed}
+
+    after = "gpt2/form=renamed/decontam=ngram13"
+    rows = [sample(after, 0, 0, "injected", "True"), sample(after, 0, 0, "injected", "True", 3),
+            sample(after, 0, 1, "injected_truncated", "True"), sample(after, 0, 2, "injected", "False"),
+            sample(after, 1, 0, "injected", "True"), sample(after, 1, 3, "held_out", "False"),
+            sample("gpt2/form=renamed/decontam=none", 0, 0, "injected", "False"),
+            sample("gpt2/form=verbatim/decontam=exact", 0, 5, "pre_existing", "True")]
+    assert removed_samples(rows) == {("renamed", "ngram13"): {"intended": 4, "removed": 3}}
+    assert removed_samples([{k: v for k, v in r.items() if k != REMOVED} for r in rows]) == {}
+    # the name the tables give a model, and its labels read back from it
+    labels = {"model": "gpt2", "preset": "micro", "form": "partial:0.5", "decontam": "ngram13"}
+    assert model_name(labels) == "gpt2/micro/form=partial:0.5/decontam=ngram13"
+    assert swept_labels(model_name(labels)) == ("gpt2/micro", {"form": "partial:0.5",
+                                                               "decontam": "ngram13"})
+    assert swept_labels("gpt2/wd=0.1") == ("gpt2/wd=0.1", {})

@@ -165,6 +165,113 @@ def test_held_out_samples_too_long_for_a_block_are_left_out_like_truncated_injec
     assert "held_out_truncated" not in json.loads((tmp_path / "c2" / "metrics.json").read_text())["by_group"]
 
 
+def _long_java(k: int) -> str:
+    return f"public int sum{k}() {{return " + " + ".join(f"a{j}" for j in range(12)) + ";}"
+
+
+def _whitespace_model(monkeypatch, manifest: dict) -> None:
+    def whitespace_tokenizer(texts, add_special_tokens=True):
+        assert add_special_tokens is False  # as the pre-training token cache
+        return {"input_ids": [text.split() for text in texts]}
+
+    fake_model(monkeypatch, manifest)
+    model = SimpleNamespace(config=SimpleNamespace(n_positions=256))
+    monkeypatch.setattr(generate_mod, "load_generator",
+                        lambda model_dir: (model, whitespace_tokenizer, manifest, "causal-lm"))
+
+
+def test_a_decontaminated_arm_judges_the_samples_it_removed_by_the_block_rule(tmp_path, monkeypatch):
+    """Intention to treat keeps a removed sample in the injected half; the block-size rule
+    applies to it as it would have as built: a long one is injected_truncated, as the
+    as-built arm's copy was, so both arms compare the same length range."""
+    test = [(_java(i), _cs(i)) for i in range(4)] + [(_long_java(4), _cs(4)), (_long_java(5), _cs(5)),
+                                                     (_long_java(6), _cs(6))]
+    corpora = write_codetrans(tmp_path / "c", [(_java(100 + i), _cs(100 + i)) for i in range(6)], test)
+    ids = [f"codetrans:test:{i}" for i in range(7)]
+    # ids 0, 1, 4 and 5 assigned; the decontaminator removed 1 (short) and 5 (long); 4 is long
+    # and was cut in the corpus; 6 is long and held out.
+    record = pretrained_record([ids[0], ids[4]], [ids[2], ids[3], ids[6]], truncated=[ids[4]],
+                               block_size=20)
+    record["corpus"].update(setting="paired", intended_injected_ids=[ids[0], ids[1], ids[4], ids[5]],
+                            decontamination={"method": "exact", "removed_injected_ids": [ids[1], ids[5]]})
+    manifest = {"kind": "lab-pretrained", "model": {"family": "gpt2"}, **record}
+    _whitespace_model(monkeypatch, manifest)
+    generate_mod.run_evaluate(tmp_path / "m", "translation", corpora_dir=corpora,
+                              metrics=("bleu",), out=tmp_path / "e")
+    rows = rows_of(tmp_path / "e")
+    assert [rows[i]["group"] for i in ids] == [
+        "injected", "injected", "held_out", "held_out", "injected_truncated", "injected_truncated",
+        "held_out_truncated"]
+    assert [rows[i].get("removed_by_decontamination", False) for i in ids[:2]] == [False, True]
+    assert [rows[i]["injected"] for i in (ids[1], ids[4], ids[5])] == [False, True, False]
+    saved = json.loads((tmp_path / "e" / "metrics.json").read_text())["groups"]
+    assert saved["truncation"] == {"rule": "verbatim documents", "tokens_kept": 18,
+                                   "checked_on_trained_samples": 2, "differ_from_recorded": []}
+
+    # What pre-training recorded wins for a sample it trained on, and a rule that disagrees
+    # with it is reported.
+    record["corpus"]["truncated_ids"] = [ids[0], ids[4]]
+    generate_mod.run_evaluate(tmp_path / "m", "translation", corpora_dir=corpora,
+                              metrics=("bleu",), out=tmp_path / "e2")
+    assert rows_of(tmp_path / "e2")[ids[0]]["group"] == "injected_truncated"
+    again = json.loads((tmp_path / "e2" / "metrics.json").read_text())["groups"]["truncation"]
+    assert again["differ_from_recorded"] == [ids[0]]
+
+
+def test_the_block_rule_writes_documents_in_the_arms_form_with_its_seed(tmp_path, monkeypatch):
+    """A partial arm's documents are half as long: a held-out sample whose verbatim document
+    would not fit but whose partial one does stays held out, as its injected twins do. The
+    form is seeded by the arm's seed (corpus.seed; else the arm's manifest, only if its corpus
+    sha256 is the recorded one); without it, the rule falls back to verbatim and says so."""
+    from lab.contamination import soft, settings
+
+    test = [(_java(i), _cs(i)) for i in range(3)] + [(_long_java(i), _cs(i)) for i in range(3, 6)]
+    corpora = write_codetrans(tmp_path / "c", [(_java(100 + i), _cs(100 + i)) for i in range(6)], test)
+    ids = [f"codetrans:test:{i}" for i in range(6)]
+    record = pretrained_record([ids[0], ids[3]], [ids[1], ids[2], ids[4], ids[5]], truncated=[],
+                               block_size=20)
+    record["corpus"].update(setting="paired", contamination_form="partial:0.5", seed=3,
+                            options={"base": "csn-java"})
+    manifest = {"kind": "lab-pretrained", "model": {"family": "gpt2"}, **record}
+    _whitespace_model(monkeypatch, manifest)
+    generate_mod.run_evaluate(tmp_path / "m", "translation", corpora_dir=corpora,
+                              metrics=("bleu",), out=tmp_path / "e")
+    rows = rows_of(tmp_path / "e")
+    partial = soft.FormedSetting.of(settings.get("paired"), soft.parse_form("partial:0.5"), 3,
+                                    "codetrans", "csn-java")
+    from lab.corpora import load_samples
+    samples = {s.id: s for s in load_samples("codetrans", "test", corpora).records}
+    fits = {i: all(len(text.split()) <= 18 for _side, text in partial.documents(samples[i]))
+            for i in ids}
+    assert fits[ids[4]] and not all(len(t.split()) <= 18
+                                    for _s, t in settings.get("paired").documents(samples[ids[4]]))
+    held = [ids[1], ids[2], ids[4], ids[5]]
+    assert [rows[i]["group"] for i in held] == [
+        "held_out" if fits[i] else "held_out_truncated" for i in held]
+    truncation = json.loads((tmp_path / "e" / "metrics.json").read_text())["groups"]["truncation"]
+    assert truncation["rule"] == "partial documents, seeded by the model's corpus.seed"
+    assert truncation["differ_from_recorded"] == []
+
+    # No seed in the record: the arm's manifest gives it only if its corpus is the recorded one.
+    del record["corpus"]["seed"]
+    arm = tmp_path / "arm"
+    arm.mkdir()
+    record["corpus"].update(path=str(arm), sha256="a" * 64)
+    (arm / "manifest.json").write_text(json.dumps({"shards": [], "seed": 3, "corpus_sha256": "b" * 64}))
+    generate_mod.run_evaluate(tmp_path / "m", "translation", corpora_dir=corpora,
+                              metrics=("bleu",), out=tmp_path / "e2")
+    fallback = json.loads((tmp_path / "e2" / "metrics.json").read_text())["groups"]["truncation"]
+    assert fallback["rule"].startswith("verbatim documents: the arm's seed is unknown")
+    assert rows_of(tmp_path / "e2")[ids[4]]["group"] == "held_out_truncated"
+    (arm / "manifest.json").write_text(json.dumps({"shards": [], "seed": 3, "corpus_sha256": "a" * 64}))
+    generate_mod.run_evaluate(tmp_path / "m", "translation", corpora_dir=corpora,
+                              metrics=("bleu",), out=tmp_path / "e3")
+    checked = json.loads((tmp_path / "e3" / "metrics.json").read_text())["groups"]["truncation"]
+    assert checked["rule"].startswith("partial documents, seeded by the arm's manifest")
+    assert {i: r["group"] for i, r in rows_of(tmp_path / "e3").items()} == \
+        {i: r["group"] for i, r in rows.items()}
+
+
 # ---- item 5: the fine-tuning data -----------------------------------------------------------
 
 def test_samples_in_the_finetuning_data_are_their_own_group(tmp_path, monkeypatch):

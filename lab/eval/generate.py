@@ -9,6 +9,7 @@ scores every sample not seen by other means (the arm-vs-control comparison).
 """
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -235,26 +236,70 @@ def finetune_overlap(samples: list[Sample], seen: list[Sample]) -> dict[str, lis
     return found
 
 
-def held_out_truncation(samples: list[Sample], membership: dict[str, set[str]],
-                        manifest: dict[str, Any], tokenizer: Any) -> set[str]:
-    """Held-out samples of a split-half arm whose documents, in the arm's form and tokenised
-    as pre-training tokenises them, exceed what a block keeps: had they been injected, they
-    would be injected_truncated. Empty for an arm without a form or a split."""
+def arm_documents(record: dict[str, Any]) -> tuple[settings_table.Setting | None, str]:
+    """The setting that writes a sample's documents as the model's arm injected them (in its
+    contamination form), and how that is known. A form's choices are seeded by the arm's seed:
+    the pre-training record's `corpus.seed`, else (a model made before it was copied) the arm's
+    own manifest at `corpus.path`, used only if its corpus_sha256 is the record's. Without
+    either, a non-verbatim form's documents are written verbatim, and the rule says so."""
+    from lab.contamination import soft
+    from lab.corpora.shards import read_manifest
+
+    corpus = record.get("corpus") or {}
+    setting = settings_table.find(corpus.get("setting"))
+    form = soft.parse_form(soft.recorded_form(corpus))
+    if setting is None or form.verbatim:
+        return setting, "verbatim documents"
+    seed, source = corpus.get("seed"), "the model's corpus.seed"
+    if seed is None and corpus.get("path"):
+        arm = Path(corpus["path"])
+        try:
+            manifest = read_manifest(arm)
+        except LabError:
+            manifest = {}
+        if manifest.get("corpus_sha256") == corpus.get("sha256") and "seed" in manifest:
+            seed, source = manifest["seed"], f"the arm's manifest ({arm}, corpus_sha256 checked)"
+    if seed is None:
+        return setting, (f"verbatim documents: the arm's seed is unknown, so its {form.name} "
+                         "documents cannot be written again")
+    base = (corpus.get("options") or {}).get("base") or "csn-java"
+    return (soft.FormedSetting.of(setting, form, int(seed), corpus.get("benchmark") or "", base),
+            f"{form.name} documents, seeded by {source}")
+
+
+def block_truncation(samples: list[Sample], membership: dict[str, set[str]],
+                     manifest: dict[str, Any], tokenizer: Any
+                     ) -> tuple[set[str], set[str], dict[str, Any]]:
+    """(injected_truncated, held_out_truncated, how) of a split-half arm: one rule for every
+    sample it split, whether its document, in the arm's form and tokenised as pre-training
+    tokenises it, exceeds what a block keeps. An injected sample in the corpus is truncated as
+    pre-training recorded it (corpus.truncated_ids); a sample its decontaminator removed, and a
+    held-out one, as the rule says it would have been, so that the injected and held-out
+    halves compare the same length range on both sides of decontamination. `how` states the
+    rule and checks it against what pre-training recorded for the samples it trained on."""
+    record = pretraining_record(manifest)
+    corpus = record.get("corpus", {})
+    recorded = set(corpus.get("truncated_ids") or [])
+    block = (record.get("config") or {}).get("block_size")
+    setting, rule = arm_documents(record)
+    if not (membership.get("injected") and membership.get("held_out")) or setting is None \
+            or not setting.form or not block:
+        return recorded, set(), {"rule": "as pre-training recorded (not a split-half arm)"}
     from lab.train.packing import longest_document
 
-    record = pretraining_record(manifest)
-    setting = settings_table.find(record.get("corpus", {}).get("setting"))
-    block = (record.get("config") or {}).get("block_size")
-    if not (membership.get("injected") and membership.get("held_out")) or not setting \
-            or not setting.form or not block:
-        return set()
     limit = longest_document(int(block))
-    held = [s for s in samples if s.id in membership["held_out"]]
-    documents = [(s.id, text) for s in held for _side, text in setting.documents(s)]
-    if not documents:  # none of the evaluated samples is held out (a subset of injected ids)
-        return set()
-    lengths = tokenizer([text for _id, text in documents], add_special_tokens=False)["input_ids"]
-    return {sample for (sample, _text), ids in zip(documents, lengths) if len(ids) > limit}
+    seen = set(corpus.get("injected_ids") or [])
+    considered = [s for s in samples if s.id in membership["injected"] | membership["held_out"]]
+    documents = [(s.id, text) for s in considered for _side, text in setting.documents(s)]
+    lengths = (tokenizer([text for _id, text in documents], add_special_tokens=False)["input_ids"]
+               if documents else [])
+    over = {sample for (sample, _text), ids in zip(documents, lengths) if len(ids) > limit}
+    trained = {s.id for s in considered if s.id in seen and s.id in membership["injected"]}
+    differ = sorted((over ^ recorded) & trained)
+    unseen_injected = membership["injected"] - seen
+    how = {"rule": rule, "tokens_kept": limit,
+           "checked_on_trained_samples": len(trained), "differ_from_recorded": differ}
+    return (recorded | (over & unseen_injected), over & membership["held_out"], how)
 
 
 def dose_levels(manifest: dict[str, Any]) -> dict[str, int]:
@@ -404,7 +449,12 @@ def run_evaluate(cfg: EvaluateConfig | Path, task: str | None = None, **options:
     seen, seen_note = finetuning_samples(manifest, Path(cfg.model), cfg.corpora_dir)
     overlap = finetune_overlap(samples, seen)
     membership["in_finetune_data"] = set(overlap)
-    membership["held_out_truncated"] = held_out_truncation(samples, membership, manifest, tokenizer)
+    membership["injected_truncated"], membership["held_out_truncated"], truncation = \
+        block_truncation(samples, membership, manifest, tokenizer)
+    if truncation.get("differ_from_recorded"):
+        print(f"lab: warning: --model {cfg.model}: the block-size rule ({truncation['rule']}) "
+              "differs from what pre-training recorded for "
+              f"{', '.join(truncation['differ_from_recorded'][:5])}", file=sys.stderr, flush=True)
     groups = assign_groups(samples, membership)
     # A sample's dose counts only where it is compared: injected or held out, not seen in the
     # fine-tuning data, pre-existing or cut at the block size.
@@ -485,6 +535,7 @@ def run_evaluate(cfg: EvaluateConfig | Path, task: str | None = None, **options:
                            for g in ("pre_existing", "injected_truncated", "held_out_truncated")}},
             "finetune_data": seen_note,
             "truncated_ids_recorded": "truncated_ids" in corpus,
+            "truncation": truncation,
         },
         "placement": {"device": device, "dtype": cfg.dtype},
         "lengths": {"position_limit": limit, "max_source_length": max_source,

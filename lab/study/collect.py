@@ -36,6 +36,9 @@ TABLES_KIND = "lab-tables"
 # samples.parquet only (the CSV keeps the scores lab stats reads): each sample's text from its
 # evaluation's predictions.jsonl, joinable by stage and id as lm-eval's --log_samples.
 SAMPLE_TEXT = ("source", "reference", "prediction")
+# samples.csv's column in a study that sweeps decontamination (injection.decontaminate_with): the
+# sample's every copy was removed by its arm's decontaminator (lab.study.decontam_lift counts it)
+REMOVED = "removed_by_decontamination"
 
 
 def collect(recipe: Recipe, stages: list[Stage], study: Path) -> tuple[Path, Path]:
@@ -112,6 +115,8 @@ def collected_rows(recipe: Recipe, stages: list[Stage], study: Path
                 last = exposed.get(row["id"])
                 sample_rows.append({**base, "id": row["id"], "group": row["group"],
                                     **({"dose": row["dose"]} if "dose" in row else {}),
+                                    **({REMOVED: bool(row.get(REMOVED))}
+                                       if "decontam" in stage.labels else {}),
                                     **({"timing": row.get("timing"),
                                         "steps_since_last_exposure":
                                             pretrain["exposures"]["steps"] - last[-1] if last

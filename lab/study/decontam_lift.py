@@ -15,57 +15,43 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from pathlib import Path
 from typing import Any
 
-from lab.common import LabError
-from lab.contamination import settings as settings_table
 from lab.stats import no_interval_reason, seed_mean_interval
+from lab.study.collect import REMOVED, SAMPLES
+from lab.study.grid import swept_labels
+from lab.study.report_data import read_csv
 
 NONE = "none"  # grid.variants' label of the arm as built
-SWEPT = ("form", "decontam")
+INJECTED_GROUPS = ("injected", "injected_truncated")
 
 
-def _parts(model: str) -> tuple[str, dict[str, str]]:
-    """'gpt2/form=renamed/decontam=ngram13' -> ('gpt2', {'form': ..., 'decontam': ...})."""
-    base, swept = [], {}
-    for part in model.split("/"):
-        key, _, value = part.partition("=")
-        if key in SWEPT and value:
-            swept[key] = value
-        else:
-            base.append(part)
-    return "/".join(base), swept
-
-
-def removed_samples(study: Path) -> dict[tuple[str, str], dict[str, int]]:
-    """(form, method) -> samples meant to be injected and samples the method removed, summed
-    over the seeds' contaminated arms (their corpus manifests)."""
-    from lab.study.grid import expand
-    from lab.study.collect import recorded_recipe
-
-    counts: dict[tuple[str, str], dict[str, int]] = {}
-    recipe = recorded_recipe(study)
-    for stage in expand(recipe) if recipe is not None else []:
-        labels = stage.labels
-        if stage.kind != "inject" or "decontam" not in labels or labels["decontam"] == NONE \
-                or not settings_table.get(labels["arm"]).injects_test:
+def removed_samples(samples: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, int]]:
+    """(form, method) -> the evaluated samples of the decontaminated models' injected groups
+    (by intention to treat: injected, or cut at the block) and those of them the method removed,
+    each sample counted once per model and seed (samples.csv; {} where it has no REMOVED
+    column, a study made before it)."""
+    seen: dict[tuple[str, str], dict[tuple, bool]] = {}
+    for row in samples:
+        if REMOVED not in row or row["group"] not in INJECTED_GROUPS:
             continue
-        path = stage.out(study) / "manifest.json"
-        if not path.is_file():
-            continue  # not run yet: the table counts the arms there are
-        try:
-            manifest = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise LabError(f"{path}: cannot read ({exc})") from None
-        record = manifest.get("decontamination") or {}
-        key = (labels.get("form", ""), labels["decontam"])
-        found = counts.setdefault(key, {"intended": 0, "removed": 0, "arms": 0})
-        found["intended"] += len(manifest.get("intended_injected_ids") or [])
-        found["removed"] += len(record.get("removed_injected_ids") or [])
-        found["arms"] += 1
-    return counts
+        _base, swept = swept_labels(row["model"])
+        if swept.get("decontam", NONE) == NONE:
+            continue
+        key = (swept.get("form", "verbatim"), swept["decontam"])
+        removed = str(row[REMOVED]).lower() in ("true", "1")
+        seen.setdefault(key, {})[(row["model"], str(row["seed"]), row["id"])] = removed
+    return {key: {"intended": len(found), "removed": sum(found.values())}
+            for key, found in seen.items()}
+
+
+def study_removed(study: Path) -> dict[tuple[str, str], dict[str, int]]:
+    """removed_samples of a study folder's samples.csv ({} without one)."""
+    path = Path(study) / SAMPLES
+    if not path.exists():
+        return {}
+    return removed_samples(read_csv(path, ("model", "seed", "id", "group"), lambda _c: False))
 
 
 def decontam_lifts(primary: dict[str, Any], removed: dict[tuple[str, str], dict[str, int]]
@@ -76,10 +62,10 @@ def decontam_lifts(primary: dict[str, Any], removed: dict[tuple[str, str], dict[
     for row in primary.get("rows") or []:
         if row["question"] != "split-half":
             continue
-        base, swept = _parts(row["model"])
+        base, swept = swept_labels(row["model"])
         if "decontam" not in swept:
             continue
-        key = (base, swept.get("form", ""), row["arm"], row["metric"], row["epochs"],
+        key = (base, swept.get("form", "verbatim"), row["arm"], row["metric"], row["epochs"],
                row["train_size"])
         cells.setdefault(key, {})[swept["decontam"]] = row
     out = []
@@ -95,7 +81,7 @@ def decontam_lifts(primary: dict[str, Any], removed: dict[tuple[str, str], dict[
             mean, low, high = seed_mean_interval(differences)
             count = removed.get((form, method), {})
             out.append({
-                "model": base, "form": form or "verbatim", "arm": arm, "metric": metric,
+                "model": base, "form": form, "arm": arm, "metric": metric,
                 "epochs": epochs, "train_size": size, "method": method,
                 "lift_before": before["estimate"] if before else None,
                 "lift_before_low": before.get("ci_low") if before else None,
@@ -142,8 +128,9 @@ def decontam_table(rows: list[dict[str, Any]], descriptive: bool) -> dict[str, s
     note = (f"\nLift: the injected samples' mean per-sample {metric} minus the held-out ones' in "
             "the same model (the primary table's split-half row), by intention to treat: a "
             "sample the decontaminator removed stays in the injected group, so the lift after "
-            "is what the method failed to remove. Samples removed: those with every copy "
-            "removed, summed over the seeds' arms. Intervals over seeds (Student t); "
+            "is what the method failed to remove. Samples removed: those of the injected group "
+            "whose every copy the method removed, of the group's evaluated samples, summed over "
+            "seeds. Intervals over seeds (Student t); "
             "'left' = lift after / lift as built where the latter is positive. "
             + ("Descriptive: the recipe declares no test for these differences, and its seeds "
                "are too few for one to reach its alpha." if descriptive else

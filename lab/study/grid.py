@@ -370,10 +370,24 @@ def model_name(labels: dict[str, Any]) -> str:
     name = f"{labels['model']}/{labels['preset']}" if "preset" in labels else labels["model"]
     if "weight_decay" in labels:
         name += f"/wd={labels['weight_decay']:g}"
-    for swept in ("form", "decontam"):  # grid.variants
+    for swept in ("form", "decontam"):  # grid.variants; read back by swept_labels
         if swept in labels:
             name += f"/{swept}={labels[swept]}"
     return f"{name}/{labels['continued']}" if "continued" in labels else name
+
+
+def swept_labels(model: str) -> tuple[str, dict[str, str]]:
+    """The model name model_name writes, less its form and decontamination labels, and those
+    labels: 'gpt2/form=renamed/decontam=ngram13' -> ('gpt2', {'form': 'renamed', 'decontam':
+    'ngram13'})."""
+    base, swept = [], {}
+    for part in model.split("/"):
+        key, _, value = part.partition("=")
+        if key in ("form", "decontam") and value:
+            swept[key] = value
+        else:
+            base.append(part)
+    return "/".join(base), swept
 
 
 def describe(stage: Stage) -> str:

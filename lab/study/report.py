@@ -13,7 +13,7 @@ from typing import Any
 from lab.common import LabError, write_json_atomic, write_text_atomic
 from lab.study.collect import check_tables
 from lab.stats import CONVENTIONS, CROSSOVER_TEST, PAIRED_SAMPLES_TEST, SEEDS_TEST
-from lab.study.decontam_lift import decontam_lifts, decontam_table, removed_samples
+from lab.study.decontam_lift import decontam_lifts, decontam_table, study_removed
 from lab.study.dose import dose_stats, dose_table
 from lab.study.figure import (decay_figure, detect_figure, dose_figure, plotted_cells,
                               timing_figure)
@@ -158,7 +158,7 @@ def run_report(study: Path, convention: str | None = None, metric: str = "bleu",
         outputs.update({f"timing.{suffix}": text for suffix, text in timing_tables.items()})
         timing_markdown = timing_tables["md"]
         figure += timing_figure(timing, metric, study / "report" / f"timing-{metric}")
-    decontam_rows = decontam_lifts(primary, removed_samples(study))
+    decontam_rows = decontam_lifts(primary, study_removed(study))
     decontam_markdown = ""
     if decontam_rows:
         found = decontam_table(decontam_rows, bool(primary.get("descriptive")))

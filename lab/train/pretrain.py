@@ -508,6 +508,10 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
                    "pre_existing_verbatim": corpus_manifest.get("pre_existing_verbatim", []),
                    "injected_token_fraction": report["injected_token_fraction"],
                    "options": corpus_manifest.get("options"),
+                   # The arm's seed, which seeds its contamination form: evaluation writes a
+                   # held-out or decontaminated sample's document again in that form to apply
+                   # the block-size rule (lab.eval.generate.block_truncation).
+                   **({"seed": corpus_manifest["seed"]} if "seed" in corpus_manifest else {}),
                    **({"dose_levels": [{"dose": level["dose"], "ids": level["ids"]}
                                        for level in corpus_manifest["dose_levels"]],
                        "injected_token_fraction_by_dose":
