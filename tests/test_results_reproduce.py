@@ -109,3 +109,30 @@ def test_the_detector_leaderboard_recomputes_from_the_committed_scores(tmp_path)
     shutil.copy(ROOT / "results" / "detect" / "detect.csv", folder / "detect.csv")
     for written in rerender(folder / "detect.csv"):
         assert written.read_text() == (ROOT / "results" / "detect" / written.name).read_text()
+
+
+def test_the_decontam_study_recomputes_its_table_and_compares_the_same_samples(tmp_path):
+    """A copy of results/decontam gives its committed report/decontam.md, the samples removed
+    included (counted from samples.csv), and the model as built and the decontaminated model of
+    each seed and form score the same samples in the same groups (one block-size rule for
+    injected, removed and held-out samples): their lifts differ by the decontamination only."""
+    import collections
+    import csv
+
+    folder = tmp_path / "decontam"
+    shutil.copytree(ROOT / "results" / "decontam", folder)
+    (folder / "report" / "decontam.md").unlink()
+    report = run_report(folder, html=False)
+    assert (folder / "report" / "decontam.md").read_text() == \
+        (ROOT / "results" / "decontam" / "report" / "decontam.md").read_text()
+    assert {(r["form"], r["samples_removed"]) for r in report["decontam"]} == {
+        ("verbatim", 35), ("renamed", 3), ("reformatted", 3), ("partial:0.5", 18)}
+    groups: dict[tuple, dict[str, str]] = collections.defaultdict(dict)
+    with open(folder / "samples.csv", newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            groups[(row["model"], row["seed"])][row["id"]] = row["group"]
+    pairs = [(key, (key[0].replace("/decontam=none", "/decontam=ngram13"), key[1]))
+             for key in groups if key[0].endswith("/decontam=none")]
+    assert len(pairs) == 12
+    for built, after in pairs:
+        assert len(groups[built]) == 60 and groups[built] == groups[after], built
