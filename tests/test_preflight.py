@@ -443,3 +443,28 @@ def test_report_to_packages_are_checked_before_any_stage(pf, monkeypatch, tmp_pa
         in problems
     assert not any(p.startswith("resources.report_to") for p in pf.preflight(
         load_recipe(MICRO, ["resources.report_to=none"]), tmp_path / "s"))
+
+
+def test_a_study_may_grow_but_not_change(tmp_path):
+    """A recipe whose stages include every stage the study folder's recipe made (a sweep given
+    another value, another seed) resumes the study and says what grew; one that drops or
+    changes a stage is refused in one line, as before."""
+    import json
+
+    from lab.study.recipe import recipe_dict
+    from lab.study.runner import check_recorded_recipe
+
+    decontam = ROOT / "recipes" / "decontam.yaml"
+    began = load_recipe(decontam, ["injection.decontaminate_with=[null, ngram13]"])
+    (tmp_path / "recipe.json").write_text(json.dumps(recipe_dict(began)))
+    assert check_recorded_recipe(began, tmp_path) == []
+    grown = load_recipe(decontam, ["injection.decontaminate_with=[null, ngram13, exact]"])
+    assert check_recorded_recipe(grown, tmp_path) == ["injection.decontaminate_with"]
+    more_seeds = load_recipe(decontam, ["injection.decontaminate_with=[null, ngram13]",
+                                        "seeds=[0, 1, 2, 3]"])
+    assert check_recorded_recipe(more_seeds, tmp_path) == ["seeds"]
+    for changed in (["injection.decontaminate_with=[null, exact]"],  # ngram13's stages gone
+                    ["injection.decontaminate_with=[null, ngram13]", "evaluation.max_samples=50"],
+                    ["injection.decontaminate_with=[null, ngram13]", "seeds=[0, 1]"]):
+        with pytest.raises(LabError, match="the study directory holds another recipe"):
+            check_recorded_recipe(load_recipe(decontam, changed), tmp_path)

@@ -176,15 +176,18 @@ def check_start(recipe: Recipe, study: Path, corpora_dir: Path | None = None,
                        allow_underpowered=allow_underpowered)
 
 
-def check_recorded_recipe(recipe: Recipe, study: Path) -> None:
+def check_recorded_recipe(recipe: Recipe, study: Path) -> list[str]:
     """Refuse a study folder that holds another recipe (STUDY/recipe.json). Fields added to the
     schema since the study began take their defaults, so an older study resumes; any real
     difference is refused and named. Resources may differ (a study begun on a laptop goes on on
     a cluster): the thread count is checked against what the study recorded (study_threads),
-    and a launch that changes results changes the stage keys."""
+    and a launch that changes results changes the stage keys. A study may grow: a recipe whose
+    stages include every stage of the recorded one (a sweep given more values, more seeds
+    after the first) keeps what was run, since a stage's key is its whole configuration;
+    returns those differences (recorded in study.json as `grown`), else []."""
     recorded = study / RECIPE
     if not recorded.is_file():
-        return
+        return []
     try:
         previous = recipe_from_dict(json.loads(recorded.read_text()))
     except (OSError, ValueError) as exc:
@@ -192,9 +195,10 @@ def check_recorded_recipe(recipe: Recipe, study: Path) -> None:
     except LabError as exc:
         raise LabError(f"{recorded}: a recipe this lab cannot read ({exc})") from None
     changed = study_differences(previous, recipe)
-    if changed:
+    if changed and not {s.key for s in expand(previous)} <= {s.key for s in expand(recipe)}:
         raise LabError(f"{recorded}: the study directory holds another recipe (differs in "
                        f"{', '.join(changed[:3])}; use a new --out)")
+    return changed
 
 
 def check_study_folder(study: Path, corpora_dir: Path | None) -> None:
@@ -238,7 +242,7 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
     if not ready_checked:
         check_start(recipe, study, corpora_dir, executor, seeds, allow_underpowered)
     study.mkdir(parents=True, exist_ok=True)
-    check_recorded_recipe(recipe, study)
+    grown = check_recorded_recipe(recipe, study)
     previous_summary = read_summary(study)
     threads = study_threads(recipe, study, previous_summary)
     workers = workers or default_workers(executor, threads)
@@ -252,7 +256,11 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
                                "data": study_data(recipe, corpora_dir),
                                "data_folders": data_folders(recipe, corpora_dir),
                                "planned_power": planned,
-                               **({"shard_seeds": sorted(seeds)} if seeds is not None else {})}
+                               **({"shard_seeds": sorted(seeds)} if seeds is not None else {}),
+                               # a recipe that grew the study: what it added, each time
+                               **({"grown": [*previous_summary.get("grown", []),
+                                             {"differs_in": grown, "stages": len(stages)}]}
+                                  if grown else {})}
     write_json_atomic(study / SUMMARY, {**previous_summary, **summary})
     submit, shutdown = submitter(executor, workers, threads, study, corpora_dir, slurm)
     started = time.perf_counter()
