@@ -289,12 +289,13 @@ def block_truncation(samples: list[Sample], membership: dict[str, set[str]],
 
     limit = longest_document(int(block))
     seen = set(corpus.get("injected_ids") or [])
-    considered = [s for s in samples if s.id in membership["injected"] | membership["held_out"]]
+    split = membership["injected"] | membership["held_out"]
+    considered = [s for s in samples if s.id in split]
     documents = [(s.id, text) for s in considered for _side, text in setting.documents(s)]
     lengths = (tokenizer([text for _id, text in documents], add_special_tokens=False)["input_ids"]
                if documents else [])
     over = {sample for (sample, _text), ids in zip(documents, lengths) if len(ids) > limit}
-    trained = {s.id for s in considered if s.id in seen and s.id in membership["injected"]}
+    trained = {s.id for s in considered} & seen & membership["injected"]
     differ = sorted((over ^ recorded) & trained)
     unseen_injected = membership["injected"] - seen
     how = {"rule": rule, "tokens_kept": limit,

@@ -362,6 +362,10 @@ def preset_of(stage: Stage) -> str | None:
     return next((p for p in map(preset_of, stage.inputs) if p), None)
 
 
+# The variant labels a model's table name carries as key=value parts (model_name, swept_labels).
+SWEPT_NAME_LABELS = ("form", "decontam")
+
+
 def model_name(labels: dict[str, Any]) -> str:
     """A model as the study's tables name it: its family, its size where sizes are swept
     (gpt2/micro), its weight decay, contamination form and decontamination method where those
@@ -370,7 +374,7 @@ def model_name(labels: dict[str, Any]) -> str:
     name = f"{labels['model']}/{labels['preset']}" if "preset" in labels else labels["model"]
     if "weight_decay" in labels:
         name += f"/wd={labels['weight_decay']:g}"
-    for swept in ("form", "decontam"):  # grid.variants; read back by swept_labels
+    for swept in SWEPT_NAME_LABELS:  # grid.variants; read back by swept_labels
         if swept in labels:
             name += f"/{swept}={labels[swept]}"
     return f"{name}/{labels['continued']}" if "continued" in labels else name
@@ -383,7 +387,7 @@ def swept_labels(model: str) -> tuple[str, dict[str, str]]:
     base, swept = [], {}
     for part in model.split("/"):
         key, _, value = part.partition("=")
-        if key in ("form", "decontam") and value:
+        if key in SWEPT_NAME_LABELS and value:
             swept[key] = value
         else:
             base.append(part)
