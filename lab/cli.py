@@ -440,6 +440,11 @@ def study(
     allow_underpowered: bool = typer.Option(
         False, "--allow-underpowered", help="Run a study whose primary tests can never reach "
                                             "alpha with its seeds (refused otherwise)."),
+    smoke: bool = typer.Option(
+        False, help="The recipe's whole shape (every arm, stage kind, swept value, question and "
+                    "the report) on toy sizes, on a CPU, in minutes: what to run before sending a "
+                    "study to a cluster. Only sizes shrink (printed; lab.study.smoke); the study "
+                    "is NAME-smoke, marked so in its folder and tables."),
     corpora: Optional[Path] = CorporaOption,
 ) -> None:
     """Run a whole contamination study; finished stages are reused, interrupted ones resumed."""
@@ -449,6 +454,12 @@ def study(
 
     overrides = list(set_ or []) + ([f"resources.threads={threads}"] if threads is not None else [])
     parsed = load_recipe(recipe, overrides)
+    if smoke:
+        from lab.study.smoke import smoke_lines, smoke_recipe
+
+        parsed = smoke_recipe(parsed)
+        console.print("\n".join(smoke_lines()), markup=False, highlight=False, soft_wrap=True)
+        allow_underpowered = True  # power is the real recipe's question (its --dry-run)
     folder = out or Path("runs") / parsed.name
     check_executor(executor, workers)
     slurm_parameters = _parse_pairs(slurm or [], "--slurm")
@@ -456,7 +467,7 @@ def study(
     check_study_folder(folder, corpora)
     if dry_run:
         plan = run_study(parsed, folder, corpora, dry_run=True, executor=executor, workers=workers,
-                         seeds=shard, allow_underpowered=allow_underpowered)
+                         seeds=shard, allow_underpowered=allow_underpowered, smoke=smoke)
         from lab.study.cost import gpu_assumptions
 
         rows = [{"stage": r["kind"], "count": r["stages"], "done": r["done"],
@@ -483,7 +494,8 @@ def study(
     from lab.study.runner import check_start, resume_corpora
 
     # Before the progress display opens; the dry run's checks (run_study) are these.
-    for warning in check_start(parsed, folder, corpora, executor, shard, allow_underpowered):
+    for warning in check_start(parsed, folder, corpora, executor, shard, allow_underpowered,
+                               smoke):
         console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
     again = ["lab", "study", str(recipe), "--out", str(folder)]
     again += ["--executor", executor] if executor != "local" else []
@@ -493,10 +505,10 @@ def study(
                            ("--seeds", [seeds] if seeds else []),
                            ("--corpora", [where] if (where := resume_corpora(corpora)) else [])):
         again += [part for value in values for part in (option, str(value))]
-    again += ["--allow-underpowered"] if allow_underpowered else []
+    again += ["--smoke"] if smoke else ["--allow-underpowered"] if allow_underpowered else []
     _exit_with_a_resume_line_on_signals(again)
     summary = _run_with_progress(parsed, folder, corpora, executor, workers, slurm_parameters,
-                                 shard)
+                                 shard, smoke)
     took = summary["seconds"]
     console.print(f"{parsed.name}: {summary['stages']} stages ({len(summary['ran'])} run now in "
                   f"{_duration(took['this_run'])}; all {took['stages_timed']} timed stages "
@@ -612,7 +624,7 @@ def _terminal() -> Iterator[Console]:
 
 def _run_with_progress(recipe: Any, folder: Path, corpora: Optional[Path], executor: str,
                        workers: Optional[int], slurm: dict[str, Any],
-                       seeds: Optional[List[int]] = None) -> dict[str, Any]:
+                       seeds: Optional[List[int]] = None, smoke: bool = False) -> dict[str, Any]:
     """lab study with a rich progress bar over stages, a line per finished stage with its wall
     time, and each distinct warning of the stages' logs once."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -645,7 +657,7 @@ def _run_with_progress(recipe: Any, folder: Path, corpora: Optional[Path], execu
             bar.update(task, description=f"{recipe.name}: {', '.join(running) or 'collecting'}")
 
         return run_study(recipe, folder, corpora, executor=executor, workers=workers, slurm=slurm,
-                         on_event=on_event, ready_checked=True, seeds=seeds)
+                         on_event=on_event, ready_checked=True, seeds=seeds, smoke=smoke)
 
 
 from lab.stats import CONVENTIONS as _CONVENTIONS  # noqa: E402 (the one table)

@@ -300,6 +300,21 @@ def loading(path: Path, option: str = "") -> Iterator[None]:
         raise LabError(f"{name}: cannot be loaded, damaged or incomplete ({detail})") from None
 
 
+def config_record(cfg: Any) -> dict[str, Any]:
+    """A command's config as its manifest records it: paths as text, at any depth (a tuple of
+    corpora too), tuples as lists, so that the record is JSON and reads back as it was written."""
+    def plain(value: Any) -> Any:
+        if isinstance(value, Path):
+            return str(value)
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        return value
+
+    return {k: plain(v) for k, v in dataclasses.asdict(cfg).items()}
+
+
 def dumps_json(obj: Any) -> str:
     """Deterministic JSON (sorted keys, fixed indentation) so equal content gives equal bytes."""
     return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"

@@ -47,10 +47,12 @@ def task_for_benchmark(benchmark: str) -> str:
     raise LabError(f"benchmark {benchmark}: no fine-tuning task (choose from {known})")
 
 
-def train_subset(records: list[Sample], size: int, seed: int) -> list[Sample]:
+def train_subset(records: list[Sample], size: int, seed: int, stream: str = "train-size"
+                 ) -> list[Sample]:
     """The seeded --train-size subset of a train split, in split order: what a fine-tuning run
-    trains on, and what evaluation draws again to find the test samples it saw."""
-    keep = sorted(random.Random(f"{seed}/train-size").sample(range(len(records)), size))
+    trains on, and what evaluation draws again to find the test samples it saw (`stream`
+    names another draw of the same seed: the validation subset's)."""
+    keep = sorted(random.Random(f"{seed}/{stream}").sample(range(len(records)), size))
     return [records[i] for i in keep]
 
 

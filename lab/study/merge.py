@@ -25,6 +25,7 @@ from lab.study.collect import (PROBES, RESULTS, SAMPLE_TEXT, SAMPLES, check_reci
                                whole_lines, write_tables)
 from lab.study.grid import expand
 from lab.study.recipe import recipe_dict, study_differences
+from lab.study.smoke import is_smoke
 
 MERGED = "merged.json"  # written last in a merged folder: its sources and what each gave
 MERGED_KIND = "lab-merged"
@@ -49,6 +50,11 @@ def merge_studies(sources: list[Path], out: Path, seeds: list[int] | None = None
     sources = [Path(source) for source in sources]
     out = Path(out)
     check_output(out, force, MERGED_KIND, sources)
+    for source in sources:
+        if is_smoke(source):
+            raise LabError(f"{source / 'study.json'}: a smoke study (lab study --smoke): its "
+                           "sizes were shrunk and its numbers measure nothing; merge the real "
+                           "study's shards")
     recipes = [_source_recipe(source) for source in sources]
     # The plan is the first source's: the seeds it declared, else the seeds it listed when it
     # began. A later source that declares none runs the same plan; merged beyond it, the

@@ -164,11 +164,11 @@ PretrainSection = section("PretrainSection", PretrainConfig,
 KEY_NEUTRAL_DEFAULTS = {"pretrain": {"bf16": False, "compile": False, "attention": "mask",
                                      "loop": "trainer", "weight_decay": 0.01},
                         "finetune": {"bf16": False, "decoder_layers": 6, "decoder_init": "random",
-                                     "group_by_length": False}}
+                                     "group_by_length": False, "valid_size": None}}
 
 FinetuneSection = section("FinetuneSection", FinetuneConfig,
-                          ["lr", "batch_size", "select", "bf16", "decoder_layers", "decoder_init",
-                           "group_by_length"],
+                          ["lr", "batch_size", "select", "valid_size", "bf16", "decoder_layers",
+                           "decoder_init", "group_by_length"],
                           own=[
     ("epochs", list[int], field(default_factory=lambda: [0], metadata={
         "expect": "int >= 0", "help": "Fine-tuning epochs of the grid; 0 = direct inference "
@@ -864,13 +864,10 @@ def placebo_plan(recipe: Recipe, injected: int | None = None) -> PlaceboPlan:
                        "pairs its placebos injected")
 
 
-def _check_corpus_limit(recipe: Recipe) -> None:
-    """Every injected document replaces a base document: an arm cannot inject more documents
-    than it holds (unpaired injects two per sample)."""
-    limit, samples, doses = recipe.corpus.limit, recipe.injection.samples, recipe.injection.doses
-    if limit is None or samples is None:
-        return
-    share = recipe.injection.fraction or 1.0
+def injected_documents(recipe: Recipe, samples: int) -> tuple[int, str, str, int]:
+    """(documents, how they are counted, the widest arm, its documents per sample): the most
+    documents an arm of the recipe injects when `samples` test samples take part."""
+    share, doses = recipe.injection.fraction or 1.0, recipe.injection.doses
     widest = max(recipe.arms, key=lambda arm: settings_table.get(arm).documents_per_sample)
     per_sample = settings_table.get(widest).documents_per_sample
     if doses:  # about samples / levels per level (duplicates kept together may shift a few)
@@ -879,6 +876,16 @@ def _check_corpus_limit(recipe: Recipe) -> None:
     else:
         documents = math.ceil(samples * share) * recipe.injection.repeat * per_sample
         how = "injection.samples x fraction x repeat"
+    return documents, how, widest, per_sample
+
+
+def _check_corpus_limit(recipe: Recipe) -> None:
+    """Every injected document replaces a base document: an arm cannot inject more documents
+    than it holds (unpaired injects two per sample)."""
+    limit, samples = recipe.corpus.limit, recipe.injection.samples
+    if limit is None or samples is None:
+        return
+    documents, how, widest, per_sample = injected_documents(recipe, samples)
     if documents >= limit:
         _fail("corpus.limit", f"{limit} documents cannot take {documents} injected ones ({how} "
               f"x {per_sample} documents per sample of '{widest}'); raise the limit")

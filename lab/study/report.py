@@ -19,6 +19,7 @@ from lab.study.figure import (decay_figure, detect_figure, dose_figure, plotted_
                               timing_figure)
 from lab.study.timing import timing_stats, timing_table
 from lab.study.html import write_html_report
+from lab.study.smoke import BANNER, is_smoke, marked
 from lab.study.primary import render as render_primary
 from lab.study.report_data import (WITHIN_TEST, Cell, read_csv, study_cells, study_page_data,
                                    study_primary, with_primary_p, chosen_after)
@@ -79,7 +80,8 @@ def _write_stats(study: Path, cells: list[Cell], primary: dict[str, Any]) -> Pat
     path = _report_folder(study) / "stats.json"
     convention, alpha = cells[0].convention, cells[0].alpha
     alternative, method = CONVENTIONS[convention]
-    write_json_atomic(path, {"convention": convention, "alpha": alpha, "primary": primary,
+    write_json_atomic(path, {**({"smoke": BANNER} if is_smoke(study) else {}),
+                             "convention": convention, "alpha": alpha, "primary": primary,
                              "test": f"Mann-Whitney U, {alternative}, {method}",
                              "within_test": WITHIN_TEST, "seeds_test": SEEDS_TEST,
                              "crossover_test": CROSSOVER_TEST,
@@ -100,14 +102,18 @@ def run_stats(study: Path, convention: str | None = None, alpha: float | None = 
     path = _write_stats(study, cells, primary)
     doses = study_doses(study, cells)
     timing = study_timing(study, cells)
-    return {"cells": [cell.record() for cell in cells], "primary": primary, "json": path,
-            "doses": doses, "timing": timing,
-            "timing_tables": {m: timing_table(timing, m)["md"]
-                              for m in sorted({r["metric"] for r in timing["levels"]})},
-            "primary_md": report_markdown(primary_sections(primary)),
-            "dose_tables": {m: dose_table(doses, m) for m in sorted({r["metric"] for r in
-                                                                      doses["levels"]})},
-            **stats_table(cells, study, primary["chosen_after"])}
+    result = {"cells": [cell.record() for cell in cells], "primary": primary, "json": path,
+              "doses": doses, "timing": timing,
+              "timing_tables": {m: timing_table(timing, m)["md"]
+                                for m in sorted({r["metric"] for r in timing["levels"]})},
+              "primary_md": report_markdown(primary_sections(primary)),
+              "dose_tables": {m: dose_table(doses, m) for m in sorted({r["metric"] for r in
+                                                                        doses["levels"]})},
+              **stats_table(cells, study, primary["chosen_after"])}
+    if is_smoke(study):  # what lab stats prints of a smoke study says so first
+        for name, suffix in (("primary_md", ".md"), ("md", ".md"), ("csv", ".csv")):
+            result[name] = marked(suffix, result[name])
+    return result
 
 
 def _leaderboard_rows(study: Path) -> list[dict[str, Any]]:
@@ -164,19 +170,20 @@ def run_report(study: Path, convention: str | None = None, metric: str = "bleu",
         found = decontam_table(decontam_rows, bool(primary.get("descriptive")))
         outputs.update({f"decontam.{suffix}": text for suffix, text in found.items()})
         decontam_markdown = found["md"]
-    written = []
-    for name, text in outputs.items():
-        written.append(study / "report" / name)
-        write_text_atomic(written[-1], text)
     from lab.detect.leaderboard import leaderboard_markdown
 
     leaderboard_rows = _leaderboard_rows(study)
     detectors_markdown = leaderboard_markdown(leaderboard_rows) if leaderboard_rows else ""
     if detectors_markdown:
-        write_text_atomic(study / "report" / "detect.md", detectors_markdown)
-        written.append(study / "report" / "detect.md")
+        outputs["detect.md"] = detectors_markdown
         figure += detect_figure(leaderboard_rows, study / "report" / "detect-auc")
-    sections = primary_sections(primary) + [
+    smoke = is_smoke(study)
+    written = []
+    for name, text in outputs.items():
+        written.append(study / "report" / name)
+        write_text_atomic(written[-1], marked(name, text) if smoke else text)
+    sections = ([{"heading": "Smoke run", "markdown": BANNER}] if smoke else []) + \
+        primary_sections(primary) + [
         {"heading": SECONDARY, "markdown": secondary["md"], "table": secondary}] + (
         [{"heading": "Dose-response", "markdown": dose_markdown}] if dose_markdown else []) + (
         [{"heading": "What decontamination leaves of the lift", "markdown": decontam_markdown}]
@@ -192,6 +199,6 @@ def run_report(study: Path, convention: str | None = None, metric: str = "bleu",
               "sections": sections, "markdown": report_markdown(sections)}
     if html:
         result["html"] = write_html_report(study, result, page)
-    result["console"] = console_text(primary, study / "report",
-                                     written + ([result["html"]] if html else []))
+    result["console"] = (f"{BANNER}\n\n" if smoke else "") + console_text(
+        primary, study / "report", written + ([result["html"]] if html else []))
     return result

@@ -23,6 +23,7 @@ from lab.study.preflight import check_ready, pending_stages, slow_settings
 from lab.study.questions import power_plan
 from lab.study.recipe import Recipe, recipe_dict, recipe_from_dict, study_differences
 from lab.study.scheduler import check_executor, default_workers, schedule, submitter
+from lab.study.smoke import smoke_record
 
 RECIPE = "recipe.json"  # the study's recipe, as recorded when it began (recipe_dict)
 SUMMARY = "study.json"
@@ -157,7 +158,7 @@ def resume_corpora(corpora_dir: Path | None) -> Path | None:
 
 def check_start(recipe: Recipe, study: Path, corpora_dir: Path | None = None,
                 executor: str = "local", seeds: list[int] | None = None,
-                allow_underpowered: bool = False) -> list[str]:
+                allow_underpowered: bool = False, smoke: bool = False) -> list[str]:
     """Everything that refuses to start a study, in one place: `lab study` runs it before its
     first stage, and `--dry-run` runs the same, so a dry run says no (exit 2, the same line)
     exactly when the real run would. Raises one LabError: the study folder (not a study's,
@@ -168,6 +169,11 @@ def check_start(recipe: Recipe, study: Path, corpora_dir: Path | None = None,
     check_study_folder(study, corpora_dir)
     check_recorded_recipe(recipe, study)
     summary = read_summary(study)
+    if summary and bool(summary.get("smoke")) != smoke:
+        raise LabError(f"{study / SUMMARY}: " + (
+            "a smoke study (lab study --smoke): its sizes were shrunk; run the real study in a "
+            "new --out" if summary.get("smoke") else
+            "a study run without --smoke: a smoke run goes to a new --out"))
     study_threads(recipe, study, summary)
     problem = data_problem(study, summary, study_data(recipe, corpora_dir), corpora_dir)
     if problem:
@@ -219,11 +225,13 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
               executor: str = "local", workers: int | None = None,
               slurm: dict[str, Any] | None = None,
               on_event: Callable[..., None] | None = None, ready_checked: bool = False,
-              seeds: list[int] | None = None, allow_underpowered: bool = False) -> dict[str, Any]:
+              seeds: list[int] | None = None, allow_underpowered: bool = False,
+              smoke: bool = False) -> dict[str, Any]:
     """Entry point of `lab study`: run the stages that are not finished, then collect results.
     `ready_checked`: the caller has run check_start for this recipe and folder;
     `seeds`: run only the shard of those seeds (`expand`); `allow_underpowered`: run a study
-    whose primary tests can never reach alpha (lab.study.questions.power_problem)."""
+    whose primary tests can never reach alpha (lab.study.questions.power_problem); `smoke`:
+    `recipe` is a smoke recipe (lab.study.smoke), and study.json says so."""
     study = Path(study)
     stages = expand(recipe, seeds)
     check_executor(executor, workers)
@@ -233,14 +241,14 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
         pending = pending_stages(recipe, study, seeds)
         try:
             warnings, refusal = check_start(recipe, study, corpora_dir, executor, seeds,
-                                            allow_underpowered), None
+                                            allow_underpowered, smoke), None
         except LabError as exc:
             warnings, refusal = slow_settings(pending, executor), str(exc)
         return {"stages": len(stages), "done": len(stages) - len(pending),
                 "estimate": estimate(recipe, stages, study), "power": power_plan(recipe),
                 "refusal": refusal, "warnings": warnings}
     if not ready_checked:
-        check_start(recipe, study, corpora_dir, executor, seeds, allow_underpowered)
+        check_start(recipe, study, corpora_dir, executor, seeds, allow_underpowered, smoke)
     study.mkdir(parents=True, exist_ok=True)
     grown = check_recorded_recipe(recipe, study)
     previous_summary = read_summary(study)
@@ -256,6 +264,7 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
                                "data": study_data(recipe, corpora_dir),
                                "data_folders": data_folders(recipe, corpora_dir),
                                "planned_power": planned,
+                               **({"smoke": smoke_record()} if smoke else {}),
                                **({"shard_seeds": sorted(seeds)} if seeds is not None else {}),
                                # a recipe that grew the study: what it added, each time
                                **({"grown": [*previous_summary.get("grown", []),

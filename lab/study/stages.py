@@ -105,7 +105,7 @@ KINDS: dict[str, StageKind] = {
         FinetuneConfig, run_finetune,
         key=("task", "epochs", "train_size", "seed", "lr", "batch_size", "select",
              "max_target_length", "bf16", "decoder_layers", "decoder_init", "group_by_length",
-             "exclude_injected"),
+             "exclude_injected", "valid_size"),
         neutral={**KEY_NEUTRAL_DEFAULTS["finetune"], "exclude_injected": False},
         inputs=("pretrained",), extra="injected_corpora",
         extra_keyed=lambda cfg: cfg.exclude_injected, after=write_model_card),

@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from lab.codetokens import whitespace_hash
-from lab.common import (LabError, atomic_output_dir, check_numbers, check_output, corpora_param,
-                        environment_record, files_record, loading, param, write_json_atomic)
+from lab.common import (LabError, atomic_output_dir, check_numbers, check_output, config_record,
+                        corpora_param, environment_record, files_record, loading, param,
+                        write_json_atomic)
 from lab.contamination import SEP_MARKER
 from lab.corpora import Sample, corpora_inputs, load_samples
 from lab.models import (MANIFEST, MODEL_FILES, WEIGHTS_SUBDIR, check_model_files, lab_cuts_itself,
                         load_weights, positions_of, read_stage_manifest)
-from lab.tasks import Task, fine_tuning_records, get_task
+from lab.tasks import Task, fine_tuning_records, get_task, train_subset
 from lab.tokenizer import fit_to_model
 from lab.train.common import (
     MEMBERSHIP_FIELDS, MEMBERSHIP_HASH, TENSORBOARD_DIR, history_without_timing,
@@ -40,6 +41,8 @@ class FinetuneConfig:
     out: Path = param(help="Output directory.")
     seed: int = param(0, "Seeds the train subset, decoder init and data order.")
     train_size: int | None = param(None, "Seeded subset of N training samples.")
+    valid_size: int | None = param(None, "Seeded subset of N validation samples (--select best "
+                                         "scores every epoch on them; null: the whole split).")
     select: str = param("last", "last, or best on validation loss.")
     lr: float = param(5e-4, "Peak learning rate.")
     batch_size: int = param(8, "Samples per step.")
@@ -83,7 +86,8 @@ class FinetuneConfig:
                             ("--max-source-length", self.max_source_length),
                             ("--max-target-length", self.max_target_length),
                             ("--decoder-layers", self.decoder_layers),
-                            ("--train-size", self.train_size)):
+                            ("--train-size", self.train_size),
+                            ("--valid-size", self.valid_size)):
             if value is not None and value < 1:
                 raise LabError(f"{name} {value}: must be >= 1")
         check_numbers(epochs=self.epochs, lr=self.lr, seed=self.seed,
@@ -195,6 +199,9 @@ def _training_samples(task: Task, cfg: FinetuneConfig) -> tuple[list[Sample], li
     valid_records: list[Sample] = []
     if note["valid_split"]:
         valid_records = load_samples(task.benchmark, task.valid_split, cfg.corpora_dir, True).records
+        if cfg.valid_size is not None and cfg.valid_size < len(valid_records):
+            valid_records = train_subset(valid_records, cfg.valid_size, cfg.seed, "valid-size")
+        note["valid_used"] = len(valid_records)
     if cfg.injected_corpora:
         injected, corpora = injected_pairs(cfg.injected_corpora, cfg.corpora_dir)
         hit = [s for s in records if pair_key(s) in injected]
@@ -398,7 +405,7 @@ def _finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         losses = [h["loss"] for h in history if "loss" in h]
         manifest = {
             "kind": "lab-finetuned",
-            "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
+            "config": config_record(cfg),
             "task": asdict(task),
             "family": family,
             "architecture": "causal-lm" if family == "gpt2" else "encoder-decoder",

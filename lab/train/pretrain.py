@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.common import (LabError, check_numbers, check_output, dumps_json, files_record, param,
-                        environment_record, share_tree, write_error, write_json_atomic)
+from lab.common import (LabError, check_numbers, check_output, config_record, dumps_json,
+                        environment_record, files_record, param, share_tree, write_error,
+                        write_json_atomic)
 from lab.corpora.shards import verify_corpus
 from lab.train.common import (
     MEMBERSHIP_HASH, checkpoint_problem, checkpoints_newest_first, latest_checkpoint,
@@ -333,7 +334,7 @@ def run_pretrain(cfg: PretrainConfig) -> dict[str, Any]:
 
     out = Path(cfg.out)
     work = out.with_name(out.name + ".partial")
-    run_config = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()}
+    run_config = config_record(cfg)
     run_config["corpus_sha256"] = corpus_manifest["corpus_sha256"]
     run_config["tokenizer_sha256"] = tokenizer_hash(cfg.tokenizer)
     if corpus_manifest.get("timing_levels"):  # the same corpus_sha256 under every timing
