@@ -177,9 +177,10 @@ def _evaluation_section(evaluations: list[dict[str, Any]]) -> str:
 
 
 def render_card(manifest: dict[str, Any], evaluations: list[dict[str, Any]] | None = None,
-                name: str | None = None) -> str:
+                name: str | None = None, weights: str | None = None) -> str:
     """The model card of a lab model from its manifest and the lab evaluations (metrics.json)
-    to show."""
+    to show. `weights`: the card's folder's subfolder that transformers loads (a lab model
+    folder's WEIGHTS_SUBDIR); None where the folder itself loads (an export)."""
     from huggingface_hub import ModelCard
 
     evaluations = evaluations or []
@@ -192,8 +193,10 @@ def render_card(manifest: dict[str, Any], evaluations: list[dict[str, Any]] | No
     name = name or card_title(manifest)
     environment = manifest.get("environment") or {}
     base = base_model(manifest)
+    loader = LOADERS[architecture]
     sections = [
         f"# {name}",
+        loading_statement(loader, weights, architecture if finetuned else None),
         contamination_statement(corpus),
         "## Model\n\n" + _rows([
             ("Family", {"gpt2": "GPT-2 (causal LM)", "roberta": "RoBERTa (masked LM)"}.get(
@@ -247,9 +250,12 @@ def render_card(manifest: dict[str, Any], evaluations: list[dict[str, Any]] | No
     sections += [
         "## Evaluation\n\n" + _evaluation_section(evaluations),
         "## Use\n\n```python\nfrom transformers import AutoTokenizer, "
-        f"{LOADERS[architecture]}\n\ntokenizer = AutoTokenizer.from_pretrained(FOLDER)\n"
-        f"model = {LOADERS[architecture]}.from_pretrained(FOLDER)\n```\n\n"
-        "FOLDER is the folder that `lab export` wrote (weights, tokenizer and this card).",
+        f"{loader}\n\ntokenizer = AutoTokenizer.from_pretrained({_folder(weights)})\n"
+        f"model = {loader}.from_pretrained({_folder(weights)})\n```\n\n"
+        + (f"OUT is this card's folder, which `lab pretrain` or `lab finetune` wrote; "
+           f"transformers loads its `{weights}/` subfolder, not OUT itself (`lab export` writes "
+           "a folder that loads as it is)." if weights else
+           "FOLDER is the folder that `lab export` wrote (weights, tokenizer and this card)."),
         "## Provenance\n\n" + _rows([
             ("Made by", f"lab {environment.get('lab_version', '')}".strip()),
             ("Git commit", environment.get("git_commit")),
@@ -310,6 +316,28 @@ PROMPT_FORMATS = {
 }
 
 
+# The same, in a line at the top of a fine-tuned model's card.
+PROMPTS = {
+    "causal-lm": f"give it `<s>` + source + ` {SEP_MARKER}` and generate until `</s>`",
+    "encoder-decoder": "the encoder reads `<s>` + source + `</s>`; generate until `</s>`",
+}
+
+
+def _folder(weights: str | None) -> str:
+    return f'"OUT/{weights}"' if weights else "FOLDER"
+
+
+def loading_statement(loader: str, weights: str | None, fine_tuned: str | None) -> str:
+    """The card's first line under its title: where transformers loads the model from (a lab
+    model folder keeps its weights in a subfolder) and the prompt a fine-tuned model
+    (`fine_tuned`: its architecture; None if not fine-tuned) expects."""
+    where = (f"`{loader}.from_pretrained({_folder(weights)})`, OUT being this folder (its "
+             f"weights and tokenizer are in `{weights}/`)" if weights else
+             f"`{loader}.from_pretrained(FOLDER)`, FOLDER being this folder")
+    prompt = f" **Prompt:** {PROMPTS[fine_tuned]}." if fine_tuned in PROMPTS else ""
+    return f"**Load:** {where}.{prompt}"
+
+
 def prompt_format(architecture: str | None, config: dict[str, Any]) -> str:
     return ("**Prompt format.** " + PROMPT_FORMATS.get(architecture or "", "not recorded")
             + (f" Sources are cut at {config['max_source_length']} tokens, targets at "
@@ -324,11 +352,28 @@ def write_model_card(folder: Path) -> None:
     if manifest.get("kind") not in MODEL_KINDS:
         raise LabError(f"MODEL {folder}: not a lab pre-trained or fine-tuned model")
     # its metrics where known: the evaluations of it beside it (a study's, at its end)
+    write_load_pointer(Path(folder))
     card = Path(folder) / CARD
-    text = render_card(manifest, model_evaluations(Path(folder), manifest))
+    text = render_card(manifest, model_evaluations(Path(folder), manifest), weights=WEIGHTS_SUBDIR)
     if card.is_file() and card.read_text(encoding="utf-8", errors="replace") == text:
         return  # written already (a study's end-of-run pass): left as it is
     write_text_atomic(card, text)
+
+
+# transformers reads a folder's config.json first: in a lab model folder, one with no model in
+# it, whose model_type (which transformers' refusal quotes) says where the model is, so that
+# from_pretrained(OUT) fails naming OUT/model rather than a missing config.json.
+LOAD_POINTER = "config.json"
+
+
+def write_load_pointer(folder: Path) -> None:
+    pointer = folder / LOAD_POINTER
+    name = folder.resolve().name
+    text = json.dumps({"model_type": f"not a model: load {name}/{WEIGHTS_SUBDIR} (this "
+                                     f"lab folder keeps its transformers files in "
+                                     f"{WEIGHTS_SUBDIR}/; see {CARD})"}, indent=2) + "\n"
+    if not pointer.is_file() or pointer.read_text(encoding="utf-8", errors="replace") != text:
+        write_text_atomic(pointer, text)
 
 
 def _read_evaluation(path: Path) -> dict[str, Any] | None:

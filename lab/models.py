@@ -354,8 +354,9 @@ def dtype_param() -> Any:
                             "only; anything but float32 changes the numbers).")
 
 
-def resolve_device(device: str) -> str:
-    """The torch device a --device names; a GPU that is not there is refused, not replaced."""
+def resolve_device(device: str, instead: str = "use --device cpu") -> str:
+    """The torch device a --device names; a GPU that is not there is refused, not replaced.
+    `instead`: how the caller's command asks for the CPU (a study's recipe has no --device)."""
     import torch
 
     if device == "auto":
@@ -365,7 +366,7 @@ def resolve_device(device: str) -> str:
     if device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit()):
         if not torch.cuda.is_available():
             raise LabError(f"--device {device}: no CUDA GPU is visible here "
-                           "(torch.cuda.is_available() is false); use --device cpu")
+                           f"(torch.cuda.is_available() is false); {instead}")
         index = int(device[5:]) if ":" in device else 0
         if index >= torch.cuda.device_count():
             raise LabError(f"--device {device}: only {torch.cuda.device_count()} GPU(s) visible")

@@ -7,10 +7,12 @@ import contextlib
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,6 +73,90 @@ def test_help_lists_the_commands(workdir):
     for command in ("inject", "audit", "corpora"):
         assert command in result.stdout
     assert result.stderr == ""
+
+
+# A hint `use --NAME` in a message; adjacent string literals split over lines read as one.
+OPTION_HINT = re.compile(r"\buse\s+(--[a-z][a-z0-9-]*)")
+STRING_BREAK = re.compile(r"""["']\s*\n\s*(?:rf|fr|f|r)?["']""")
+
+
+def lab_commands() -> dict[str, Any]:
+    """`lab` command name (`corpora list` for a group's) -> its click command."""
+    import typer
+
+    from lab.cli import app
+
+    found, groups = {}, [("", typer.main.get_command(app))]
+    while groups:
+        prefix, group = groups.pop()
+        for name, command in group.commands.items():
+            if hasattr(command, "commands"):
+                groups.append((f"{prefix}{name} ", command))
+            else:
+                found[prefix + name] = command
+    return found
+
+
+def command_owners(commands: dict[str, Any]) -> dict[str, set[str]]:
+    """lab module -> the commands whose function in lab/cli.py imports from it or declares its
+    options there (`options_of(Config)`): its hints are read by those commands' users."""
+    import ast
+
+    import lab.cli
+
+    tree = ast.parse(Path(lab.cli.__file__).read_text(encoding="utf-8"))
+    functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    owners: dict[str, set[str]] = {}
+    for name, command in commands.items():
+        node = functions[command.callback.__name__]
+        modules = {n.module for n in ast.walk(node) if isinstance(n, ast.ImportFrom) and n.module}
+        modules |= {getattr(lab.cli, d.args[0].id).__module__ for d in node.decorator_list
+                    if isinstance(d, ast.Call) and getattr(d.func, "id", "") == "options_of"}
+        for module in modules:
+            owners.setdefault(module, set()).add(name)
+    return owners
+
+
+def hint_problems(hints: dict[str, list[str]], options: dict[str, set[str]],
+                  owners: dict[str, set[str]]) -> list[str]:
+    """Each hint of a module a command owns must name one of its options; one of a shared
+    module (lab.common, lab.models), an option of some command."""
+    problems = []
+    for module, names in hints.items():
+        readers = owners.get(module) or set(options)
+        problems += [f"{module}: `use {name}`, but no `lab {'/'.join(sorted(readers))}` has "
+                     f"{name}" for name in names if not any(name in options[c] for c in readers)]
+    return problems
+
+
+def test_every_use_option_hint_names_an_option_of_its_command(monkeypatch):
+    import torch
+
+    from lab.study.preflight import check_device
+
+    commands = lab_commands()
+    options = {name: {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
+               for name, command in commands.items()}
+    owners = command_owners(commands)
+    root = Path(__file__).resolve().parents[1]
+    hints = {}
+    for path in sorted((root / "lab").rglob("*.py")):
+        module = ".".join(path.relative_to(root).with_suffix("").parts)
+        found = OPTION_HINT.findall(STRING_BREAK.sub("", path.read_text(encoding="utf-8")))
+        if found:
+            hints[module] = found
+    assert "--select" in hints["lab.train.finetune"] and owners["lab.train.finetune"] == {"finetune"}
+    assert hint_problems(hints, options, owners) == []
+    # A hint a shared module gives is phrased by its caller: `lab study` has no --device.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    [problem] = check_device("cuda")
+    assert problem.endswith("; use --set resources.device=cpu"), problem
+    assert "--device" not in options["study"] and "--set" in options["study"]
+    # The checks fail where they should: another command's option, or none's.
+    assert hint_problems({"lab.train.finetune": ["--device"], "lab.models": ["--nonesuch"]},
+                         options, owners) == [
+        "lab.train.finetune: `use --device`, but no `lab finetune` has --device",
+        f"lab.models: `use --nonesuch`, but no `lab {'/'.join(sorted(options))}` has --nonesuch"]
 
 
 # --- where the data is ---------------------------------------------------------------------------
@@ -288,7 +374,8 @@ def test_unknown_test_id_names_file_and_line(workdir, tiny_corpora):
     ids.write_text("codetrans:test:0\n# a comment\n3\n\ncodetrans:test:999\n", encoding="utf-8")
     out = workdir / "arm"
     assert_one_line_error(run_lab([*inject_args(out), "--test-ids", ids], workdir, tiny_corpora),
-                          f"{ids}:5: unknown test id 'codetrans:test:999'")
+                          f"--test-ids {ids}:5: unknown sample id 'codetrans:test:999' (ids are "
+                          "codetrans:test:N or N")
     assert_nothing_written(out)
 
 
@@ -738,6 +825,11 @@ def test_finetune_refuses_impossible_numbers_before_any_work(workdir, option, va
     (["--decoding", "sample", "--temperature", "inf"], "--temperature inf: must be a finite"),
     (["--metrics", "bleu,vibes"], "--metrics vibes: unknown metric"),
     (["--ids", "empty-ids.txt"], "--ids empty-ids.txt: no sample ids"),
+    (["--ids", "bad-ids.txt"], "--ids bad-ids.txt:2: unknown sample id 'x' (ids are "
+                               "codetrans:test:N or N, N from 0 to "),
+    (["--ids", "3,17"], "--ids 3,17: no such file (a file of sample ids; ids are "
+                        "codetrans:test:N or N"),
+    (["--max-samples", "0"], "--max-samples 0: must be >= 1"),
     (["--split", "holdout"], "unknown split 'holdout'"),
 ])
 def test_evaluate_checks_its_options_before_loading_the_weights(workdir, tiny_corpora, extra,
@@ -749,6 +841,7 @@ def test_evaluate_checks_its_options_before_loading_the_weights(workdir, tiny_co
     (workdir / "ft" / "manifest.json").write_text(json.dumps(
         {**manifest, "architecture": "causal-lm", "task": {"name": "translation"}}))
     (workdir / "empty-ids.txt").write_text("\n# nothing\n")
+    (workdir / "bad-ids.txt").write_text("3, codetrans:test:1\nx\n")
     args = ["evaluate", "--model", "ft", "--task", "translation", "--out", "ev", *extra]
     assert_one_line_error(run_lab(args, workdir, tiny_corpora), fragment)
     assert not (workdir / "ev").exists()

@@ -132,7 +132,8 @@ def test_seeds_merged_beyond_the_plan_make_the_report_exploratory(tmp_path):
     assert row["seeds"] == 6 and row["p"] == pytest.approx(2 / 64)  # would pass alpha ...
     assert primary["beyond_plan"] and not row["significant"]  # ... but was not planned
     text = (merged / "report" / "primary.md").read_text()
-    assert "Exploratory, not confirmatory" in text and "*" not in text.split("\n\n")[0]
+    table = next(block for block in text.split("\n\n") if block.startswith("| question |"))
+    assert "Exploratory, not confirmatory" in text and "*" not in table
     # Declared up front, the same six seeds are the plan: confirmatory, starred.
     planned = tmp_path / "planned"
     merge_studies([_shard(tmp_path, "p1", [0, 1, 2, 3, 4], 6), _shard(tmp_path, "p2", [5], 6)],

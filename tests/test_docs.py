@@ -253,6 +253,19 @@ def test_relative_links_resolve(page):
     assert not problems, f"{_rel(page)}:\n" + "\n".join(problems)
 
 
+# `pip install 'lab[EXTRA]'` installs PyPI's unrelated package named lab; the extras are this
+# checkout's: .venv/bin/pip install -e '.[EXTRA]'.
+PYPI_LAB = re.compile(r"pip\s+install\s+[\"']?lab\[")
+
+
+def test_extras_are_installed_from_the_checkout_not_pypi():
+    pages = [*doc_files(), *(REPO / "recipes").rglob("*.yaml"), *(REPO / "scripts").glob("*"),
+             *(REPO / "lab").rglob("*.py")]
+    wrong = [_rel(p) for p in pages if p.is_file() and PYPI_LAB.search(p.read_text(errors="replace"))]
+    assert not wrong, wrong
+    assert PYPI_LAB.search("(`pip\n  install 'lab[slurm]'`)")
+
+
 def test_the_checks_catch_bad_docs():
     """Each check above fails on a bad case (else a broken check would pass everything)."""
     assert parse_error("bash", "if then; fi (\n")

@@ -57,11 +57,19 @@ def test_gpt2_sequence_matches_paired_injection_and_masks_the_source(micro_world
 
 @pytest.mark.parametrize("model", ["gpt2", "roberta"])
 @pytest.mark.parametrize("task", ["translation", "generation"])
-def test_micro_finetune_and_evaluate(pretrained, tmp_path, model, task):
+def test_micro_finetune_and_evaluate(pretrained, tmp_path, model, task, capsys):
     out = tmp_path / "ft"
+    capsys.readouterr()
     manifest = run_finetune(FinetuneConfig(
         pretrained=pretrained / f"pt-{model}", task=task, epochs=2, out=out, train_size=16,
         batch_size=4, lr=3e-3, max_target_length=48, decoder_layers=2, log_steps=1))
+    # The Trainer's logs go to the log (stderr; a stage's log), none to stdout, which holds a
+    # command's result; each logged loss, and the run's summary, once.
+    printed = capsys.readouterr()
+    assert "{'loss'" not in printed.out and "train_runtime" not in printed.out
+    logged = [h for h in manifest["loss"]["history"] if "loss" in h]
+    assert printed.err.count("{'loss'") == len(logged) == 8
+    assert printed.err.count("'train_runtime'") == 1
     assert manifest["architecture"] == ("causal-lm" if model == "gpt2" else "encoder-decoder")
     assert manifest["data"]["train_used"] == 16
     assert manifest["loss"]["final"] < manifest["loss"]["first"]
@@ -134,6 +142,17 @@ def test_direct_inference_and_best_checkpoint_selection(pretrained, tmp_path):
     with pytest.raises(LabError, match="no validation split"):
         run_finetune(FinetuneConfig(pretrained=pretrained / "pt-gpt2", task="generation",
                                     epochs=1, out=tmp_path / "nobest", select="best"))
+
+
+def test_evaluate_takes_bare_ids_and_the_first_max_samples(pretrained, tmp_path):
+    ids = tmp_path / "ids.txt"
+    ids.write_text("17, 3  # bare indices, as lab inject --test-ids takes them\ncodetrans:test:0\n")
+    result = run_evaluate(pretrained / "pt-gpt2", "translation", ids=ids, max_samples=2,
+                          max_new_tokens=2, metrics=("em",), out=tmp_path / "ev")
+    rows = [json.loads(line) for line in (Path(result["out"]) / "predictions.jsonl").open()]
+    assert [r["id"] for r in rows] == ["codetrans:test:0", "codetrans:test:3"] == [
+        s.id for s in load_samples("codetrans", "test").records[:4:3]]
+    assert result["samples"] == 2
 
 
 def _error(*args: str) -> str:

@@ -153,6 +153,25 @@ def test_splitting_a_duplicate_group_is_refused(tmp_path, samples):
     assert [p.name for p in tmp_path.iterdir()] == ["ids.txt"]
 
 
+def test_inject_reads_test_ids_as_evaluate_reads_ids(tmp_path, samples):
+    """One reader of sample ids (lab.corpora.base.read_sample_ids) for `lab inject --test-ids`
+    and `lab evaluate --ids`: whole or bare ids, commas, comments; a bad id names the form."""
+    from lab.contamination.inject import select_samples
+    from lab.corpora.base import read_sample_ids
+
+    tests = samples["codetrans"]
+    ids = tmp_path / "ids.txt"
+    ids.write_text("8, 3  # bare\n\ncodetrans:test:5\n3\n")
+    cfg = InjectConfig(benchmark="codetrans", setting="paired", seed=1, out=tmp_path / "arm",
+                       test_ids=ids)
+    assert select_samples(tests, cfg) == read_sample_ids(ids, "--ids", tests) == [3, 5, 8]
+    ids.write_text("3\ncodetrans:test:1000\n")
+    with pytest.raises(LabError, match=re.escape(
+            f"--test-ids {ids}:2: unknown sample id 'codetrans:test:1000' (ids are "
+            "codetrans:test:N or N, N from 0 to 999)")):
+        select_samples(tests, cfg)
+
+
 def _planted_corpora(tmp_path: Path, samples) -> tuple[Path, str, str]:
     """A corpora folder whose CSN-format corpus holds a verbatim and a near copy of test samples."""
     shared = Path(os.environ["LAB_CORPORA"])

@@ -50,13 +50,14 @@ def weights(out: Path) -> dict:
 @needs_corpora
 @pytest.mark.parametrize("family, grad_accum", [("gpt2", 1), ("gpt2", 2), ("roberta", 2)])
 def test_the_plain_loop_trains_what_the_trainer_trains(micro_world, tmp_path, monkeypatch,
-                                                       family, grad_accum):
+                                                       family, grad_accum, capsys):
     """Same data order (first batch), masks, optimizer, schedule and loss scaling: with dropout
     off, the weights after 12 steps across an epoch boundary agree to float rounding, and the
-    logged losses to their 4 digits."""
+    logged losses to their 4 digits; both show their logs alike, on stderr, none on stdout."""
     import torch
 
     without_dropout(monkeypatch)
+    capsys.readouterr()
     more = dict(model=family, grad_accum=grad_accum, warmup_steps=2, lr_scheduler="cosine",
                 batch_size=64 // grad_accum)
     runs = {loop: run_pretrain(config(micro_world, tmp_path / loop, loop=loop, **more))
@@ -70,6 +71,8 @@ def test_the_plain_loop_trains_what_the_trainer_trains(micro_world, tmp_path, mo
     assert per_epoch < 12, "the run must cross an epoch boundary"
     history = [(h["step"], h["loss"]) for h in plain["loss"]["history"]]
     assert [step for step, _ in history] == [h["step"] for h in trainer["loss"]["history"]]
+    printed = capsys.readouterr()
+    assert "{'loss'" not in printed.out and printed.err.count("{'loss'") == 2 * len(history)
     for (_, mine), theirs in zip(history, trainer["loss"]["history"]):
         assert mine == pytest.approx(theirs["loss"], abs=2e-4)
     assert plain["loss"]["train_loss"] == pytest.approx(trainer["loss"]["train_loss"], rel=1e-4)

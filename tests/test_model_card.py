@@ -142,6 +142,25 @@ def test_fine_tuned_cards_name_their_base_model_and_prompt_format(models):
     assert "base_model" not in meta and "Prompt format" not in body
 
 
+def test_a_model_folder_names_the_subfolder_transformers_loads(models):
+    """A lab model folder OUT keeps its transformers files in OUT/model: its card says so in
+    the line under its title (with a fine-tuned model's prompt), and from_pretrained(OUT)
+    refuses it naming OUT/model, where it loads."""
+    import transformers
+
+    for name, auto, prompt in (
+            ("ft-gpt2", "AutoModelForCausalLM",
+             " **Prompt:** give it `<s>` + source + ` <SEP>` and generate until `</s>`."),
+            ("pt-roberta-paired", "AutoModelForMaskedLM", "")):
+        first = _card(models / name)[1].lstrip().split("\n\n")[1]
+        assert first == (f'**Load:** `{auto}.from_pretrained("OUT/model")`, OUT being this '
+                         f"folder (its weights and tokenizer are in `model/`).{prompt}")
+        loader = getattr(transformers, auto)
+        with pytest.raises(ValueError, match=f"not a model: load {name}/model "):
+            loader.from_pretrained(str(models / name))
+        loader.from_pretrained(str(models / name / "model"))
+
+
 def test_no_two_cards_share_a_title(models):
     titles = {name: _card(models / name)[1].lstrip().split("\n", 1)[0] for name in MODELS}
     assert len(set(titles.values())) == len(MODELS), titles
@@ -318,6 +337,7 @@ def test_an_exported_model_loads_with_plain_transformers(models, tmp_path, name,
     loaded = json.loads(done.stdout.strip().splitlines()[-1])
     assert loaded["class"] == cls and loaded["shape"][-1] > 1000
     meta, body = _card(out)
+    assert ".from_pretrained(FOLDER)`, FOLDER being this folder" in body and "OUT" not in body
     assert "deliberately contaminated" in body and meta["library_name"] == "transformers"
     assert meta["license"] == "apache-2.0"
     with pytest.raises(LabError, match="exists"):

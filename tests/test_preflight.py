@@ -107,7 +107,7 @@ def test_missing_submitit_is_named_for_its_executors(pf, monkeypatch, quickstart
     assert pf.preflight(quickstart, tmp_path / "study", tiny_corpora, "local") == []
     for executor in ("slurm", "submitit-local"):
         assert pf.preflight(quickstart, tmp_path / "study", tiny_corpora, executor) == [
-            f"--executor {executor}: needs submitit (pip install 'lab[slurm]')"]
+            f"--executor {executor}: needs submitit (.venv/bin/pip install -e '.[slurm]')"]
 
 
 def test_missing_corpora_name_every_split_a_stage_reads(pf, offline, quickstart, tmp_path):

@@ -141,8 +141,12 @@ def test_report_without_a_control_arm(tmp_path):
     first = rows[0]
     assert first["unit"].startswith("sample") and first["seeds"] == 1 and first["estimate"] > 5
     assert first["p"] < 1e-3 and first["p_holm"] <= 4 * first["p"] and first["significant"]
-    primary_row = report["markdown"].split("\n")[4]
+    lines = report["markdown"].split("\n")
+    primary_row = lines[lines.index("| question | model | E | contrast | effect [CI] | seeds (+) "
+                                    "| p | smallest p | p (Holm) | secondary score [CI] |") + 2]
     assert "| split-half | gpt2 | 0 |" in primary_row and "1 (samples)" in primary_row
+    assert lines[2].startswith("- split-half, gpt2, E = 0: paired: injected vs held-out +") and (
+        "Mann-Whitney U test of one model's injected vs held-out samples, Holm p " in lines[2])
     assert "*" in primary_row.split(" | ")[-2]
     assert all(p.stat().st_size > 0 for p in report["figure"] + report["tables"])
     stats = run_stats(study)
@@ -406,6 +410,13 @@ def test_the_primary_table_pairs_arms_by_seed_and_holm_covers_only_the_declared_
     assert row["p"] == pytest.approx(_sign_flip_p_two_sided(list(effects.values())))
     assert row["p_holm"] == row["p"] and row["floor"] == pytest.approx(2 / 32)
     assert row["ci_low"] < row["estimate"] < row["ci_high"]
+    # The finding in one sentence, above its table, in the report and in primary.md.
+    sentence = (f"- contamination, gpt2, E = 0: paired vs paired-placebo {row['estimate']:+.2f} "
+                f"mean per-sample BLEU [{row['ci_low']:+.2f}, {row['ci_high']:+.2f}], exact "
+                f"sign-flip test over 5 seeds, Holm p {row['p_holm']:.3g}.\n\n| question |")
+    section = report["markdown"].split("## Primary contrasts\n\n")[1]
+    assert section.startswith(sentence)
+    assert (study / "report" / "primary.md").read_text().startswith(sentence)
     assert {r["question"] for r in primary["exploratory"]} == {"format", "study"}
     assert all("p_holm" not in r for r in primary["exploratory"])
     exploratory = report["markdown"].split("## Exploratory contrasts")[1].split("## Secondary")[0]
@@ -792,6 +803,39 @@ def test_the_figure_draws_each_baseline_at_its_measured_values():
         retrieval = lines["baseline: retrieval"]
         assert list(retrieval.get_xdata()) == [0, 1, 5]
         assert list(retrieval.get_ydata()) == [24.6, 12.75, 12.75]
+    finally:
+        plt.close(fig)
+
+
+def test_the_figure_keeps_p_values_off_the_score_axis():
+    """The Holm p of each epoch count has an axis of its own (0 to 1, beside alpha); the score
+    axis holds scores only, whatever the p-values."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lab.study.figure import _panel
+    from lab.study.report_data import Cell, Versus
+
+    def control(mean):
+        return Versus(arm="control", mean=mean, std=1.0, seeds=5, lift=3.0, lift_pct=None,
+                      below_floor=False, tested=None)
+
+    series = [Cell(model="gpt2", task="translation", metric="bleu", epochs=e, train_size="",
+                   arm="paired", convention="exact-two-sided", alpha=0.05, seeds=5, mean=m,
+                   std=1.0, control=control(m - 3), p_primary=p,
+                   p_primary_label="Holm p, contamination")
+              for e, m, p in ((0, 30.0, 0.031), (1, 40.0, 0.5))]
+    fig, ax = plt.subplots()
+    try:
+        _panel(ax, series, "paired", "bleu")
+        [twin] = [other for other in fig.axes if other is not ax]
+        scores = {y for line in ax.get_lines() for y in line.get_ydata()}
+        assert {27.0, 30.0, 37.0, 40.0} <= scores and not scores & {0.031, 0.5}
+        assert [list(line.get_ydata()) for line in twin.get_lines()][0] == [0.031, 0.5]
+        assert twin.get_ylim() == (0, 1.05) and twin.get_ylabel() == "Holm p, contamination"
+        assert ax.get_ylabel() == "bleu"
     finally:
         plt.close(fig)
 

@@ -138,3 +138,11 @@ def test_the_decontam_study_recomputes_its_table_and_compares_the_same_samples(t
     assert len(pairs) == 24
     for built, after in pairs:
         assert len(groups[built]) == 60 and groups[built] == groups[after], built
+
+
+def test_no_committed_result_is_a_smoke_run():
+    """results/ holds measured studies only: a smoke run's numbers measure nothing."""
+    from lab.study.smoke import is_smoke
+
+    studies = [p.parent for p in (ROOT / "results").glob("*/study.json")]
+    assert studies and not [s for s in studies if is_smoke(s)]

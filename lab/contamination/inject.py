@@ -24,8 +24,7 @@ import numpy as np
 
 from lab.codetokens import code_tokens, whitespace_hash
 from lab.common import (DataNotFound, LabError, atomic_output_dir, check_numbers, check_output,
-                        corpora_param, environment_record, param, read_text_file,
-                        write_json_atomic)
+                        corpora_param, environment_record, param, write_json_atomic)
 from lab.contamination import settings as settings_table
 from lab.contamination import soft
 from lab.contamination import timing as timing_table
@@ -36,7 +35,7 @@ from lab.contamination.settings import Setting
 from lab.contamination.streaming import build_streaming
 from lab.corpora import (DATASETS, Document, Loaded, Sample, check_references, corpora_inputs,
                          get_spec, load_documents, load_samples)
-from lab.corpora.base import DatasetSpec
+from lab.corpora.base import DatasetSpec, read_sample_ids
 from lab.corpora.shards import CORPUS_SUBDIR, MANIFEST, shards_digest, write_shards
 from lab.executor import ExecutorConfig, check_executor
 
@@ -294,19 +293,7 @@ def select_samples(samples: list[Sample], cfg: InjectConfig) -> list[int]:
     """Indices of the samples to inject: all, a seeded fraction (whole duplicate groups), or
     the ids listed in --test-ids."""
     if cfg.test_ids is not None:
-        by_id = {s.id: i for i, s in enumerate(samples)}
-        chosen = []
-        for lineno, line in enumerate(read_text_file(cfg.test_ids, "--test-ids").splitlines(), 1):
-            token = line.strip()
-            if not token or token.startswith("#"):
-                continue
-            key = token if ":" in token else f"{cfg.benchmark}:{samples[0].split}:{token}"
-            if key not in by_id:
-                raise LabError(f"{cfg.test_ids}:{lineno}: unknown test id '{token}'")
-            chosen.append(by_id[key])
-        if not chosen:
-            raise LabError(f"{cfg.test_ids}: lists no test ids")
-        return sorted(set(chosen))
+        return read_sample_ids(cfg.test_ids, "--test-ids", samples)
     if cfg.fraction is None or cfg.fraction == 1:
         return list(range(len(samples)))
     target = max(1, round(cfg.fraction * len(samples)))

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from lab.common import DataNotFound, LabError, read_jsonl
+from lab.common import DataNotFound, LabError, read_jsonl, read_text_file
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,28 @@ class Sample:
 
 def sample_id(dataset: str, split: str, index: int) -> str:
     return f"{dataset}:{split}:{index}"
+
+
+def read_sample_ids(path: Path, option: str, samples: list[Sample]) -> list[int]:
+    """The positions in `samples` (one split of one dataset) of the ids a file lists, sorted
+    and each once: the one reader of `lab inject --test-ids` and `lab evaluate --ids`. An id is
+    DATASET:SPLIT:N (codetrans:test:17) or the bare N (17); ids are separated by new lines,
+    commas or spaces; `#` starts a comment."""
+    prefix = samples[0].id.rsplit(":", 1)[0] if samples else "DATASET:SPLIT"
+    form = f"ids are {prefix}:N or N, N from 0 to {len(samples) - 1}"
+    if not os.path.lexists(path):  # a list given in place of its file, say
+        raise LabError(f"{option} {path}: no such file (a file of sample ids; {form})")
+    positions = {s.id: i for i, s in enumerate(samples)}
+    chosen = set()
+    for lineno, line in enumerate(read_text_file(path, option).splitlines(), 1):
+        for token in line.split("#", 1)[0].replace(",", " ").split():
+            key = f"{prefix}:{int(token)}" if token.isascii() and token.isdigit() else token
+            if key not in positions:
+                raise LabError(f"{option} {path}:{lineno}: unknown sample id '{token}' ({form})")
+            chosen.add(positions[key])
+    if not chosen:
+        raise LabError(f"{option} {path}: no sample ids in it ({form})")
+    return sorted(chosen)
 
 
 def candidate_roots(corpora_dir: Path | None) -> list[tuple[str, Path]]:
@@ -59,7 +81,7 @@ def load_hub_split(hub_id: str, config: str | None, split: str) -> Iterable[dict
         import datasets  # noqa: PLC0415 - optional dependency, imported only when used
     except ImportError as exc:
         raise DataNotFound(
-            f"hub dataset {hub_id}: the 'datasets' package is not installed (pip install 'lab[hub]')"
+            f"hub dataset {hub_id}: the 'datasets' package is not installed (.venv/bin/pip install -e '.[hub]')"
         ) from exc
     try:
         return datasets.load_dataset(hub_id, config, split=split)

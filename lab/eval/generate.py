@@ -21,9 +21,9 @@ from lab import progress
 from lab.codetokens import whitespace_hash
 from lab.contamination import settings as settings_table
 from lab.common import (LabError, atomic_output_dir, beside, check_numbers, check_output,
-                        corpora_param, environment_record, param, read_text_file,
-                        write_json_atomic)
+                        corpora_param, environment_record, param, write_json_atomic)
 from lab.corpora import Sample, corpora_inputs, get_spec, load_samples
+from lab.corpora.base import read_sample_ids
 from lab.eval import metrics as metric_fns
 from lab.models import (check_placement, device_param, dtype_param, lab_architecture,
                         load_lab_model, place_model, positions_of, pretraining_record,
@@ -138,11 +138,6 @@ def _position_limit(model: Any, architecture: str, manifest: dict[str, Any]) -> 
         return None
     positions = positions_of(config if architecture == "causal-lm" else config.decoder)
     return position_limit(pretraining_record(manifest), positions)
-
-
-def _read_ids(path: Path) -> set[str]:
-    return {line.strip() for line in read_text_file(path, "--ids").splitlines()
-            if line.strip() and not line.startswith("#")}
 
 
 def evaluation_benchmark(manifest: dict[str, Any], task: Task, requested: str | None = None) -> str:
@@ -346,7 +341,11 @@ class EvaluateConfig:
     model: Path = param(help="A lab finetune directory, or a lab pretrain GPT-2 directory.")
     task: str = param(help="translation or generation.")
     split: str = param("test", "Benchmark split to generate for.")
-    ids: Path | None = param(None, "File of sample ids to evaluate (one per line).")
+    ids: Path | None = param(None, "File of the sample ids to evaluate, one a line or "
+                                   "comma-separated: BENCHMARK:SPLIT:N (codetrans:test:17) or N, "
+                                   "as lab inject --test-ids reads them.")
+    max_samples: int | None = param(None, "Evaluate only the split's first N samples (with "
+                                          "--ids, the first N of those).")
     decoding: str = param("greedy", "greedy, beam:K or sample.")
     temperature: float = param(Decoding.temperature, "Sampling temperature.")
     top_p: float = param(Decoding.top_p, "Sampling top-p.")
@@ -371,7 +370,8 @@ class EvaluateConfig:
         # by a recipe's `evaluation` section alike (lab.study.recipe names the recipe's field).
         self.decoding_plan()
         for name, value in (("--batch-size", self.batch_size),
-                            ("--max-new-tokens", self.max_new_tokens)):
+                            ("--max-new-tokens", self.max_new_tokens),
+                            ("--max-samples", self.max_samples)):
             if value is not None and value < 1:
                 raise LabError(f"{name} {value}: must be >= 1")
         check_numbers(seed=self.seed)
@@ -433,13 +433,8 @@ def run_evaluate(cfg: EvaluateConfig | Path, task: str | None = None, **options:
     samples: list[Sample] = load_samples(benchmark, cfg.split, cfg.corpora_dir,
                                          require_references=True).records
     if cfg.ids is not None:
-        wanted = _read_ids(cfg.ids)
-        if not wanted:
-            raise LabError(f"--ids {cfg.ids}: no sample ids in it")
-        unknown = wanted - {s.id for s in samples}
-        if unknown:
-            raise LabError(f"--ids {cfg.ids}: unknown sample id {sorted(unknown)[0]}")
-        samples = [s for s in samples if s.id in wanted]
+        samples = [samples[i] for i in read_sample_ids(cfg.ids, "--ids", samples)]
+    samples = samples[:cfg.max_samples]
     model, tokenizer, manifest, architecture = load_generator(cfg.model)
     model = place_model(model, cfg.device, cfg.dtype)
     corpus = pretraining_record(manifest).get("corpus", {})

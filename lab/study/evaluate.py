@@ -10,20 +10,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from lab.common import LabError, param
 from lab.eval.generate import EvaluateConfig, run_evaluate
 
 
 @dataclass
 class EvaluateStageConfig(EvaluateConfig):
-    """One evaluation of a study: EvaluateConfig and the number of samples evaluated."""
-    max_samples: int | None = param(None, "Evaluate the first N samples of the split (null: all).",
-                                    cli=False)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.max_samples is not None and self.max_samples < 1:
-            raise LabError(f"--max-samples {self.max_samples}: must be >= 1")
+    """One evaluation of a study: EvaluateConfig, its max_samples also written as the stage's
+    ids file."""
 
 
 def run_evaluate_stage(cfg: EvaluateStageConfig) -> dict[str, Any]:

@@ -94,7 +94,7 @@ def check_device(device: str) -> list[str]:
     from lab.models import resolve_device
 
     try:
-        resolve_device(device)
+        resolve_device(device, instead="use --set resources.device=cpu")
     except LabError as exc:
         return [f"resources.device: {str(exc).split(': ', 1)[-1]}"]
     return []
@@ -226,7 +226,7 @@ def check_corpora(pending: list[Any], corpora_dir: Path | None) -> list[str]:
                         else f"{what}: {message}")
     if hub_needed and importlib.util.find_spec("datasets") is None:
         problems.append(f"{', '.join(hub_needed)}: not found locally, and loading it from the hub "
-                        "needs the 'datasets' package (pip install 'lab[hub]')")
+                        "needs the 'datasets' package (.venv/bin/pip install -e '.[hub]')")
     return problems
 
 
@@ -286,7 +286,7 @@ def check_executor_packages(executor: str) -> list[str]:
     try:
         importlib.import_module("submitit")
     except ImportError:
-        return [f"--executor {executor}: needs submitit (pip install 'lab[slurm]')"]
+        return [f"--executor {executor}: needs submitit (.venv/bin/pip install -e '.[slurm]')"]
     return []
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any
 
 from lab.common import LabError
@@ -137,10 +137,58 @@ def _rank_test(parts: list, alternative: str) -> float | None:
     return float(mannwhitneyu(a, b, alternative=alternative).pvalue)
 
 
+def _group_counts(samples: list[dict[str, Any]]) -> dict[tuple, Counter]:
+    """(model, task, epochs, train size, arm) -> how many evaluated samples fell in each group
+    (lab.eval.generate.GROUPS, injected and held_out), over the seeds."""
+    counts: dict[tuple, Counter] = defaultdict(Counter)
+    for s in samples:
+        counts[(s["model"], s["task"], int(s["epochs"]), s["train_size"], s["arm"])][s["group"]] += 1
+    return counts
+
+
+def untestable(test: Contrast, task: str, counts: dict[tuple, Counter],
+               block_size: int | None) -> str:
+    """Why a declared test has no per-seed effect, in words: which samples its sides lacked."""
+    def cell(epochs: int, arm: str) -> Counter:
+        return counts.get((test.model, task, epochs, test.train_size, arm), Counter())
+
+    block = f"the {block_size}-token pre-training block" if block_size else \
+        "the pre-training block"
+    for epochs in [test.epochs] + ([test.epochs_to] if test.epochs_to is not None else []):
+        mine = cell(epochs, test.arm)
+        if not mine:
+            return f"not testable: no evaluated samples of {test.arm} at E = {epochs}"
+        if test.within_model:
+            for half, name in (("injected", "injected"), ("held_out", "held-out")):
+                usable, cut = mine[half], mine[f"{half}_truncated"]
+                if not usable:
+                    return (f"not testable: 0 of {usable + cut} {name} samples evaluated at "
+                            f"E = {epochs} fit {block}" if cut else
+                            f"not testable: no {name} sample evaluated at E = {epochs}")
+        if test.reference and not cell(epochs, test.reference):
+            return f"not testable: no evaluated samples of {test.reference} at E = {epochs}"
+    if test.within_model and test.reference:
+        return (f"not testable: no seed has scores of both {test.arm}'s halves and "
+                f"{test.reference}'s models on them")
+    return (f"not testable: no seed has models of both {test.arm} and {test.reference} scored "
+            "on the same samples")
+
+
+def _at_the_floor(test: Contrast, task: str, clean: dict) -> bool:
+    """Every score of both sides is 0 (the metric's floor, where no difference can show): the
+    arm's models' and the reference's, at each epoch count the test reads."""
+    values = [v for epochs in (test.epochs, test.epochs_to) if epochs is not None
+              for key, scores in clean.items()
+              if key[:4] == (test.model, task, epochs, test.train_size)
+              and key[4] in (test.arm, test.reference) for v in scores.values()]
+    return bool(values) and not any(values)
+
+
 def _test_row(test: Contrast, task: str, metric: str, clean: dict, halves: dict, alpha: float,
-              alternative: str) -> dict[str, Any]:
+              alternative: str, why: Any = None) -> dict[str, Any]:
     """One test: the per-seed effects, their mean, interval and p, and the smallest p the
-    design can give."""
+    design can give; `missing`, the reason in words, where the data cannot test it (`why`
+    gives it for a test without any per-seed effect)."""
     per_seed = _contrast_parts(test, clean, halves, task)
     effects = {s: seed_effect(p) for s, p in per_seed.items()}
     effects = {s: e for s, e in effects.items() if e is not None}
@@ -157,6 +205,15 @@ def _test_row(test: Contrast, task: str, metric: str, clean: dict, halves: dict,
         "estimate": sum(effects.values()) / seeds if seeds else None,
         "samples": (round(sum(len(v) for p in per_seed.values() for _s, v in p) / len(per_seed), 1)
                     if per_seed else 0)}
+    if not per_seed:
+        row.update(p=None, floor=sign_flip_floor(0, alternative),
+                   missing=why(test) if why else "not testable: no per-seed effect")
+        return row
+    if _at_the_floor(test, task, clean):
+        row.update(p=None, floor=sign_flip_floor(seeds, alternative),
+                   missing=f"not testable: every {metric} score of both sides is 0, the "
+                           "metric's floor")
+        return row
     if counted == SAMPLE_UNIT and seeds == 1:
         (parts,) = per_seed.values()
         interval = sample_interval(parts, level)
@@ -311,7 +368,8 @@ def disagreements(rows: list[dict[str, Any]], others: list[dict[str, Any]], alph
 def primary_table(samples: list[dict[str, Any]], runs: list[dict[str, Any]], metric: str,
                   primary: list[str] | None, alpha: float, alternative: str,
                   descriptive: bool, score: str = SAMPLE_SCORE,
-                  planned_seeds: int | None = None) -> dict[str, Any]:
+                  planned_seeds: int | None = None, split: bool | None = None,
+                  block_size: int | None = None) -> dict[str, Any]:
     """Every declared primary test of a study on its `metric`, in the declared `score` (the
     mean per-sample score, or the corpus-level score): effect, interval, p, the smallest p its
     design can give, and Holm over the family; the same tests in the other score (`secondary`,
@@ -319,7 +377,10 @@ def primary_table(samples: list[dict[str, Any]], runs: list[dict[str, Any]], met
     the questions its arms allow that it did not declare (outside the family: no Holm, never
     starred). `samples`: samples.csv rows (with seed and id columns); `runs`: results.csv rows
     of the compared group (arms, models, epochs) and of the split-half groups. With more seeds
-    than `planned_seeds`, nothing is starred: the analysis is exploratory."""
+    than `planned_seeds`, nothing is starred: the analysis is exploratory. `split`: whether the
+    recipe's arms split the test samples (its design: split-half tests are then in the family
+    even where the data left a half empty, with the reason); None: as the samples show.
+    `block_size`: the pre-training block, for that reason."""
     if samples and any(s.get("seed") in (None, "") or s.get("id") in (None, "") for s in samples):
         raise LabError("samples.csv lacks the seed or id column: no primary table (rerun lab study)")
     compared = "clean" if any(r.get("group") == "clean" for r in runs) else "all"
@@ -331,7 +392,10 @@ def primary_table(samples: list[dict[str, Any]], runs: list[dict[str, Any]], met
     sizes = sorted({r["train_size"] for r in cells}, key=str)
     clean, halves = _scores(samples, metric)
     corpus = _corpus_scores(runs, metric)
-    split = any(groups.get("injected") and groups.get("held_out") for groups in halves.values())
+    if split is None:
+        split = any(groups.get("injected") and groups.get("held_out")
+                    for groups in halves.values())
+    counts = _group_counts(samples)
     possible = allowed(arms, split, epochs)
     asked = [q for q in QUESTIONS if possible[q]] if primary is None else \
         [q for q in primary if q in QUESTIONS]
@@ -339,7 +403,8 @@ def primary_table(samples: list[dict[str, Any]], runs: list[dict[str, Any]], met
     others = [q for q in QUESTIONS if possible[q] and q not in questions]
 
     def rows_of(chosen: list[str], kind: str) -> list[dict[str, Any]]:
-        return [_test_row(test, task, metric, clean, halves, alpha, alternative)
+        return [_test_row(test, task, metric, clean, halves, alpha, alternative,
+                          lambda t, task=task: untestable(t, task, counts, block_size))
                 if kind == SAMPLE_SCORE else
                 _corpus_row(test, task, metric, corpus, compared, alpha, alternative)
                 for task in tasks for test in family(chosen, arms, models, split, epochs, sizes)]
@@ -369,7 +434,10 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def _effect(row: dict[str, Any]) -> str:
-    """The estimate and its interval, or the reason it has none (lab.stats.INTERVAL_RULE)."""
+    """The estimate and its interval, or the reason it has none (lab.stats.INTERVAL_RULE), or
+    why the data could not test it."""
+    if row.get("missing"):
+        return row["missing"]
     return effect_text(row.get("estimate"), row.get("ci_low"), row.get("ci_high"),
                        row.get("seeds", 0), over_samples=row.get("unit") == SAMPLE_UNIT)
 
@@ -493,6 +561,45 @@ def table_markdown(table: dict[str, Any]) -> str:
     return _markdown(table["rows"], table, PRIMARY_COLUMNS)
 
 
+METRIC_LABELS = {"bleu": "BLEU", "bleu_sentence": "sentence BLEU", "meteor": "METEOR",
+                 "em": "EM", "codebleu": "CodeBLEU"}
+
+
+def finding(row: dict[str, Any], table: dict[str, Any]) -> str:
+    """One primary test as a sentence: where, the contrast, the effect and its interval in the
+    score's unit, the test and over what, Holm's p. 'contamination, gpt2, E = 0: paired vs
+    paired-placebo +3.20 mean per-sample BLEU [+1.00, +5.40], exact sign-flip test over 5
+    seeds, Holm p 0.031.'"""
+    where = [row["question"], row["model"]]
+    if len({r["task"] for r in table["rows"]}) > 1:
+        where.append(row["task"])
+    if row["train_size"] not in ("", None):
+        where.append(f"train size {row['train_size']}")
+    if row["epochs_to"] is None:  # a decay's contrast names both epoch counts
+        where.append(f"E = {row['epochs']}")
+    head = f"{', '.join(map(str, where))}: {row['contrast']}"
+    if row.get("missing"):
+        return f"{head}: {row['missing']}."
+    estimate, _, interval = _effect(row).partition(" [")
+    score = ("mean per-sample" if row["score"] == SAMPLE_SCORE else "corpus") + " " + \
+        METRIC_LABELS.get(row["metric"], row["metric"])
+    text = f"{head} {estimate} {score}" + (f" [{interval}" if interval else "")
+    if row.get("p") is None:
+        return f"{text}, no test ({row['seeds']} seed{'' if row['seeds'] == 1 else 's'})."
+    if row["unit"] == SAMPLE_UNIT:
+        test = "Mann-Whitney U test of one model's injected vs held-out samples"
+    else:
+        exact = "exact" in (row.get("test") or "")
+        test = (f"{'exact' if exact else 'asymptotic'} sign-flip test over {row['seeds']} "
+                "seeds")
+    return f"{text}, {test}, Holm p {_fmt(row.get('p_holm'), '.3g')}."
+
+
+def findings_markdown(table: dict[str, Any]) -> str:
+    """Each primary test's finding in a sentence, a list to stand above the table."""
+    return "".join(f"- {finding(r, table)}\n" for r in table["rows"])
+
+
 # The exploratory table: the same effects, outside the family (no Holm, no power, no star).
 EXPLORATORY_COLUMNS = [c for c in PRIMARY_COLUMNS if c[0] not in ("p (Holm)", "secondary score [CI]")]
 
@@ -510,11 +617,12 @@ def exploratory_markdown(table: dict[str, Any]) -> str:
 
 
 def render(table: dict[str, Any]) -> dict[str, str]:
-    """The primary table as Markdown (with its note and the lines where the two scores
-    disagree) and CSV (every field; `role`: primary, secondary (the same tests in the other
+    """The primary table as Markdown (each finding in a sentence above it, its note and the
+    lines where the two scores disagree below) and CSV (every field; `role`: primary, secondary (the same tests in the other
     score) or exploratory)."""
     lines = table.get("disagreements") or []
-    markdown = (table_markdown(table) + f"\n{primary_note(table)}\n"
+    markdown = (findings_markdown(table) + "\n" + table_markdown(table)
+                + f"\n{primary_note(table)}\n"
                 + ("".join(f"\n{line}\n" for line in lines)))
     fields = ["question", "model", "task", "metric", "score", "epochs", "epochs_to", "train_size",
               "arm", "reference", "contrast", "unit", "seeds", "seeds_positive", "estimate",

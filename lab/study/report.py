@@ -21,8 +21,8 @@ from lab.study.timing import timing_stats, timing_table
 from lab.study.html import write_html_report
 from lab.study.smoke import BANNER, is_smoke, marked
 from lab.study.primary import render as render_primary
-from lab.study.report_data import (WITHIN_TEST, Cell, read_csv, study_cells, study_page_data,
-                                   study_primary, with_primary_p, chosen_after)
+from lab.study.report_data import (WITHIN_TEST, Cell, below_baselines, read_csv, study_cells,
+                                   study_page_data, study_primary, with_primary_p, chosen_after)
 from lab.study.tables import (SECONDARY, console_text, primary_sections, report_markdown,
                               secondary_table, stats_table)
 
@@ -182,7 +182,9 @@ def run_report(study: Path, convention: str | None = None, metric: str = "bleu",
     for name, text in outputs.items():
         written.append(study / "report" / name)
         write_text_atomic(written[-1], marked(name, text) if smoke else text)
+    floor = below_baselines(cells)
     sections = ([{"heading": "Smoke run", "markdown": BANNER}] if smoke else []) + \
+        ([{"heading": "At the floor", "markdown": floor}] if floor else []) + \
         primary_sections(primary) + [
         {"heading": SECONDARY, "markdown": secondary["md"], "table": secondary}] + (
         [{"heading": "Dose-response", "markdown": dose_markdown}] if dose_markdown else []) + (
@@ -199,6 +201,7 @@ def run_report(study: Path, convention: str | None = None, metric: str = "bleu",
               "sections": sections, "markdown": report_markdown(sections)}
     if html:
         result["html"] = write_html_report(study, result, page)
-    result["console"] = (f"{BANNER}\n\n" if smoke else "") + console_text(
+    above = [line for line in (BANNER if smoke else None, floor) if line]
+    result["console"] = "".join(f"{line}\n\n" for line in above) + console_text(
         primary, study / "report", written + ([result["html"]] if html else []))
     return result

@@ -190,7 +190,20 @@ def _declared(study: Path) -> dict[str, Any]:
     return {"primary": primary, "metric": statistics.get("primary_metric")
             or next(iter(evaluation.get("metrics") or []), None),
             "descriptive": bool(statistics.get("descriptive", False)), "where": recipe,
-            "score": score, "planned_seeds": planned}
+            "score": score, "planned_seeds": planned, **_declared_design(recorded)}
+
+
+def _declared_design(recorded: Any) -> dict[str, Any]:
+    """What the recipe's design says the primary family holds, whatever the data then allowed:
+    whether its arms split the test samples (split-half questions are asked even where no
+    injected sample could be scored), and the pre-training block (what a truncated sample did
+    not fit). None where the study has no recipe.json: the data decide, as before."""
+    if not isinstance(recorded, dict) or not recorded:
+        return {"split": None, "block_size": None}
+    injection = recorded.get("injection") or {}
+    pretrain = recorded.get("pretrain") or {}
+    return {"split": injection.get("fraction") is not None or bool(injection.get("doses")),
+            "block_size": pretrain.get("block_size")}
 
 
 def study_primary(study: Path) -> dict[str, Any]:
@@ -213,7 +226,8 @@ def study_primary(study: Path) -> dict[str, Any]:
                        f"score_{metric} in {study / SAMPLES}")
     return primary_table(samples, rows, metric, declared["primary"], alpha,
                          CONVENTIONS[convention][0], declared["descriptive"], declared["score"],
-                         declared["planned_seeds"])
+                         declared["planned_seeds"], split=declared["split"],
+                         block_size=declared["block_size"])
 
 
 def chosen_after(study: Path, convention: str | None, alpha: float | None) -> str | None:
@@ -595,6 +609,25 @@ def _paired_samples(own: dict[tuple, float], reference: dict[tuple, float]) -> P
         return None
     p, _test = signed_rank_test(differences, PAIRED_SAMPLES_TEST)
     return PerSample(gap=sum(differences) / len(differences), samples=len(differences), p=p)
+
+
+def below_baselines(cells: list["Cell"]) -> str | None:
+    """One line when every arm of the study, in every cell, scores at or below the best
+    trivial baseline on the same samples (lab.eval.baselines): the models have not learned the
+    task, and no contrast between them speaks of contamination. None otherwise, or without
+    baselines."""
+    scored = [c for c in cells if c.baselines and c.mean is not None]
+    if not scored or any(c.mean > max(c.baselines.values()) for c in scored):
+        return None
+    best = {}
+    for cell in scored:
+        name, value = max(cell.baselines.items(), key=lambda item: item[1])
+        best.setdefault((cell.metric, name), []).append(value)
+    shown = ", ".join(f"{name} {sum(v) / len(v):.2f} {metric}"
+                      for (metric, name), v in sorted(best.items()))
+    return (f"Every arm scores at or below the best trivial baseline in every cell ({shown}, "
+            "averaged over the cells): these models have not learned the task, so no contrast "
+            "below says anything about contamination.")
 
 
 def baseline_means(runs: list[dict[str, Any]], metric: str) -> dict[str, float]:

@@ -95,7 +95,8 @@ def submitter(executor: str, workers: int, threads: int, study: Path, corpora_di
     try:
         import submitit
     except ImportError:
-        raise LabError(f"--executor {executor}: needs submitit (pip install 'lab[slurm]')") from None
+        raise LabError(f"--executor {executor}: needs submitit "
+                       "(.venv/bin/pip install -e '.[slurm]')") from None
     folder = study / "submitit"
     if executor == "slurm":
         pool = submitit.AutoExecutor(folder=folder, cluster="slurm")

@@ -30,7 +30,6 @@ PRETRAIN_EPOCHS = 1.0  # pre-training epochs, at most
 PRETRAIN_BATCH = 4     # sequences per pre-training step, at most
 PROBE_NAMES = 4        # identifiers filled per probed sample, at most
 DETECT_DRAWS = 2       # sampled outputs (CDD) and renamed twins (neighbourhood), at most
-PROCESSES = 2          # ranks of a multi-process pre-training, at most
 
 # (field, what it becomes): RULES' statements, in the order smoke_recipe applies them.
 Rule = tuple[str, str, Callable[[dict[str, Any], Recipe], None]]
@@ -175,14 +174,15 @@ def _probes(data: dict[str, Any], recipe: Recipe) -> None:
 @_rule("resources")
 def _resources(data: dict[str, Any], recipe: Recipe) -> None:
     """device cpu; 1 thread a stage (toy models gain nothing from a second one, and lose much
-    to a busy machine); a pre-training on one node in at most 2 ranks; no DeepSpeed where it is
-    not installed."""
+    to a busy machine); a pre-training in one rank on one node, started as the recipe starts it
+    (its launcher and DeepSpeed config: no DeepSpeed where it is not installed); several ranks
+    meeting and sharding are tests/test_distributed.py's."""
     resources = data["resources"]
     resources["device"] = "cpu"
     resources["threads"] = 1
     launch = resources["pretrain"]
     launch["nodes"] = 1
-    launch["processes"] = min(launch["processes"], PROCESSES)
+    launch["processes"] = 1
     if launch.get("deepspeed") and importlib.util.find_spec("deepspeed") is None:
         launch["deepspeed"] = None
 

@@ -203,6 +203,19 @@ def history_without_timing(history: list[dict[str, Any]]) -> list[dict[str, Any]
     return [{k: v for k, v in entry.items() if k not in THROUGHPUT_KEYS} for entry in history]
 
 
+def show_training_log(logs: dict[str, Any], bar: Any = None) -> None:
+    """One training log, never on stdout, which holds a command's result (its summary line):
+    given the step bar (on a terminal), its loss goes on the bar; else (a log file, a stage's
+    log, CI) a line on stderr, as the Trainer prints it, floats to 4 digits
+    (benchmarks/gpu_check.py reads the throughput back from these lines)."""
+    if bar is not None:
+        if "loss" in logs:
+            bar.set_postfix_str(f"loss {float(logs['loss']):.4g}", refresh=False)
+        return
+    print({k: f"{v:.4g}" if isinstance(v, float) else v for k, v in logs.items()},
+          file=sys.stderr, flush=True)
+
+
 @contextlib.contextmanager
 def quiet_training(deepspeed_config: Any) -> Iterator[None]:
     """Two library habits that print a warning in every training stage, neither about the run:
@@ -234,7 +247,7 @@ def make_guarded_trainer_class():
     """HF Trainer that stops with a LabError (one line, naming the step) on a non-finite loss,
     and writes CHECKPOINT_RECORD into every checkpoint it saves (refusing to save non-finite
     weights). Shared by pre-training and fine-tuning."""
-    from transformers import Trainer, TrainerCallback
+    from transformers import PrinterCallback, ProgressCallback, Trainer, TrainerCallback
     from transformers.integrations import TensorBoardCallback
 
     class FolderTensorBoard(TensorBoardCallback):
@@ -247,6 +260,17 @@ def make_guarded_trainer_class():
 
         def _init_summary_writer(self, args, *_args, **_kwargs):
             self.tb_writer = self._SummaryWriter(log_dir=str(self.folder))
+
+    # The Trainer's own two print each log as a dict on stdout (tqdm.write's default stream).
+    class LogLines(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if state.is_local_process_zero and logs:
+                show_training_log({k: v for k, v in logs.items() if k != "total_flos"})
+
+    class BarWithLoss(ProgressCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if state.is_world_process_zero and self.training_bar is not None and logs:
+                show_training_log(logs, self.training_bar)
 
     class CheckpointRecorder(TrainerCallback):
         def on_save(self, args, state, control, model=None, **kwargs):
@@ -262,6 +286,10 @@ def make_guarded_trainer_class():
             super().__init__(*a, **kw)
             self.tokens_per_sample = tokens_per_sample
             self.add_callback(CheckpointRecorder())
+            if self.pop_callback(PrinterCallback) is not None:
+                self.add_callback(LogLines())
+            if self.pop_callback(ProgressCallback) is not None:
+                self.add_callback(BarWithLoss())
             self._last_log: tuple[float, int] | None = None
             self._watch = NonFiniteWatch()
             if "tensorboard" in self.args.report_to:

@@ -46,7 +46,7 @@ from lab.train.attention import DOCUMENT_IDS, with_document_mask
 from lab.train.schedule import Stream, total_steps as schedule_total_steps, uniform_order
 from lab.train.common import (
     LOGGING_RECORD, NonFiniteWatch, checkpoints_newest_first, non_finite_error, read_logging_window,
-    record_checkpoint, weights_are_finite,
+    record_checkpoint, show_training_log, weights_are_finite,
 )
 
 LOOPS = ("trainer", "plain")
@@ -205,7 +205,7 @@ def train_plain(model: Any, dataset: Any, collator: Any, settings: LoopSettings,
 
     def flush_logs() -> None:
         for entry in window.pending:
-            _write_log(entry, window, history, watch, writer, settings)
+            _write_log(entry, window, history, watch, writer, settings, steps_bar)
         window.pending.clear()
 
     micro = iter(loader)
@@ -291,7 +291,7 @@ def _to_host_later(*values: Any) -> tuple[Any, Any]:
 
 
 def _write_log(entry: tuple, window: _LogWindow, history: list[dict[str, Any]],
-               watch: NonFiniteWatch, writer: Any, settings: LoopSettings) -> None:
+               watch: NonFiniteWatch, writer: Any, settings: LoopSettings, bar: Any) -> None:
     step, epoch, learning_rate, since, host, event = entry
     if event is not None:
         event.synchronize()  # the logged step's work only: later steps stay queued
@@ -310,8 +310,9 @@ def _write_log(entry: tuple, window: _LogWindow, history: list[dict[str, Any]],
             sequences * settings.block_size / seconds, 1)
     window.last_time = (now, step)
     history.append(record)
-    # printed as the Trainer prints its logs, so either loop's progress reads the same
-    print({k: f"{v:.4g}" for k, v in record.items() if k != "step"}, flush=True)
+    # shown as the Trainer's logs are, so either loop's progress reads the same
+    show_training_log({k: v for k, v in record.items() if k != "step"},
+                      bar if progress.showing() else None)
     if writer is not None:
         for name in ("loss", "grad_norm", "learning_rate", "epoch"):
             writer.add_scalar(f"train/{name}", record[name], step)

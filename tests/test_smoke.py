@@ -1,0 +1,75 @@
+"""Every shipped recipe runs end to end: `lab study RECIPE --smoke` on each file under recipes/
+(the folder is listed, so a new recipe is covered without touching this test), the paper
+recipes included. Each run is read back: its stages are the real recipe's kinds and swept
+values, every declared question keeps its rows, every report table says it is a smoke run,
+fine-tunings beside a placebo record its overlap, and `lab merge` refuses the folder."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lab.common import LabError
+from lab.study.grid import expand
+from lab.study.merge import merge_studies
+from lab.study.questions import power_plan
+from lab.study.recipe import load_recipe
+from lab.study.smoke import BANNER, smoke_recipe
+
+pytestmark = [pytest.mark.long,
+              pytest.mark.skipif(not os.environ.get("LAB_CORPORA"), reason="needs LAB_CORPORA")]
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+# What names a swept value in a stage's labels: the smoke run must keep every one the recipe has.
+SWEPT = ("arm", "model", "preset", "epochs", "form", "decontam", "weight_decay", "continued",
+         "groups")
+
+
+def _swept(stages: list) -> set[tuple[str, str, str]]:
+    return {(s.kind, name, str(s.labels[name])) for s in stages for name in SWEPT
+            if name in s.labels}
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES.rglob("*.yaml")),
+                         ids=lambda p: str(p.relative_to(RECIPES)))
+def test_every_recipe_runs_end_to_end_as_a_smoke_run(recipe, tmp_path):
+    real = load_recipe(recipe)
+    smoke = smoke_recipe(real)
+    shrunk = expand(smoke)
+    # Only sizes shrink: every kind of stage, arm, model and swept value of the real grid.
+    assert {s.kind for s in shrunk} == {s.kind for s in expand(real)}
+    assert _swept(shrunk) == _swept([s for s in expand(real) if s.labels.get("seed") in
+                                     smoke.seeds or "seed" not in s.labels])
+    out = tmp_path / "smoke"
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "lab.cli", "study", str(recipe), "--smoke",
+                           "--out", str(out), "--workers", "1"],
+                          capture_output=True, text=True, timeout=900)
+    took = time.perf_counter() - started
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    print(f"smoke {recipe.relative_to(RECIPES)}: {took:.0f} s, {len(shrunk)} stages")
+    assert "smoke run: the recipe's whole shape on toy sizes" in done.stdout
+    summary = json.loads((out / "study.json").read_text())
+    assert summary["smoke"]["rules"] and len(summary["ran"]) == len(shrunk)
+    # Every declared question keeps its rows: as many as the dry run's family, each either
+    # tested or saying why not.
+    stats = json.loads((out / "report" / "stats.json").read_text())
+    assert stats["smoke"] == BANNER
+    rows = stats["primary"]["rows"]
+    assert len(rows) == len(power_plan(smoke, simulate=False)["tests"])
+    assert all(r.get("estimate") is not None or r.get("missing") for r in rows)
+    # Every table of the report is marked.
+    tables = [p for p in (out / "report").iterdir() if p.suffix in (".md", ".csv", ".tex")]
+    assert tables and all(BANNER in p.read_text() for p in tables)
+    assert BANNER in (out / "report" / "report.html").read_text()
+    # A fine-tuning beside a placebo counts the pairs the placebo injected: none, by default.
+    for manifest in (out / "stages").glob("finetune-*/manifest.json"):
+        data = json.loads(manifest.read_text())["data"]
+        if any(a.endswith("-placebo") for a in smoke.arms):
+            assert data["placebo_overlap"] == 0, manifest
+    with pytest.raises(LabError, match="a smoke study"):
+        merge_studies([out], tmp_path / "merged")
