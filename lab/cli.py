@@ -455,11 +455,12 @@ def study(
     overrides = list(set_ or []) + ([f"resources.threads={threads}"] if threads is not None else [])
     parsed = load_recipe(recipe, overrides)
     if smoke:
-        from lab.study.smoke import smoke_lines, smoke_recipe
+        from lab.study.smoke import smoke_lines, smoke_recipe, smoke_record
 
-        parsed = smoke_recipe(parsed)
+        parsed = smoke_recipe(parsed, corpora)
         console.print("\n".join(smoke_lines()), markup=False, highlight=False, soft_wrap=True)
         allow_underpowered = True  # power is the real recipe's question (its --dry-run)
+    smoked = smoke_record() if smoke else None
     folder = out or Path("runs") / parsed.name
     check_executor(executor, workers)
     slurm_parameters = _parse_pairs(slurm or [], "--slurm")
@@ -467,7 +468,7 @@ def study(
     check_study_folder(folder, corpora)
     if dry_run:
         plan = run_study(parsed, folder, corpora, dry_run=True, executor=executor, workers=workers,
-                         seeds=shard, allow_underpowered=allow_underpowered, smoke=smoke)
+                         seeds=shard, allow_underpowered=allow_underpowered, smoke=smoked)
         from lab.study.cost import gpu_assumptions
 
         rows = [{"stage": r["kind"], "count": r["stages"], "done": r["done"],
@@ -508,7 +509,7 @@ def study(
     again += ["--smoke"] if smoke else ["--allow-underpowered"] if allow_underpowered else []
     _exit_with_a_resume_line_on_signals(again)
     summary = _run_with_progress(parsed, folder, corpora, executor, workers, slurm_parameters,
-                                 shard, smoke)
+                                 shard, smoked)
     took = summary["seconds"]
     console.print(f"{parsed.name}: {summary['stages']} stages ({len(summary['ran'])} run now in "
                   f"{_duration(took['this_run'])}; all {took['stages_timed']} timed stages "
@@ -624,7 +625,8 @@ def _terminal() -> Iterator[Console]:
 
 def _run_with_progress(recipe: Any, folder: Path, corpora: Optional[Path], executor: str,
                        workers: Optional[int], slurm: dict[str, Any],
-                       seeds: Optional[List[int]] = None, smoke: bool = False) -> dict[str, Any]:
+                       seeds: Optional[List[int]] = None,
+                       smoke: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """lab study with a rich progress bar over stages, a line per finished stage with its wall
     time, and each distinct warning of the stages' logs once."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

@@ -77,6 +77,18 @@ def fine_tuning_split(task: Task, corpora_dir: Path | None) -> tuple[Any, dict[s
     return load_samples(task.benchmark, task.valid_split, corpora_dir, True), note
 
 
+def has_validation_split(task: Task, corpora_dir: Path | None) -> bool:
+    """Whether fine-tuning on the task here has a validation split apart from its training
+    pairs (fine_tuning_split: not CONCODE without its train split)."""
+    if task.benchmark != "concode":
+        return True
+    try:
+        get_spec(task.benchmark).locate(task.train_split, corpora_dir)
+    except LabError:
+        return False
+    return True
+
+
 def fine_tuning_records(task: Task, corpora_dir: Path | None, train_size: int | None,
                         seed: int) -> tuple[list[Sample], dict[str, Any]]:
     """The samples a fine-tuning run of `train_size` (None: all) and `seed` trains on."""

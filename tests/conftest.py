@@ -6,6 +6,7 @@ import gzip
 import json
 import os
 import random
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -221,7 +222,12 @@ def own_torch_extensions_dir(tmp_path_factory):
     ranks they start, which inherit os.environ) build in a folder of their own session instead:
     one build a session, about a minute, and never a lock from another run."""
     saved = os.environ.get("TORCH_EXTENSIONS_DIR")
-    os.environ["TORCH_EXTENSIONS_DIR"] = str(tmp_path_factory.mktemp("torch-extensions"))
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    # The workers of one pytest-xdist run share one build (torch's own lock keeps them apart).
+    folder = (Path(tempfile.gettempdir()) / f"lab-torch-extensions-{run}" if run
+              else tmp_path_factory.mktemp("torch-extensions"))
+    folder.mkdir(parents=True, exist_ok=True)
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(folder)
     yield
     if saved is None:
         os.environ.pop("TORCH_EXTENSIONS_DIR", None)

@@ -358,7 +358,7 @@ def test_a_dry_run_refuses_with_the_real_runs_line(monkeypatch, tiny_corpora, tm
     from lab.study import runner
     from lab.study.recipe import recipe_dict
 
-    monkeypatch.setattr(runner, "power_plan", lambda recipe: {})  # the plan's slowest part
+    monkeypatch.setattr(runner, "power_plan", lambda recipe, **_: {})  # the plan's slowest part
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     other = tmp_path / "other"
@@ -393,7 +393,7 @@ def test_a_resumed_study_whose_data_is_not_found_says_missing_not_changed(offlin
     from lab.study import runner
     from lab.study.runner import SUMMARY, data_folders, data_problem, study_data
 
-    monkeypatch.setattr(runner, "power_plan", lambda recipe: {})  # the plan's slowest part
+    monkeypatch.setattr(runner, "power_plan", lambda recipe, **_: {})  # the plan's slowest part
     micro = load_recipe(MICRO)
     study = tmp_path / "study"
     study.mkdir()

@@ -380,6 +380,13 @@ def model_name(labels: dict[str, Any]) -> str:
     return f"{name}/{labels['continued']}" if "continued" in labels else name
 
 
+def evaluated_models(stages: list[Stage]) -> list[str]:
+    """The models a study's tables name (model_name), in the grid's order: each swept size,
+    weight decay, form, decontaminator and continued model is one (what the primary family
+    counts, lab.study.questions.power_plan)."""
+    return list(dict.fromkeys(model_name(s.labels) for s in stages if s.kind == "evaluate"))
+
+
 def swept_labels(model: str) -> tuple[str, dict[str, str]]:
     """The model name model_name writes, less its form and decontamination labels, and those
     labels: 'gpt2/form=renamed/decontam=ngram13' -> ('gpt2', {'form': 'renamed', 'decontam':

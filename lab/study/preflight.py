@@ -21,7 +21,7 @@ from typing import Any
 
 from lab.common import DataNotFound, LabError
 from lab.study.cost import CHARS_PER_TOKEN, CSN_DOCUMENT_CHARS, base_documents, parameters
-from lab.study.grid import expand, preset_of
+from lab.study.grid import evaluated_models, expand, preset_of
 from lab.study.recipe import Recipe, deepspeed_config
 
 # Bytes per parameter of a pre-training stage's output: the final fp32 weights (4) and the two
@@ -54,7 +54,7 @@ def check_ready(recipe: Recipe, study: Path, corpora_dir: Path | None = None,
 
     pending = pending_stages(recipe, study, seeds)
     problems = preflight(recipe, study, corpora_dir, executor, deepspeed, pending)
-    underpowered = power_problem(recipe)
+    underpowered = power_problem(recipe, evaluated_models(expand(recipe)))
     if underpowered and not allow_underpowered:
         problems.append(underpowered)
     if problems:
@@ -79,6 +79,7 @@ def preflight(recipe: Recipe, study: Path, corpora_dir: Path | None = None,
         deepspeed = deepspeed_config(recipe.resources.pretrain.deepspeed)
     folder = check_study_folder(study)
     problems = folder + check_corpora(pending, corpora_dir) + check_metrics(pending)
+    problems += check_selection(pending, corpora_dir)
     problems += check_executor_packages(executor) + check_deepspeed(deepspeed)
     if pending and executor != "slurm":  # a SLURM study's stages run on other machines
         problems += check_device(recipe.resources.device)
@@ -87,6 +88,23 @@ def preflight(recipe: Recipe, study: Path, corpora_dir: Path | None = None,
         problems += check_disk(recipe, pending, study)
     # One line per problem, each named once (a missing --corpora folder fails every lookup).
     return list(dict.fromkeys(" ".join(p.split()) for p in problems))
+
+
+def check_selection(pending: list[Any], corpora_dir: Path | None) -> list[str]:
+    """A fine-tuning that selects its best checkpoint needs a validation split apart from its
+    training pairs: CONCODE without its train split here trains on dev and has none
+    (lab.tasks.fine_tuning_split), which the fine-tuning would refuse after pre-training."""
+    from lab.tasks import get_task, has_validation_split
+
+    selecting = [s for s in pending if s.kind == "finetune" and s.config.select == "best"
+                 and s.config.epochs > 0]
+    for task in sorted({s.config.task for s in selecting}):
+        if not has_validation_split(get_task(task), corpora_dir):
+            return [f"finetune.select: best needs a validation split apart from the training "
+                    f"pairs, and {get_task(task).benchmark} here has none (its train split is "
+                    "missing, so it fine-tunes on its dev split): use last, or add the train "
+                    "split to the corpora"]
+    return []
 
 
 def check_device(device: str) -> list[str]:

@@ -232,7 +232,8 @@ def split_sizes(recipe: Any) -> tuple[int, int]:
     return injected, total - injected
 
 
-def power_plan(recipe: Any, simulate: bool = True) -> dict[str, Any]:
+def power_plan(recipe: Any, simulate: bool = True, models: list[str] | None = None
+               ) -> dict[str, Any]:
     """Before compute: the recipe's primary family, each test's smallest reachable p and that
     p after Holm over the family (every test at its floor), and the tests that can never reach
     alpha. Keys: questions, tests (one dict per test), unreachable (those tests), seeds_needed
@@ -244,9 +245,12 @@ def power_plan(recipe: Any, simulate: bool = True) -> dict[str, Any]:
     alternative = CONVENTIONS[stats.convention][0]
     split = recipe_split(recipe)
     questions = declared(stats.primary, recipe.arms, split, recipe.finetune.epochs)
-    # Each swept size is a model of its own, as the study's tables name it (gpt2/micro).
-    models = ([f"{m}/{size}" for m in recipe.models for size in recipe.preset]
-              if len(recipe.preset) > 1 else list(recipe.models))
+    # Each swept size is a model of its own, as the study's tables name it (gpt2/micro); so are
+    # swept weight decays, forms, decontaminators and continued models, which only the grid
+    # names (lab.study.grid.evaluated_models gives `models`).
+    if models is None:
+        models = ([f"{m}/{size}" for m in recipe.models for size in recipe.preset]
+                  if len(recipe.preset) > 1 else list(recipe.models))
     tests = family(questions, recipe.arms, models, split, recipe.finetune.epochs,
                    recipe.finetune.train_sizes)
     seeds = len(recipe.seeds)
@@ -303,12 +307,12 @@ def power_line(power: dict[str, Any]) -> str:
             f"(d = {power['d']:.3g}); {needed}. Assumes {power['assumes']}")
 
 
-def power_problem(recipe: Any) -> str | None:
+def power_problem(recipe: Any, models: list[str] | None = None) -> str | None:
     """One line when the recipe's primary tests can never reach alpha (and the study does not
-    call itself descriptive); None when they can."""
+    call itself descriptive); None when they can. `models`: as power_plan takes them."""
     if recipe.statistics.descriptive:
         return None
-    plan = power_plan(recipe, simulate=False)  # reachability only: no simulation
+    plan = power_plan(recipe, simulate=False, models=models)  # reachability: no simulation
     if not plan["unreachable"]:
         return None
     worst = plan["unreachable"]

@@ -18,12 +18,11 @@ from lab.corpora import corpora_inputs
 from lab.study.collect import PROBES, collect
 from lab.study.cost import estimate
 from lab.study.execution import available_cores, finish, recorded_seconds
-from lab.study.grid import expand
+from lab.study.grid import evaluated_models, expand
 from lab.study.preflight import check_ready, pending_stages, slow_settings
 from lab.study.questions import power_plan
 from lab.study.recipe import Recipe, recipe_dict, recipe_from_dict, study_differences
 from lab.study.scheduler import check_executor, default_workers, schedule, submitter
-from lab.study.smoke import smoke_record
 
 RECIPE = "recipe.json"  # the study's recipe, as recorded when it began (recipe_dict)
 SUMMARY = "study.json"
@@ -226,12 +225,13 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
               slurm: dict[str, Any] | None = None,
               on_event: Callable[..., None] | None = None, ready_checked: bool = False,
               seeds: list[int] | None = None, allow_underpowered: bool = False,
-              smoke: bool = False) -> dict[str, Any]:
+              smoke: dict[str, Any] | None = None) -> dict[str, Any]:
     """Entry point of `lab study`: run the stages that are not finished, then collect results.
     `ready_checked`: the caller has run check_start for this recipe and folder;
     `seeds`: run only the shard of those seeds (`expand`); `allow_underpowered`: run a study
     whose primary tests can never reach alpha (lab.study.questions.power_problem); `smoke`:
-    `recipe` is a smoke recipe (lab.study.smoke), and study.json says so."""
+    `recipe` is a smoke recipe, and this is what study.json records of it
+    (lab.study.smoke.smoke_record)."""
     study = Path(study)
     stages = expand(recipe, seeds)
     check_executor(executor, workers)
@@ -241,14 +241,15 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
         pending = pending_stages(recipe, study, seeds)
         try:
             warnings, refusal = check_start(recipe, study, corpora_dir, executor, seeds,
-                                            allow_underpowered, smoke), None
+                                            allow_underpowered, bool(smoke)), None
         except LabError as exc:
             warnings, refusal = slow_settings(pending, executor), str(exc)
         return {"stages": len(stages), "done": len(stages) - len(pending),
-                "estimate": estimate(recipe, stages, study), "power": power_plan(recipe),
+                "estimate": estimate(recipe, stages, study),
+                "power": power_plan(recipe, models=evaluated_models(stages)),
                 "refusal": refusal, "warnings": warnings}
     if not ready_checked:
-        check_start(recipe, study, corpora_dir, executor, seeds, allow_underpowered, smoke)
+        check_start(recipe, study, corpora_dir, executor, seeds, allow_underpowered, bool(smoke))
     study.mkdir(parents=True, exist_ok=True)
     grown = check_recorded_recipe(recipe, study)
     previous_summary = read_summary(study)
@@ -258,13 +259,14 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
     # Recorded before any stage runs: a kill at any point leaves the count for the resume.
     # The power the study was planned with, at its declared effect: recorded before any stage,
     # so that it cannot be computed again from what the seeds then show.
-    planned = previous_summary.get("planned_power") or power_plan(recipe).get("power")
+    planned = previous_summary.get("planned_power") or power_plan(
+        recipe, models=evaluated_models(expand(recipe))).get("power")
     summary: dict[str, Any] = {"study": recipe.name, "stages": len(stages), "threads": threads,
                                "executor": executor, "workers": workers,
                                "data": study_data(recipe, corpora_dir),
                                "data_folders": data_folders(recipe, corpora_dir),
                                "planned_power": planned,
-                               **({"smoke": smoke_record()} if smoke else {}),
+                               **({"smoke": smoke} if smoke else {}),
                                **({"shard_seeds": sorted(seeds)} if seeds is not None else {}),
                                # a recipe that grew the study: what it added, each time
                                **({"grown": [*previous_summary.get("grown", []),

@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
+from lab.contamination import timing as timing_table
 from lab.models import PRESETS, check_block_size
 from lab.study.recipe import Recipe, injected_documents, recipe_dict, recipe_from_dict
 
@@ -32,13 +33,14 @@ PROBE_NAMES = 4        # identifiers filled per probed sample, at most
 DETECT_DRAWS = 2       # sampled outputs (CDD) and renamed twins (neighbourhood), at most
 
 # (field, what it becomes): RULES' statements, in the order smoke_recipe applies them.
-Rule = tuple[str, str, Callable[[dict[str, Any], Recipe], None]]
+Rule = tuple[str, str, Callable[[dict[str, Any], Recipe, Path | None], None]]
 RULES: list[Rule] = []
 
 
-def _rule(field: str) -> Callable[[Callable[[dict[str, Any], Recipe], None]], Any]:
-    """Register a shrink rule; its docstring is its statement."""
-    def register(shrink: Callable[[dict[str, Any], Recipe], None]) -> Any:
+def _rule(field: str) -> Callable[[Callable[..., None]], Any]:
+    """Register a shrink rule, shrink(data, recipe, corpora_dir); its docstring is its
+    statement."""
+    def register(shrink: Callable[..., None]) -> Any:
         RULES.append((field, " ".join((shrink.__doc__ or "").split()), shrink))
         return shrink
     return register
@@ -49,20 +51,20 @@ def _as_list(value: Any) -> list[Any]:
 
 
 @_rule("name")
-def _name(data: dict[str, Any], recipe: Recipe) -> None:
+def _name(data: dict[str, Any], recipe: Recipe, corpora: Path | None) -> None:
     """NAME-smoke: the default folder (runs/NAME-smoke) and every table title say so."""
     data["name"] = recipe.name + SUFFIX
 
 
 @_rule("seeds")
-def _seeds(data: dict[str, Any], recipe: Recipe) -> None:
+def _seeds(data: dict[str, Any], recipe: Recipe, corpora: Path | None) -> None:
     """its first two, or its one: two seeds are the fewest an over-seed test and interval run
     on, and a one-seed recipe keeps its per-sample tests."""
     data["seeds"] = recipe.seeds[:2]
 
 
 @_rule("preset")
-def _preset(data: dict[str, Any], recipe: Recipe) -> None:
+def _preset(data: dict[str, Any], recipe: Recipe, corpora: Path | None) -> None:
     """the smallest presets, one for each that the recipe sweeps, in its order of size (micro;
     micro and tiny for a sweep of two)."""
     by_size = list(reversed(PRESETS))  # PRESETS runs from the largest to the smallest
@@ -82,27 +84,34 @@ def _smoke_samples(recipe: Recipe) -> int:
 
 
 @_rule("injection.samples")
-def _samples(data: dict[str, Any], recipe: Recipe) -> None:
+def _samples(data: dict[str, Any], recipe: Recipe, corpora: Path | None) -> None:
     """enough for 4 samples in each group the study compares: each timing level and dose level,
     injected and held out."""
     data["injection"]["samples"] = _smoke_samples(recipe)
 
 
 @_rule("corpus.limit")
-def _limit(data: dict[str, Any], recipe: Recipe) -> None:
-    """the most documents an arm injects, plus 40 base documents."""
+def _limit(data: dict[str, Any], recipe: Recipe, corpora: Path | None) -> None:
+    """the most documents an arm injects, plus 40 base documents, or more where the recipe's
+    corpus is less injected: its share of injected documents is kept (timing windows hold
+    their copies' visits as the recipe's do)."""
     documents = injected_documents(recipe, _smoke_samples(recipe))[0]
-    data["corpus"]["limit"] = documents + BASE_DOCUMENTS
+    limit = documents + BASE_DOCUMENTS
+    if recipe.corpus.limit and recipe.injection.samples:
+        share = injected_documents(recipe, recipe.injection.samples)[0] / recipe.corpus.limit
+        if share > 0:
+            limit = max(limit, math.ceil(documents / share))
+    data["corpus"]["limit"] = limit
 
 
 @_rule("tokenizer.vocab_size")
-def _vocabulary(data: dict[str, Any], recipe: Recipe) -> None:
+def _vocabulary(data: dict[str, Any], recipe: Recipe, corpora: Path | None) -> None:
     """at most 1000."""
     data["tokenizer"]["vocab_size"] = min(recipe.tokenizer.vocab_size, VOCAB)
 
 
-def _pretrain_section(section: dict[str, Any], block_limit: int) -> None:
-    for name, most in (("epochs", PRETRAIN_EPOCHS), ("batch_size", PRETRAIN_BATCH),
+def _pretrain_section(section: dict[str, Any], block_limit: int, epochs: float) -> None:
+    for name, most in (("epochs", epochs), ("batch_size", PRETRAIN_BATCH),
                        ("block_size", block_limit)):
         if section.get(name) is not None:
             section[name] = min(section[name], most)
@@ -111,14 +120,17 @@ def _pretrain_section(section: dict[str, Any], block_limit: int) -> None:
 
 
 @_rule("pretrain")
-def _pretrain(data: dict[str, Any], recipe: Recipe) -> None:
-    """epochs at most 1, batches at most 4, no warm-up, blocks at most what the smoke presets
-    hold; by_model's too."""
+def _pretrain(data: dict[str, Any], recipe: Recipe, corpora: Path | None) -> None:
+    """epochs at most 1 (kept where injected copies are timed: the timing windows must hold
+    their visits), batches at most 4, no warm-up, blocks at most what the smoke presets hold;
+    by_model's too."""
     block_limit = min(_positions(model, preset) for model in recipe.models
                       for preset in data["preset"])
-    _pretrain_section(data["pretrain"], block_limit)
+    timed = tuple(recipe.injection.timing) != timing_table.DEFAULT
+    epochs = math.inf if timed else PRETRAIN_EPOCHS
+    _pretrain_section(data["pretrain"], block_limit, epochs)
     for override in data.get("by_model", {}).values():
-        _pretrain_section(override.get("pretrain") or {}, block_limit)
+        _pretrain_section(override.get("pretrain") or {}, block_limit, epochs)
 
 
 def _positions(model: str, preset: str) -> int:
@@ -134,7 +146,7 @@ def _train_sizes(sizes: list[Any]) -> list[int]:
 
 
 @_rule("finetune.train_sizes")
-def _train(data: dict[str, Any], recipe: Recipe) -> None:
+def _train(data: dict[str, Any], recipe: Recipe, corpora: Path | None) -> None:
     """8, 16, ... pairs in the recipe's order of size (null, the whole split, the largest);
     by_model's too. The epochs are kept."""
     data["finetune"]["train_sizes"] = _train_sizes(recipe.finetune.train_sizes)
@@ -144,14 +156,29 @@ def _train(data: dict[str, Any], recipe: Recipe) -> None:
             override["finetune"]["train_sizes"] = _train_sizes(sizes)
 
 
+@_rule("finetune.select")
+def _select(data: dict[str, Any], recipe: Recipe, corpora: Path | None) -> None:
+    """last where this machine's data has no validation split apart from the training pairs
+    (CONCODE without its train split, whose real run is refused before any stage); else
+    kept."""
+    from lab.tasks import get_task, has_validation_split, task_for_benchmark
+
+    if has_validation_split(get_task(task_for_benchmark(recipe.benchmark)), corpora):
+        return
+    data["finetune"]["select"] = "last"
+    for override in data.get("by_model", {}).values():
+        if (override.get("finetune") or {}).get("select") is not None:
+            override["finetune"]["select"] = "last"
+
+
 @_rule("finetune.valid_size")
-def _valid(data: dict[str, Any], recipe: Recipe) -> None:
+def _valid(data: dict[str, Any], recipe: Recipe, corpora: Path | None) -> None:
     """8 validation pairs (select: best scores them each epoch)."""
     data["finetune"]["valid_size"] = VALID_PAIRS
 
 
 @_rule("evaluation")
-def _evaluation(data: dict[str, Any], recipe: Recipe) -> None:
+def _evaluation(data: dict[str, Any], recipe: Recipe, corpora: Path | None) -> None:
     """max_samples: the samples taking part (every one injected or held out); max_new_tokens at
     most 16. Decoding and metrics are kept."""
     data["evaluation"]["max_samples"] = _smoke_samples(recipe)
@@ -160,7 +187,7 @@ def _evaluation(data: dict[str, Any], recipe: Recipe) -> None:
 
 
 @_rule("probe, detect")
-def _probes(data: dict[str, Any], recipe: Recipe) -> None:
+def _probes(data: dict[str, Any], recipe: Recipe, corpora: Path | None) -> None:
     """max_samples: the samples taking part; probe.max_names at most 4; detect.cdd_samples and
     detect.neighbours at most 2. The detectors are kept."""
     samples = _smoke_samples(recipe)
@@ -172,7 +199,7 @@ def _probes(data: dict[str, Any], recipe: Recipe) -> None:
 
 
 @_rule("resources")
-def _resources(data: dict[str, Any], recipe: Recipe) -> None:
+def _resources(data: dict[str, Any], recipe: Recipe, corpora: Path | None) -> None:
     """device cpu; 1 thread a stage (toy models gain nothing from a second one, and lose much
     to a busy machine); a pre-training in one rank on one node, started as the recipe starts it
     (its launcher and DeepSpeed config: no DeepSpeed where it is not installed); several ranks
@@ -192,12 +219,13 @@ KEPT = ("benchmark, arms, models, fine-tuning epochs, doses, repeat, fraction, t
         "decoding, metrics, detectors and statistics")
 
 
-def smoke_recipe(recipe: Recipe) -> Recipe:
-    """The recipe with its sizes shrunk by RULES (validated like any recipe)."""
+def smoke_recipe(recipe: Recipe, corpora_dir: Path | None = None) -> Recipe:
+    """The recipe with its sizes shrunk by RULES (validated like any recipe), for the data in
+    `corpora_dir` (lab.corpora's default folders where None)."""
     data = recipe_dict(recipe)
     data["preset"] = _as_list(data["preset"])
     for _field, _statement, shrink in RULES:
-        shrink(data, recipe)
+        shrink(data, recipe, corpora_dir)
     return recipe_from_dict(data)
 
 
