@@ -459,7 +459,6 @@ def study(
 
         parsed = smoke_recipe(parsed, corpora)
         console.print("\n".join(smoke_lines()), markup=False, highlight=False, soft_wrap=True)
-        allow_underpowered = True  # power is the real recipe's question (its --dry-run)
     smoked = smoke_record() if smoke else None
     folder = out or Path("runs") / parsed.name
     check_executor(executor, workers)
@@ -486,7 +485,11 @@ def study(
                       + ", ".join(f"{hours:,.1f} {gpu} GPU-hours" for gpu, hours in gpus.items()),
                       markup=False, soft_wrap=True)
         console.print(gpu_assumptions(), markup=False, soft_wrap=True)
-        _print_power(plan["power"], parsed.statistics.descriptive)
+        if smoke:  # a smoke run's seeds are not the study's
+            console.print("power: the real study's question (its --dry-run without --smoke)",
+                          markup=False)
+        else:
+            _print_power(plan["power"], parsed.statistics.descriptive)
         for warning in plan["warnings"]:
             console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
         if plan["refusal"]:  # the line the real run refuses with, and its exit code

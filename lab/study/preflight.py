@@ -45,16 +45,18 @@ def pending_stages(recipe: Recipe, study: Path, seeds: list[int] | None = None) 
 
 def check_ready(recipe: Recipe, study: Path, corpora_dir: Path | None = None,
                 executor: str = "local", deepspeed: Any = None,
-                seeds: list[int] | None = None, allow_underpowered: bool = False) -> list[str]:
+                seeds: list[int] | None = None, allow_underpowered: bool = False,
+                power: bool = True) -> list[str]:
     """Raise one LabError naming every problem `preflight` finds, and a study whose primary
     tests can never reach alpha (lab.study.questions.power_problem) unless
     `allow_underpowered`; when all is there, the warnings (`slow_settings`) of the same
-    unfinished stages, and the power problem allowed."""
+    unfinished stages, and the power problem allowed. `power` False: no power check at all (a
+    smoke run, whose seeds are not the study's)."""
     from lab.study.questions import power_problem
 
     pending = pending_stages(recipe, study, seeds)
     problems = preflight(recipe, study, corpora_dir, executor, deepspeed, pending)
-    underpowered = power_problem(recipe, evaluated_models(expand(recipe)))
+    underpowered = power_problem(recipe, evaluated_models(expand(recipe))) if power else None
     if underpowered and not allow_underpowered:
         problems.append(underpowered)
     if problems:

@@ -178,7 +178,7 @@ def check_start(recipe: Recipe, study: Path, corpora_dir: Path | None = None,
     if problem:
         raise LabError(problem)
     return check_ready(recipe, study, corpora_dir, executor, seeds=seeds,
-                       allow_underpowered=allow_underpowered)
+                       allow_underpowered=allow_underpowered, power=not smoke)
 
 
 def check_recorded_recipe(recipe: Recipe, study: Path) -> list[str]:
