@@ -307,19 +307,18 @@ def _lineage_section(pretraining: dict[str, Any]) -> str | None:
 
 # How a fine-tuned model's inputs were formatted (lab.train.finetune's causal_example and
 # seq2seq_example), by architecture: what a user must feed it to get what it learned.
-PROMPT_FORMATS = {
-    "causal-lm": ("One sequence: `<s>` SOURCE ` " + SEP_MARKER + "`, then the model generates "
-                  "` TARGET</s>` (the loss is on the target only). Give it `<s>` + source + "
-                  "` " + SEP_MARKER + "` and generate until `</s>`."),
-    "encoder-decoder": ("The encoder reads `<s>` SOURCE `</s>`; the decoder generates TARGET "
-                        "`</s>`."),
-}
-
-
-# The same, in a line at the top of a fine-tuned model's card.
+# How to prompt a fine-tuned model, in a line at the top of its card ...
 PROMPTS = {
     "causal-lm": f"give it `<s>` + source + ` {SEP_MARKER}` and generate until `</s>`",
     "encoder-decoder": "the encoder reads `<s>` + source + `</s>`; generate until `</s>`",
+}
+# ... and in full, under its model section.
+PROMPT_FORMATS = {
+    "causal-lm": ("One sequence: `<s>` SOURCE ` " + SEP_MARKER + "`, then the model generates "
+                  "` TARGET</s>` (the loss is on the target only). "
+                  + PROMPTS["causal-lm"][0].upper() + PROMPTS["causal-lm"][1:] + "."),
+    "encoder-decoder": ("The encoder reads `<s>` SOURCE `</s>`; the decoder generates TARGET "
+                        "`</s>`."),
 }
 
 

@@ -751,6 +751,17 @@ def test_baselines_are_shown_beside_the_arms_and_cells_below_them_flagged(tmp_pa
     em = _cell(report["cells"], metric="em", epochs=0)
     assert em["baselines"] == {"copy": 1.0, "retrieval": 0.5} and em["below_baseline"] is False
     assert report["figure"][0].stat().st_size > 0
+    # Some cell above its baselines: no line saying the study sits at their floor; every cell
+    # at or below them: one line, in the terminal and at the top of the report.
+    assert "best trivial baseline in every cell" not in report["console"]
+    for row in rows:
+        row.update(baseline_copy_bleu=50.0, baseline_copy_em=50.0)
+    _write_tables(alone, rows, [])
+    floor = run_report(alone)
+    line = next(line for line in floor["console"].splitlines() if "in every cell" in line)
+    assert line.startswith("Every arm scores at or below the best trivial baseline in every cell")
+    assert floor["console"].index(line) < floor["console"].index("## Primary contrasts")
+    assert floor["sections"][0] == {"heading": "At the floor", "markdown": line}
 
 
 def test_split_half_cells_below_the_floor_are_flagged_like_arm_vs_control(tmp_path):
@@ -952,3 +963,36 @@ def test_the_primary_table_is_the_same_whatever_the_string_hashing():
                               capture_output=True).stdout for hash_seed in ("1", "2", "3")]
     assert "decay" in printed[0]
     assert printed[0] == printed[1] == printed[2]
+
+
+def test_a_declared_question_the_data_cannot_test_keeps_its_row_with_the_reason():
+    """A split-half arm none of whose injected samples fit the pre-training block: its
+    split-half rows stay in the family (the recipe's design says the arm splits) and say why;
+    a study whose scores are all 0 says that instead of a test. Without the design (no
+    recipe.json) the data decide, as before."""
+    from lab.study.primary import primary_table
+    from lab.study.tables import table_markdown
+
+    samples, runs = [], []
+    for arm in ("control", "paired"):
+        for i in range(12):
+            group = ("injected_truncated" if i < 2 else "held_out") if arm == "paired" else "clean"
+            samples.append({"model": "gpt2", "task": "translation", "epochs": 0, "train_size": "16",
+                            "arm": arm, "seed": "0", "id": str(i), "group": group,
+                            "score_bleu": float(i % 3)})
+        runs.append({"model": "gpt2", "task": "translation", "epochs": 0, "train_size": "16",
+                     "arm": arm, "seed": "0", "group": "clean", "bleu": 1.0})
+    table = primary_table(samples, runs, "bleu", None, 0.05, "two-sided", True, split=True,
+                          block_size=128)
+    split = [r for r in table["rows"] if r["question"] == "split-half"]
+    assert len(split) == 1 and split[0]["p"] is None and split[0]["p_holm"] is None
+    assert split[0]["missing"] == ("not testable: 0 of 2 injected samples evaluated at E = 0 "
+                                   "fit the 128-token pre-training block")
+    assert split[0]["missing"] in table_markdown(table)
+    assert [r["question"] for r in primary_table(samples, runs, "bleu", None, 0.05, "two-sided",
+                                                 True)["rows"]] == ["study"]
+    for s in samples:
+        s["score_bleu"] = 0.0
+    study = next(r for r in primary_table(samples, runs, "bleu", None, 0.05, "two-sided", True,
+                                          split=True)["rows"] if r["question"] == "study")
+    assert study["missing"] == "not testable: every bleu score of both sides is 0, the metric's floor"
