@@ -271,5 +271,5 @@ def test_readme_puts_its_two_commands_and_the_smoke_test_above_the_results():
     assert first_block < results_table
     block = text[first_block:text.index("```", first_block + 7)]
     assert "lab study recipes/quickstart.yaml" in block and "bash scripts/test.sh" in block
-    smoke = text.index("recipes/mini/micro.yaml")
-    assert smoke < results_table and "smoke test" in text[:results_table]
+    smoke = text.index("--smoke")
+    assert smoke < results_table and "smoke run" in text[:results_table]
