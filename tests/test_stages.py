@@ -181,3 +181,23 @@ def test_the_documented_new_kind_runs_as_written(tmp_path, monkeypatch):
     counted = json.loads((stats.out(tmp_path) / "stats.json").read_text())
     manifest = json.loads((inject.out(tmp_path) / "manifest.json").read_text())
     assert counted["documents"] == manifest["counts"]["final_documents"] > 0
+
+
+def test_a_rank_that_refuses_its_run_is_quoted_by_the_stage(tmp_path):
+    """A pre-training launched as ranks that refuses its run (here: no such tokenizer) fails the
+    stage with the rank's own line, not a pointer to the log; an earlier attempt's line in the
+    same log is not taken for this one's."""
+    from lab.common import LabError
+    from lab.study.execution import _output_to, launch_ranks
+    from lab.train.pretrain import PretrainConfig
+
+    log = tmp_path / "stage.log"
+    log.write_text("lab: error: an earlier attempt's refusal\n")
+    cfg = PretrainConfig(model="gpt2", corpus=tmp_path / "missing", tokenizer=tmp_path / "tok",
+                         out=tmp_path / "out", preset="micro")
+    with pytest.raises(LabError) as failed, _output_to(log):
+        launch_ranks(cfg, {"processes": 1, "launcher": "torchrun", "deepspeed": "zero2"}, 1, log)
+    message = str(failed.value)
+    assert message.startswith("pre-training on 1 rank failed (exit 1): ")
+    assert message.endswith(f"--tokenizer {tmp_path / 'tok'}: no such directory")
+    assert "earlier attempt" not in message

@@ -155,7 +155,7 @@ def _run_stage_unlocked(stage: Stage, study: Path, corpora_dir: Path | None,
     under DeepSpeed) is started as those ranks, each running `lab pretrain`."""
     cfg = bind(stage, study, corpora_dir)
     if launch_key(stage.launch) or stage.launch.get("deepspeed"):
-        launch_ranks(cfg, stage.launch, threads or available_cores())
+        launch_ranks(cfg, stage.launch, threads or available_cores(), stage_log(stage, study))
     else:
         KINDS[stage.kind].run(cfg)
     finish(stage, study)
@@ -217,17 +217,19 @@ def rank_command(cfg: Any, launch: dict[str, Any]) -> list[str]:
     return [*start, "lab.cli", "pretrain", *command_line(cfg)]
 
 
-def launch_ranks(cfg: Any, launch: dict[str, Any], threads: int) -> None:
+def launch_ranks(cfg: Any, launch: dict[str, Any], threads: int, log: Path | None = None) -> None:
     """Run one pre-training as `processes` ranks under its launcher, in this process's output,
     and wait. The launcher dies with this process, and each rank with the launcher
     (LAB_DIE_WITH_PARENT), so a killed study leaves no rank behind; an interrupted run keeps
-    OUT.partial and its checkpoints, from which the next run resumes."""
+    OUT.partial and its checkpoints, from which the next run resumes. A rank that refused its
+    run says why in `log` (the stage's): its line is the error's."""
     import subprocess
 
     if launch.get("nodes", 1) != 1:
         raise LabError(f"resources.pretrain.nodes {launch['nodes']}: more than one node needs "
                        "--executor slurm")
     processes = launch.get("processes", 1)
+    written = log.stat().st_size if log is not None and log.exists() else 0
     env = {**os.environ, "LAB_DIE_WITH_PARENT": "1",
            "OMP_NUM_THREADS": str(max(1, threads // processes))}
     sys.stdout.flush()
@@ -243,7 +245,23 @@ def launch_ranks(cfg: Any, launch: dict[str, Any], threads: int) -> None:
             launcher.kill()
         raise
     if code != 0:
-        raise LabError(f"pre-training on {processes} ranks failed (exit {code}); its log says why")
+        ranks = f"{processes} rank{'s' if processes != 1 else ''}"
+        said = _last_refusal(log, written)
+        raise LabError(f"pre-training on {ranks} failed (exit {code}): {said}" if said else
+                       f"pre-training on {ranks} failed (exit {code}); its log says why")
+
+
+def _last_refusal(log: Path | None, start: int) -> str | None:
+    """The last `lab: error:` line the ranks wrote to the stage's log after byte `start` (this
+    launch's lines, not an earlier attempt's), without its prefix."""
+    try:
+        with open(log, "rb") if log else contextlib.nullcontext(None) as handle:
+            lines = [] if handle is None else handle.read()[start:].decode(
+                "utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    found = [line.split("lab: error:", 1)[1].strip() for line in lines if "lab: error:" in line]
+    return found[-1] if found else None
 
 
 def die_with_parent() -> None:
