@@ -5,8 +5,7 @@ folder with the machine's cores to itself: its wall and CPU time against the tar
     LAB_CORPORA=../shared/corpora HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/smoke_times.py \
         [--out /tmp/smoke-times] [--rounds 1] [recipes/quickstart.yaml ...]
 
-The recipes are the studies tests/test_smoke.py runs (every file under recipes/ but the bases
-others include). A recipe's first run in a fresh folder builds DeepSpeed's CPU comm op where
+The recipes are those tests/test_smoke.py runs: every file under recipes/. A recipe's first run in a fresh folder builds DeepSpeed's CPU comm op where
 the recipe uses DeepSpeed (about 20 s, once per TORCH_EXTENSIONS_DIR): this script builds it
 into OUT/torch-extensions before timing, as CI's test workers share one build. With --rounds
 R each recipe runs R times and its median is printed. The load average before each run is

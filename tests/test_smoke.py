@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from lab.common import LabError
 from lab.study.grid import evaluated_models, expand
@@ -31,16 +30,8 @@ SWEPT = ("arm", "model", "preset", "epochs", "form", "decontam", "weight_decay",
 
 
 def _studies() -> list[Path]:
-    """Every recipe under recipes/ but the bases others include (a file that another recipe
-    includes and that names no study: `mini/base.yaml`, `paper/base.yaml`, not studies of
-    their own)."""
-    files = sorted(RECIPES.rglob("*.yaml"))
-    data = {f: yaml.safe_load(f.read_text(encoding="utf-8")) or {} for f in files}
-    included = set()
-    for f, recipe in data.items():
-        names = recipe.get("include") or []
-        included |= {(f.parent / n).resolve() for n in ([names] if isinstance(names, str) else names)}
-    return [f for f in files if not (f.resolve() in included and "name" not in data[f])]
+    """Every recipe under recipes/: the bases others include run too."""
+    return sorted(RECIPES.rglob("*.yaml"))
 
 
 def _swept(stages: list) -> set[tuple[str, str, str]]:
