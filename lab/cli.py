@@ -530,7 +530,8 @@ def study(
 def _print_power(plan: dict[str, Any], descriptive: bool) -> None:
     """The dry run's statistics plan: per primary test, the smallest p the planned seeds can
     give, alone and after Holm over the family (whether it can reach alpha at all, which is not
-    power), then the family's simulated power at the recipe's declared effect."""
+    power), then the family's simulated power at the recipe's declared effect (per test and
+    the whole family), and its sensitivity to the shape and correlation of the seed effects."""
     rows = [{"question": r["contrast"].question, "model": r["contrast"].model,
              "E": (str(r["contrast"].epochs) if r["contrast"].epochs_to is None
                    else f"{r['contrast'].epochs} -> {r['contrast'].epochs_to}"),
@@ -546,9 +547,11 @@ def _print_power(plan: dict[str, Any], descriptive: bool) -> None:
                          f"{len(rows)}): {reach} alpha {plan['alpha']:g}"
                          + (" (descriptive study)" if descriptive else ""), rows, list(rows[0])))
     if "power" in plan:
-        from lab.study.questions import power_line
+        from lab.study.questions import power_line, sensitivity_line
 
         console.print(power_line(plan["power"]), markup=False, highlight=False, soft_wrap=True)
+        console.print(sensitivity_line(plan["power"]), markup=False, highlight=False,
+                      soft_wrap=True)
 
 
 def _exit_with_a_resume_line_on_signals(command: List[str]) -> None:

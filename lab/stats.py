@@ -627,8 +627,29 @@ def simulated_null(seeds: int, rng: Any, noise: dict[str, float] = RQ4_NOISE,
 POWER_SIMULATIONS = 4000  # simulated studies: Monte Carlo error about 0.008 at a power of 0.7
 POWER_RNG_SEED = 0
 POWER_SEARCH_SEEDS = 40  # seeds_for_planned_power searches up to this many
-POWER_ASSUMPTIONS = ("per-seed effects Normal(effect, sd), drawn independently for each test "
-                     "(a real study's tests share their seeds, and so their seed noise)")
+# The shapes a planned per-seed effect may take (statistics.planning_shape): each draws a
+# standardised part (mean 0, SD 1) that the simulation scales, effect + sd x part, so every shape
+# has the declared mean and SD and the shape alone moves the power.
+HEAVY_TAIL_DF = 3  # heavy-tailed: Student t, this many degrees of freedom (the fewest with an SD)
+BIMODAL_OFFSET = 0.95  # bimodal: two equal halves, their centres this many SDs either side
+PLANNING_SHAPES = {
+    "normal": "Normal",
+    "heavy-tailed": f"Student t with {HEAVY_TAIL_DF} degrees of freedom scaled to the SD (now and "
+                    "then a seed far out)",
+    "bimodal": f"two equal halves, Normal around the effect -/+ {BIMODAL_OFFSET:g} SD with SD "
+               f"{math.sqrt(1 - BIMODAL_OFFSET ** 2):.2g} (some seeds memorise: at d = 1 half the "
+               f"seeds centre on {1 + BIMODAL_OFFSET:g} x the effect, half on "
+               f"{1 - BIMODAL_OFFSET:.2g} x)",
+}
+PLANNING_SHAPE = "normal"
+# The share of a per-seed effect's variance that the seed gives every test of the family at once
+# (statistics.planning_correlation, the correlation between two tests' effects of one seed): the
+# family's tests are run on the same seeds' models. 0: each test's seeds are independent.
+PLANNING_CORRELATION = 0.0
+SENSITIVITY_CORRELATIONS = (0.0, 0.5, 0.9)  # with every shape: the dry run's sensitivity line
+POWER_ASSUMPTIONS = ("per-seed effect = effect + sd x (a part the seed shares with every test of "
+                     "the family, weight sqrt(correlation), plus the test's own part, weight "
+                     "sqrt(1 - correlation)), both parts drawn from the shape")
 # A flip's sum within this share of the set's summed |effect| below the observed sum counts as
 # reaching it: the observed pattern must count itself, whatever the rounding of its two halves.
 _TIE_TOLERANCE = 1e-9
@@ -710,58 +731,107 @@ def holm_rejections(p_values: Any, alpha: float = ALPHA) -> Any:
     return rejected
 
 
-def simulated_power(seeds: int, effect: float = SMALLEST_EFFECT, sd: float = PLANNING_SD,
-                    tests: int = 1, alpha: float = ALPHA, alternative: str = "two-sided",
-                    simulations: int = POWER_SIMULATIONS, rng_seed: int = POWER_RNG_SEED) -> float:
-    """The power of one of `tests` sign-flip tests (sign_flip_test, exact up to SIGN_FLIP_EXACT
-    seeds) over `seeds` per-seed effects, with Holm at alpha over the family, when every test's
-    true mean effect is `effect` (in the direction the alternative tests): the share of
-    `simulations` simulated studies in which a test is rejected, over all their tests (they are
-    exchangeable). POWER_ASSUMPTIONS: effects Normal(effect, sd), independent across tests.
-    The same arguments give the same number (the simulation's generator is seeded)."""
+def standardised_effects(shape: str, rng: Any, size: tuple[int, ...]) -> Any:
+    """Draws of PLANNING_SHAPES[shape]'s standardised part: mean 0, SD 1, symmetric."""
     import numpy as np
 
-    _check_power_arguments(effect, sd, tests, alpha, simulations)
+    if shape == "normal":
+        return rng.standard_normal(size)
+    if shape == "heavy-tailed":
+        return rng.standard_t(HEAVY_TAIL_DF, size) / math.sqrt(HEAVY_TAIL_DF / (HEAVY_TAIL_DF - 2))
+    if shape == "bimodal":
+        halves = np.where(rng.random(size) < 0.5, -BIMODAL_OFFSET, BIMODAL_OFFSET)
+        return halves + math.sqrt(1 - BIMODAL_OFFSET ** 2) * rng.standard_normal(size)
+    raise _unknown_shape(shape)
+
+
+def _unknown_shape(shape: str) -> LabError:
+    return LabError(f"power: shape (statistics.planning_shape) '{shape}': choose "
+                    f"{', '.join(PLANNING_SHAPES)}")
+
+
+def simulated_powers(seeds: int, effect: float = SMALLEST_EFFECT, sd: float = PLANNING_SD,
+                     tests: int = 1, alpha: float = ALPHA, alternative: str = "two-sided",
+                     simulations: int = POWER_SIMULATIONS, rng_seed: int = POWER_RNG_SEED,
+                     shape: str = PLANNING_SHAPE, correlation: float = PLANNING_CORRELATION
+                     ) -> dict[str, float]:
+    """A family of `tests` sign-flip tests (sign_flip_test, exact up to SIGN_FLIP_EXACT seeds)
+    over `seeds` per-seed effects, Holm at alpha over the family, every test's true mean effect
+    `effect` (in the direction the alternative tests; 0: the null, whose rejections are the
+    tests' size), simulated `simulations` times. Keys: per_test, the share of tests rejected
+    (the power of one test: they are exchangeable); family, the share of studies in which every
+    test is rejected (the whole family confirmed); any, in which at least one is (at effect 0:
+    the family-wise error). The effects: POWER_ASSUMPTIONS, at `shape` and `correlation`. The
+    same arguments give the same numbers (the simulation's generator is seeded)."""
+    import numpy as np
+
+    _check_power_arguments(effect, sd, tests, alpha, simulations, shape, correlation)
     if seeds < 2:
-        return 0.0  # one seed: no test over seeds
+        return dict.fromkeys(("per_test", "family", "any"), 0.0)  # one seed: no test over seeds
     floor = (2 if alternative == "two-sided" else 1) / 2 ** seeds  # the exact test's smallest p
     if seeds <= SIGN_FLIP_EXACT and tests * floor > alpha:
-        return 0.0  # Holm's first step is out of the test's reach: nothing is ever rejected
+        # Holm's first step is out of the test's reach: nothing is ever rejected
+        return dict.fromkeys(("per_test", "family", "any"), 0.0)
     rng = np.random.default_rng([rng_seed, seeds, tests])
     signed = -effect if alternative == "less" else effect
-    drawn = rng.normal(signed, sd, (simulations * tests, seeds))
+    parts = standardised_effects(shape, rng, (simulations, tests, seeds))
+    if correlation > 0:  # drawn after the tests' own parts: at 0 the draws are as they were
+        shared = standardised_effects(shape, rng, (simulations, 1, seeds))
+        parts = math.sqrt(1 - correlation) * parts + math.sqrt(correlation) * shared
+    drawn = (signed + sd * parts).reshape(simulations * tests, seeds)
     p_values = sign_flip_p_values(drawn, alternative).reshape(simulations, tests)
-    return float(holm_rejections(p_values, alpha).mean())
+    rejected = holm_rejections(p_values, alpha)
+    return {"per_test": float(rejected.mean()), "family": float(rejected.all(axis=1).mean()),
+            "any": float(rejected.any(axis=1).mean())}
+
+
+def simulated_power(seeds: int, effect: float = SMALLEST_EFFECT, sd: float = PLANNING_SD,
+                    tests: int = 1, alpha: float = ALPHA, alternative: str = "two-sided",
+                    simulations: int = POWER_SIMULATIONS, rng_seed: int = POWER_RNG_SEED,
+                    shape: str = PLANNING_SHAPE, correlation: float = PLANNING_CORRELATION
+                    ) -> float:
+    """The power of one of `tests` sign-flip tests, Holm at alpha over the family: the share of
+    the simulated tests rejected (simulated_powers' per_test)."""
+    return simulated_powers(seeds, effect, sd, tests, alpha, alternative, simulations, rng_seed,
+                            shape, correlation)["per_test"]
 
 
 def seeds_for_planned_power(effect: float = SMALLEST_EFFECT, sd: float = PLANNING_SD,
                             tests: int = 1, alpha: float = ALPHA, alternative: str = "two-sided",
                             power: float = POWER, simulations: int = POWER_SIMULATIONS,
                             rng_seed: int = POWER_RNG_SEED,
-                            most: int = POWER_SEARCH_SEEDS) -> int | None:
-    """The fewest seeds (2 .. `most`) at which simulated_power reaches `power`; None when
-    `most` seeds do not. A declared effect, never an observed one: fed the effect a study
+                            most: int = POWER_SEARCH_SEEDS, shape: str = PLANNING_SHAPE,
+                            correlation: float = PLANNING_CORRELATION) -> int | None:
+    """The fewest seeds (2 .. `most`) at which simulated_power (per test) reaches `power`; None
+    when `most` seeds do not. A declared effect, never an observed one: fed the effect a study
     measured, the answer only restates that study's p."""
     if not 0 < power < 1:
         raise LabError(f"power: expected a number between 0 and 1, got {power}")
     for seeds in range(2, most + 1):
         if simulated_power(seeds, effect, sd, tests, alpha, alternative, simulations,
-                           rng_seed) >= power:
+                           rng_seed, shape, correlation) >= power:
             return seeds
     return None
 
 
 def _check_power_arguments(effect: float, sd: float, tests: int, alpha: float,
-                           simulations: int) -> None:
-    # The recipe fields these come from are named: a recipe checks them too, on loading.
-    if not effect > 0:
-        raise LabError(f"power: effect (statistics.smallest_effect): expected a number > 0, got "
+                           simulations: int, shape: str = PLANNING_SHAPE,
+                           correlation: float = PLANNING_CORRELATION) -> None:
+    # The recipe fields these come from are named: a recipe checks them too, on loading (where
+    # the smallest effect must be > 0; a simulation at 0 is the null, for the tests' size).
+    if not effect >= 0:
+        raise LabError(f"power: effect (statistics.smallest_effect): expected a number >= 0, got "
                        f"{effect}")
     if not sd > 0:
         raise LabError(f"power: sd (statistics.planning_sd): expected a number > 0, got {sd}")
     if not 0 < alpha < 1:
         raise LabError(f"power: alpha (statistics.alpha): expected a number between 0 and 1, got "
                        f"{alpha}")
+    if shape not in PLANNING_SHAPES:
+        raise _unknown_shape(shape)
+    if not 0 <= correlation <= 1:
+        raise LabError(f"power: correlation (statistics.planning_correlation): expected a number "
+                       f"from 0 to 1, got {correlation}")
     if tests < 1 or simulations < 1:
         raise LabError(f"power simulation: expected 1 or more tests and simulations, got "
                        f"{tests} tests, {simulations} simulations")

@@ -121,8 +121,9 @@ def test_a_one_sided_test_has_more_power_in_its_direction():
 
 
 @pytest.mark.parametrize("arguments, field", [
-    ({"effect": 0.0}, "statistics.smallest_effect"), ({"sd": -1.0}, "statistics.planning_sd"),
-    ({"alpha": 1.5}, "statistics.alpha")])
+    ({"effect": -1.0}, "statistics.smallest_effect"), ({"sd": -1.0}, "statistics.planning_sd"),
+    ({"alpha": 1.5}, "statistics.alpha"), ({"shape": "uniform"}, "statistics.planning_shape"),
+    ({"correlation": 1.5}, "statistics.planning_correlation")])
 def test_bad_power_arguments_name_their_field(arguments, field):
     with pytest.raises(LabError, match=field.replace(".", r"\.")):
         simulated_power(8, **arguments)
@@ -143,8 +144,9 @@ def test_the_plan_states_the_familys_power_at_the_declared_effect():
     assert power["seeds_for_target"] == 11 and power_problem(recipe) is None
     line = power_line(power)
     for words in ("0.37 per test with 7 seeds", "Holm over 2 tests", "two-sided alpha 0.05",
-                  "smallest_effect 2 and planning_sd 2 (d = 1)", "80% power takes 11 seeds",
-                  f"{POWER_SIMULATIONS} studies", "independently for each test"):
+                  "smallest_effect 2 and planning_sd 2 (d = 1)", "80% power per test takes 11 seeds",
+                  f"{POWER_SIMULATIONS} studies", "planning_shape normal, planning_correlation 0",
+                  "the whole family confirmed (all 2 tests rejected)"):
         assert words in line
     halved = load_recipe("recipes/paper/rq4-paired.yaml", ["statistics.planning_sd=1"])
     assert power_plan(halved)["power"]["seeds_for_target"] < 11  # d = 2 needs fewer

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from lab.common import LabError
+from lab.stats import PLANNING_CORRELATION, PLANNING_SHAPE
 
 # question -> what it compares (the one statement of each; the report's note quotes it).
 QUESTIONS: dict[str, str] = {
@@ -271,40 +272,81 @@ def power_plan(recipe: Any, simulate: bool = True, models: list[str] | None = No
             if seed_level else None}
     if simulate and rows:
         plan["power"] = planned_power(len(rows), seeds, stats.smallest_effect, stats.planning_sd,
-                                      stats.alpha, alternative)
+                                      stats.alpha, alternative, stats.planning_shape,
+                                      stats.planning_correlation)
     return plan
 
 
 def planned_power(tests: int, seeds: int, effect: float, sd: float, alpha: float,
-                  alternative: str) -> dict[str, Any]:
-    """The power of each of a family's `tests` sign-flip tests over `seeds` seeds, Holm at
-    alpha over the family, every test's true effect `effect` with per-seed spread `sd`
-    (lab.stats.simulated_power), and the fewest seeds that give 80% (lab.stats.POWER; None:
-    more than lab.stats.POWER_SEARCH_SEEDS). Every number the statement needs is a key, so a
-    printed plan names what it assumed."""
-    from lab.stats import (POWER, POWER_ASSUMPTIONS, POWER_RNG_SEED, POWER_SEARCH_SEEDS,
-                           POWER_SIMULATIONS, seeds_for_planned_power, simulated_power)
+                  alternative: str, shape: str = PLANNING_SHAPE,
+                  correlation: float = PLANNING_CORRELATION) -> dict[str, Any]:
+    """The power of a family of `tests` sign-flip tests over `seeds` seeds, Holm at alpha over
+    the family, every test's true effect `effect` with per-seed spread `sd` of `shape`, the
+    tests' effects of one seed correlated `correlation` (lab.stats.simulated_powers): per test
+    ("power"), the whole family confirmed ("family_power"), the fewest seeds that give 80% per
+    test (lab.stats.POWER; None: more than lab.stats.POWER_SEARCH_SEEDS), and "sensitivity":
+    per test and family at every shape (lab.stats.PLANNING_SHAPES) and correlation
+    (lab.stats.SENSITIVITY_CORRELATIONS), the same seeds and effect. Every number the statement
+    needs is a key, so a printed plan names what it assumed."""
+    from lab.stats import (PLANNING_SHAPES, POWER, POWER_ASSUMPTIONS, POWER_RNG_SEED,
+                           POWER_SEARCH_SEEDS, POWER_SIMULATIONS, SENSITIVITY_CORRELATIONS,
+                           seeds_for_planned_power, simulated_powers)
 
+    def powers(at_shape: str, at_correlation: float) -> dict[str, float]:
+        return simulated_powers(seeds, effect, sd, tests, alpha, alternative, shape=at_shape,
+                                correlation=at_correlation)
+
+    declared = powers(shape, correlation)
     return {"effect": effect, "sd": sd, "d": effect / sd, "alpha": alpha,
             "alternative": alternative, "tests": tests, "seeds": seeds,
-            "power": simulated_power(seeds, effect, sd, tests, alpha, alternative),
+            "shape": shape, "correlation": correlation,
+            "power": declared["per_test"], "family_power": declared["family"],
             "target": POWER,
-            "seeds_for_target": seeds_for_planned_power(effect, sd, tests, alpha, alternative),
+            "seeds_for_target": seeds_for_planned_power(effect, sd, tests, alpha, alternative,
+                                                        shape=shape, correlation=correlation),
             "searched_to": POWER_SEARCH_SEEDS, "simulations": POWER_SIMULATIONS,
-            "rng_seed": POWER_RNG_SEED, "test": "exact sign-flip test", "assumes": POWER_ASSUMPTIONS}
+            "rng_seed": POWER_RNG_SEED, "test": "exact sign-flip test", "assumes": POWER_ASSUMPTIONS,
+            "sensitivity": [{"shape": other, "correlation": rho,
+                             **{k: v for k, v in powers(other, rho).items() if k != "any"}}
+                            for other in PLANNING_SHAPES for rho in SENSITIVITY_CORRELATIONS]}
+
+
+def _plural(n: int, unit: str) -> str:
+    return f"{n} {unit}{'' if n == 1 else 's'}"
 
 
 def power_line(power: dict[str, Any]) -> str:
-    """planned_power as one line: the power, the seeds for the target, and what was assumed."""
-    needed = (f"{power['target']:.0%} power takes {power['seeds_for_target']} seeds"
+    """planned_power as one line: the power per test and of the whole family, the seeds for the
+    target, and what was assumed."""
+    needed = (f"{power['target']:.0%} power per test takes {power['seeds_for_target']} seeds"
               if power["seeds_for_target"] else
-              f"{power['target']:.0%} power takes more than {power['searched_to']} seeds")
+              f"{power['target']:.0%} power per test takes more than {power['searched_to']} seeds")
     return (f"power (simulated: {power['test']}, {power['simulations']} studies): "
-            f"{power['power']:.2f} per test with {power['seeds']} seed"
-            f"{'' if power['seeds'] == 1 else 's'}, Holm over {power['tests']} test"
-            f"{'' if power['tests'] == 1 else 's'}, {power['alternative']} alpha {power['alpha']:g}, "
+            f"{power['power']:.2f} per test with {_plural(power['seeds'], 'seed')}, Holm over "
+            f"{_plural(power['tests'], 'test')}, {power['alternative']} alpha {power['alpha']:g}, "
             f"at statistics.smallest_effect {power['effect']:g} and planning_sd {power['sd']:g} "
-            f"(d = {power['d']:.3g}); {needed}. Assumes {power['assumes']}")
+            f"(d = {power['d']:.3g}), planning_shape {power['shape']}, planning_correlation "
+            f"{power['correlation']:g}; the whole family confirmed (all {power['tests']} tests "
+            f"rejected): {power['family_power']:.2f}; {needed}. Assumes {power['assumes']}")
+
+
+def sensitivity_line(power: dict[str, Any]) -> str:
+    """planned_power's sensitivity as one line: per test / whole family at each shape, at each
+    correlation between the tests, with the plan's seeds, tests and effect."""
+    from lab.stats import PLANNING_SHAPES
+
+    by_shape = []
+    for shape in PLANNING_SHAPES:
+        cells = [c for c in power["sensitivity"] if c["shape"] == shape]
+        by_shape.append(f"{shape} " + ", ".join(
+            f"{c['per_test']:.2f}/{c['family']:.2f}" for c in cells))
+    correlations = ", ".join(f"{c['correlation']:g}" for c in power["sensitivity"]
+                             if c["shape"] == power["sensitivity"][0]["shape"])
+    return (f"power sensitivity (per test/whole family, {_plural(power['seeds'], 'seed')}, "
+            f"{_plural(power['tests'], 'test')}, d = {power['d']:.3g}; at planning_correlation "
+            f"{correlations}): " + "; ".join(by_shape)
+            + ". Shapes (same mean and SD): " + "; ".join(
+                f"{name}: {text}" for name, text in PLANNING_SHAPES.items()))
 
 
 def power_problem(recipe: Any, models: list[str] | None = None) -> str | None:

@@ -34,6 +34,8 @@ from lab.study.evaluate import EvaluateStageConfig
 from lab.stats import (ALPHA, CONVENTIONS, DEFAULT_CONVENTION, PLANNING_SD, SAMPLE_SCORE, SCORES,
                        SMALLEST_EFFECT)
 from lab.study.questions import QUESTIONS
+from lab.stats import (PLANNING_CORRELATION, PLANNING_SHAPE, PLANNING_SHAPES,
+                       SENSITIVITY_CORRELATIONS)
 from lab.train.common import REPORT_TARGETS, report_to_param
 from lab.train.finetune import FinetuneConfig
 from lab.tokenizer import TokenizerConfig
@@ -268,6 +270,16 @@ class StatisticsSection:
     planning_sd: float = param(PLANNING_SD, "The planned spread (standard deviation) of the "
                                "per-seed effects, in the metric's points: with smallest_effect, "
                                "what the power simulation draws.")
+    planning_shape: str = param(PLANNING_SHAPE, "The planned shape of the per-seed effects, "
+                                "at smallest_effect's mean and planning_sd's spread. "
+                                + "; ".join(f"{k}: {v}" for k, v in PLANNING_SHAPES.items())
+                                + ". The dry run prints the power at each shape beside it.")
+    planning_correlation: float = param(PLANNING_CORRELATION, "The planned correlation, 0 to 1, "
+                                        "between two primary tests' effects of one seed (they "
+                                        "share its models): 0, independent; the dry run prints "
+                                        "the power at " + ", ".join(
+                                            f"{c:g}" for c in SENSITIVITY_CORRELATIONS)
+                                        + " beside it.")
     planned_seeds: int | None = param(None, "How many seeds the analysis was planned with (null: "
                                       "as many as `seeds` lists). A study merged from more "
                                       "seeds is reported as exploratory, not confirmatory.")
@@ -560,6 +572,11 @@ def _check_study(recipe: Recipe) -> None:
               f"{recipe.statistics.smallest_effect}")
     if not recipe.statistics.planning_sd > 0:
         _fail("statistics.planning_sd", f"expected a number > 0, got {recipe.statistics.planning_sd}")
+    if recipe.statistics.planning_shape not in PLANNING_SHAPES:
+        _fail("statistics.planning_shape", f"choose from {', '.join(PLANNING_SHAPES)}")
+    if not 0 <= recipe.statistics.planning_correlation <= 1:
+        _fail("statistics.planning_correlation", f"expected a number from 0 to 1, got "
+              f"{recipe.statistics.planning_correlation}")
     planned = recipe.statistics.planned_seeds
     if planned is not None and planned < 1:
         _fail("statistics.planned_seeds", f"expected int >= 1 or null, got {planned}")
