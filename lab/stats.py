@@ -456,6 +456,23 @@ def clipped(interval: tuple[float, float], bounds: tuple[float, float] | None
     return max(low, min(high, interval[0])), max(low, min(high, interval[1]))
 
 
+CLIPPED_MARK = "†"
+CLIPPED_LEGEND = (f"{CLIPPED_MARK}: a bound cut to the range the effect can take (the interval "
+                  "reached beyond it, so the printed bound is that range's end, not an estimate)")
+CLIPPED_SIDES = ("low", "high", "both")  # a row's `ci_clipped`: the bounds `clipped` cut
+
+
+def clipped_side(interval: tuple[float, float] | None, bounds: tuple[float, float] | None
+                 ) -> str | None:
+    """Which bound of `interval` (as estimated, before clipped) `clipped` cuts: one of
+    CLIPPED_SIDES, or None where it cuts neither (or there is no interval or no bounds)."""
+    if interval is None or bounds is None:
+        return None
+    low, high = bounds
+    cut = (interval[0] < low, interval[1] > high)
+    return {(True, True): "both", (True, False): "low", (False, True): "high"}.get(cut)
+
+
 # ---- the one rule for every interval the lab prints ----------------------------------------
 INTERVAL_RULE = ("an interval is printed only where it can be estimated: over two or more seeds "
                  "whose effects differ (one seed: over its samples, where resampling them moves "
@@ -516,16 +533,20 @@ def interval_reason(estimate: float | None, low: float | None, high: float | Non
 
 
 def effect_text(estimate: float | None, low: float | None, high: float | None, seeds: int,
-                over_samples: bool = False, spec: str = "+.2f") -> str:
+                over_samples: bool = False, spec: str = "+.2f", cut: str | None = None) -> str:
     """An effect as every table prints it: '+1.23 [+0.40, +2.06]', '+1.23 [n/a (1 seed)]'
-    (INTERVAL_RULE), '-' without an estimate, 'n/a (not finite)' for a NaN or infinite one."""
+    (INTERVAL_RULE), '-' without an estimate, 'n/a (not finite)' for a NaN or infinite one.
+    `cut`: the bounds clipped cut (clipped_side), each then marked CLIPPED_MARK."""
     if estimate is None:
         return "-"
     if not math.isfinite(estimate):
         return f"n/a ({NOT_FINITE})"
     reason = interval_reason(estimate, low, high, seeds, over_samples)
-    return format(estimate, spec) + (f" [n/a ({reason})]" if reason else
-                                     f" [{format(low, spec)}, {format(high, spec)}]")
+    if reason:
+        return format(estimate, spec) + f" [n/a ({reason})]"
+    marks = {side: CLIPPED_MARK if cut in (side, "both") else "" for side in ("low", "high")}
+    return (format(estimate, spec) + f" [{format(low, spec)}{marks['low']}, "
+            f"{format(high, spec)}{marks['high']}]")
 
 
 def effect_interval(per_seed: dict[Any, SeedParts], level: float = 0.95,
@@ -968,6 +989,11 @@ DOSE_CURVE_UNCONSTRAINED = ("unconstrained: lift = linear * u + quadratic * u^2 
 NON_MONOTONE_RULE = ("non-monotone: the lifts both rise and fall beyond their intervals, i.e. some "
                      "level's interval lies wholly above a smaller dose's and some level's wholly "
                      "below a smaller dose's (dose 0: the point 0)")
+# The sidedness of a ladder's trend test (recipe statistics.dose_trend) and the direction each
+# tests. Two-sided by default: a contamination can lower a score as well as raise it, and a
+# one-sided test cannot see a falling ladder.
+DOSE_TREND_SIDES = {"two-sided": "rising or falling", "greater": "rising", "less": "falling"}
+DEFAULT_DOSE_TREND = "two-sided"
 DOSE_BAND = ("percentile band of both curves refitted to every resample: seeds drawn with "
              "replacement, then each drawn seed's samples within each level (dose 0's draw "
              "shared by the seed's levels); with few seeds narrower than the level intervals")

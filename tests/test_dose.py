@@ -539,17 +539,20 @@ def _trend_ladder(seeds: int, rise: float, wobble: float = 0.0) -> dict:
 
 def test_the_trend_test_finds_a_rise_with_the_dose_and_not_a_flat_or_falling_ladder():
     """One model: a permutation test of the slope over its samples (dose labels permuted); seeds:
-    a one-sided sign-flip over the per-seed slopes, whose floor with 7 seeds is 1/2^7."""
+    a sign-flip over the per-seed slopes, whose floor with 7 seeds is 1/2^7 one-sided, 2/2^7
+    two-sided (the default); one-sided 'greater' cannot see a falling ladder."""
     from lab.study.dose import TREND_PERMUTATIONS, dose_trend
 
     rising = dose_trend(_trend_ladder(1, 4.0))
-    assert rising["trend_slope"] == pytest.approx(4.0)
+    assert rising["trend_slope"] == pytest.approx(4.0) and rising["trend_side"] == "two-sided"
     assert 1 / (TREND_PERMUTATIONS + 1) <= rising["trend_p"] < 0.001
     flat = dose_trend(_trend_ladder(1, 0.0))
     assert flat["trend_slope"] == pytest.approx(0.0, abs=1e-9) and flat["trend_p"] > 0.3
-    assert dose_trend(_trend_ladder(1, -4.0))["trend_p"] > 0.99  # one-sided: increasing only
-    over_seeds = dose_trend(_trend_ladder(7, 4.0))
+    assert dose_trend(_trend_ladder(1, -4.0))["trend_p"] < 0.001  # two-sided: a fall too
+    assert dose_trend(_trend_ladder(1, -4.0), "greater")["trend_p"] > 0.99  # increasing only
+    over_seeds = dose_trend(_trend_ladder(7, 4.0), "greater")
     assert over_seeds["trend_p"] == pytest.approx(1 / 2 ** 7) and over_seeds["trend_seeds"] == 7
+    assert dose_trend(_trend_ladder(7, 4.0))["trend_p"] == pytest.approx(2 / 2 ** 7)
     assert dose_trend(_trend_ladder(7, 0.0, wobble=2.0))["trend_p"] > 0.3  # seeds disagree
 
 
@@ -565,7 +568,8 @@ def test_a_one_seed_ladder_reports_its_trend_and_this_models_detection_threshold
     assert cell["trend_p_holm"] <= 0.05 and cell["trend_slope"] > 0
     table = result["dose_tables"]["bleu"]["md"]
     assert "this model's detection threshold dose 4 copies/epoch" in table
-    assert f"trend {cell['trend_slope']:+.3g} per ln(1 + copies per corpus epoch)" in table
+    assert (f"rising trend: slope {cell['trend_slope']:+.3g} per ln(1 + copies per corpus "
+            f"epoch), two-sided p") in table
     assert disagrees(0.5, 9.0, 0.2, 0.05) and disagrees(-0.5, 9.0, 0.01, 0.05)
     assert not disagrees(0.5, 9.0, 0.01, 0.05) and not disagrees(-0.8, 21.1, 0.99, 0.05)
     marked = [r for r in result["doses"]["levels"] if r.get("disagrees")]

@@ -3,7 +3,8 @@ far the level's samples score above the held-out level (dose 0) of the same mode
 the control's (and placebo's) models on the same samples; the smallest dose whose lift is
 significant; two curves fitted to the lifts, one monotone and one free to bend
 (lab.stats.DOSE_CURVE, DOSE_CURVE_UNCONSTRAINED), and whether the ladder is non-monotone
-(lab.stats.NON_MONOTONE_RULE).
+(lab.stats.NON_MONOTONE_RULE). A lift's interval is cut to what a lift can be (LIFT_BOUNDS) and a
+cut bound is marked (lab.stats.CLIPPED_MARK; `*_ci_clipped` in the rows).
 
 Scale: a level's dose is its copies per corpus epoch. Every base document is seen once per
 corpus epoch too, so the dose is the level's exposure relative to a base document's
@@ -21,8 +22,11 @@ difference on the same samples, tested the same way over seeds (one seed: the es
 The pooled (seed, sample) Mann-Whitney p is kept as a description: it decides nothing.
 
 The first level whose Holm p clears alpha is a detection limit of this design (this model, these
-samples), not a dose below which nothing happens; whether scores rise with the dose is the trend
-test (TREND_ONE_MODEL, TREND_SEEDS), one per ladder, Holm across the ladders of a metric. A
+samples), not a dose below which nothing happens; whether scores change with the dose is the
+trend test (TREND_ONE_MODEL, TREND_SEEDS), one per ladder, its sidedness the recipe's
+statistics.dose_trend (two-sided unless it says greater or less), Holm across the ladders of a
+metric. A slope cannot see a ladder that rises then falls: such a ladder (NON_MONOTONE_RULE) is
+reported non-monotone whatever its trend p (trend_verdict), never as no trend. A
 level whose interval and test disagree (the interval excludes 0 and the Holm p exceeds alpha, or
 the reverse) is marked: the interval is neither adjusted for the family nor, with one seed,
 about the same statistic as the rank test (a mean against ranks).
@@ -39,13 +43,15 @@ from typing import Any
 
 from lab.common import LabError
 from lab.contamination import settings as settings_table
-from lab.stats import (SEED_INTERVAL, DOSE_BAND, DOSE_CURVE, DOSE_CURVE_UNCONSTRAINED,
+from lab.stats import (CLIPPED_LEGEND, DEFAULT_DOSE_TREND, DOSE_TREND_SIDES, SEED_INTERVAL,
+                       DOSE_BAND, DOSE_CURVE, DOSE_CURVE_UNCONSTRAINED,
                        NON_MONOTONE_RULE, ONE_MODEL_TEST, SAMPLE_BOOTSTRAP, SIGN_FLIP_TEST,
-                       dose_band, dose_curve_values, dose_turns, effect_interval, effect_text,
-                       fit_dose_curve,
+                       checked_interval, clipped, clipped_side, dose_band, dose_curve_values,
+                       dose_turns, effect_interval, effect_text, fit_dose_curve,
                        fit_unconstrained_curve, holm, membership_auc, one_model_rank_test,
                        paired_within_model, sample_interval, seed_effect, sign_flip_test,
                        starred_p, unconstrained_curve_values)
+from lab.study.primary import METRIC_SCALE
 from lab.study.questions import SAMPLE_UNIT, SEED_UNIT, seeds_for_family, sign_flip_floor
 from lab.study.report_data import train_size_order
 from lab.study.collect import DOSE_GROUP, PROBE_COLUMNS, PROBES, RESULTS, SAMPLES
@@ -58,12 +64,16 @@ POOLED_DESCRIPTION = ("Mann-Whitney U, greater, asymptotic, over (seed, sample) 
 GRID_POINTS = 40  # copies per epoch at which the fitted curves and their band are drawn
 TREND_PERMUTATIONS = 9999  # one seed: p is at least 1 / (TREND_PERMUTATIONS + 1)
 TREND_X = "ln(1 + copies per corpus epoch)"  # dose 0 at 0, a geometric ladder evenly spread
+# The trend tests, '{side}' filled by trend_tests from the recipe's statistics.dose_trend.
 TREND_ONE_MODEL = (f"permutation test of the least-squares slope of the per-sample score on "
-                   f"{TREND_X} over every level, dose 0 included, greater (increasing): the "
+                   f"{TREND_X} over every level, dose 0 included, {{side}}: the "
                    f"levels are random groups of one model's samples, so the dose labels are "
                    f"permuted ({TREND_PERMUTATIONS} permutations, seeded)")
-TREND_SEEDS = (f"{SIGN_FLIP_TEST}, greater (increasing), over the per-seed least-squares slopes "
+TREND_SEEDS = (f"{SIGN_FLIP_TEST}, {{side}}, over the per-seed least-squares slopes "
                f"of the per-sample score on {TREND_X}, dose 0 included")
+# A lift is a difference of two 0-100 scores: its interval is cut to this (lab.stats.clipped).
+LIFT_BOUNDS = (-METRIC_SCALE, METRIC_SCALE)
+NOT_SIGNIFICANT = "trend not significant"  # a monotone ladder's slope above alpha: never 'no trend'
 DISAGREES = "‡"
 
 Levels = dict[Any, dict[int, dict[str, float]]]  # seed -> dose -> sample id -> score
@@ -81,6 +91,32 @@ def pretrain_epochs(study: Path, model: str | None = None) -> float | None:
         return None
 
 
+def trend_tests(side: str) -> dict[str, str]:
+    """TREND_ONE_MODEL and TREND_SEEDS of a ladder tested `side` (lab.stats.DOSE_TREND_SIDES)."""
+    words = f"{side} ({DOSE_TREND_SIDES[side]})"
+    return {"one_model": TREND_ONE_MODEL.format(side=words), "seeds": TREND_SEEDS.format(side=words)}
+
+
+def recipe_dose_trend(study: Path) -> str:
+    """The sidedness of the study's trend tests: its recipe's statistics.dose_trend
+    (STUDY/recipe.json), DEFAULT_DOSE_TREND where the study has no recipe.json or predates the
+    field."""
+    path = Path(study) / "recipe.json"
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except OSError:
+        return DEFAULT_DOSE_TREND
+    except ValueError:
+        raise LabError(f"{path}: unreadable (not the JSON lab study writes)") from None
+    statistics = (recorded.get("statistics") if isinstance(recorded, dict) else None) or {}
+    side = statistics.get("dose_trend", DEFAULT_DOSE_TREND) if isinstance(statistics, dict) \
+        else DEFAULT_DOSE_TREND
+    if side not in DOSE_TREND_SIDES:
+        raise LabError(f"{path}: statistics.dose_trend {side!r}: choose from "
+                       f"{', '.join(DOSE_TREND_SIDES)}")
+    return side
+
+
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -93,13 +129,19 @@ def _std(values: list[float]) -> float | None:
 
 
 def dose_stats(study: Path, metrics: list[str], alpha: float, read_csv: Any,
-               band_metric: str | None = None, alternative: str = "two-sided") -> dict[str, Any]:
+               band_metric: str | None = None, alternative: str = "two-sided",
+               trend_side: str | None = None) -> dict[str, Any]:
     """{"levels": one record per (model, task, metric, epochs, train size, arm, dose),
     "cells": one per ladder (its threshold, fits and band)}; empty lists when no arm injected a
     ladder. `read_csv` is lab.study.report_data's reader (errors name file, line and column);
     the tests take the study's `alternative`, intervals have level 1 - alpha; the curves' band
-    is drawn for `band_metric` only (it refits both curves on every resample)."""
+    is drawn for `band_metric` only (it refits both curves on every resample). The trend tests
+    are `trend_side` (lab.stats.DOSE_TREND_SIDES), by default the recipe's (recipe_dose_trend)."""
     study = Path(study)
+    if trend_side is None:
+        trend_side = recipe_dose_trend(study)
+    elif trend_side not in DOSE_TREND_SIDES:
+        raise LabError(f"dose trend {trend_side!r}: choose from {', '.join(DOSE_TREND_SIDES)}")
     results = read_csv(study / RESULTS, ("model", "task", "arm", "seed", "epochs", "train_size",
                                          "group"), lambda c: c in metrics or c == "injected_token_fraction")
     ladder = [r for r in results if str(r["group"]).startswith(DOSE_GROUP)]
@@ -163,11 +205,14 @@ def dose_stats(study: Path, metrics: list[str], alpha: float, read_csv: Any,
                 cell.update(_reach(cell_levels, alpha, alternative) if cell["unit"] == SEED_UNIT
                             else {})
                 cell.update(_curves(cell_levels, by_seed, alpha, metric == band_metric))
-                cell.update(dose_trend(by_seed))
+                cell.update(dose_trend(by_seed, trend_side))
                 _mark_disagreements(cell_levels, alpha)
                 levels += cell_levels
                 cells.append(cell)
         _adjust_trends([c for c in cells if c["metric"] == metric])
+        for cell in cells:
+            if cell["metric"] == metric:
+                cell["trend_verdict"] = trend_verdict(cell, alpha)
     return {"levels": levels, "cells": cells, "dose_scale": DOSE_SCALE, "times_seen": TIMES_SEEN,
             "alternative": alternative,
             "within_test": f"{SIGN_FLIP_TEST}, {alternative}, over the per-seed lifts",
@@ -178,7 +223,7 @@ def dose_stats(study: Path, metrics: list[str], alpha: float, read_csv: Any,
             "interval": SEED_INTERVAL, "one_model_interval": SAMPLE_BOOTSTRAP,
             "curves": {"monotone": DOSE_CURVE, "unconstrained": DOSE_CURVE_UNCONSTRAINED},
             "non_monotone_rule": NON_MONOTONE_RULE, "band": DOSE_BAND,
-            "trend_test": {"one_model": TREND_ONE_MODEL, "seeds": TREND_SEEDS},
+            "trend_side": trend_side, "trend_test": trend_tests(trend_side),
             "pretrain_epochs": pretrain_epochs(study)}
 
 
@@ -202,6 +247,16 @@ def seed_interval(per_seed: dict[Any, list], alpha: float) -> tuple[float | None
     return effect_interval(per_seed, 1 - alpha) or (None, None)
 
 
+def lift_interval(per_seed: dict[Any, list], alpha: float
+                  ) -> tuple[float | None, float | None, str | None]:
+    """seed_interval cut to LIFT_BOUNDS (lab.stats.clipped), and the bound it cut
+    (lab.stats.clipped_side: what a table marks), None where it cut none."""
+    low, high = seed_interval(per_seed, alpha)
+    if low is None or high is None:
+        return None, None, None
+    return (*clipped((low, high), LIFT_BOUNDS), clipped_side((low, high), LIFT_BOUNDS))
+
+
 def _within(cell_levels: list[dict[str, Any]], by_seed: Levels, alpha: float, alternative: str
             ) -> None:
     """Each injected level against dose 0 of the same models (SEED_UNIT, or with one seed
@@ -216,7 +271,8 @@ def _within(cell_levels: list[dict[str, Any]], by_seed: Levels, alpha: float, al
         lifts = {seed: seed_effect(parts) for seed, parts in per_seed.items()}
         record["lift"] = _mean(list(lifts.values()))
         record["seed_lifts"] = lifts
-        record["lift_ci_low"], record["lift_ci_high"] = seed_interval(per_seed, alpha)
+        record["lift_ci_low"], record["lift_ci_high"], record["lift_ci_clipped"] = \
+            lift_interval(per_seed, alpha)
         if len(per_seed) > 1:
             record["p"], record["test"] = sign_flip_test(list(lifts.values()), alternative)
             record["unit"] = SEED_UNIT
@@ -242,12 +298,15 @@ def _slope(doses: Any, scores: Any) -> Any:
     return (np.asarray(scores, dtype=float) @ centred) / (centred @ centred)
 
 
-def dose_trend(by_seed: Levels) -> dict[str, Any]:
-    """Do scores rise with the dose? Per seed the slope of its per-sample scores on TREND_X
-    (dose 0 included); one seed: TREND_ONE_MODEL, more: TREND_SEEDS. `trend_floor`: the
-    smallest p the test can give. Empty where no seed has two levels."""
+def dose_trend(by_seed: Levels, side: str = DEFAULT_DOSE_TREND) -> dict[str, Any]:
+    """Do scores change with the dose, in the direction `side` tests (lab.stats.DOSE_TREND_SIDES)?
+    Per seed the slope of its per-sample scores on TREND_X (dose 0 included); one seed:
+    TREND_ONE_MODEL, more: TREND_SEEDS. `trend_floor`: the smallest p the test can give. Empty
+    where no seed has two levels."""
     import numpy as np
 
+    if side not in DOSE_TREND_SIDES:
+        raise LabError(f"dose trend {side!r}: choose from {', '.join(DOSE_TREND_SIDES)}")
     points = {seed: [(dose, score) for dose, level in levels.items() for score in level.values()]
               for seed, levels in by_seed.items()}
     points = {seed: pairs for seed, pairs in points.items()
@@ -256,23 +315,53 @@ def dose_trend(by_seed: Levels) -> dict[str, Any]:
         return {}
     slopes = {seed: float(_slope(*zip(*pairs))) for seed, pairs in points.items()}
     found: dict[str, Any] = {"trend_slope": _mean(list(slopes.values())), "trend_x": TREND_X,
-                             "trend_seeds": len(slopes)}
+                             "trend_seeds": len(slopes), "trend_side": side}
     if len(points) > 1:
-        found["trend_p"], _test = sign_flip_test(list(slopes.values()), "greater")
-        found["trend_floor"] = sign_flip_floor(len(points), "greater")
-        found["trend_test"] = TREND_SEEDS
+        found["trend_p"], _test = sign_flip_test(list(slopes.values()), side)
+        found["trend_floor"] = sign_flip_floor(len(points), side)
+        found["trend_test"] = trend_tests(side)["seeds"]
         return found
     [pairs] = points.values()
     doses, scores = (np.asarray(v, dtype=float) for v in zip(*pairs))
     shuffled = np.random.default_rng(0).permuted(np.tile(scores, (TREND_PERMUTATIONS, 1)), axis=1)
     # A permutation tying the observed slope counts against it; the tolerance absorbs the
-    # rounding of the same sum taken in another order.
-    observed = found["trend_slope"]
-    reached = np.sum(_slope(doses, shuffled) >= observed - 1e-12 * (1 + abs(observed)))
+    # rounding of the same sum taken in another order. Two-sided: a slope as far from 0 either
+    # way (the permutation distribution of a slope is centred on 0).
+    observed, permuted = found["trend_slope"], _slope(doses, shuffled)
+    tolerance = 1e-12 * (1 + abs(observed))
+    reached = np.sum({"greater": permuted >= observed - tolerance,
+                      "less": permuted <= observed + tolerance,
+                      "two-sided": np.abs(permuted) >= abs(observed) - tolerance}[side])
     found["trend_p"] = float((1 + reached) / (TREND_PERMUTATIONS + 1))
     found["trend_floor"] = 1 / (TREND_PERMUTATIONS + 1)
-    found["trend_test"] = TREND_ONE_MODEL
+    found["trend_test"] = trend_tests(side)["one_model"]
     return found
+
+
+def turn_shape(rises: list[list[float]], falls: list[list[float]]) -> str:
+    """How a non-monotone ladder turns (lab.stats.dose_turns' rises and falls): 'rises then
+    falls' where a rise ends at or below the dose a fall starts from, 'falls then rises' the
+    other way round, 'rises and falls' where both or neither order holds (a zigzag, or steps
+    that overlap)."""
+    rise_first = any(rise[1] <= fall[0] for rise in rises for fall in falls)
+    fall_first = any(fall[1] <= rise[0] for rise in rises for fall in falls)
+    if rise_first != fall_first:
+        return "rises then falls" if rise_first else "falls then rises"
+    return "rises and falls"
+
+
+def trend_verdict(cell: dict[str, Any], alpha: float) -> str | None:
+    """What a ladder's levels and its trend test say together: 'non-monotone: rises then falls'
+    where its levels turn (NON_MONOTONE_RULE), whatever the trend p (a slope cannot see a
+    turn); else 'rising trend' or 'falling trend' where the trend's Holm p is at most alpha,
+    else NOT_SIGNIFICANT; None where neither could be judged."""
+    if cell.get("non_monotone"):
+        return f"non-monotone: {turn_shape(cell['rises'], cell['falls'])}"
+    if cell.get("trend_p_holm") is None:
+        return None
+    if cell["trend_p_holm"] <= alpha:
+        return f"{'rising' if cell['trend_slope'] > 0 else 'falling'} trend"
+    return NOT_SIGNIFICANT
 
 
 def _adjust_trends(cells: list[dict[str, Any]]) -> None:
@@ -334,8 +423,8 @@ def _against(cell_levels: list[dict[str, Any]], by_seed: Levels, reference: Leve
         effects = [seed_effect(parts) for parts in per_seed.values()]
         record[f"lift_vs_{name}"] = _mean(effects)
         if len(per_seed) > 1:
-            record[f"lift_vs_{name}_ci_low"], record[f"lift_vs_{name}_ci_high"] = \
-                seed_interval(per_seed, alpha)
+            (record[f"lift_vs_{name}_ci_low"], record[f"lift_vs_{name}_ci_high"],
+             record[f"lift_vs_{name}_ci_clipped"]) = lift_interval(per_seed, alpha)
             if record["dose"]:
                 record[f"p_vs_{name}"], _test = sign_flip_test(effects, alternative)
                 tested.append(record)
@@ -391,9 +480,10 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def _with_interval(value: float | None, low: float | None, high: float | None, seeds: int,
-                   over_samples: bool = False) -> str:
-    """The lift and its interval, or why it has none (lab.stats.INTERVAL_RULE)."""
-    return effect_text(value, low, high, seeds, over_samples)
+                   over_samples: bool = False, cut: str | None = None) -> str:
+    """The lift and its interval, a cut bound marked, or why it has none
+    (lab.stats.INTERVAL_RULE)."""
+    return effect_text(value, low, high, seeds, over_samples, cut=cut)
 
 
 def _describe_fits(cell: dict[str, Any]) -> str:
@@ -412,11 +502,14 @@ def _describe_fits(cell: dict[str, Any]) -> str:
 
 
 def _describe_trend(cell: dict[str, Any], alpha: float) -> str:
-    """'trend +12.3 per ln(1 + copies per corpus epoch), p 0.0001, Holm 0.0006*', with 'not
-    testable here' and the floor where the metric's trend tests cannot reach alpha."""
+    """'rising trend: slope +12.3 per ln(1 + copies per corpus epoch), two-sided p 0.0001,
+    Holm 0.0006*' (trend_verdict first), with 'not testable here' and the floor where the
+    metric's trend tests cannot reach alpha."""
+    verdict = cell.get("trend_verdict")
     if cell.get("trend_p_holm") is None:
-        return "trend not tested"
-    text = (f"trend {cell['trend_slope']:+.3g} per {TREND_X}, p {cell['trend_p']:.2g}, "
+        return f"{verdict}; trend not tested" if verdict else "trend not tested"
+    text = (f"{verdict}: slope {cell['trend_slope']:+.3g} per {TREND_X}, "
+            f"{cell.get('trend_side', DEFAULT_DOSE_TREND)} p {cell['trend_p']:.2g}, "
             f"Holm {starred_p(cell['trend_p_holm'], cell['trend_slope'], alpha, '.2g')}")
     if cell["trend_p_holm_floor"] > alpha:
         text += (f" (not testable here: {cell['trend_seeds']} seeds, smallest Holm p "
@@ -436,7 +529,8 @@ def dose_table(found: dict[str, Any], metric: str) -> dict[str, str]:
     lines = []
     for r in levels:
         versus = _with_interval(r.get("lift_vs_control"), r.get("lift_vs_control_ci_low"),
-                                r.get("lift_vs_control_ci_high"), r["seeds"])
+                                r.get("lift_vs_control_ci_high"), r["seeds"],
+                                cut=r.get("lift_vs_control_ci_clipped"))
         if r.get("p_vs_control_holm") is not None:
             p_holm = starred_p(r["p_vs_control_holm"], r["lift_vs_control"], alpha, ".2g")
             versus += f" (p {p_holm}{' ' + DISAGREES if r.get('disagrees_vs_control') else ''})"
@@ -445,7 +539,7 @@ def dose_table(found: dict[str, Any], metric: str) -> dict[str, str]:
                       str(r["seeds"]), str(r["samples"]), _fmt(r.get("score"), ".2f"),
                       _with_interval(r.get("lift"), r.get("lift_ci_low"), r.get("lift_ci_high"),
                                      len(r.get("seed_lifts") or {}),
-                                     r.get("unit") == SAMPLE_UNIT),
+                                     r.get("unit") == SAMPLE_UNIT, r.get("lift_ci_clipped")),
                       starred_p(r.get("p_holm"), r.get("lift"), alpha, ".2g")
                       + (f" {DISAGREES}" if r.get("disagrees") else ""),
                       _fmt(r.get("p_pooled_description"), ".2g"), versus,
@@ -487,14 +581,19 @@ def dose_table(found: dict[str, Any], metric: str) -> dict[str, str]:
             f"seeds and samples per level), not a dose below which nothing happens. Curves, "
             f"fitted to the mean lifts against the dose: "
             f"{found['curves']['monotone']}; {found['curves']['unconstrained']}. "
-            f"{found['non_monotone_rule']}.")
+            f"{found['non_monotone_rule']}; such a ladder is worded by how it turns ('non-"
+            f"monotone: rises then falls'), whatever its trend p."
+            + (f" {CLIPPED_LEGEND}." if any(r.get("lift_ci_clipped")
+                                            or r.get("lift_vs_control_ci_clipped")
+                                            for r in levels) else ""))
     markdown = ("| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n"
                 + "".join("| " + " | ".join(line) + " |\n" for line in lines)
                 + "\n" + "\n".join(thresholds) + "\n\n" + note + "\n")
     columns = ["model", "task", "metric", "arm", "epochs", "train_size", "dose", "times_seen",
                "token_share", "seeds", "samples", "score", "score_std", "sample_mean", "lift",
-               "lift_ci_low", "lift_ci_high", "unit", "p", "p_holm", "p_pooled_description",
-               "lift_vs_control", "lift_vs_control_ci_low", "lift_vs_control_ci_high",
+               "lift_ci_low", "lift_ci_high", "lift_ci_clipped", "unit", "p", "p_holm",
+               "p_pooled_description", "lift_vs_control", "lift_vs_control_ci_low",
+               "lift_vs_control_ci_high", "lift_vs_control_ci_clipped",
                "p_vs_control", "p_vs_control_holm", "disagrees", "disagrees_vs_control",
                "probe_auc", "probe_p"]
     columns += sorted({k for r in found["levels"] for k in r if "_vs_" in k and k not in columns})

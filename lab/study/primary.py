@@ -20,9 +20,10 @@ from typing import Any
 
 from lab.common import LabError
 from lab.eval.generate import EXCLUDED_FROM_CLEAN
-from lab.stats import (CLUSTER_BOOTSTRAP, CORPUS_SCORE, INTERVAL_RULE, SAMPLE_BOOTSTRAP,
-                       SAMPLE_SCORE, SCORES, SIGN_FLIP_TEST, STUDENT_T, STUDENT_T_SEEDS,
-                       checked_interval, clipped, effect_interval, effect_text, holm,
+from lab.stats import (CLIPPED_LEGEND, CLUSTER_BOOTSTRAP, CORPUS_SCORE, INTERVAL_RULE,
+                       SAMPLE_BOOTSTRAP, SAMPLE_SCORE, SCORES, SIGN_FLIP_TEST, STUDENT_T,
+                       STUDENT_T_SEEDS, checked_interval, clipped, clipped_side, effect_interval,
+                       effect_text, holm,
                        interval_method, sample_interval, seed_effect, seed_mean_interval,
                        sign_flip_test, starred_p)
 from lab.study.questions import (QUESTIONS, SAMPLE_UNIT, SEED_UNIT, Contrast, allowed, family,
@@ -222,13 +223,24 @@ def _test_row(test: Contrast, task: str, metric: str, clean: dict, halves: dict,
                    interval_method=SAMPLE_BOOTSTRAP)
     else:
         p, name = sign_flip_test(list(effects.values()), alternative)
-        interval = effect_interval(per_seed, level, bounds=effect_bounds(test)) if seeds >= 2 \
-            else None
+        interval = _cut(row, effect_interval(per_seed, level) if seeds >= 2 else None, test)
         row.update(p=p, test=name, floor=sign_flip_floor(seeds, alternative),
                    interval_method=interval_method(seeds) if interval else None)
     if interval:
         row.update(ci_low=interval[0], ci_high=interval[1])
     return row
+
+
+def _cut(row: dict[str, Any], interval: tuple[float, float] | None, test: Contrast
+         ) -> tuple[float, float] | None:
+    """`interval` as estimated, cut to effect_bounds (lab.stats.clipped) and checked; the row's
+    `ci_clipped` says which bound was cut (lab.stats.clipped_side), so that every table marks
+    it and a CSV or JSON reader sees it."""
+    if interval is None or row.get("estimate") is None:
+        return None
+    bounds = effect_bounds(test)
+    row["ci_clipped"] = clipped_side(interval, bounds)
+    return checked_interval(row["estimate"], *clipped(interval, bounds))
 
 
 METRIC_SCALE = 100.0  # every metric of the lab scores 0-100 (BLEU, METEOR, EM, CodeBLEU)
@@ -309,9 +321,8 @@ def _corpus_row(test: Contrast, task: str, metric: str, corpus: dict, compared: 
                estimate=sum(effects.values()) / seeds if seeds else None)
     p, name = sign_flip_test(list(effects.values()), alternative)
     row.update(p=p, test=name, floor=sign_flip_floor(seeds, alternative))
-    mean, low, high = seed_mean_interval(list(effects.values()), 1 - alpha)
-    interval = None if low is None else checked_interval(mean, *clipped((low, high),
-                                                                        effect_bounds(test)))
+    _estimate, low, high = seed_mean_interval(list(effects.values()), 1 - alpha)
+    interval = None if low is None else _cut(row, (low, high), test)
     if interval:
         row["ci_low"], row["ci_high"] = interval
         row["interval_method"] = STUDENT_T
@@ -439,7 +450,8 @@ def _effect(row: dict[str, Any]) -> str:
     if row.get("missing"):
         return row["missing"]
     return effect_text(row.get("estimate"), row.get("ci_low"), row.get("ci_high"),
-                       row.get("seeds", 0), over_samples=row.get("unit") == SAMPLE_UNIT)
+                       row.get("seeds", 0), over_samples=row.get("unit") == SAMPLE_UNIT,
+                       cut=row.get("ci_clipped"))
 
 
 def _p_holm(row: dict[str, Any], table: dict[str, Any]) -> str:
@@ -529,6 +541,8 @@ def primary_note(table: dict[str, Any]) -> str:
     shown = rows + [r["other"] for r in rows if r.get("other")]
     if any(r.get("estimate") is not None and r.get("ci_low") is None for r in shown):
         parts.append(f"[n/a (reason)]: {INTERVAL_RULE}.")
+    if any(r.get("ci_clipped") for r in shown):
+        parts.append(f"{CLIPPED_LEGEND}.")
     if table["not_available"]:
         parts.append(f"Declared but not in these results: {', '.join(table['not_available'])}.")
     if table.get("beyond_plan"):
@@ -626,7 +640,8 @@ def render(table: dict[str, Any]) -> dict[str, str]:
                 + ("".join(f"\n{line}\n" for line in lines)))
     fields = ["question", "model", "task", "metric", "score", "epochs", "epochs_to", "train_size",
               "arm", "reference", "contrast", "unit", "seeds", "seeds_positive", "estimate",
-              "ci_low", "ci_high", "p", "test", "floor", "p_holm", "significant", "samples",
+              "ci_low", "ci_high", "ci_clipped", "p", "test", "floor", "p_holm", "significant",
+              "samples",
               "interval_method", "missing"]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")

@@ -31,8 +31,8 @@ from lab.contamination.inject import InjectConfig, placebo_splits
 from lab.detect.run import DetectConfig
 from lab.eval.probe import ProbeConfig
 from lab.study.evaluate import EvaluateStageConfig
-from lab.stats import (ALPHA, CONVENTIONS, DEFAULT_CONVENTION, PLANNING_SD, SAMPLE_SCORE, SCORES,
-                       SMALLEST_EFFECT)
+from lab.stats import (ALPHA, CONVENTIONS, DEFAULT_CONVENTION, DEFAULT_DOSE_TREND, DOSE_TREND_SIDES,
+                       PLANNING_SD, SAMPLE_SCORE, SCORES, SMALLEST_EFFECT)
 from lab.study.questions import QUESTIONS
 from lab.stats import (PLANNING_CORRELATION, PLANNING_SHAPE, PLANNING_SHAPES,
                        SENSITIVITY_CORRELATIONS)
@@ -283,6 +283,11 @@ class StatisticsSection:
     planned_seeds: int | None = param(None, "How many seeds the analysis was planned with (null: "
                                       "as many as `seeds` lists). A study merged from more "
                                       "seeds is reported as exploratory, not confirmatory.")
+    dose_trend: str = param(DEFAULT_DOSE_TREND, "The sidedness of a dose ladder's trend test "
+                            "(lab.study.dose): " + ", ".join(f"{k} ({v})" for k, v in
+                                                              DOSE_TREND_SIDES.items())
+                            + "; a ladder that rises then falls is reported non-monotone "
+                              "whatever its trend p.")
 
 
 CONTINUED_ORDERS = ("clean-after", "clean-first")
@@ -567,6 +572,8 @@ def _check_study(recipe: Recipe) -> None:
         _fail("statistics.convention", f"choose from {', '.join(CONVENTIONS)}")
     if recipe.statistics.score not in SCORES:
         _fail("statistics.score", f"choose from {', '.join(SCORES)}")
+    if recipe.statistics.dose_trend not in DOSE_TREND_SIDES:
+        _fail("statistics.dose_trend", f"choose from {', '.join(DOSE_TREND_SIDES)}")
     if not recipe.statistics.smallest_effect > 0:
         _fail("statistics.smallest_effect", f"expected a number > 0, got "
               f"{recipe.statistics.smallest_effect}")
