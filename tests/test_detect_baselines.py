@@ -35,10 +35,11 @@ def codetrans_test() -> list[Sample]:
 @needs_corpora
 def test_blind_on_random_halves_of_one_split_covers_chance():
     """The split-half design: members and non-members drawn at random from CodeTrans test. The
-    blind baseline cannot tell them apart: the interval the lab prints covers 0.5. A 95%
-    interval misses 0.5 in about one draw in twenty by chance, so ten draws (each with its own
-    folds) are scored: at least 8 cover 0.5 (9 of these do; 18 of 20 draws did when measured)
-    and their mean AUC is 0.5 within 0.02 (each draw's spread is about 0.02)."""
+    blind baseline cannot tell them apart: the interval the lab prints (its permutation test's,
+    lab.detect.blind.INTERVAL) covers 0.5 exactly where its p is above 0.05, which a random
+    split gives in 19 draws of 20. Ten draws of 40 + 40 (each with its own folds), 19
+    permutations each: at least 8 cover 0.5 (tests/test_calibration_detect.py measures the
+    rate)."""
     from lab.detect import blind
 
     samples = codetrans_test()
@@ -46,15 +47,14 @@ def test_blind_on_random_halves_of_one_split_covers_chance():
     texts = ["\n".join(blind_context().documents(s)) for s in samples]
     covered, aucs = 0, []
     for draw in range(10):
-        members = set(random.Random(f"draw {draw}").sample(range(len(samples)), 500))
-        labels = [i in members for i in range(len(samples))]
-        scores = blind.cross_fit(texts, labels, draw)
-        metrics = detection_metrics([s for s, m in zip(scores, labels) if m],
-                                    [s for s, m in zip(scores, labels) if not m])
-        covered += metrics["auc_sample_low"] <= 0.5 <= metrics["auc_sample_high"]
-        aucs.append(metrics["auc"])
+        drawn = random.Random(f"draw {draw}").sample(range(len(samples)), 80)
+        tested = blind.permutation_test([texts[i] for i in drawn], ["member"] * 40 + [None] * 40,
+                                        draw, permutations=19)[blind.MEMBER]
+        covered += tested["low"] <= 0.5 <= tested["high"]
+        assert (tested["low"] <= 0.5 <= tested["high"]) == (tested["p"] > 0.05)
+        aucs.append(tested["auc"])
     assert covered >= 8, aucs
-    assert abs(sum(aucs) / len(aucs) - 0.5) < 0.02, aucs
+    assert abs(sum(aucs) / len(aucs) - 0.5) < 0.06, aucs
     # the detector is the same cross-fitting, deterministic per seed; another seed folds afresh
     labels = [i in set(random.Random("draw 0").sample(range(1000), 500)) for i in range(1000)]
     ctx = DetectContext(model=None, tokenizer=None, family="gpt2", form="paired", fold_seed=0)
@@ -75,7 +75,13 @@ def test_blind_finds_a_split_that_is_not_random():
                        labels=labels)["blind"]
     metrics = detection_metrics([s for s, m in zip(scores, labels) if m],
                                 [s for s, m in zip(scores, labels) if not m])
-    assert metrics["auc"] > 0.8 and metrics["auc_sample_low"] > 0.5
+    assert metrics["auc"] > 0.8
+    # its own test (19 permutations: the smallest p is 1/20) finds it, and its interval
+    from lab.detect import blind
+
+    tested = blind.test(blind_context(), samples, ["member" if m else None for m in labels],
+                        19)[blind.MEMBER]
+    assert tested["auc"] == metrics["auc"] and tested["p"] == 1 / 20 and tested["low"] > 0.5
 
 
 def test_blind_needs_labels_and_both_groups():
@@ -266,6 +272,20 @@ def test_lab_detect_runs_the_baselines_beside_the_detectors(micro_world, tmp_pat
     assert shift["auc"] == pytest.approx(roc_auc([r["blind_shift"] for r in by_role["nonmember"]],
                                                  [r["blind_shift"] for r in by_role["shift"]]))
     assert shift["alternative"] == "two-sided" and shift["bound"].startswith("shift AUC")
+    # the blind baseline's p and interval are its permutation test's (named, with its
+    # permutations and seed), membership and shift check alike; the other detectors' are not
+    from lab.detect import blind
+    from lab.detect.shift import detectable_shift
+
+    for metrics in (result["detectors"]["blind"], shift):
+        assert (metrics["test"], metrics["permutations"], metrics["permutation_seed"],
+                metrics["alternative"]) == (blind.TEST, blind.PERMUTATIONS, 0, "two-sided")
+        assert 1 / (blind.PERMUTATIONS + 1) <= metrics["p"] <= 1
+        assert metrics["auc_sample_low"] <= metrics["auc"] <= metrics["auc_sample_high"]
+    assert shift["detectable_shift"] == detectable_shift(shift["null_sd"])
+    assert result["settings"]["blind_permutations"] == blind.PERMUTATIONS
+    assert result["detectors"]["loss"]["alternative"] == "greater"
+    assert "test" not in result["detectors"]["loss"]
 
     # the corpus moved away: DC-PDD is refused in one line, before anything is written
     (tmp_path / "paired").rename(tmp_path / "moved")

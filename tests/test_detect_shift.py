@@ -38,12 +38,33 @@ def test_the_shift_test_is_two_sided_and_finds_valid_samples_that_read_as_more_m
     assert shift_metrics(detection_metrics(test, same), test, same)["p"] > 0.05
 
 
-def test_the_check_is_read_as_a_bound_with_its_interval():
-    text = bound(0.46, 0.33, 0.59, 0.52)
+def test_the_check_is_read_as_a_bound_with_its_interval_and_what_it_could_have_seen():
+    text = bound(0.46, 0.33, 0.59, 0.52, 0.18, (40, 40))
     assert text.startswith("shift AUC 0.46 [0.33, 0.59] (two-sided p 0.52; valid more "
                            "member-like)")
-    assert "a shift larger than the interval allows is excluded" in text
+    assert ("not significant; a shift below |AUC - 0.5| = 0.18 (AUC 0.32-0.68) is not excluded"
+            in text and "80% power" in text and "40 vs 40 samples" in text)
     assert "no shift" not in text
+    found = bound(0.71, 0.60, 0.82, 0.001, 0.18, (40, 40))
+    assert found.endswith(": a shift (p <= 0.05)") and "not excluded" not in found
+
+
+def test_the_detectable_shift_shrinks_with_the_samples_and_is_in_every_shift_row():
+    """The rank test's detectable shift: (1.96 + 0.84) x sqrt((n1 + n2 + 1) / (12 n1 n2)):
+    0.18 for 40 vs 40, 0.08 for 200 vs 200; shift_metrics states it and quotes it."""
+    from lab.detect.shift import detectable_shift, rank_null_sd
+
+    assert detectable_shift(rank_null_sd(40, 40)) == pytest.approx(0.182, abs=0.001)
+    assert detectable_shift(rank_null_sd(200, 200)) == pytest.approx(0.081, abs=0.001)
+    rng = random.Random(2)
+    test = [rng.gauss(0.0, 1.0) for _ in range(40)]
+    valid = [rng.gauss(0.0, 1.0) for _ in range(30)]
+    metrics = shift_metrics(detection_metrics(test, valid), test, valid)
+    assert metrics["detectable_shift"] == detectable_shift(rank_null_sd(40, 30))
+    assert f"{metrics['detectable_shift']:.2f}" in metrics["bound"]
+    # a detector with its own test: its p and its null spread are the ones used
+    own = shift_metrics(detection_metrics(test, valid), test, valid, 0.5, 0.1)
+    assert own["p"] == 0.5 and own["detectable_shift"] == detectable_shift(0.1)
 
 
 def test_the_draw_is_made_afresh_per_seed_and_is_the_same_for_one_seed():

@@ -3,7 +3,8 @@
 The model's own pre-training corpus (or --groups, for a control or placebo model) says which
 test samples were injected, in which form and at which dose: those are the members. Non-members
 are the held-out half of a split-half arm or, for an arm that injected every sample, never-seen
-samples of the validation split, found as `lab probe` finds them (lab.eval.probe) and drawn
+samples of the validation split, found as `lab probe` finds them (lab.eval.probe), from one
+pool shared by every arm of the seed (--seed-corpora: lab.eval.probe.SHARED_POOL_RULE), and drawn
 length-matched to the members with the model's seed (lab.detect.shift). Each sample is
 scored in the form it was injected in. Per detector, the summary gives the ROC AUC of telling
 members from non-members, the TPR at 1% and 5% FPR (the low-FPR regime membership inference is
@@ -12,11 +13,13 @@ dose against the held-out level. `--reference` (a model that never saw the sampl
 same tokenizer and family: the study's control or placebo model) adds the reference detector.
 The TPR at 0.1% FPR is given only where there are at least 1000 non-members (with fewer, no
 threshold has an FPR of 0.1% but 0: the row says so). The blind baseline (lab.detect.blind)
-reads the members' and non-members' labels, never the model; DC-PDD reads the model's
+reads the members' and non-members' labels, never the model (its p and interval are its own
+two-sided label-permutation test's, membership and shift check alike); DC-PDD reads the model's
 pre-training corpus. Each row and metric carries the arm's contamination form (`lab inject
 --contamination-form`; verbatim where its corpus record states none).
 With a held-out half, the distribution-shift check sets it against as many never-seen validation
-samples, length-matched to it (lab.detect.shift): two-sided, read as a bound.
+samples, length-matched to it (lab.detect.shift): two-sided, read as a bound that states the
+smallest shift the check could have detected.
 """
 from __future__ import annotations
 
@@ -31,9 +34,10 @@ from lab.contamination import settings as settings_table
 from lab.contamination.soft import recorded_form
 from lab.corpora import corpora_inputs, load_samples
 from lab.corpora.shards import read_manifest, verify_corpus
-from lab.detect import DEFAULT_DETECTORS, DETECTORS, applicable, check_detectors, score_all
+from lab.detect import DEFAULT_DETECTORS, DETECTORS, applicable, blind, check_detectors, score_all
 from lab.detect.context import DetectContext
 from lab.detect.shift import DRAW
+from lab.eval.probe import seed_arm_samples, seed_corpora_param
 from lab.models import (check_placement, device_param, dtype_param, place_model, positions_of,
                         pretraining_record, read_stage_manifest)
 from lab.stats import auc_interval, membership_auc, roc_auc, tpr_at_fpr
@@ -43,6 +47,8 @@ FPRS = (0.01, 0.05)  # the false positive rates TPR is reported at
 LOW_FPR, LOW_FPR_NONMEMBERS = 0.001, 1000
 LOW_FPR_KEY = "tpr_at_0.1pct_fpr"
 SHIFT_SUFFIX = "_shift"  # a labelled detector's scores of the shift check (held-out test vs valid)
+# A labelled detector's own test of its AUC (its scores are not independent samples)
+LABELLED_TESTS = {"blind": blind.test}
 
 
 @dataclass
@@ -74,6 +80,7 @@ class DetectConfig:
                               "near 0.5 unless the splits differ).")
     seed: int | None = param(None, "Seed of the validation samples' draw (default: the model's "
                                    "pre-training seed; 0 for an outside model).")
+    seed_corpora: tuple[Path, ...] = seed_corpora_param()
     draw: str = param(DRAW, "How the never-seen validation samples are drawn (the study's stage "
                             "key names it).", cli=False)
     batch_size: int = param(16, "Documents per forward pass.")
@@ -224,6 +231,8 @@ class _Subject:
     described: str  # what the console names the model
     contamination_form: str | None = None  # the scored samples' arm's; None: an outside model
     corpus: dict[str, Any] | None = None  # the model's pre-training corpus record (DC-PDD)
+    # what the seed's other arms injected or pre-trained on (--seed-corpora): out of the draw
+    seed_arms: frozenset[str] = frozenset()
 
 
 OUTSIDE_MAX_TOKENS = 2048  # an outside model's documents are cut there (or at its positions)
@@ -244,17 +253,21 @@ def _draw_seed(cfg: DetectConfig, manifest: dict[str, Any]) -> int:
 
 
 def _valid_samples(chosen: dict[str, Any], tests: list[Any], targets: list[Any],
-                   manifest: dict[str, Any], form: str, seed: int, corpora_dir: Path | None
-                   ) -> tuple[list[Any], dict[str, Any]]:
+                   manifest: dict[str, Any], form: str, seed: int, corpora_dir: Path | None,
+                   seed_arms: frozenset[str] = frozenset()) -> tuple[list[Any], dict[str, Any]]:
     """Never-seen validation samples set against `targets`: every eligible one (lab.eval.probe's
-    rule), then one per target, length-matched with `seed` (lab.detect.shift)."""
+    rule, less every sample an arm of the seed pre-trained on: `seed_arms` and the model's own
+    placebo samples), then one per target, length-matched with `seed` (lab.detect.shift). The
+    arms of a seed scored on one group thus draw the same samples: same pool, seed, targets and
+    form."""
     import sys
 
     from lab.detect.shift import length_matched_draw
     from lab.eval.probe import reference_samples
 
     # a count no pool reaches: reference_samples then returns every eligible sample, undrawn
-    eligible, found = reference_samples(chosen, tests, sys.maxsize, True, manifest, corpora_dir)
+    eligible, found = reference_samples(chosen, tests, sys.maxsize, True, manifest, corpora_dir,
+                                        seed_arms)
     if not eligible:
         return [], found
     drawn, draw = length_matched_draw(eligible, targets, seed, form)
@@ -279,6 +292,7 @@ def _lab_subject(cfg: DetectConfig, check: Any) -> _Subject:
     form = settings_table.probed_form(chosen["setting"]) if cfg.form == "auto" else cfg.form
     if form is None:
         raise LabError(f"the corpus setting '{chosen['setting']}' has no injected form to score")
+    seed_arms = seed_arm_samples(cfg.seed_corpora, chosen["benchmark"])
     check()
     if cfg.groups is None:
         _check_own_corpus(cfg, own)
@@ -294,7 +308,7 @@ def _lab_subject(cfg: DetectConfig, check: Any) -> _Subject:
     corpus = {**record.get("corpus", {}),
               "tokenizer_sha256": record.get("tokenizer", {}).get("sha256")}
     return _Subject(model, tokenizer, manifest, family, chosen, form, max_tokens, reference,
-                    family, recorded_form(groups_record), corpus)
+                    family, recorded_form(groups_record), corpus, seed_arms)
 
 
 def _groups_record(groups: Path) -> dict[str, Any]:
@@ -318,6 +332,9 @@ def _outside_subject(cfg: DetectConfig, check: Any) -> _Subject:
     if cfg.groups is not None:
         raise LabError(f"--groups {cfg.groups}: only for a lab model (an outside model's "
                        "samples are --benchmark's --split)")
+    if cfg.seed_corpora:
+        raise LabError(f"--seed-corpora {cfg.seed_corpora[0]}: only for a lab model (an outside "
+                       "model has no seed whose arms could share its draw)")
     spec = get_spec(cfg.benchmark)
     try:
         split = spec.canonical_split(cfg.split)
@@ -359,7 +376,8 @@ def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
         raise LabError(f"detect draw '{cfg.draw}': this lab draws only '{DRAW}'")
     detectors = check_detectors(cfg.detectors)
     out = Path(cfg.out or beside(cfg.model, "detect"))
-    inputs = [cfg.model, cfg.groups, cfg.reference, *corpora_inputs(cfg.corpora_dir)]
+    inputs = [cfg.model, cfg.groups, cfg.reference, *cfg.seed_corpora,
+              *corpora_inputs(cfg.corpora_dir)]
     outside = Path(cfg.model).is_dir() and not (Path(cfg.model) / "manifest.json").exists()
     subject = (_outside_subject if outside else _lab_subject)(
         cfg, lambda: check_output(out, cfg.force, "lab-detection", inputs))
@@ -379,7 +397,7 @@ def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
     seed = _draw_seed(cfg, manifest)
     if not held:
         nonmembers, reference_record = _valid_samples(chosen, tests, members, manifest, form,
-                                                      seed, cfg.corpora_dir)
+                                                      seed, cfg.corpora_dir, subject.seed_arms)
         baseline = "reference"
         if not nonmembers:
             raise LabError(f"{chosen['source']}: no never-seen samples to compare the injected "
@@ -387,7 +405,7 @@ def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
     shift, shift_record = [], None
     if cfg.shift and baseline == "held_out":
         shift, shift_record = _valid_samples(chosen, tests, nonmembers, manifest, form, seed,
-                                             cfg.corpora_dir)
+                                             cfg.corpora_dir, subject.seed_arms)
     elif cfg.shift and not outside:
         shift_record = {"missing": "every scored test sample was injected: no never-seen test "
                                    "samples to set against never-seen valid ones"}
@@ -423,6 +441,13 @@ def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
                                       labels=[True] * len(nonmembers) + [False] * len(shift)
                                       ).items():
             scores[name + SHIFT_SUFFIX] = [None] * len(members) + values
+    # its p and interval come from its own test (lab.detect.blind), each dose's as well
+    tested = _labelled_tests(ctx, members + nonmembers, labelled, [
+        chosen["doses"].get(s.id) or "member" for s in members] + [None] * len(nonmembers),
+        seconds)
+    shift_tested = (_labelled_tests(ctx, nonmembers + shift, labelled,
+                                    ["test"] * len(nonmembers) + [None] * len(shift), seconds)
+                    if shift else {})
     roles = (["member"] * len(members) + ["nonmember"] * len(nonmembers)
              + ["shift"] * len(shift))
     groups = {"member": "audited" if outside else "injected", "nonmember": baseline,
@@ -440,7 +465,7 @@ def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
     shift_summary = None
     if shift_record is not None:
         # the never-seen test samples (positives) against never-seen valid ones, two-sided
-        checked = _shift_summary(rows, names) if shift else {}
+        checked = _shift_summary(rows, names, shift_tested) if shift else {}
         shift_summary = {"samples": shift_record, "detectors": checked,
                          "statement": "; ".join(f"{name}: {m['bound']}"
                                                 for name, m in checked.items())
@@ -455,16 +480,18 @@ def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
         "reference_model": str(cfg.reference) if cfg.reference else None,
         **({"contamination_form": subject.contamination_form}
            if subject.contamination_form else {}),
-        "detectors": summarise(rows, names),
+        "detectors": _labelled_metrics(summarise(rows, names), tested),
         "skipped": sorted(d.name for d in detectors if d not in used),
         "detector_seconds": seconds,
         "settings": {"k": cfg.k, "neighbours": cfg.neighbours, "cdd_samples": cfg.cdd_samples,
                      "fprs": list(FPRS), "low_fpr": LOW_FPR,
                      "low_fpr_min_nonmembers": LOW_FPR_NONMEMBERS,
                      **({"dc_pdd_a": _dc_pdd_a()} if "dc_pdd" in names else {}),
-                     **({"blind_fold_seed": seed} if labelled else {})},
+                     **({"blind_fold_seed": seed, "blind_test": blind.TEST_RULE,
+                         "blind_interval": blind.INTERVAL,
+                         "blind_permutations": blind.PERMUTATIONS} if labelled else {})},
         "placement": {"device": device, "dtype": cfg.dtype},
-        **({"by_dose": _by_dose(rows, names)} if chosen["doses"] else {}),
+        **({"by_dose": _by_dose(rows, names, tested)} if chosen["doses"] else {}),
         **({"shift": shift_summary} if shift_summary is not None else {}),
         "wall_seconds": round(time.perf_counter() - started, 2),
         "environment": environment_record(),
@@ -493,11 +520,49 @@ def _with_form(summary: dict[str, Any], form: str) -> None:
             metrics["contamination_form"] = form
 
 
-def _shift_summary(rows: list[dict[str, Any]], names: Sequence[str]
-                   ) -> dict[str, dict[str, Any]]:
+LabelledTests = dict[str, dict[Any, dict[str, Any]]]  # detector -> comparison -> its test
+
+
+def _labelled_tests(ctx: DetectContext, samples: Sequence[Any], labelled: Sequence[Any],
+                    groups: Sequence[Any], seconds: dict[str, float]) -> LabelledTests:
+    """Each labelled detector's own test of the AUC of its scores of `samples` (`groups`: each
+    one's member group, a dose or 'member', None for a non-member), timed into its seconds. The
+    blind baseline is the one labelled detector: its pooled cross-fitted scores are not
+    independent samples, so it is tested by refitting it on permuted labels
+    (lab.detect.blind.test)."""
+    out = {}
+    for detector in labelled:
+        started = time.perf_counter()
+        out[detector.name] = LABELLED_TESTS[detector.name](ctx, samples, groups)
+        seconds[detector.name] = round(seconds.get(detector.name, 0.0)
+                                       + time.perf_counter() - started, 2)
+    return out
+
+
+def _tested(metrics: dict[str, Any], test: dict[str, Any]) -> dict[str, Any]:
+    """A labelled detector's metrics with its own test's two-sided p and interval in place of
+    the rank test's and the bootstrap's (detection_metrics), which its scores would fail."""
+    return {**metrics, "auc_sample_low": test["low"], "auc_sample_high": test["high"],
+            "p": test["p"], "alternative": "two-sided", "test": blind.TEST,
+            "permutations": test["permutations"], "permutation_seed": test["seed"],
+            "null_sd": test["null_sd"]}
+
+
+def _labelled_metrics(table: dict[str, dict[str, Any]], tested: LabelledTests,
+                      comparison: Any = None) -> dict[str, dict[str, Any]]:
+    """A summary table (detector -> metrics) with each labelled detector's metrics made its
+    own test's, for `comparison`: a dose (its members against the non-members), or every member
+    (None; also a dose whose group is every member)."""
+    return {name: _tested(metrics, tested[name].get(comparison, tested[name][blind.MEMBER]))
+            if name in tested else metrics for name, metrics in table.items()}
+
+
+def _shift_summary(rows: list[dict[str, Any]], names: Sequence[str],
+                   tested: LabelledTests | None = None) -> dict[str, dict[str, Any]]:
     """Per detector, the held-out test samples against the valid ones: the membership metrics
     with a two-sided p, the direction and the bound (lab.detect.shift.shift_metrics). A
-    labelled detector's are its own scores of the shift check (it learnt test against valid)."""
+    labelled detector's are its own scores of the shift check (it learnt test against valid),
+    with its own test's p, interval and spread under no shift (`tested`)."""
     from lab.detect.shift import shift_metrics
 
     test = [r for r in rows if r["role"] == "nonmember"]
@@ -506,16 +571,24 @@ def _shift_summary(rows: list[dict[str, Any]], names: Sequence[str]
     for name in names:
         key = name + SHIFT_SUFFIX if DETECTORS[name].needs == "labels" else name
         first, second = [r[key] for r in test], [r[key] for r in valid]
-        out[name] = shift_metrics(detection_metrics(first, second), first, second)
+        if name in (tested or {}):
+            test = tested[name][blind.MEMBER]
+            out[name] = shift_metrics(_tested(detection_metrics(first, second), test), first,
+                                      second, test["p"], test["null_sd"])
+        else:
+            out[name] = shift_metrics(detection_metrics(first, second), first, second)
     return out
 
 
-def _by_dose(rows: list[dict[str, Any]], names: Sequence[str]) -> dict[str, Any]:
-    """Each injected dose's members against the held-out level (dose 0)."""
+def _by_dose(rows: list[dict[str, Any]], names: Sequence[str],
+             tested: LabelledTests | None = None) -> dict[str, Any]:
+    """Each injected dose's members against the held-out level (dose 0); a labelled
+    detector's p and interval from its own test of that dose (`tested`)."""
     held = [r for r in rows if r["role"] == "nonmember"]
     doses = sorted({r["dose"] for r in rows if r.get("dose") and r["role"] == "member"})
-    return {str(d): summarise([r for r in rows if r.get("dose") == d and r["role"] == "member"]
-                              + held, names) for d in doses}
+    return {str(d): _labelled_metrics(summarise(
+        [r for r in rows if r.get("dose") == d and r["role"] == "member"] + held, names),
+        tested or {}, d) for d in doses}
 
 
 def _languages(benchmark: str) -> tuple[str, str]:

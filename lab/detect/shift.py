@@ -18,24 +18,37 @@ interval over seeds includes the draw's variation, and the same seed draws the s
 The test (shift_metrics): two-sided. A shift in either direction is a problem: test samples
 that read as more member-like than valid ones make an audit of test against valid samples
 overstate contamination, valid samples that read as more member-like make it understate it.
+
+What it could have seen (detectable_shift, DETECTABLE_RULE): a check of 40 against 40 samples
+misses a 0.3 SD shift most of the time (issue 69: power 0.10-0.25), so a p above alpha is no
+reassurance by itself. Every reading states the smallest shift the check had POWER to detect
+at its sample size, and a non-significant one says only that a shift below it is not excluded.
 """
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from typing import Any, Sequence
 
 from lab.contamination.settings import form_documents
-from lab.stats import interval_reason
+from lab.stats import ALPHA, POWER, interval_reason
 
 # Each target picks at random among this many nearest unused valid samples: 1 would make every
 # seed's draw nearly the same (the draw's variation would again be left out of the interval over
 # seeds); more loosens the match. 5 keeps the median length gap small on a pool of hundreds.
 MATCH_CANDIDATES = 5
-# The name of the draw: part of a study's detect stage key, so that stages scored with the
-# earlier draw (one fixed set of validation samples for every seed, unmatched in length, and a
-# one-sided shift test) are not taken for this one's.
-DRAW = "length-matched, per seed"
+# The name of the draw: part of a study's detect stage key, so that stages scored with an
+# earlier draw are not taken for this one's: one fixed set of validation samples for every seed,
+# unmatched in length, and a one-sided shift test (no draw in the key); then "length-matched, per
+# seed", whose pool left out the scored model's own placebo samples only, so a placebo and its
+# arm drew different samples (lab.eval.probe.SHARED_POOL_RULE).
+DRAW = "length-matched, per seed, one pool per seed"
+DETECTABLE_RULE = (f"the smallest |AUC - 0.5| the check detects with {POWER:.0%} power at "
+                   f"two-sided alpha {ALPHA:g}: (z(1 - alpha/2) + z(power)) x the AUC's standard "
+                   "deviation under no shift (normal approximation); for the rank test that SD "
+                   "is sqrt((n1 + n2 + 1) / (12 n1 n2)), for a detector with its own permutation "
+                   "test (the blind baseline) the SD of its permutation AUCs")
 DRAW_RULE = (f"each target sample, in an order shuffled by the seed, takes at random one of the "
              f"{MATCH_CANDIDATES} unused eligible validation samples nearest to it in length "
              "(characters of its scored documents); without replacement")
@@ -115,8 +128,25 @@ def direction(auc: float | None) -> str | None:
             else "neither")
 
 
-def bound(auc: float | None, low: float | None, high: float | None, p: float | None) -> str:
-    """The check's reading: a bound with its interval, never 'no shift'."""
+def rank_null_sd(first: int, second: int) -> float:
+    """The AUC's (Mann-Whitney U / (n1 n2)) standard deviation when two groups of these sizes
+    do not differ (no ties)."""
+    return math.sqrt((first + second + 1) / (12 * first * second))
+
+
+def detectable_shift(null_sd: float) -> float:
+    """The smallest |AUC - 0.5| a two-sided test at ALPHA detects with POWER (DETECTABLE_RULE),
+    given the AUC's standard deviation under no shift."""
+    from scipy.stats import norm
+
+    return (norm.ppf(1 - ALPHA / 2) + norm.ppf(POWER)) * null_sd
+
+
+def bound(auc: float | None, low: float | None, high: float | None, p: float | None,
+          detectable: float | None = None, sizes: tuple[int, int] | None = None) -> str:
+    """The check's reading, never 'no shift': the AUC with its interval and p; significant, a
+    shift found; otherwise, with `detectable` (detectable_shift: the smallest |AUC - 0.5| the
+    check had POWER to see with `sizes` samples), that a shift below it is not excluded."""
     if auc is None:
         return "no shift check: a group is empty"
     # every resample giving one AUC: no interval (lab.stats.INTERVAL_RULE); none recorded: none
@@ -125,16 +155,29 @@ def bound(auc: float | None, low: float | None, high: float | None, p: float | N
                 f" [{low:.2f}, {high:.2f}]")
     reading = (f"shift AUC {auc:.2f}{interval} (two-sided p {p:.2g}; {direction(auc)})"
                if p is not None else f"shift AUC {auc:.2f}{interval} ({direction(auc)})")
-    if interval and not reason:
-        return reading + ": a shift larger than the interval allows is excluded, not every shift"
-    return reading
+    if p is not None and p <= ALPHA:
+        return reading + f": a shift (p <= {ALPHA:g})"
+    if detectable is None:
+        return reading
+    samples = f" with {sizes[0]} vs {sizes[1]} samples" if sizes else ""
+    return (reading + f": not significant; a shift below |AUC - 0.5| = {detectable:.2f} (AUC "
+            f"{0.5 - detectable:.2f}-{0.5 + detectable:.2f}) is not excluded, the smallest this "
+            f"check had {POWER:.0%} power to detect{samples}")
 
 
-def shift_metrics(metrics: dict[str, Any], test: Sequence[float], valid: Sequence[float]
-                  ) -> dict[str, Any]:
+def shift_metrics(metrics: dict[str, Any], test: Sequence[float], valid: Sequence[float],
+                  p: float | None = None, null_sd: float | None = None) -> dict[str, Any]:
     """A detector's membership metrics (lab.detect.run.detection_metrics) of the test samples
-    against the valid ones, made the shift check's: p two-sided, the direction, the bound."""
-    p = two_sided_p(test, valid)
+    against the valid ones, made the shift check's: p two-sided (the rank test's, unless the
+    detector's own test gives `p` and the AUC's SD under no shift, `null_sd`), the direction,
+    the detectable shift (DETECTABLE_RULE) and the bound."""
+    if p is None:
+        p = two_sided_p(test, valid)
+    if null_sd is None and len(test) and len(valid):
+        null_sd = rank_null_sd(len(test), len(valid))
+    detectable = detectable_shift(null_sd) if null_sd is not None else None
     return {**metrics, "p": p, "alternative": "two-sided", "direction": direction(metrics["auc"]),
+            "detectable_shift": detectable,
             "bound": bound(metrics["auc"], metrics.get("auc_sample_low"),
-                           metrics.get("auc_sample_high"), p)}
+                           metrics.get("auc_sample_high"), p, detectable,
+                           (len(test), len(valid)))}
