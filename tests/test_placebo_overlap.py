@@ -38,8 +38,10 @@ def _by(stages, kind, arm, seed=0):
 
 def test_the_default_pool_is_the_split_no_model_fine_tunes_on():
     """CodeTrans fine-tunes on train: the placebo draws from valid (481 eligible >= the
-    placebo's count), its stages are re-keyed (another corpus), and no other arm's stage is;
-    fine-tunings read the seed's placebo corpus without it entering their key."""
+    placebo's count), its stages are re-keyed (another corpus), and no other arm's stage is but
+    those that draw never-seen validation samples (probe, detect: the placebo's samples leave
+    every arm's pool, lab.eval.probe.SHARED_POOL_RULE); fine-tunings read the seed's placebo
+    corpus without it entering their key."""
     recipe = load_recipe(RECIPE, [ARMS])
     plan = placebo_plan(recipe)
     assert plan.splits == ("valid",) and plan.fine_tuned == ("train",) and not plan.exclude
@@ -48,7 +50,7 @@ def test_the_default_pool_is_the_split_no_model_fine_tunes_on():
     assert [s.key for s in stages] == [s.key for s in named]  # the default is valid, as named
     without = {s.key for s in expand(load_recipe(RECIPE))}  # no placebo arm
     others = {s.key for s in stages if s.labels.get("arm") != "paired-placebo"}
-    assert others <= without | {s.key for s in stages if s.kind == "detect"}
+    assert others <= without | {s.key for s in stages if s.kind in ("detect", "probe")}
     for seed in (0, 1):
         placebo = _by(stages, "inject", "paired-placebo", seed)[0]
         assert placebo.keyed["placebo_from"] == ["valid"]

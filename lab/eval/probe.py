@@ -25,8 +25,10 @@ many samples of the benchmark's validation split (CodeTrans valid, CONCODE dev) 
 are probed, in the same form, drawn with a fixed seed from those `lab audit` finds neither
 exactly nor as near-duplicates of any test sample (either side), one per group sharing a side
 verbatim: the placebo pool's rule (`inject.disjoint_from`). Samples the model pre-trained on
-as a placebo are left out; without a validation split (or one the model was fine-tuned on) the
-summary records why and has no baseline. Split-half arms get no reference samples.
+as a placebo are left out, and so are those of the seed's other arms (--seed-corpora:
+SHARED_POOL_RULE), so that the arm, its placebo and the control of one seed are judged against
+the same samples; without a validation split (or one the model was fine-tuned on) the summary
+records why and has no baseline. Split-half arms get no reference samples.
 
 Each probe's summary is the gap between injected and baseline samples, a one-sided Mann-Whitney
 test (injected more member-like) and the ROC AUC of the probe at separating the two groups
@@ -44,7 +46,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from lab import progress
 from lab.codetokens import KEYWORDS, TOKEN_PATTERN
@@ -80,9 +82,30 @@ FORMS = ("auto", *settings_table.FORMS)
 SETTING_FORMS = {s.name: s.form for s in settings_table.SETTINGS.values() if s.injects_test}
 # The seed of the reference draw: a fixed string, so every model probed on the same groups (arm,
 # control, placebo) is compared with the same validation samples whenever its eligible list is
-# the same.
+# the same, which SHARED_POOL_RULE makes it for every arm of a seed.
 REFERENCE_SEED = "reference"
+# Why every arm of a seed has one pool of never-seen samples (the probe's reference samples and
+# lab detect's validation draw): a placebo model pre-trained on some validation samples, which
+# its pool must leave out; were they left out of its pool alone, its draw would differ from its
+# arm's and the control's (an audit found 120 and 134 of 200 shared), and arm-vs-placebo
+# differences would compare other samples.
+SHARED_POOL_RULE = ("every sample that any arm of the seed injected or pre-trained on as a "
+                    "placebo (the model's own corpus and --seed-corpora), and any sample sharing "
+                    "a side verbatim with one, is left out of every arm's pool of never-seen "
+                    "samples, so the arms of a seed draw from one pool")
+# The fields of a corpus manifest naming the samples an arm injected (test samples) or put in as
+# a placebo (train/valid samples), as built and as meant before decontamination.
+ARM_SAMPLE_FIELDS = ("injected_ids", "intended_injected_ids", "placebo_ids",
+                     "intended_placebo_ids")
 _NAME = re.compile(r'@?"|[^\W\d]|\$')  # how a lexer token that is a name or string literal starts
+
+
+def seed_corpora_param() -> Any:
+    """--seed-corpora of lab probe and lab detect (SHARED_POOL_RULE)."""
+    return param((), "Corpora (lab inject) of the other arms of the model's seed: the samples "
+                     "they injected or put in as a placebo are left out of the never-seen "
+                     "validation samples, as the model's own are, so every arm of the seed is "
+                     "set against the same ones (a study passes its seed's placebo corpora).")
 
 
 def load_probed_model(model_dir: Path) -> tuple[Any, Any, dict[str, Any], str]:
@@ -163,14 +186,33 @@ def trained_placebo_ids(manifest: dict[str, Any]) -> frozenset[str]:
     return frozenset(other.get("placebo_ids", []))
 
 
+def seed_arm_samples(corpora: Sequence[Path], benchmark: str) -> frozenset[str]:
+    """Ids of the samples the corpora (lab inject: the other arms of the scored model's seed)
+    injected or put in as a placebo (ARM_SAMPLE_FIELDS). Each must be a corpus of `benchmark`."""
+    ids: set[str] = set()
+    for corpus in corpora:
+        manifest = read_stage_manifest(Path(corpus), "--seed-corpora")
+        if manifest.get("kind") != "lab-corpus":
+            raise LabError(f"--seed-corpora {corpus}: not a lab corpus (lab inject)")
+        if manifest.get("benchmark") != benchmark:
+            raise LabError(f"--seed-corpora {corpus}: injects {manifest.get('benchmark')}, the "
+                           f"scored samples are {benchmark}'s")
+        for name in ARM_SAMPLE_FIELDS:
+            ids.update(manifest.get(name) or [])
+    return frozenset(ids)
+
+
 def reference_samples(chosen: dict[str, Any], tests: list[Sample], count: int,
                       needs_output: bool, manifest: dict[str, Any],
-                      corpora_dir: Path | None) -> tuple[list[Sample], dict[str, Any]]:
+                      corpora_dir: Path | None, seed_arms: frozenset[str] = frozenset()
+                      ) -> tuple[list[Sample], dict[str, Any]]:
     """Never-seen samples of the same distribution, for an arm without a held-out half: `count`
     samples of the benchmark's validation split that the audit finds disjoint from every test
-    sample (`inject.disjoint_from`, the placebo pool's rule; `tests` is the whole probed split),
-    drawn with REFERENCE_SEED and kept in split order; all of them when fewer are eligible.
-    Returns (samples, record); when no such split can be used, ([], {"missing": why})."""
+    sample (`inject.disjoint_from`, the placebo pool's rule; `tests` is the whole probed split)
+    and from every sample an arm of the seed pre-trained on (SHARED_POOL_RULE: the model's own
+    placebo samples and `seed_arms`, seed_arm_samples' ids), drawn with REFERENCE_SEED and kept
+    in split order; all of them when fewer are eligible. Returns (samples, record); when no such
+    split can be used, ([], {"missing": why})."""
     split = reference_split(chosen["benchmark"], chosen["split"])
     if split is None:
         return [], {"missing": f"{chosen['benchmark']} has no validation split besides "
@@ -190,7 +232,9 @@ def reference_samples(chosen: dict[str, Any], tests: list[Sample], count: int,
     empty = [s for s in candidates if needs_output and not s.output.strip()]
     candidates = [s for s in candidates if not (needs_output and not s.output.strip())]
     spec = get_spec(chosen["benchmark"])
-    eligible, found = disjoint_from(candidates, split_sides_index(tests), spec, trained)
+    eligible, found = disjoint_from(candidates, split_sides_index(tests), spec,
+                                    trained | seed_arms)
+    in_split = {s.id for s in loaded.records}
     picked = (range(len(eligible)) if count >= len(eligible)
               else random.Random(REFERENCE_SEED).sample(range(len(eligible)), count))
     reference = [eligible[i] for i in sorted(picked)]
@@ -198,8 +242,12 @@ def reference_samples(chosen: dict[str, Any], tests: list[Sample], count: int,
         "split": split, "seed": REFERENCE_SEED, "requested": count, "count": len(reference),
         "fewer_eligible": len(eligible) < count,
         "eligibility": {**({"empty_output_dropped": len(empty)} if needs_output else {}),
-                        **({"placebo_trained": len(trained & {s.id for s in loaded.records})}
-                           if trained else {}),
+                        **({"placebo_trained": len(trained & in_split)} if trained else {}),
+                        # the seed's arms' samples in this split (the model's own among them):
+                        # with those sharing a side verbatim, `excluded` of them left the pool
+                        **({"seed_arms": {"rule": SHARED_POOL_RULE, "samples_in_split":
+                                          len((trained | seed_arms) & in_split)}}
+                           if seed_arms else {}),
                         **found},
     }
     return reference, record
@@ -360,6 +408,7 @@ class ProbeConfig:
     min_k: float = param(0.2, "k of Min-K% probability.")
     max_samples: int | None = param(None, "Probe the first N samples only.")
     max_names: int = param(32, "Identifiers and literals filled per sample.")
+    seed_corpora: tuple[Path, ...] = seed_corpora_param()
     batch_size: int = param(16, "Documents per forward pass.")
     device: str = device_param()
     dtype: str = dtype_param()
@@ -395,7 +444,8 @@ def run_probe(cfg: ProbeConfig | Path, out: Path | None = None, **options: Any) 
     if setting is None:
         raise LabError(f"the corpus setting '{chosen['setting']}' has no injected form to probe")
     out = Path(cfg.out or beside(cfg.model, "probe"))
-    inputs = [cfg.model, cfg.groups, *corpora_inputs(cfg.corpora_dir)]
+    inputs = [cfg.model, cfg.groups, *cfg.seed_corpora, *corpora_inputs(cfg.corpora_dir)]
+    seed_arms = seed_arm_samples(cfg.seed_corpora, chosen["benchmark"])
     check_output(out, cfg.force, "lab-probe", inputs)
     model, tokenizer, manifest, family = load_probed_model(cfg.model)
     model = place_model(model, cfg.device, cfg.dtype)
@@ -411,7 +461,8 @@ def run_probe(cfg: ProbeConfig | Path, out: Path | None = None, **options: Any) 
     reference, reference_record = [], None
     if not chosen["held_out"]:
         reference, reference_record = reference_samples(chosen, tests, len(samples),
-                                                         needs_output, manifest, cfg.corpora_dir)
+                                                         needs_output, manifest, cfg.corpora_dir,
+                                                         seed_arms)
         group_of.update({s.id: "reference" for s in reference})
     baseline = "held_out" if chosen["held_out"] else ("reference" if reference else None)
     positions = positions_of(model.config)

@@ -13,7 +13,7 @@ import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from lab.common import LabError, default_of, sha256_file
 from lab.contamination import settings as settings_table
@@ -209,7 +209,8 @@ def _grid(recipe: Recipe) -> list[Stage]:
 
                 def placebos(seed: int, arm_stage=arm_stage) -> list[Stage]:
                     """The seed's placebo corpora: every fine-tuning of the seed counts their
-                    pairs."""
+                    pairs, and no probe or detect stage of the seed draws their samples as
+                    never-seen ones."""
                     return [arm_stage[(arm, seed)] for arm in recipe.arms
                             if settings_table.get(arm).placebo]
 
@@ -218,7 +219,7 @@ def _grid(recipe: Recipe) -> list[Stage]:
                         pre = pretrain(arm_stage[(arm, seed)], {"arm": arm, "seed": seed, **named})
                         stages.append(pre)
                         scored[(arm, seed, None)] = pre
-                        stages += _probes(recipe, pre, arm, seed, arm_stage)
+                        stages += _probes(recipe, pre, arm, seed, arm_stage, placebos(seed))
                         stages += _downstream(recipe, pre, scored, placebos(seed))
                         order = recipe.continued.order
                         for clean in recipe.continued.clean_epochs if order else []:
@@ -243,7 +244,7 @@ def _grid(recipe: Recipe) -> list[Stage]:
                                                      init=clean_phases[(seed, clean)])
                             stages.append(continued)
                             stages += _downstream(recipe, continued, None, placebos(seed))
-                stages += _detects(recipe, scored)
+                stages += _detects(recipe, scored, placebos)
     return stages
 
 
@@ -273,11 +274,14 @@ def _downstream(recipe: Recipe, pre: Stage,
     return out
 
 
-def _detects(recipe: Recipe, scored: dict[tuple[str, int, int | None], Stage]) -> list[Stage]:
+def _detects(recipe: Recipe, scored: dict[tuple[str, int, int | None], Stage],
+             placebos: Callable[[int], list[Stage]]) -> list[Stage]:
     """Detect stages of one model family: every pre-trained model, and the fine-tuned GPT-2 at
     detect.epochs. A contaminated arm's model is scored on its own samples, a placebo's and the
     control's on the samples of each arm they stand beside (as the probe does); the reference
-    model is the control's of the same seed and stage (pre-trained or fine-tuned at that E)."""
+    model is the control's of the same seed and stage (pre-trained or fine-tuned at that E).
+    placebos(seed): the seed's placebo corpora, whose samples no stage of the seed draws as
+    never-seen ones (lab.eval.probe.SHARED_POOL_RULE: one pool per seed)."""
     if not recipe.detect.enabled:
         return []
     config = unbound("detect", detectors=tuple(recipe.detect.detectors), k=recipe.detect.k,
@@ -296,9 +300,11 @@ def _detects(recipe: Recipe, scored: dict[tuple[str, int, int | None], Stage]) -
         groups = ([arm] if setting.injects_test else [setting.base] if setting.placebo
                   else [a for a in recipe.arms if settings_table.get(a).injects_test])
         reference = scored.get(("control", seed, epochs)) if arm != "control" else None
+        shared = placebos(seed)
         for group in groups:
             inputs = [model, scored[(group, seed, None)]] + ([reference] if reference else [])
-            out.append(Stage("detect", config, inputs, launch=launch,
+            out.append(Stage("detect", dataclasses.replace(
+                config, seed_corpora=(UNBOUND,) * len(shared)), inputs + shared, launch=launch,
                              labels={**model.labels, "groups": group}))
     return out
 
@@ -332,25 +338,29 @@ def _finetune(recipe: Recipe, pre: Stage, epochs: int, size: int | None,
 
 
 def _probes(recipe: Recipe, pre: Stage, arm: str, seed: int,
-            arm_stage: dict[tuple[str, int], Stage]) -> list[Stage]:
+            arm_stage: dict[tuple[str, int], Stage], placebos: list[Stage]) -> list[Stage]:
     """Probe stages of one pre-trained model: a contaminated arm on its own injected and
     held-out samples; the control on each contaminated arm's samples (which it never saw); a
     placebo, like the control, on its base arm's samples (same seed), which it never saw either:
-    its documents had the same form and count, so its probe is the format-only baseline."""
+    its documents had the same form and count, so its probe is the format-only baseline. Every
+    one reads the seed's placebo corpora (`placebos`): no arm's reference samples are theirs, so
+    the arms of a seed share them (lab.eval.probe.SHARED_POOL_RULE)."""
     if not recipe.probe.enabled:
         return []
     launch = {"device": recipe.resources.device}
     config = unbound("probe", min_k=recipe.probe.min_k, max_samples=recipe.probe.max_samples,
                      max_names=recipe.probe.max_names, device=recipe.resources.device,
                      dtype=recipe.resources.dtype,
-                     batch_size=batch_size_on(recipe.resources.device, ProbeConfig))
+                     batch_size=batch_size_on(recipe.resources.device, ProbeConfig),
+                     seed_corpora=(UNBOUND,) * len(placebos))
     setting = settings_table.get(arm)
     if setting.injects_test:
-        return [Stage("probe", config, [pre], labels={**pre.labels, "groups": arm}, launch=launch)]
+        return [Stage("probe", config, [pre, *placebos], labels={**pre.labels, "groups": arm},
+                      launch=launch)]
     if setting.placebo:
-        return [Stage("probe", config, [pre, arm_stage[(setting.base, seed)]], launch=launch,
-                      labels={**pre.labels, "groups": setting.base})]
-    return [Stage("probe", config, [pre, arm_stage[(other, seed)]], launch=launch,
+        return [Stage("probe", config, [pre, arm_stage[(setting.base, seed)], *placebos],
+                      launch=launch, labels={**pre.labels, "groups": setting.base})]
+    return [Stage("probe", config, [pre, arm_stage[(other, seed)], *placebos], launch=launch,
                   labels={**pre.labels, "groups": other})
             for other in recipe.arms if settings_table.get(other).injects_test]
 

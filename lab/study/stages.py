@@ -40,9 +40,11 @@ class StageKind:
     key: tuple[str, ...]               # the config fields that name a stage (its key), ...
     neutral: Mapping[str, Any] = field(default_factory=dict)  # ... less those at these values
     inputs: tuple[str, ...] = ()       # config fields given the input stages' outputs, in order
-    # A config field given, as a tuple, the outputs of the input stages after `inputs`; they
-    # name the stage (enter its key) only where extra_keyed(config) says they change its result
-    # (a fine-tuning counts its seed's placebo pairs, and leaves them out only when told to).
+    # A config field given, as a tuple, the outputs of the last input stages (as many as the
+    # grid's config holds; those before are `inputs`', the trailing ones of which a stage may
+    # lack); they name the stage (enter its key) only where extra_keyed(config) says they change
+    # its result (a fine-tuning counts its seed's placebo pairs, and leaves them out only when
+    # told to; a probe or detect stage draws from a pool without their samples).
     extra: str = ""
     extra_keyed: Callable[[Any], bool] | None = None
     output: str = ""                   # what later stages read: the stage folder, or this in it
@@ -86,9 +88,13 @@ KINDS: dict[str, StageKind] = {
              "cross_document_attention", "weight_decay"),
         neutral=KEY_NEUTRAL_DEFAULTS["pretrain"], inputs=("corpus", "tokenizer", "init_from"),
         after=write_model_card),
+    # seed_corpora: the seed's placebo corpora, whose samples no arm's never-seen samples hold
+    # (lab.eval.probe.SHARED_POOL_RULE); in the key where there are any, so a study without
+    # placebos keeps its keys
     "probe": StageKind(ProbeConfig, run_probe,
                        key=("min_k", "max_samples", "max_names", "device", "dtype"),
-                       neutral=PLACEMENT, inputs=("model", "groups"), done="summary.json"),
+                       neutral=PLACEMENT, inputs=("model", "groups"), done="summary.json",
+                       extra="seed_corpora", extra_keyed=lambda cfg: bool(cfg.seed_corpora)),
     # inputs: the scored model, the model or corpus whose samples are the members, the
     # reference model (the seed's control; none for the control itself)
     # shift: on by default since the shift check came; a stage scored before it reads as on
@@ -100,7 +106,8 @@ KINDS: dict[str, StageKind] = {
                              "shift", "draw", "device", "dtype"),
                         neutral={**PLACEMENT, "shift": True},
                         inputs=("model", "groups", "reference"),
-                        done="summary.json"),
+                        done="summary.json", extra="seed_corpora",
+                        extra_keyed=lambda cfg: bool(cfg.seed_corpora)),
     "finetune": StageKind(
         FinetuneConfig, run_finetune,
         key=("task", "epochs", "train_size", "seed", "lr", "batch_size", "select",
@@ -142,8 +149,13 @@ def keyed_inputs(kind: str, cfg: Any, inputs: list[Any]) -> list[Any]:
     do not change its result (StageKind.extra_keyed)."""
     spec = KINDS[kind]
     if spec.extra and not (spec.extra_keyed and spec.extra_keyed(cfg)):
-        return inputs[:len(spec.inputs)]
+        return inputs[:len(inputs) - _extra_count(spec, cfg)]
     return inputs
+
+
+def _extra_count(spec: StageKind, cfg: Any) -> int:
+    """How many of a stage's input stages are its kind's `extra` ones (the last)."""
+    return len(getattr(cfg, spec.extra)) if spec.extra else 0
 
 
 def output_of(stage: Any, study: Path) -> Path:
@@ -160,11 +172,12 @@ def bind(stage: Any, study: Path, corpora_dir: Path | None = None) -> Any:
     spec = KINDS[stage.kind]
     names = {f.name for f in dataclasses.fields(stage.config)}
     out = output_of(stage, study)
-    values: dict[str, Any] = {"out": out, **{name: output_of(source, study)
-                                             for name, source in zip(spec.inputs, stage.inputs)}}
+    first_extra = len(stage.inputs) - _extra_count(spec, stage.config)
+    values: dict[str, Any] = {"out": out, **{name: output_of(source, study) for name, source
+                                             in zip(spec.inputs, stage.inputs[:first_extra])}}
     if spec.extra:
         values[spec.extra] = tuple(output_of(source, study)
-                                   for source in stage.inputs[len(spec.inputs):])
+                                   for source in stage.inputs[first_extra:])
     if "corpora_dir" in names:
         values["corpora_dir"] = corpora_dir
     if "cache_dir" in names:
