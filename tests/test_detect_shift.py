@@ -155,8 +155,13 @@ def test_a_shift_cell_carries_the_per_model_two_sided_ps():
     board = leaderboard(rows)
     assert (board[0]["p_two_sided_min"], board[0]["p_two_sided_max"]) == (0.04, 0.5)
     cell = leaderboard_markdown(board).splitlines()[2]
-    assert cell.endswith(", p 0.04-0.50 |")
-    assert "a shift larger than the interval allows is excluded" in leaderboard_markdown(board)
+    assert cell.endswith(", p 0.04-0.50 |")  # one model found a shift: no 'not excluded'
+    assert "'a shift below x is not excluded'" in leaderboard_markdown(board)
+    # no model's p reaches 0.05: the cell says what the least sensitive one could have seen
+    for row, p, smallest in zip(rows, (0.3, 0.5, 0.2), (0.18, 0.20, 0.17)):
+        row["p"], row["detectable_shift"] = p, smallest
+    cell = leaderboard_markdown(leaderboard(rows)).splitlines()[2]
+    assert cell.endswith(", p 0.20-0.50; a shift below 0.20 is not excluded |")
 
 
 def test_the_draw_is_in_every_detect_stage_key_and_another_is_refused(tmp_path):

@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from lab.common import LabError
-from lab.stats import INTERVAL_RULE, checked_interval, interval_reason, seed_mean_interval
+from lab.detect.shift import DETECTABLE_RULE, detectable_shift, rank_null_sd
+from lab.stats import (ALPHA, INTERVAL_RULE, checked_interval, interval_reason,
+                       seed_mean_interval)
 
 # An AUC that prints as 1.00 (or 0.00) at two decimals: at the ceiling (floor) for the table.
 CEILING = 0.995
@@ -111,8 +113,20 @@ def two_sided_p(row: dict[str, Any]) -> float | None:
 
 def _two_sided_range(members: Sequence[dict[str, Any]]) -> dict[str, float | None]:
     ps = [p for p in (two_sided_p(r) for r in members) if p is not None]
+    # what the least sensitive model could have seen: rows scored since issue 69 hold it, an
+    # older row's rank test gives it from its group sizes (DETECTABLE_RULE)
+    smallest = [number(r.get("detectable_shift")) if number(r.get("detectable_shift"))
+                is not None else _rank_detectable(r) for r in members]
     return {"p_two_sided_min": min(ps) if ps else None,
-            "p_two_sided_max": max(ps) if ps else None}
+            "p_two_sided_max": max(ps) if ps else None,
+            "detectable_shift_max": max(smallest) if smallest and None not in smallest else None}
+
+
+def _rank_detectable(row: dict[str, Any]) -> float | None:
+    sizes = [number(row.get(k)) for k in ("members", "nonmembers")]
+    if row.get("test") or not all(sizes):  # a detector's own test: its row states its own
+        return None
+    return detectable_shift(rank_null_sd(int(sizes[0]), int(sizes[1])))
 
 
 def _p(value: float) -> str:
@@ -171,8 +185,9 @@ def leaderboard_markdown(rows: Sequence[dict[str, Any]]) -> str:
               "near 0.5. 'held-out test vs valid': the distribution-shift check, two groups of "
               "samples neither of which the model saw (an AUC away from 0.5 is a detector "
               "reading the split, not membership; below 0.5: the valid samples read as more "
-              "member-like), with the range of the per-model two-sided Mann-Whitney p; it is a "
-              "bound: a shift larger than the interval allows is excluded, not every shift."]
+              "member-like), with the range of the per-model two-sided p; where none reaches "
+              f"{ALPHA:g}, 'a shift below x is not excluded': x the largest per-model "
+              f"detectable |AUC - 0.5| ({DETECTABLE_RULE})."]
     if any(f"{LOW_FPR_KEY}_mean" in r for r in rows):
         lines += ["", _low_fpr_legend(rows)]
     if any(r.get(FORM) not in (None, "", VERBATIM) for r in rows):
@@ -211,6 +226,9 @@ def _cell(row: dict[str, Any] | None) -> str:
     p_low, p_high = number(row.get("p_two_sided_min")), number(row.get("p_two_sided_max"))
     p_range = ("" if p_low is None else f", p {_p(p_low)}" if p_low == p_high
                else f", p {_p(p_low)}-{_p(p_high)}")
+    detectable = number(row.get("detectable_shift_max"))
+    if p_low is not None and p_low > ALPHA and detectable is not None:
+        p_range += f"; a shift below {detectable:.2f} is not excluded"
     if seeds > 1 and smallest is not None and largest is not None:
         if smallest >= CEILING or largest <= 1 - CEILING:
             bound = ("=" if smallest == largest else ">=" if smallest >= CEILING else "<=")
