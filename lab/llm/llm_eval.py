@@ -322,7 +322,7 @@ def _check_options(task: str | None, repetitions: int, temperature: float, top_p
 
 def compare_sets(scores: dict[str, dict[str, list[float]]],
                  sample_scores: dict[str, dict[str, list[float]]], convention: str, test: str,
-                 seed: int, model_name: str, task: LlmTask
+                 model_name: str, task: LlmTask
                  ) -> tuple[dict[str, Any], list[dict[str, str]]]:
     """Per metric: contaminated (experimental) vs perturbed (control), as statistics and as
     table rows (p starred at alpha; '(lower)' when the control is ahead). `scores`: corpus
@@ -334,7 +334,7 @@ def compare_sets(scores: dict[str, dict[str, list[float]]],
     rows: list[dict[str, str]] = []
     for metric in METRICS:
         exp, ctrl = scores["contaminated"][metric], scores["perturbed"][metric]
-        result = compare(exp, ctrl, convention, seed=seed)
+        result = compare(exp, ctrl, convention)
         entry = {**result.__dict__, "lift_ci": list(result.lift_ci) if result.lift_ci else None,
                  "std_experimental": statistics.stdev(exp) if len(exp) > 1 else None,
                  "std_control": statistics.stdev(ctrl) if len(ctrl) > 1 else None,
@@ -467,7 +467,7 @@ def run_llm_eval(model: Path, contaminated: Path, perturbed: Path, **options: An
     gen_seconds = time.perf_counter() - gen_started
 
     stats, rows = compare_sets(scores, sample_means(generations), cfg.convention, cfg.test,
-                               cfg.seed, Path(model).name, spec)
+                               Path(model).name, spec)
     truncated = {g: sum(encoded[g][1]) for g in GROUPS}
     alternative = CONVENTIONS[cfg.convention][0]
     if cfg.test == "wilcoxon":
