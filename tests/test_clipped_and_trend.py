@@ -126,7 +126,7 @@ def test_a_falling_ladder_is_a_falling_trend_unless_the_recipe_tests_a_rise(tmp_
     assert cell["trend_side"] == side and cell["trend_slope"] < 0
     assert cell["trend_verdict"] == verdict and cell["non_monotone"] is False
     assert f"{side} ({DOSE_TREND_SIDES[side]})" in found["doses"]["trend_test"]["seeds"]
-    assert f"{verdict}: slope {cell['trend_slope']:+.3g}" in found["dose_tables"]["bleu"]["md"]
+    assert f"{verdict}; slope {cell['trend_slope']:+.3g}" in found["dose_tables"]["bleu"]["md"]
 
 
 def test_the_trend_is_two_sided_where_the_recipe_does_not_say(tmp_path):
@@ -149,7 +149,7 @@ def test_a_ladder_that_rises_then_falls_is_non_monotone_not_no_trend(tmp_path):
     assert cell["trend_verdict"] == "non-monotone: rises then falls"
     [line] = [t for t in found["dose_tables"]["bleu"]["md"].splitlines()
               if t.startswith("- gpt2 paired")]
-    assert "non-monotone: rises then falls: slope" in line
+    assert "non-monotone: rises then falls; slope" in line
     assert NOT_SIGNIFICANT not in line and "no trend" not in line
 
 

@@ -568,7 +568,7 @@ def test_a_one_seed_ladder_reports_its_trend_and_this_models_detection_threshold
     assert cell["trend_p_holm"] <= 0.05 and cell["trend_slope"] > 0
     table = result["dose_tables"]["bleu"]["md"]
     assert "this model's detection threshold dose 4 copies/epoch" in table
-    assert (f"rising trend: slope {cell['trend_slope']:+.3g} per ln(1 + copies per corpus "
+    assert (f"rising trend; slope {cell['trend_slope']:+.3g} per ln(1 + copies per corpus "
             f"epoch), two-sided p") in table
     assert disagrees(0.5, 9.0, 0.2, 0.05) and disagrees(-0.5, 9.0, 0.01, 0.05)
     assert not disagrees(0.5, 9.0, 0.01, 0.05) and not disagrees(-0.8, 21.1, 0.99, 0.05)

@@ -502,13 +502,13 @@ def _describe_fits(cell: dict[str, Any]) -> str:
 
 
 def _describe_trend(cell: dict[str, Any], alpha: float) -> str:
-    """'rising trend: slope +12.3 per ln(1 + copies per corpus epoch), two-sided p 0.0001,
+    """'rising trend; slope +12.3 per ln(1 + copies per corpus epoch), two-sided p 0.0001,
     Holm 0.0006*' (trend_verdict first), with 'not testable here' and the floor where the
     metric's trend tests cannot reach alpha."""
     verdict = cell.get("trend_verdict")
     if cell.get("trend_p_holm") is None:
         return f"{verdict}; trend not tested" if verdict else "trend not tested"
-    text = (f"{verdict}: slope {cell['trend_slope']:+.3g} per {TREND_X}, "
+    text = (f"{verdict}; slope {cell['trend_slope']:+.3g} per {TREND_X}, "
             f"{cell.get('trend_side', DEFAULT_DOSE_TREND)} p {cell['trend_p']:.2g}, "
             f"Holm {starred_p(cell['trend_p_holm'], cell['trend_slope'], alpha, '.2g')}")
     if cell["trend_p_holm_floor"] > alpha:
