@@ -564,9 +564,14 @@ def effect_text(estimate: float | None, low: float | None, high: float | None, s
     reason = interval_reason(estimate, low, high, seeds, over_samples)
     if reason:
         return format(estimate, spec) + f" [n/a ({reason})]"
+    return format(estimate, spec) + " " + bounds_text(low, high, cut, spec)
+
+
+def bounds_text(low: float, high: float, cut: str | None = None, spec: str = "+.2f") -> str:
+    """'[+0.40, +100.00†]': an interval's bounds, each one clipped cut (`cut`, clipped_side)
+    marked CLIPPED_MARK."""
     marks = {side: CLIPPED_MARK if cut in (side, "both") else "" for side in ("low", "high")}
-    return (format(estimate, spec) + f" [{format(low, spec)}{marks['low']}, "
-            f"{format(high, spec)}{marks['high']}]")
+    return f"[{format(low, spec)}{marks['low']}, {format(high, spec)}{marks['high']}]"
 
 
 def effect_interval(per_seed: dict[Any, SeedParts], level: float = 0.95,

@@ -103,6 +103,27 @@ def test_a_clipped_dose_lift_is_marked_in_the_dose_table(tmp_path):
     assert unmarked["lift_ci_clipped"] == ""
 
 
+def test_the_decontamination_table_marks_the_primary_rows_cut_bounds():
+    """report/decontam.md prints the split-half lifts of the primary table: a bound the primary
+    row cut (its ci_clipped) is marked there too, and the legend given; an uncut one is not."""
+    from lab.study.decontam_lift import decontam_lifts, decontam_table
+
+    def row(method, effects, low, high, cut):
+        return {"question": "split-half", "model": f"gpt2/form=verbatim/decontam={method}",
+                "arm": "paired", "metric": "bleu", "epochs": 0, "train_size": 100,
+                "estimate": sum(effects.values()) / len(effects), "ci_low": low, "ci_high": high,
+                "ci_clipped": cut, "seed_effects": effects, "unit": "seed"}
+
+    primary = {"rows": [row("none", {0: 80.0, 1: 98.0}, -34.4, METRIC_SCALE, "high"),
+                        row("ngram13", {0: 1.0, 1: 3.0}, -10.7, 14.7, None)]}
+    [found] = decontam_lifts(primary, {})
+    table = decontam_table([found], descriptive=True)
+    [line] = [t for t in table["md"].splitlines() if t.startswith("| gpt2")]
+    assert f"+89.00 [-34.40, +100.00{CLIPPED_MARK}]" in line and line.count(CLIPPED_MARK) == 1
+    assert CLIPPED_LEGEND in table["md"]
+    assert found["lift_before_clipped"] == "high" and found["lift_after_clipped"] is None
+
+
 # ---- item 7: the trend's sidedness from the recipe, a turn reported as a turn --------------------
 
 def _set_dose_trend(study: Path, side: str) -> None:

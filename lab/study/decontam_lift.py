@@ -18,7 +18,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from lab.stats import no_interval_reason, seed_mean_interval
+from lab.stats import CLIPPED_LEGEND, bounds_text, no_interval_reason, seed_mean_interval
 from lab.study.collect import REMOVED, SAMPLES
 from lab.study.grid import swept_labels
 from lab.study.report_data import read_csv
@@ -88,6 +88,9 @@ def decontam_lifts(primary: dict[str, Any], removed: dict[tuple[str, str], dict[
                 "lift_before_high": before.get("ci_high") if before else None,
                 "lift_after": after["estimate"], "lift_after_low": after.get("ci_low"),
                 "lift_after_high": after.get("ci_high"),
+                # the primary rows' cut bounds (lab.stats.clipped_side), marked in the table
+                "lift_before_clipped": before.get("ci_clipped") if before else None,
+                "lift_after_clipped": after.get("ci_clipped"),
                 "left_share": (after["estimate"] / before["estimate"]
                                if before and before["estimate"] and after["estimate"] is not None
                                and before["estimate"] > 0 else None),
@@ -101,12 +104,12 @@ def decontam_lifts(primary: dict[str, Any], removed: dict[tuple[str, str], dict[
 
 
 def _interval(estimate: float | None, low: float | None, high: float | None,
-              note: str | None = None) -> str:
+              note: str | None = None, cut: str | None = None) -> str:
     if estimate is None:
         return "-"
     if low is None or high is None:
         return f"{estimate:+.2f} [n/a ({note or 'no interval'})]"
-    return f"{estimate:+.2f} [{low:+.2f}, {high:+.2f}]"
+    return f"{estimate:+.2f} {bounds_text(low, high, cut)}"
 
 
 def decontam_table(rows: list[dict[str, Any]], descriptive: bool) -> dict[str, str]:
@@ -120,8 +123,8 @@ def decontam_table(rows: list[dict[str, Any]], descriptive: bool) -> dict[str, s
         before_note = "1 seed" if r["seeds"] == 1 else None
         lines.append(
             f"| {r['model']} | {r['form']} | {r['epochs']} | {r['method']} | {removed} | "
-            f"{_interval(r['lift_before'], r['lift_before_low'], r['lift_before_high'], before_note)}"
-            f" | {_interval(r['lift_after'], r['lift_after_low'], r['lift_after_high'], before_note)}"
+            f"{_interval(r['lift_before'], r['lift_before_low'], r['lift_before_high'], before_note, r.get('lift_before_clipped'))}"
+            f" | {_interval(r['lift_after'], r['lift_after_low'], r['lift_after_high'], before_note, r.get('lift_after_clipped'))}"
             f" | {_interval(r['difference'], r['difference_low'], r['difference_high'], r['difference_note'])}"
             f" | {'-' if r['left_share'] is None else format(r['left_share'], '.0%')} |")
     metric = rows[0]["metric"] if rows else "the primary metric"
@@ -135,7 +138,9 @@ def decontam_table(rows: list[dict[str, Any]], descriptive: bool) -> dict[str, s
             + ("Descriptive: the recipe declares no test for these differences, and its seeds "
                "are too few for one to reach its alpha." if descriptive else
                "The primary table's tests (with Holm) are the confirmatory ones; this table "
-               "adds no test.") + "\n")
+               "adds no test.")
+            + (f" {CLIPPED_LEGEND}." if any(r.get("lift_before_clipped") or r.get("lift_after_clipped")
+                                            for r in rows) else "") + "\n")
     out = io.StringIO()
     fields = list(rows[0]) if rows else ["model"]
     writer = csv.DictWriter(out, fields, lineterminator="\n")
