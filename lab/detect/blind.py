@@ -46,9 +46,9 @@ FOLDS = 2
 # the shift check).
 PERMUTATIONS = 199
 TEST = "label permutation, cross-fitting refitted"  # the name every metric row records
-TEST_RULE = ("label permutation: the membership labels shuffled among the scored samples and the "
-        "whole cross-fitting refitted each time; two-sided p = (1 + #{permuted |AUC - 0.5| >= "
-        "observed}) / (permutations + 1)")
+TEST_RULE = ("label permutation: the membership labels shuffled among the scored samples and "
+             "the whole cross-fitting refitted each time; two-sided p = (1 + #{permuted "
+             "|AUC - 0.5| >= observed}) / (permutations + 1)")
 INTERVAL = ("AUC +/- the permutation AUCs' half-width: their (alpha (permutations + 1))-th "
             "largest |AUC - 0.5|, cut to [0, 1]; it leaves out 0.5 exactly where the two-sided "
             "p <= alpha, so under a random split it covers 0.5 with probability 1 - alpha (the "
@@ -128,9 +128,8 @@ def permutation_test(texts: Sequence[str], groups: Sequence[Hashable | None], se
     MEMBER (every member) and each member group of more than one member but not every one (that
     group's members against every non-member, as a dose ladder's rows are), a dict of auc, p,
     low, high, half_width, null_sd (the permutation AUCs' standard deviation), permutations and
-    seed.
-    Shuffling the groups keeps every group's size, so each comparison's permutation AUCs are
-    its own null."""
+    seed. Shuffling the groups keeps every group's size, so each comparison's permutation AUCs
+    are its own null."""
     from lab.stats import roc_auc
 
     labels = [group is not None for group in groups]
@@ -160,7 +159,8 @@ def permutation_test(texts: Sequence[str], groups: Sequence[Hashable | None], se
     for name in compared:
         deviation = abs(observed[name] - 0.5)
         spread = sorted((abs(n[name] - 0.5) for n in null), reverse=True)
-        exceeding = sum(1 for d in spread if d >= deviation - 1e-12)
+        # AUCs are fractions k / (n1 n2), computed alike: equal ones compare equal exactly
+        exceeding = sum(1 for d in spread if d >= deviation)
         half = spread[min(rank, permutations) - 1]
         values = [n[name] for n in null]
         mean = sum(values) / permutations
