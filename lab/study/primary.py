@@ -217,7 +217,7 @@ def _test_row(test: Contrast, task: str, metric: str, clean: dict, halves: dict,
         return row
     if counted == SAMPLE_UNIT and seeds == 1:
         (parts,) = per_seed.values()
-        interval = sample_interval(parts, level)
+        interval = _cut(row, sample_interval(parts, level), test)  # expanded: can overreach
         row.update(p=_rank_test(parts, alternative), test=RANK_TEST,
                    floor=rank_floor(len(parts[0][1]), len(parts[1][1]), alternative),
                    interval_method=SAMPLE_BOOTSTRAP)
