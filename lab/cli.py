@@ -743,12 +743,15 @@ def merge(
     seeds: Optional[str] = typer.Option(None, help="Only these seeds (0,1): e.g. a running "
                                                    "study's finished ones."),
     force: bool = typer.Option(False, "--force", help="Replace an earlier merge at --out."),
+    plan_from: Optional[Path] = typer.Option(None, "--plan-from", help="The source whose "
+                                             "analysis (statistics section) the merged study "
+                                             "keeps where the sources' differ; recorded."),
 ) -> None:
     """One study from shards of it: the union of their finished cells, which `lab stats` and
     `lab report` read; a stage found twice must give the same numbers."""
     from lab.study.merge import merge_studies
 
-    record = merge_studies(sources, out, _parse_seeds(seeds), force)
+    record = merge_studies(sources, out, _parse_seeds(seeds), force, plan_from)
     for given in record["sources"]:
         console.print(f"{given['source']} ({given['from']}): seeds {given['seeds']}, "
                       f"{given['evaluations']} evaluations", markup=False, highlight=False,

@@ -99,10 +99,11 @@ def test_the_command_line_changes_only_the_secondary_tables_and_says_so(tmp_path
     assert asked["primary"]["rows"] == declared["primary"]["rows"]
     assert (asked["primary"]["alpha"], asked["primary"]["alternative"]) == (0.05, "two-sided")
     secondary = asked["markdown"].split("## Secondary")[1]
-    assert "chosen on the command line (convention exact-greater, alpha 0.3)" in secondary
-    assert "chosen on the command line" not in declared["markdown"]
+    assert ('chosen after the data (statistics.convention: "exact-two-sided" -> "exact-greater"; '
+            'statistics.alpha: 0.05 -> 0.3)') in secondary
+    assert "chosen after the data" not in declared["markdown"]
     stats = run_stats(study, "exact-greater", 0.3)
-    assert "chosen on the command line" in stats["title"] and stats["cells"][0]["alpha"] == 0.3
+    assert "chosen after the data" in stats["title"] and stats["cells"][0]["alpha"] == 0.3
 
 
 def _shard(tmp_path: Path, name: str, seeds: list[int], planned: int | None) -> Path:
@@ -123,10 +124,16 @@ def _shard(tmp_path: Path, name: str, seeds: list[int], planned: int | None) -> 
 
 def test_seeds_merged_beyond_the_plan_make_the_report_exploratory(tmp_path):
     first = _shard(tmp_path, "first", [0, 1, 2, 3, 4], None)  # planned: the 5 seeds it listed
-    more = _shard(tmp_path, "more", [5], None)  # runs seed 5 only
+    more = _shard(tmp_path, "more", [5], None)  # runs seed 5 only: planned 2 (0 and 5)
     merged = tmp_path / "merged"
-    merge_studies([first, more], merged)
+    # two plans: neither order decides, the user names the one to keep, and it is recorded
+    for order in ([first, more], [more, first]):
+        with pytest.raises(LabError, match=r"another analysis .*statistics.planned_seeds.* "
+                                           r"--plan-from"):
+            merge_studies(order, merged)
+    merge_studies([more, first], merged, plan_from=first)
     assert json.loads((merged / "recipe.json").read_text())["statistics"]["planned_seeds"] == 5
+    assert json.loads((merged / "merged.json").read_text())["analysis"]["plan_from"] == str(first)
     primary = run_report(merged)["primary"]
     [row] = primary["rows"]
     assert row["seeds"] == 6 and row["p"] == pytest.approx(2 / 64)  # would pass alpha ...

@@ -4,6 +4,7 @@ study."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import shutil
@@ -56,8 +57,10 @@ def test_shards_run_apart_merge_into_the_whole_study(tmp_path):
     recipe = load_recipe(RECIPE)
     whole = run_study(recipe, tmp_path / "whole", workers=1)
     # Each seed in a folder of its own, as on two machines; the second through the CLI.
-    first = run_study(recipe, tmp_path / "seed0", workers=1, seeds=[0])
-    assert first["shard_seeds"] == [0] and first["stages"] == len(expand(recipe, [0]))
+    # seed 0's folder is a study begun with one seed (grown below), not a shard: its plan is 1
+    first = run_study(dataclasses.replace(recipe, seeds=[0]), tmp_path / "seed0", workers=1)
+    assert first["stages"] == len(expand(recipe, [0]))
+    assert first["analysis"]["statistics"]["planned_seeds"] == 1
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     done = subprocess.run([sys.executable, "-m", "lab.cli", "study", str(RECIPE), "--out",
                            str(tmp_path / "seed1"), "--seeds", "1", "--no-report"],
@@ -65,7 +68,13 @@ def test_shards_run_apart_merge_into_the_whole_study(tmp_path):
     assert done.returncode == 0, done.stderr
     assert {r["seed"] for r in _rows(tmp_path / "seed1" / "results.csv")} == {"1"}
 
-    record = merge_studies([tmp_path / "seed1", tmp_path / "seed0"], tmp_path / "merged")
+    # Two plans (2 seeds and 1): neither source's order decides; the one named is recorded.
+    with pytest.raises(LabError, match=r"seed0: another analysis than .*seed1's "
+                                       r"\(statistics.planned_seeds: 2 -> 1\).*--plan-from"):
+        merge_studies([tmp_path / "seed1", tmp_path / "seed0"], tmp_path / "merged")
+    record = merge_studies([tmp_path / "seed1", tmp_path / "seed0"], tmp_path / "merged",
+                           plan_from=tmp_path / "seed1")
+    assert record["analysis"]["plan_from"] == str(tmp_path / "seed1")
     assert record["seeds"] == [0, 1] and [s["seeds"] for s in record["sources"]] == [[1], [0]]
     assert record["evaluations"] == len([s for s in expand(recipe) if s.kind == "evaluate"])
     assert all(s["from"] == "stages" and s["git_commits"] and s["cpus"] and s["cpu_capabilities"]
@@ -77,8 +86,7 @@ def test_shards_run_apart_merge_into_the_whole_study(tmp_path):
     # The whole study's recipe, with the plan it ran by stated (issue 58): the seeds it listed.
     merged_recipe = json.loads((merged / "recipe.json").read_text())
     whole_recipe = json.loads((tmp_path / "whole" / "recipe.json").read_text())
-    assert merged_recipe["statistics"].pop("planned_seeds") == len(whole_recipe["seeds"]) == 2
-    assert whole_recipe["statistics"].pop("planned_seeds") is None
+    assert merged_recipe["statistics"]["planned_seeds"] == len(whole_recipe["seeds"]) == 2
     assert merged_recipe == whole_recipe
 
     from lab.study.report import run_report
@@ -98,7 +106,8 @@ def test_shards_run_apart_merge_into_the_whole_study(tmp_path):
     # found in two sources with the same numbers counts once.
     tables_only = tmp_path / "tables-only"
     shutil.copytree(merged, tables_only)
-    again = merge_studies([tables_only, tmp_path / "seed0"], tmp_path / "merged", force=True)
+    again = merge_studies([tables_only, tmp_path / "seed0"], tmp_path / "merged", force=True,
+                          plan_from=tables_only)
     assert again["sources"][0]["from"] == "tables" and again["evaluations"] == record["evaluations"]
     assert again["sources"][0]["git_commits"] == record["sources"][0]["git_commits"]
     assert (merged / "results.csv").read_bytes() == (tmp_path / "whole" / "results.csv").read_bytes()
@@ -115,9 +124,38 @@ def test_shards_run_apart_merge_into_the_whole_study(tmp_path):
     rows[0]["bleu"] += 1.0
     write_tables(tables_only, tables, recipe)
     with pytest.raises(LabError, match=rf"results.csv row {rows[0]['stage']}/all differs"):
-        merge_studies([tmp_path / "seed0", tables_only], tmp_path / "merged2")
+        merge_studies([tmp_path / "seed0", tables_only], tmp_path / "merged2",
+                      plan_from=tables_only)
     assert not (tmp_path / "merged2").exists()
     assert whole["results"]
+
+    # The analysis cannot move after the data (issue 69). A finished study refuses another
+    # statistics section, in one line naming the field, and writes nothing.
+    recorded = (tmp_path / "whole" / "recipe.json").read_bytes()
+    done = subprocess.run([sys.executable, "-m", "lab.cli", "study", str(RECIPE), "--out",
+                           str(tmp_path / "whole"), "--set", "statistics.alpha=0.5", "--set",
+                           "statistics.descriptive=true"], env=env, capture_output=True, text=True)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "statistics.alpha: 0.05 -> 0.5 (and 1 more): the analysis was frozen" in done.stderr
+    assert (tmp_path / "whole" / "recipe.json").read_bytes() == recorded
+    # An edited record is refused by every reader.
+    edited = json.loads(recorded)
+    edited["statistics"]["descriptive"] = True
+    (tmp_path / "whole" / "recipe.json").write_text(json.dumps(edited))
+    with pytest.raises(LabError, match=r"statistics.descriptive: false -> true is not the "
+                                       r"analysis frozen"):
+        run_report(tmp_path / "whole")
+    # Grown from one seed to two: the seeds run are the whole study's, the plan stays one seed
+    # (so the report is exploratory), and every later write keeps what the growth recorded.
+    grown = run_study(recipe, tmp_path / "seed0", workers=1)
+    assert grown["analysis"] == first["analysis"] and grown["grown"][0]["differs_in"] == ["seeds"]
+    assert (tmp_path / "seed0" / "results.csv").read_bytes() == \
+        (tmp_path / "whole" / "results.csv").read_bytes()
+    assert json.loads((tmp_path / "seed0" / "recipe.json").read_text())[
+        "statistics"]["planned_seeds"] == 1
+    assert "Exploratory, not confirmatory" in run_report(tmp_path / "seed0")["markdown"]
+    resumed = run_study(recipe, tmp_path / "seed0", workers=1)
+    assert resumed["grown"] == grown["grown"] and resumed["analysis"] == first["analysis"]
 
 
 def _table_study(folder: Path, recipe_data: dict, rows: list[dict]) -> Path:

@@ -18,6 +18,7 @@ from typing import Any
 
 from lab.common import (LabError, atomic_file, read_json_if_there, sha256_file, table_cell,
                         write_json_atomic, write_text_atomic)
+from lab.study.analysis import change_text, changes, check_recorded
 from lab.study.grid import Stage, expand, model_name
 from lab.study.recipe import Recipe, recipe_dict, recipe_from_dict, study_differences
 
@@ -286,6 +287,14 @@ def check_recipe_ran(folder: Path, recipe: Recipe) -> None:
         except LabError as exc:
             raise LabError(f"{folder / TABLES_RECORD}: recipe: a recipe this lab cannot read "
                            f"({exc})") from None
+        if not changed:
+            # the analysis is part of what the tables were collected under (lab.study.analysis)
+            statistics = changes(recipe_dict(recipe_from_dict(recorded))["statistics"],
+                                 recipe_dict(recipe)["statistics"], unset_is_planned=False)
+            if statistics:
+                raise LabError(f"{folder / RECIPE}: {change_text(*statistics[0])} is not the "
+                               f"analysis {TABLES_RECORD} recorded with the tables")
+    check_recorded(folder)
     if changed:
         sections = list(dict.fromkeys(re.split(r"[.\[]", field)[0] for field in changed))
         raise LabError(f"{folder / RECIPE}: not the recipe {folder}'s stages ran by (differs "

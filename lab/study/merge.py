@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from lab.common import LabError, check_output, table_cell, write_json_atomic
+from lab.study.analysis import (ANALYSIS, frozen_analysis, merged_analysis, recorded_analysis,
+                                with_frozen_statistics)
 from lab.study.collect import (PROBES, RESULTS, SAMPLE_TEXT, SAMPLES, check_recipe_ran,
                                check_tables, collected_rows, recorded_recipe, typed_cell,
                                whole_lines, write_tables)
@@ -39,12 +41,13 @@ TABLES = ((RESULTS, ("stage", "group")), (SAMPLES, ("stage", "id", "group")),
 
 
 def merge_studies(sources: list[Path], out: Path, seeds: list[int] | None = None,
-                  force: bool = False) -> dict[str, Any]:
+                  force: bool = False, plan_from: Path | None = None) -> dict[str, Any]:
     """Entry point of `lab merge`: OUT gets the sources' recipe, the union of their results,
     samples and probes (of `seeds` only, if given: a shard's finished seeds, without the one
     under way), and merged.json; returns that record. An existing OUT is replaced only with
     `force` and only if it is an earlier merge (check_output); never a source, nor a folder
-    inside or holding one."""
+    inside or holding one. `plan_from`: the source whose analysis the merged study keeps where
+    the sources' differ (lab.study.analysis.merged_analysis), recorded in merged.json."""
     if not sources:
         raise LabError("lab merge: no study folders given")
     sources = [Path(source) for source in sources]
@@ -56,12 +59,13 @@ def merge_studies(sources: list[Path], out: Path, seeds: list[int] | None = None
                            "sizes were shrunk and its numbers measure nothing; merge the real "
                            "study's shards")
     recipes = [_source_recipe(source) for source in sources]
-    # The plan is the first source's: the seeds it declared, else the seeds it listed when it
-    # began. A later source that declares none runs the same plan; merged beyond it, the
-    # report calls the analysis exploratory (lab.study.primary).
-    planned = recipes[0].statistics.planned_seeds or len(recipes[0].seeds)
-    recipes = [dataclasses.replace(r, statistics=dataclasses.replace(
-        r.statistics, planned_seeds=r.statistics.planned_seeds or planned)) for r in recipes]
+    # One plan for the merged study: the sources' own frozen plans (lab.study.analysis), which
+    # must agree unless plan_from names the one to keep. Its planned seeds stay those the plan
+    # began with: merged beyond them, the report calls the analysis exploratory.
+    plans = [(recorded_analysis(source) or (None, frozen_analysis(recipe)))[1]
+             for source, recipe in zip(sources, recipes)]
+    plan = merged_analysis(sources, plans, plan_from)
+    recipes = [with_frozen_statistics(r, plan) for r in recipes]
     for source, recipe in zip(sources[1:], recipes[1:]):
         # More seeds of one study (to reach alpha) are the same study: the stages of a seed do
         # not depend on the others', but all read the tokenizer of the first seed's control.
@@ -111,7 +115,8 @@ def merge_studies(sources: list[Path], out: Path, seeds: list[int] | None = None
         raise LabError(f"lab merge: no finished evaluation in {', '.join(map(str, sources))}"
                        + (f" of seeds {seeds}" if seeds is not None else ""))
     record = {"kind": MERGED_KIND, "recipe": recipes[0].name, "seeds": _seeds(results),
-              "evaluations": len({row["stage"] for row in results}), "sources": given}
+              "evaluations": len({row["stage"] for row in results}), "sources": given,
+              ANALYSIS: plan}
     work = out.with_name(f".{out.name}.merging-{os.getpid()}")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)

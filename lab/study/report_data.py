@@ -31,6 +31,7 @@ from lab.stats import (CONVENTIONS, PAIRED_SAMPLES_TEST, SAMPLE_SCORE, SCORES, c
                        holm, membership_auc,
                        paired_sample_differences, paired_within_model, signed_rank_test,
                        within_model_net_of, within_model_seeds)
+from lab.study.analysis import chosen_after_text
 from lab.study.primary import primary_table
 from lab.study.recipe import StatisticsSection
 from lab.study.collect import (BASELINE_PREFIX, PROBE_COLUMNS, PROBES, RESULTS, SAMPLE_TEXT,
@@ -232,14 +233,16 @@ def study_primary(study: Path) -> dict[str, Any]:
 
 def chosen_after(study: Path, convention: str | None, alpha: float | None) -> str | None:
     """One line when the command line asks for another convention or alpha than the study's
-    recipe: the secondary tables use them, the primary table does not."""
+    frozen plan (lab.study.analysis): the secondary tables use them, the primary table does
+    not."""
     recorded = convention_and_alpha(study, None, None)
     asked = convention_and_alpha(study, convention, alpha)
-    if asked == recorded:
+    changed = [(name, old, new) for name, old, new in zip(("convention", "alpha"), recorded, asked)
+               if old != new]
+    if not changed:
         return None
-    return (f"Secondary analysis chosen on the command line (convention {asked[0]}, alpha "
-            f"{asked[1]:g}), not the recipe's ({recorded[0]}, {recorded[1]:g}): the tables below "
-            "use it; the primary table keeps the recipe's declared analysis.")
+    return (f"Secondary analysis, {chosen_after_text(changed)} on the command line: the tables "
+            "below use it; the primary table keeps the analysis frozen when the study began.")
 
 
 # ---- the secondary table's cells ------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Any, Callable
 from lab.common import (LabError, check_apart, environment_record, read_json_if_there,
                         write_json_atomic)
 from lab.corpora import corpora_inputs
+from lab.study.analysis import ANALYSIS, check_new_run, frozen_analysis, with_frozen_statistics
 from lab.study.collect import PROBES, collect
 from lab.study.cost import estimate
 from lab.study.execution import available_cores, finish, recorded_seconds
@@ -173,6 +174,7 @@ def check_start(recipe: Recipe, study: Path, corpora_dir: Path | None = None,
             "a smoke study (lab study --smoke): its sizes were shrunk; run the real study in a "
             "new --out" if summary.get("smoke") else
             "a study run without --smoke: a smoke run goes to a new --out"))
+    check_new_run(recipe, study / SUMMARY, summary)
     study_threads(recipe, study, summary)
     problem = data_problem(study, summary, study_data(recipe, corpora_dir), corpora_dir)
     if problem:
@@ -255,6 +257,10 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
     previous_summary = read_summary(study)
     threads = study_threads(recipe, study, previous_summary)
     workers = workers or default_workers(executor, threads)
+    # The analysis is the one the study began with (check_start refused any other): recipe.json
+    # and the tables record it, planned seeds included, however the seeds grow.
+    analysis = previous_summary.get(ANALYSIS) or frozen_analysis(recipe)
+    recipe = with_frozen_statistics(recipe, analysis)
     write_json_atomic(study / RECIPE, recipe_dict(recipe))
     # Recorded before any stage runs: a kill at any point leaves the count for the resume.
     # The power the study was planned with, at its declared effect: recorded before any stage,
@@ -265,14 +271,17 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
                                "executor": executor, "workers": workers,
                                "data": study_data(recipe, corpora_dir),
                                "data_folders": data_folders(recipe, corpora_dir),
-                               "planned_power": planned,
+                               "planned_power": planned, ANALYSIS: analysis,
                                **({"smoke": smoke} if smoke else {}),
                                **({"shard_seeds": sorted(seeds)} if seeds is not None else {}),
                                # a recipe that grew the study: what it added, each time
                                **({"grown": [*previous_summary.get("grown", []),
                                              {"differs_in": grown, "stages": len(stages)}]}
                                   if grown else {})}
-    write_json_atomic(study / SUMMARY, {**previous_summary, **summary})
+    # Every write keeps what earlier runs recorded (grown, the plan), less a shard's seeds,
+    # which only the run that was given them has.
+    summary = {**{k: v for k, v in previous_summary.items() if k != "shard_seeds"}, **summary}
+    write_json_atomic(study / SUMMARY, summary)
     submit, shutdown = submitter(executor, workers, threads, study, corpora_dir, slurm)
     started = time.perf_counter()
     try:

@@ -366,7 +366,7 @@ def stats_table(cells: list[Cell], study: Path, chosen_after: str | None = None
     """`lab stats`'s table: every arm and every column, as rows, Markdown and CSV."""
     header, rows = _rows(cells, STATS_COLUMNS)
     note = (f"{chosen_after} " if chosen_after else "") + legend(cells)
-    chosen = "; convention or alpha chosen on the command line" if chosen_after else ""
+    chosen = "; convention or alpha chosen after the data" if chosen_after else ""
     return {"title": f"{Path(study)}: secondary table (descriptive; {test_name(cells)}{chosen})",
             "header": header, "rows": rows, "note": note,
             "md": markdown_table(header, rows) + f"\n{note}\n",
