@@ -228,8 +228,8 @@ def auc_interval(members: Sequence[float], nonmembers: Sequence[float], level: f
                  resamples: int | None = None, seed: int = 0) -> tuple[float, float] | None:
     """A percentile bootstrap interval of roc_auc over the samples, members and non-members
     resampled apart (like SAMPLE_BOOTSTRAP, what the samples say of this one model, not of
-    training runs; unexpanded, as it holds AUC 0.5 95% of the time from 20 a group,
-    docs/calibration.md). None without both groups."""
+    training runs; unexpanded: it keeps its level at a detector's sizes, docs/calibration.md).
+    None without both groups."""
     import numpy as np
 
     if not len(members) or not len(nonmembers):
@@ -401,9 +401,9 @@ BOOTSTRAP_RESAMPLES = 2000
 STUDENT_T_SEEDS = 4
 STUDENT_T = "Student t over the per-seed effects (k - 1 df)"
 SAMPLE_BOOTSTRAP = "expanded percentile bootstrap of the samples (one seed: about this model)"
-# A plain percentile bootstrap of a mean over 20 samples a part (a dose level) holds the truth
-# about 90% of the time, not 95% (docs/calibration.md): the resampled spread is the samples' own
-# (divisor n, not n - 1) and z-quantiled. Expanding its tails (Hesterberg, "What teachers should
+# A plain percentile bootstrap of a mean over few samples (20 a part: a dose level) holds the
+# truth less often than its level says (docs/calibration.md): the resampled spread is the
+# samples' own (divisor n, not n - 1) and z-quantiled. Expanding its tails (Hesterberg, "What teachers should
 # know about the bootstrap", 2015) to those of Student's t with n - 1 df times sqrt(n / (n - 1)),
 # n the fewest samples of a part, fixes both and fades out with many samples.
 
