@@ -41,12 +41,14 @@ def test_grid_of_the_micro_recipe():
 
 def test_a_placebo_drawn_from_named_splits_changes_only_the_placebo_stages():
     """injection.placebo_from enters the placebo's inject stage (and so every stage after it);
-    the control and the contaminated arm keep their keys, and a recipe without it keeps all."""
+    the control and the contaminated arm keep their keys but their probes' (which leave the
+    placebo's samples out of their never-seen pool), and a recipe without it keeps all."""
     arms = "arms=[control, paired, paired-placebo]"
     default = expand(load_recipe(RECIPE, [arms]))
     chosen = expand(load_recipe(RECIPE, [arms, "injection.placebo_from=[train, valid]"]))
     def keys(stages, placebo):
-        return {s.key for s in stages if (s.labels.get("arm") == "paired-placebo") == placebo}
+        return {s.key for s in stages if (s.labels.get("arm") == "paired-placebo") == placebo
+                and (placebo or s.kind != "probe")}
     assert keys(chosen, False) == keys(default, False)
     assert keys(chosen, True).isdisjoint(keys(default, True))
     injects = [s for s in chosen if s.kind == "inject" and s.labels["arm"] == "paired-placebo"]
@@ -61,7 +63,8 @@ def test_grid_with_placebo_arms():
     are probed, like the control's, on the samples its base arm injected with the same seed."""
     micro = expand(load_recipe(RECIPE))
     stages = expand(load_recipe(RECIPE, ["arms=[control, paired, paired-placebo]"]))
-    assert {s.key for s in micro} <= {s.key for s in stages}
+    # but the probes: their never-seen pool leaves the placebo's samples out (test_shared_draw)
+    assert {s.key for s in micro if s.kind != "probe"} <= {s.key for s in stages}
     assert len({s.key for s in stages}) == len(stages) == 43
     placebo = [s for s in stages if s.labels.get("arm") == "paired-placebo"]
     assert sorted(s.kind for s in placebo) == sorted(["inject"] * 2 + ["pretrain"] * 2 + ["probe"] * 2
@@ -77,8 +80,8 @@ def test_grid_with_placebo_arms():
     groups = {(s.labels["arm"], s.labels["groups"]) for s in probes}
     assert groups == {("control", "paired"), ("paired", "paired"), ("paired-placebo", "paired")}
     for stage in (s for s in probes if s.labels["arm"] == "paired-placebo"):
-        pre, groups_stage = stage.inputs
-        assert pre.inputs[0] is arm[("paired-placebo", stage.labels["seed"])]
+        pre, groups_stage, placebo_corpus = stage.inputs
+        assert pre.inputs[0] is placebo_corpus is arm[("paired-placebo", stage.labels["seed"])]
         assert groups_stage is arm[("paired", stage.labels["seed"])]
     # results.csv rows carry the arm label: the placebo's pairs with its base arm by name.
     assert {s.labels["arm"] for s in stages if s.kind == "evaluate"} == {
