@@ -331,8 +331,9 @@ def test_only_a_length_matched_placebo_changes_its_stage_keys(monkeypatch, tmp_p
     length, drawn = (expand(load_recipe(rq4, overrides))
                      for overrides in ([], ["injection.placebo_match=random"]))
 
-    def keys(stages, placebo):
-        return {s.key for s in stages if (s.labels.get("arm") == "paired-placebo") == placebo}
+    def keys(stages, placebo):  # but the other arms' probes, which read the placebo's corpus
+        return {s.key for s in stages if (s.labels.get("arm") == "paired-placebo") == placebo
+                and (placebo or s.kind != "probe")}
     assert keys(length, False) == keys(drawn, False)
     assert keys(length, True).isdisjoint(keys(drawn, True))
     injects = {(s.labels["arm"], "placebo_match" in s.keyed)

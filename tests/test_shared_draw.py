@@ -133,3 +133,22 @@ def test_a_study_without_placebos_keeps_its_probe_keys():
         assert stage.config.seed_corpora == ()
         # the model, and for the control the arm's corpus: no placebo corpus
         assert len(stage.inputs) == (1 if stage.labels["arm"] == "paired" else 2)
+
+
+def test_probe_shared_pool_false_probes_as_studies_before_it_did():
+    """probe.shared_pool: false passes no placebo corpus to the probes (their earlier keys and
+    pools); detect stages share the pool regardless (their draw's name is in their key)."""
+    from lab.study.grid import expand
+    from lab.study.recipe import load_recipe
+
+    arms = "arms=[control, paired, paired-placebo]"
+    shared, apart = (expand(load_recipe(MICRO, [arms, "detect.enabled=true", *extra]))
+                     for extra in ([], ["probe.shared_pool=false"]))
+    probes = [s for s in apart if s.kind == "probe"]
+    assert probes and all(s.config.seed_corpora == () for s in probes)
+    # the only corpus a probe reads is the arm's whose samples it scores (--groups)
+    assert all(source.labels["arm"] == "paired" for s in probes for source in s.inputs
+               if source.kind == "inject")
+    assert {s.key for s in probes}.isdisjoint(s.key for s in shared if s.kind == "probe")
+    detects = {s.key for s in shared if s.kind == "detect"}
+    assert detects == {s.key for s in apart if s.kind == "detect"}

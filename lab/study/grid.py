@@ -219,7 +219,8 @@ def _grid(recipe: Recipe) -> list[Stage]:
                         pre = pretrain(arm_stage[(arm, seed)], {"arm": arm, "seed": seed, **named})
                         stages.append(pre)
                         scored[(arm, seed, None)] = pre
-                        stages += _probes(recipe, pre, arm, seed, arm_stage, placebos(seed))
+                        stages += _probes(recipe, pre, arm, seed, arm_stage,
+                                          placebos(seed) if recipe.probe.shared_pool else [])
                         stages += _downstream(recipe, pre, scored, placebos(seed))
                         order = recipe.continued.order
                         for clean in recipe.continued.clean_epochs if order else []:
@@ -343,8 +344,9 @@ def _probes(recipe: Recipe, pre: Stage, arm: str, seed: int,
     held-out samples; the control on each contaminated arm's samples (which it never saw); a
     placebo, like the control, on its base arm's samples (same seed), which it never saw either:
     its documents had the same form and count, so its probe is the format-only baseline. Every
-    one reads the seed's placebo corpora (`placebos`): no arm's reference samples are theirs, so
-    the arms of a seed share them (lab.eval.probe.SHARED_POOL_RULE)."""
+    one reads the seed's placebo corpora (`placebos`; none where probe.shared_pool is false): no
+    arm's reference samples are theirs, so the arms of a seed share them
+    (lab.eval.probe.SHARED_POOL_RULE)."""
     if not recipe.probe.enabled:
         return []
     launch = {"device": recipe.resources.device}

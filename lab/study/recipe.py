@@ -230,6 +230,12 @@ ProbeSection = section("ProbeSection", ProbeConfig, ["min_k", "max_samples", "ma
                        STUDY_DEFAULTS["probe"], own=[
     ("enabled", bool, field(default=True, metadata={
         "help": "Probe every pre-trained model (lab probe): was the injected data memorised?"})),
+    ("shared_pool", bool, field(default=True, metadata={
+        "help": "Every probe of a seed leaves the samples of the seed's placebo arms out of its "
+                "never-seen reference samples, so the arm, its placebo and the control are "
+                "judged against the same ones (lab.eval.probe.SHARED_POOL_RULE); false: each "
+                "model leaves out its own only, as studies before issue 69 drew (their probe "
+                "stages are found done)."})),
 ])
 
 
