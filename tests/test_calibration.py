@@ -131,6 +131,31 @@ def test_one_model_rank_test_keeps_its_level(samples, alternative):
            REJECTION_BOUNDS)
 
 
+@pytest.mark.parametrize("alternative", ["two-sided", "greater"])
+def test_the_one_seed_split_half_rank_test_keeps_its_level(alternative):
+    """The primary table's one-seed split-half test (lab.study.primary._rank_test): 100 of 200
+    BLEU-like samples injected at random, scored alike (no effect), and the decay form (each
+    sample's change between two epoch counts). 1,000 splits each."""
+    from lab.study.primary import _rank_test
+
+    rng = _rng(11, len(alternative))
+    p_split, p_decay = [], []
+    for _ in range(1000):
+        scores = _bleu_like(rng, (2, 200))
+        halves = rng.permutation(200)
+        injected, held = halves[:100], halves[100:]
+        p_split.append(_rank_test([(1.0, {int(i): scores[0, i] for i in injected}),
+                                   (-1.0, {int(i): scores[0, i] for i in held})], alternative))
+        p_decay.append(_rank_test([(1.0, {int(i): scores[0, i] for i in injected}),
+                                   (-1.0, {int(i): scores[0, i] for i in held}),
+                                   (-1.0, {int(i): scores[1, i] for i in injected}),
+                                   (1.0, {int(i): scores[1, i] for i in held})], alternative))
+    _check(f"split-half rank test 100 v 100 {alternative}", np.array(p_split) <= ALPHA,
+           REJECTION_BOUNDS)
+    _check(f"split-half decay rank test 100 v 100 {alternative}", np.array(p_decay) <= ALPHA,
+           REJECTION_BOUNDS)
+
+
 @pytest.mark.parametrize("pairs", [30, 300])
 @pytest.mark.parametrize("alternative", ["two-sided", "greater"])
 def test_signed_rank_test_keeps_its_level(pairs, alternative):

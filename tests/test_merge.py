@@ -134,15 +134,15 @@ def test_shards_run_apart_merge_into_the_whole_study(tmp_path):
     recorded = (tmp_path / "whole" / "recipe.json").read_bytes()
     done = subprocess.run([sys.executable, "-m", "lab.cli", "study", str(RECIPE), "--out",
                            str(tmp_path / "whole"), "--set", "statistics.alpha=0.5", "--set",
-                           "statistics.descriptive=true"], env=env, capture_output=True, text=True)
+                           "statistics.descriptive=false"], env=env, capture_output=True, text=True)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "statistics.alpha: 0.05 -> 0.5 (and 1 more): the analysis was frozen" in done.stderr
     assert (tmp_path / "whole" / "recipe.json").read_bytes() == recorded
     # An edited record is refused by every reader.
     edited = json.loads(recorded)
-    edited["statistics"]["descriptive"] = True
+    edited["statistics"]["descriptive"] = False
     (tmp_path / "whole" / "recipe.json").write_text(json.dumps(edited))
-    with pytest.raises(LabError, match=r"statistics.descriptive: false -> true is not the "
+    with pytest.raises(LabError, match=r"statistics.descriptive: true -> false is not the "
                                        r"analysis frozen"):
         run_report(tmp_path / "whole")
     # Grown from one seed to two: the seeds run are the whole study's, the plan stays one seed
@@ -187,7 +187,11 @@ def test_merge_refuses_what_cannot_be_one_study(tmp_path):
     # More seeds of the same study (what reaching alpha takes) merge; the record lists them all.
     more = _table_study(tmp_path / "e", {**data, "seeds": [0, 1, 2, 3]},
                         [{**row, "stage": "evaluate-3", "seed": 3}])
-    assert merge_studies([a, more], tmp_path / "out", force=True)["seeds"] == [0, 3]
+    # Listed up front, those seeds were its plan (4 seeds, not 2): a plan is named, not taken
+    # from the first source given.
+    with pytest.raises(LabError, match=r"statistics.planned_seeds: 2 -> 4\): name the plan"):
+        merge_studies([a, more], tmp_path / "out", force=True)
+    assert merge_studies([a, more], tmp_path / "out", force=True, plan_from=a)["seeds"] == [0, 3]
     assert json.loads((tmp_path / "out" / "recipe.json").read_text())["seeds"] == [0, 1, 2, 3]
     shifted = _table_study(tmp_path / "f", {**data, "seeds": [1, 2]}, [{**row, "seed": 1}])
     with pytest.raises(LabError, match=r"differs in seeds\[0\]"):

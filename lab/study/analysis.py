@@ -35,13 +35,20 @@ def section_sha256(statistics: dict[str, Any]) -> str:
     return sha256_text(dumps_json(statistics))
 
 
+def planned_statistics(recipe: Recipe) -> dict[str, Any]:
+    """The recipe's statistics section with its planned seeds filled in: the seeds it lists,
+    where it declares none (what an unset planned_seeds means)."""
+    statistics = recipe_dict(recipe)["statistics"]
+    statistics["planned_seeds"] = statistics.get("planned_seeds") or len(recipe.seeds)
+    return statistics
+
+
 def frozen_analysis(recipe: Recipe) -> dict[str, Any]:
     """What study.json records of a study's analysis when it begins: the statistics section,
-    its planned seeds filled in (the seeds the recipe lists, where it declares none), the
-    section's sha256 and the whole recipe's (with that section)."""
+    its planned seeds filled in (planned_statistics), the section's sha256 and the whole
+    recipe's (with that section)."""
     data = recipe_dict(recipe)
-    statistics = data["statistics"]
-    statistics["planned_seeds"] = statistics.get("planned_seeds") or len(recipe.seeds)
+    statistics = data["statistics"] = planned_statistics(recipe)
     return {"statistics": statistics, "sha256": section_sha256(statistics),
             "recipe_sha256": sha256_text(dumps_json(data))}
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from lab.common import (LabError, atomic_file, read_json_if_there, sha256_file, table_cell,
                         write_json_atomic, write_text_atomic)
-from lab.study.analysis import change_text, changes, check_recorded
+from lab.study.analysis import change_text, changes, check_recorded, planned_statistics
 from lab.study.grid import Stage, expand, model_name
 from lab.study.recipe import Recipe, recipe_dict, recipe_from_dict, study_differences
 
@@ -287,19 +287,18 @@ def check_recipe_ran(folder: Path, recipe: Recipe) -> None:
         except LabError as exc:
             raise LabError(f"{folder / TABLES_RECORD}: recipe: a recipe this lab cannot read "
                            f"({exc})") from None
-        if not changed:
-            # the analysis is part of what the tables were collected under (lab.study.analysis)
-            statistics = changes(recipe_dict(recipe_from_dict(recorded))["statistics"],
-                                 recipe_dict(recipe)["statistics"], unset_is_planned=False)
-            if statistics:
-                raise LabError(f"{folder / RECIPE}: {change_text(*statistics[0])} is not the "
-                               f"analysis {TABLES_RECORD} recorded with the tables")
-    check_recorded(folder)
     if changed:
         sections = list(dict.fromkeys(re.split(r"[.\[]", field)[0] for field in changed))
         raise LabError(f"{folder / RECIPE}: not the recipe {folder}'s stages ran by (differs "
                        f"from the one {TABLES_RECORD} recorded in {len(sections)} section(s): "
                        f"{', '.join(sections)})")
+    check_recorded(folder)  # the plan frozen when the study began (lab.study.analysis)
+    if recorded is not None:  # and the one the tables were collected under
+        statistics = changes(planned_statistics(recipe_from_dict(recorded)),
+                             planned_statistics(recipe), unset_is_planned=False)
+        if statistics:
+            raise LabError(f"{folder / RECIPE}: {change_text(*statistics[0])} is not the "
+                           f"analysis {TABLES_RECORD} recorded with the tables")
     if (folder / "stages").is_dir() and (folder / RESULTS).is_file():
         # Without the record, the stages results.csv was collected from must be the recipe's.
         # (Not every folder under stages/: a resumed study may leave stages of an earlier
