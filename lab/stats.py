@@ -476,7 +476,7 @@ def clipped(interval: tuple[float, float], bounds: tuple[float, float] | None
     return max(low, min(high, interval[0])), max(low, min(high, interval[1]))
 
 
-CLIPPED_MARK = "†"
+CLIPPED_MARK = "§"  # not †: the secondary table marks a score below the floor with it
 CLIPPED_LEGEND = (f"{CLIPPED_MARK}: a bound cut to the range the effect can take (the interval "
                   "reached beyond it, so the printed bound is that range's end, not an estimate)")
 CLIPPED_SIDES = ("low", "high", "both")  # a row's `ci_clipped`: the bounds `clipped` cut

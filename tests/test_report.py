@@ -192,7 +192,7 @@ def test_convention_and_alpha_come_from_the_recipe_and_the_secondary_table_is_ne
     # Both means are below the score floor there: flagged.
     assert "0.007937 †" in rows[("input-only", "bleu", "0")]
     # ... but never the primary table: it keeps the recipe's declared alpha (issue 58).
-    assert result["primary"]["alpha"] == 0.001 and "chosen on the command line" in result["note"]
+    assert result["primary"]["alpha"] == 0.001 and "chosen after the data" in result["note"]
     with pytest.raises(LabError, match="alpha 2.0"):
         run_stats(study, "exact-two-sided", alpha=2.0)
     # A damaged recipe is refused whatever the options give (one behaviour wherever a
