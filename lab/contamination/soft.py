@@ -6,10 +6,15 @@ documents (lab.contamination.settings); the contamination form says what those s
 - `verbatim` (the default): the sample as the benchmark holds it; no other code runs, so a
   verbatim arm is byte for byte the arm made before forms existed.
 - `renamed`: consistent identifier renaming of the code sides with lab perturb's renamer
-  (lab.llm.perturb.perturb_record: one map per sample shared by both code sides, sub-token
-  synonyms from its word table, then WordNet; keywords, API names, member accesses, literals
-  and comments kept; an NL side gets the same renames where a renamed name occurs as a word).
-  A sample the renamer cannot rename is injected unchanged and listed in the manifest.
+  (lab.llm.perturb.perturb_record: one map per sample shared by the code sides the setting
+  injects, sub-token synonyms from its word table, then WordNet; keywords, API names, member
+  accesses, literals and comments kept; an injected NL side gets the same renames where a
+  renamed name occurs as a word). A sample the renamer cannot rename is injected unchanged and
+  listed in the manifest.
+
+Every form alters only the sides its setting injects (output-only: the C#, not the Java), and a
+sample counts as altered (the manifest's altered_samples) only when its injected documents
+differ from the ones the verbatim form writes.
 - `reformatted`: layout, comments and whitespace changed, code tokens kept: each code side is
   re-laid out from its lab code tokens (lab.codetokens, comments excluded) in a seeded style
   (indent unit, brace placement, blank lines, one added comment line); its code token sequence
@@ -48,6 +53,9 @@ from lab.corpora import get_spec
 VERBATIM = "verbatim"
 FORM_NAMES = (VERBATIM, "renamed", "reformatted", "partial", "cross-language", "nl-reworded")
 DEFAULT_FRACTION = 0.5
+# The least fraction partial:F keeps: below it a document of the benchmark's typical few hundred
+# characters shrinks to a handful (1e-9 kept one character each), a copy of nothing measurable.
+MIN_FRACTION = 0.01
 # Code languages of the benchmarks' sides (lab.contamination.overlap.CODE_LANGUAGES's).
 CODE = ("java", "cs")
 # lab perturb's own default: the largest relative change of a side's characters or sub-tokens.
@@ -106,22 +114,26 @@ def recorded_form(record: dict[str, Any]) -> str:
 def parse_form(spec: str) -> ContaminationForm:
     """`verbatim`, `renamed`, `reformatted`, `partial`, `partial:F`, `cross-language` or
     `nl-reworded`; LabError in one line otherwise."""
-    name, _, value = str(spec).partition(":")
+    name, colon, value = str(spec).partition(":")
     if name not in FORM_NAMES:
         raise LabError(f"--contamination-form {spec}: unknown form (choose from "
                        f"{', '.join(FORM_NAMES)})")
     if name != "partial":
-        if value:
+        if colon:
             raise LabError(f"--contamination-form {spec}: only partial takes a value (partial:F)")
         return ContaminationForm(name)
+    if colon and not value.strip():  # `partial:` ran as 0.5 but was recorded as `partial:`
+        raise LabError(f"--contamination-form {spec}: nothing after the colon (give partial:F, "
+                       f"or partial alone for {DEFAULT_FRACTION})")
     try:
         fraction = float(value) if value else DEFAULT_FRACTION
     except ValueError:
         raise LabError(f"--contamination-form {spec}: the fraction must be a number in (0, 1)") \
             from None
-    if not 0 < fraction < 1:
-        raise LabError(f"--contamination-form {spec}: the fraction must be in (0, 1) (1 is "
-                       "verbatim)")
+    if not MIN_FRACTION <= fraction < 1:
+        raise LabError(f"--contamination-form {spec}: the fraction must be in "
+                       f"[{MIN_FRACTION}, 1) (1 is verbatim; less keeps a few characters of a "
+                       "document)")
     return ContaminationForm(name, fraction)
 
 
@@ -235,8 +247,11 @@ def formed_documents(form: ContaminationForm, setting: Setting, sample: Any, see
         return [(other, getattr(sample, other)) if sides == ("input", "output")
                 else (sides[0], getattr(sample, sides[0])) for sides in setting.layout], None
     sides = {s: getattr(sample, s) for s in SIDES}
-    code = [s for s in SIDES if language[s] in CODE and sides[s].strip()]
-    nl = [s for s in SIDES if language[s] not in CODE and sides[s].strip()]
+    # Only the sides the setting injects are altered, and they alone decide whether the sample
+    # was: output-only's C# renamed with a map drawn from its Java too left the C# as it was
+    # while the manifest counted the sample altered (issue 70, row 8).
+    code = [s for s in setting.sides if language[s] in CODE and sides[s].strip()]
+    nl = [s for s in setting.sides if language[s] not in CODE and sides[s].strip()]
     if form.name == "renamed":
         new, reason = renamed(sides, code, nl, rng)
     elif form.name == "reformatted":
@@ -250,10 +265,10 @@ def formed_documents(form: ContaminationForm, setting: Setting, sample: Any, see
             new[side] = reworded(sides[side], rng)
         if all(new[s] == sides[s] for s in nl):
             reason = "no word of the NL description has a synonym"
-    if all(new[s] == sides[s] for s in SIDES):
+    documents = form_documents(setting.form, dataclasses.replace(sample, **new))
+    if documents == setting.documents(sample):
         reason = reason or "unchanged"
-    altered = dataclasses.replace(sample, **new)
-    return form_documents(setting.form, altered), reason
+    return documents, reason
 
 
 def renamed(sides: dict[str, str], code: list[str], nl: list[str],
