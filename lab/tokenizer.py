@@ -155,15 +155,18 @@ def load_tokenizer(folder: Path):
     return tokenizer
 
 
-def fit_to_model(tokenizer: Any, config: Any) -> Any:
+def fit_to_model(tokenizer: Any, config: Any, trained_positions: int | None = None) -> Any:
     """`tokenizer` with model_max_length set to the positions `config`'s model attends over (an
     encoder-decoder: the fewer of its two), as it is saved beside the model: a trained
     tokenizer's default, 1e30, made `truncation=True` cut nothing and a long input crash the
-    model. The lab itself cuts token ids to its own lengths (lab.models.lab_cuts_itself)."""
+    model. `trained_positions` (pre-training's block size) lowers it to the positions that were
+    trained: those past it hold random embeddings (an export said 256 where 128 were trained).
+    The lab itself cuts token ids to its own lengths (lab.models.lab_cuts_itself)."""
     from lab.models import positions_of
 
     parts = [config.encoder, config.decoder] if hasattr(config, "encoder") else [config]
-    tokenizer.model_max_length = min(positions_of(part) for part in parts)
+    positions = min(positions_of(part) for part in parts)
+    tokenizer.model_max_length = min(positions, trained_positions or positions)
     return tokenizer
 
 

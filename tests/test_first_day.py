@@ -196,7 +196,8 @@ def test_an_encoder_decoders_length_is_the_shorter_side():
 
 
 def test_pretraining_saves_a_tokenizer_of_the_models_length(micro_world, tmp_path):
-    """The model folder `lab pretrain` writes (what `lab export` copies): truncation works."""
+    """The model folder `lab pretrain` writes (what `lab export` copies): truncation works, to
+    the positions pre-training trained (its block size), not the model's (issue 70)."""
     from transformers import AutoTokenizer
 
     from lab.models import WEIGHTS_SUBDIR
@@ -207,10 +208,12 @@ def test_pretraining_saves_a_tokenizer_of_the_models_length(micro_world, tmp_pat
                                 max_steps=2, batch_size=4, block_size=64, seed=0,
                                 cache_dir=tmp_path / "cache"))
     config = json.loads((tmp_path / "pt" / WEIGHTS_SUBDIR / "config.json").read_text())
+    trained = json.loads((tmp_path / "pt" / "manifest.json").read_text())["config"]["block_size"]
+    assert trained < config["n_positions"]  # else the check below cannot tell them apart
     tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "pt" / WEIGHTS_SUBDIR))
-    assert tokenizer.model_max_length == config["n_positions"]
+    assert tokenizer.model_max_length == trained
     ids = tokenizer("x = x + 1 ; " * 3000, truncation=True)["input_ids"]
-    assert len(ids) == config["n_positions"]
+    assert len(ids) == trained
 
 
 def test_generation_and_scoring_draw_bars_on_a_terminal_only(saved_models, monkeypatch):
