@@ -24,7 +24,8 @@ from lab.common import (LabError, atomic_output_dir, check_output, param, write_
                         write_text_atomic)
 from lab.corpora import DATASETS
 from lab.models import (EXPORTED_NAME, MANIFEST, LOADERS, WEIGHTS_SUBDIR, architecture_of,
-                        check_model_files, pretraining_record, read_stage_manifest)
+                        MODEL_KINDS, pretraining_record)
+from lab.train.artefacts import read_model
 from lab.contamination import SEP_MARKER
 from lab.tasks import Decoding
 
@@ -32,7 +33,6 @@ from lab.tasks import Decoding
 # every lab command (the CLI imports this module for ExportConfig).
 CARD = "README.md"
 LICENSE = "apache-2.0"
-MODEL_KINDS = ("lab-pretrained", "lab-finetuned")
 EVALUATION = "metrics.json"  # what lab evaluate writes last in its output folder
 # Files of a model folder that an exported copy keeps (the rest is lab bookkeeping).
 EXPORTED_EXTRA = (MANIFEST,)
@@ -347,7 +347,7 @@ def write_model_card(folder: Path) -> None:
     """README.md of a lab model folder, rendered from its manifest.json: called once the folder
     is complete, after `lab pretrain` or `lab finetune` (the CLI, the study runner). Writing it
     again gives the same card (an unchanged card is not rewritten)."""
-    manifest = read_stage_manifest(folder, "MODEL")
+    manifest = read_model(folder, "MODEL")
     if manifest.get("kind") not in MODEL_KINDS:
         raise LabError(f"MODEL {folder}: not a lab pre-trained or fine-tuned model")
     # its metrics where known: the evaluations of it beside it (a study's, at its end)
@@ -452,13 +452,12 @@ def export_model(cfg: ExportConfig) -> dict[str, Any]:
     tokenizer, the model card and the lab manifest), optionally uploaded to the hub."""
     model, out, force = Path(cfg.model), Path(cfg.out), cfg.force
     push_to_hub, private = cfg.push_to_hub, cfg.private
-    manifest = read_stage_manifest(model, "MODEL")
+    manifest = read_model(model, "MODEL")
     if manifest.get("kind") not in MODEL_KINDS:
         raise LabError(f"MODEL {model}: not a lab pre-trained or fine-tuned model")
     weights = model / WEIGHTS_SUBDIR
     if not (weights / "config.json").is_file():
         raise LabError(f"MODEL {model}: no {WEIGHTS_SUBDIR}/config.json (an incomplete model?)")
-    check_model_files(model, "MODEL")
     # --force replaces only an earlier export (its EXPORT_RECORD), never MODEL, a folder that
     # holds it or lies inside it, an evaluation, nor an unrelated folder.
     check_output(out, force, EXPORT_KIND, [model, *(cfg.evaluations or ())])

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Iterator
 from unittest import mock
 
-from lab.common import LabError, files_problem, loading, param, read_text_file, safetensors_complete
+from lab.common import (LabError, cached_sha256, loading, param, read_text_file,
+                        safetensors_complete)
 
 MODELS = ("roberta", "gpt2")
 
@@ -148,6 +149,7 @@ def count_parameters(model: Any) -> dict[str, int]:
 # every read of a model manifest (read_model_manifest).
 MEMBERSHIP_FIELDS = ("corpus", "own_corpus", "exposures", "lineage", "init_from")
 MEMBERSHIP_HASH = "membership_sha256"
+MODEL_FILES = "model_files"  # the manifest's files_record of WEIGHTS_SUBDIR, written at saving
 _WARNED_UNHASHED: set[str] = set()
 
 
@@ -171,13 +173,19 @@ def membership_hashes(record: dict[str, Any]) -> dict[str, str]:
 def check_membership_hashes(manifest: dict[str, Any], path: Path) -> None:
     """A LabError naming `path` and the first membership field that differs from the hash
     written with it (an edited id list, a swapped sample, a removed or added field). A model
-    manifest written before the lab kept these hashes is read with a warning: nothing vouches
-    for its membership, and nothing can be done about it but training it again."""
+    manifest written before the lab kept these hashes (one with neither MODEL_FILES nor MEMBERSHIP_HASH) is read
+    with a warning: nothing vouches for its membership, and nothing can be done about it but
+    training it again. One with some of those fields but not all is refused (missing_field)."""
     record = manifest if manifest.get("kind") == "lab-pretrained" else manifest.get("pretrained")
     if not isinstance(record, dict) or not isinstance(record.get("corpus"), dict):
         return  # not a model manifest with a membership (a corpus's, a stub's)
-    recorded = record.get(MEMBERSHIP_HASH)
     where = "" if record is manifest else "pretrained."
+    missing = missing_field(manifest)
+    if missing is not None:
+        raise LabError(f"{path}: field {missing} missing (the record names fields of the lab's "
+                       "current format but lacks this one: it was edited or is of another model; "
+                       "restore the manifest or train again)")
+    recorded = record.get(MEMBERSHIP_HASH)
     if recorded is None:
         if str(path) not in _WARNED_UNHASHED:  # once per process: a command reads it often
             _WARNED_UNHASHED.add(str(path))
@@ -196,6 +204,25 @@ def check_membership_hashes(manifest: dict[str, Any], path: Path) -> None:
                            "after the model was made: restore the manifest or train again)")
 
 
+def missing_field(manifest: dict[str, Any]) -> str | None:
+    """The first of MODEL_FILES and MEMBERSHIP_HASH a model manifest lacks while carrying another, else None.
+    A manifest with none of them is of the legacy format (read with a warning); one with some
+    is of the current format, and a field missing there was removed, not never written: read
+    as legacy, it would let a swapped or edited record pass unchecked. A fine-tuned model's
+    copy of a legacy parent's record holds its membership hash as null (written, empty)."""
+    record = manifest if manifest.get("kind") == "lab-pretrained" else manifest.get("pretrained")
+    if not isinstance(record, dict):
+        return None
+    where = "" if record is manifest else "pretrained."
+    present = {MODEL_FILES: MODEL_FILES in manifest,
+               where + MEMBERSHIP_HASH: MEMBERSHIP_HASH in record}
+    if any(present.values()):
+        for name, there in present.items():
+            if not there:
+                return name
+    return None
+
+
 # --- loading what the lab trained -------------------------------------------------------------
 
 MANIFEST = "manifest.json"  # a lab model directory's record of how it was made
@@ -206,18 +233,49 @@ EXPORTED_MANIFEST = EXPORTED_NAME.format(MANIFEST)
 
 
 def read_stage_manifest(folder: Path, option: str) -> dict[str, Any]:
-    """The manifest of a lab model directory (`option` names it in errors)."""
+    """The manifest of a lab folder (`option` names it in errors): the one reader of a model
+    folder's manifest.json. A model's is returned only after its membership (check_membership_hashes)
+    and its weights (MODEL_FILES, check_weights) are what was recorded; a corpus's as written
+    (lab.corpora.shards verifies a corpus). What needs layers above this one (the corpus at
+    corpus.path, the parent model) is checked by lab.train.artefacts.read_model, which every
+    command reading a model calls."""
     path = Path(folder) / MANIFEST
     if not Path(folder).is_dir():
         raise LabError(f"{option} {folder}: no such directory")
     if not path.is_file():
         raise LabError(f"{option} {folder}: no {MANIFEST} (not a lab model directory)")
-    return read_model_manifest(path)
+    manifest = read_model_manifest(path)
+    if isinstance(manifest, dict) and manifest.get("kind") in MODEL_KINDS:
+        check_weights(manifest, Path(folder) / WEIGHTS_SUBDIR, f"{option} {folder}",
+                      WEIGHTS_SUBDIR + "/")
+    return manifest
+
+
+def read_export_manifest(folder: Path, option: str) -> dict[str, Any]:
+    """The EXPORTED_MANIFEST of a `lab export` folder, the one reader of it: returned only after
+    its membership and the exported weights (at the folder's top, as MODEL_FILES lists them) are
+    what the model recorded."""
+    path = Path(folder) / EXPORTED_MANIFEST
+    if not path.is_file():
+        raise LabError(f"{option} {folder}: no {EXPORTED_MANIFEST} (not a lab export)")
+    manifest = read_model_manifest(path)
+    if not isinstance(manifest, dict) or manifest.get("kind") not in MODEL_KINDS:
+        raise LabError(f"{option} {folder}: its {EXPORTED_MANIFEST} is not a lab model's record")
+    # the weights only: an export may write its own config and tokenizer files beside them
+    recorded = manifest.get(MODEL_FILES)
+    weights = ({MODEL_FILES: {name: entry for name, entry in recorded.items()
+                              if name.endswith(".safetensors")}}
+               if isinstance(recorded, dict) else manifest)
+    check_weights(weights, Path(folder), f"{option} {folder}", "",
+                  f"not the weights its {EXPORTED_MANIFEST} records (the export was changed or "
+                  "its record swapped: export the model again)")
+    return manifest
 
 
 def read_model_manifest(path: Path) -> dict[str, Any]:
-    """A lab manifest file (a model folder's, an export's lab_manifest.json): a model's is read
-    only with its membership as written (check_membership_hashes)."""
+    """A lab manifest file, parsed; a model's is read only with its membership as written
+    (check_membership_hashes) and its current-format fields all there (missing_field). Callers
+    read a folder's with read_stage_manifest or read_export_manifest, which check its weights."""
     try:
         manifest = json.loads(read_text_file(path))
     except json.JSONDecodeError as exc:
@@ -225,6 +283,45 @@ def read_model_manifest(path: Path) -> dict[str, Any]:
     if isinstance(manifest, dict):
         check_membership_hashes(manifest, Path(path))
     return manifest
+
+
+MODEL_KINDS = ("lab-pretrained", "lab-finetuned")  # the kinds of a lab model's manifest
+
+
+def weights_problem(folder: Path, recorded: Any) -> str | None:
+    """None if every file of a files_record is in `folder` with its recorded size and sha256,
+    else what is wrong. The hashes come from lab.common.cached_sha256 (remembered by path, size
+    and mtime across processes): every read of a model checks its weights, so a command that
+    reads ten models does not hash ten models' weights each time."""
+    if not isinstance(recorded, dict) or not all(isinstance(v, dict) for v in recorded.values()):
+        return "its record of file sizes and hashes is malformed"
+    for name, expected in sorted(recorded.items()):
+        path = Path(folder) / name
+        if not path.is_file():
+            return f"{name} missing"
+        size = path.stat().st_size
+        if size != expected.get("size"):
+            return f"{name} has {size} bytes, {expected.get('size')} recorded"
+    for name, expected in sorted(recorded.items()):
+        if cached_sha256(Path(folder) / name) != expected.get("sha256"):
+            return f"{name} differs from the sha256 recorded when it was written"
+    return None
+
+
+def check_weights(manifest: dict[str, Any], folder: Path, named: str, prefix: str,
+                  fix: str = "changed since it was trained: restore it or train it again") -> None:
+    """A LabError (`named`: the option and folder) unless `folder` holds the very files the
+    manifest's MODEL_FILES records (each named `prefix` + its name). A legacy manifest, without
+    that record, is checked for cut-short weights only."""
+    recorded = manifest.get(MODEL_FILES)
+    if recorded is None:
+        for path in sorted(Path(folder).glob("*.safetensors")):
+            if not safetensors_complete(path):
+                raise LabError(f"{named}: {prefix}{path.name} is truncated")
+        return
+    problem = weights_problem(folder, recorded)
+    if problem is not None:
+        raise LabError(f"{named}: {prefix}{problem} ({fix})")
 
 
 def pretraining_record(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -291,26 +388,12 @@ def lab_architecture(manifest: dict[str, Any], model_dir: Path) -> str:
     return architecture
 
 
-MODEL_FILES = "model_files"  # the manifest's files_record of WEIGHTS_SUBDIR, written at saving
-
 
 def check_model_files(model_dir: Path, option: str) -> None:
-    """A LabError unless WEIGHTS_SUBDIR holds the very files training saved (every size and
-    sha256 of the manifest's MODEL_FILES): weights overwritten in place, cut short or swapped
-    are refused before anything loads them. Models saved before the lab kept that record are
-    checked for cut-short weights only."""
-    manifest = read_stage_manifest(model_dir, option)
-    weights = Path(model_dir) / WEIGHTS_SUBDIR
-    recorded = manifest.get(MODEL_FILES)
-    if recorded is None:
-        for path in sorted(weights.glob("*.safetensors")):
-            if not safetensors_complete(path):
-                raise LabError(f"{option} {model_dir}: {WEIGHTS_SUBDIR}/{path.name} is truncated")
-        return
-    problem = files_problem(weights, recorded)
-    if problem is not None:
-        raise LabError(f"{option} {model_dir}: {WEIGHTS_SUBDIR}/{problem} (changed since it "
-                       f"was trained: restore it or train it again)")
+    """A LabError unless WEIGHTS_SUBDIR holds the very files training saved (read_stage_manifest
+    checks them on every read): weights overwritten in place, cut short or swapped are refused
+    before anything loads them."""
+    read_stage_manifest(model_dir, option)
 
 
 def lab_cuts_itself(tokenizer: Any) -> Any:

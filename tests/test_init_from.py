@@ -252,7 +252,7 @@ def test_weights_without_a_lab_record_have_unknown_membership_never_control():
 
 
 def test_a_checkpoint_carries_its_runs_membership_up_to_its_step():
-    from lab.train.continued import _at_step
+    from lab.train.artefacts import at_step as _at_step
 
     run = {"kind": "lab-pretrained", "steps": 10, "final_weights_sha256": "f" * 64,
            "corpus": _corpus("paired", ["a", "b"], ["c"]),

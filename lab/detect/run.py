@@ -33,13 +33,14 @@ from lab.common import (LabError, beside, check_output, corpora_param, environme
 from lab.contamination import settings as settings_table
 from lab.contamination.soft import recorded_form
 from lab.corpora import corpora_inputs, load_samples
-from lab.corpora.shards import read_manifest, verify_corpus
+from lab.corpora.shards import verify_corpus
 from lab.detect import DEFAULT_DETECTORS, DETECTORS, applicable, blind, check_detectors, score_all
 from lab.detect.context import DetectContext
 from lab.detect.shift import DRAW
 from lab.eval.probe import seed_arm_samples, seed_corpora_param
 from lab.models import (check_placement, device_param, dtype_param, place_model, positions_of,
-                        pretraining_record, read_stage_manifest)
+                        pretraining_record)
+from lab.train.artefacts import read_model
 from lab.stats import auc_interval, membership_auc, roc_auc, tpr_at_fpr
 
 FPRS = (0.01, 0.05)  # the false positive rates TPR is reported at
@@ -190,33 +191,6 @@ def _check_reference_unseen(cfg: DetectConfig, manifest: dict[str, Any],
                        "a reference must never have seen them (a control or placebo model)")
 
 
-def _check_own_corpus(cfg: DetectConfig, manifest: dict[str, Any]) -> None:
-    """The model's membership against its pre-training corpus, where that corpus is still
-    there (its recorded sha256): the corpus verified against its shards (their hashes and the
-    documents' own sample fields, lab.corpora.shards.verify_corpus), then the injected and
-    held-out ids the model copied from it. A model continued from another (init_from) holds
-    the joined membership of its lineage, which no one corpus states."""
-    record = pretraining_record(manifest)
-    corpus = record.get("corpus", {})
-    folder = Path(corpus["path"]) if isinstance(corpus.get("path"), str) else None
-    if folder is None or not (folder / "manifest.json").is_file():
-        return
-    try:
-        theirs = read_manifest(folder)
-    except LabError:
-        return
-    if theirs.get("corpus_sha256") != corpus.get("sha256"):
-        return  # another corpus at that path now: the model's record is all there is
-    theirs = verify_corpus(folder)
-    if record.get("init_from"):
-        return
-    for name in ("injected_ids", "held_out_ids"):
-        if set(corpus.get(name) or []) != set(theirs.get(name) or []):
-            raise LabError(f"--model {cfg.model}: its manifest's corpus.{name} differs from "
-                           f"that of its pre-training corpus {folder / 'manifest.json'} (checked "
-                           "against the corpus's shards)")
-
-
 @dataclass
 class _Subject:
     """The scored model and what its members are."""
@@ -280,22 +254,20 @@ def _lab_subject(cfg: DetectConfig, check: Any) -> _Subject:
     if cfg.benchmark is not None:
         raise LabError(f"--benchmark {cfg.benchmark}: only for a model that is not a lab model; "
                        "a lab model's members come from its corpus (or --groups)")
-    own = read_stage_manifest(cfg.model, "--model")
+    own = read_model(cfg.model, "--model")
     if own.get("kind") == "lab-corpus":
         raise LabError(f"--model {cfg.model}: is a corpus, not a model (pre-train a model on it "
                        "with lab pretrain, or pass it as --groups to score a control model on "
                        "its samples)")
     if cfg.groups is not None and (Path(cfg.groups) / "manifest.json").is_file() and \
-            read_stage_manifest(cfg.groups, "--groups").get("kind") == "lab-corpus":
+            read_model(cfg.groups, "--groups").get("kind") == "lab-corpus":
         verify_corpus(cfg.groups)  # its membership is what its shards hold
     chosen = probe_groups(own, cfg.groups)
     form = settings_table.probed_form(chosen["setting"]) if cfg.form == "auto" else cfg.form
     if form is None:
         raise LabError(f"the corpus setting '{chosen['setting']}' has no injected form to score")
     seed_arms = seed_arm_samples(cfg.seed_corpora, chosen["benchmark"])
-    check()
-    if cfg.groups is None:
-        _check_own_corpus(cfg, own)
+    check()  # the model's membership was checked against its corpus by read_model
     model, tokenizer, manifest, family = _load(cfg.model, "--model")
     positions = positions_of(model.config)
     block = int(pretraining_record(manifest).get("config", {}).get("block_size") or positions)
@@ -313,7 +285,7 @@ def _lab_subject(cfg: DetectConfig, check: Any) -> _Subject:
 
 def _groups_record(groups: Path) -> dict[str, Any]:
     """--groups' corpus record: the corpus's manifest, or a model's pre-training corpus."""
-    other = read_stage_manifest(groups, "--groups")
+    other = read_model(groups, "--groups")
     return other if other.get("kind") == "lab-corpus" else pretraining_record(other).get(
         "corpus", {})
 

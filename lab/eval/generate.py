@@ -26,8 +26,8 @@ from lab.corpora import Sample, corpora_inputs, get_spec, load_samples
 from lab.corpora.base import read_sample_ids
 from lab.eval import metrics as metric_fns
 from lab.models import (check_placement, device_param, dtype_param, lab_architecture,
-                        load_lab_model, place_model, positions_of, pretraining_record,
-                        read_stage_manifest)
+                        load_lab_model, place_model, positions_of, pretraining_record)
+from lab.train.artefacts import read_model
 from lab.tasks import Decoding, Task, fine_tuning_records, get_task, of_task, train_subset
 from lab.train.finetune import causal_prompt, position_limit, seq2seq_source
 
@@ -54,7 +54,7 @@ CLEAN = "clean"
 
 def generator_manifest(model_dir: Path) -> tuple[dict[str, Any], str]:
     """(manifest, architecture) of a lab model that can generate, checked without loading it."""
-    manifest = read_stage_manifest(model_dir, "--model")
+    manifest = read_model(model_dir, "--model")
     architecture = lab_architecture(manifest, model_dir)
     if architecture == "masked-lm":
         raise LabError(f"--model {model_dir}: a pre-trained {manifest['model']['family']} "

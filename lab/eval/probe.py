@@ -62,8 +62,8 @@ from lab.detect.min_k import lowest_mean as min_k_score  # Min-K% (Shi et al.)
 from lab.eval import metrics as metric_fns
 from lab.eval.generate import assigned_injected_ids, padded
 from lab.models import (check_placement, device_param, dtype_param, lab_architecture,
-                        load_lab_model, place_model, positions_of, pretraining_record,
-                        read_stage_manifest)
+                        load_lab_model, place_model, positions_of, pretraining_record)
+from lab.train.artefacts import read_model
 from lab.stats import membership_auc
 from lab.tasks import Decoding
 from lab.train.finetune import causal_prompt
@@ -110,7 +110,7 @@ def seed_corpora_param() -> Any:
 
 def load_probed_model(model_dir: Path) -> tuple[Any, Any, dict[str, Any], str]:
     """(model, tokenizer, manifest, family) of a lab pre-trained model or fine-tuned GPT-2."""
-    manifest = read_stage_manifest(model_dir, "--model")
+    manifest = read_model(model_dir, "--model")
     architecture = lab_architecture(manifest, model_dir)
     if architecture == "encoder-decoder":
         raise LabError(f"--model {model_dir}: a fine-tuned encoder-decoder is not probed; probe "
@@ -133,7 +133,7 @@ def probe_groups(manifest: dict[str, Any], groups_dir: Path | None) -> dict[str,
                            "has no lab record of what it saw), so no sample is known to be a "
                            "member or not: the model cannot be scored")
     else:
-        other = read_stage_manifest(groups_dir, "--groups")
+        other = read_model(groups_dir, "--groups")
         if other.get("kind") == "lab-corpus":
             record = other
         elif other.get("kind") in ("lab-pretrained", "lab-finetuned"):
@@ -191,7 +191,7 @@ def seed_arm_samples(corpora: Sequence[Path], benchmark: str) -> frozenset[str]:
     injected or put in as a placebo (ARM_SAMPLE_FIELDS). Each must be a corpus of `benchmark`."""
     ids: set[str] = set()
     for corpus in corpora:
-        manifest = read_stage_manifest(Path(corpus), "--seed-corpora")
+        manifest = read_model(Path(corpus), "--seed-corpora")
         if manifest.get("kind") != "lab-corpus":
             raise LabError(f"--seed-corpora {corpus}: not a lab corpus (lab inject)")
         if manifest.get("benchmark") != benchmark:
@@ -439,7 +439,7 @@ def run_probe(cfg: ProbeConfig | Path, out: Path | None = None, **options: Any) 
     started = time.perf_counter()
     device = check_placement(cfg.device, cfg.dtype)
     # Everything that can be refused is checked before the model is loaded.
-    chosen = probe_groups(read_stage_manifest(cfg.model, "--model"), cfg.groups)
+    chosen = probe_groups(read_model(cfg.model, "--model"), cfg.groups)
     setting = settings_table.probed_form(chosen["setting"]) if cfg.form == "auto" else cfg.form
     if setting is None:
         raise LabError(f"the corpus setting '{chosen['setting']}' has no injected form to probe")

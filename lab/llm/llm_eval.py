@@ -26,8 +26,9 @@ from lab.common import (
 from lab.eval import metrics as metric_fns
 from lab.eval.generate import padded
 from lab.tasks import Decoding, check_sampling
-from lab.models import (WEIGHTS_SUBDIR, architecture_of, check_model_files, check_placement,
+from lab.models import (WEIGHTS_SUBDIR, architecture_of, check_placement,
                         device_param, dtype_param, load_lab_model, place_model)
+from lab.train.artefacts import read_model
 from lab.stats import ALPHA, CONVENTIONS, compare, signed_rank_test, starred_p
 
 MARKER = "END OF CASE"
@@ -155,11 +156,8 @@ def load_causal_lm(path: Path) -> tuple[Any, Any, dict[str, Any]]:
     manifest_path = path / "manifest.json"
     architecture = None
     if manifest_path.is_file():
-        try:
-            manifest = orjson.loads(manifest_path.read_bytes())
-        except orjson.JSONDecodeError as exc:
-            raise LabError(f"{manifest_path}: corrupt JSON ({exc})") from None
-        architecture = architecture_of(manifest)
+        manifest = read_model(path, "--model")  # its weights and membership checked
+        architecture = architecture_of(manifest) if isinstance(manifest, dict) else None
         if architecture == "masked-lm":
             raise LabError(f"--model {path}: a lab {manifest['model'].get('family')} model is a "
                            "masked LM, not a causal LM that can generate")
@@ -167,7 +165,6 @@ def load_causal_lm(path: Path) -> tuple[Any, Any, dict[str, Any]]:
             raise LabError(f"--model {path}: a lab {architecture} model, not a causal LM")
         if architecture is not None:
             kind, hf_dir = manifest["kind"], path / WEIGHTS_SUBDIR
-            check_model_files(path, "--model")  # before anything reads a file of it
     if not (hf_dir / "config.json").is_file():
         raise LabError(f"--model {path}: no config.json in {hf_dir} (not a Hugging Face model "
                        "directory)")

@@ -67,6 +67,34 @@ def record_checkpoint(checkpoint: Path) -> None:
     tmp = checkpoint / (CHECKPOINT_RECORD + ".tmp")
     tmp.write_text(json.dumps({"files": files}, indent=1), encoding="utf-8")
     os.replace(tmp, checkpoint / CHECKPOINT_RECORD)
+    step = checkpoint.name.removesuffix(".tmp").removeprefix("checkpoint-")
+    if step.isdigit():  # the run's own record of this step's weights (CHECKPOINT_WEIGHTS)
+        weights = {name: entry for name, entry in files.items() if name.endswith(".safetensors")}
+        record = checkpoint.parent / CHECKPOINT_WEIGHTS_FILE
+        recorded = read_checkpoint_weights(checkpoint.parent)
+        recorded[str(int(step))] = weights
+        tmp = record.with_name(record.name + ".tmp")
+        tmp.write_text(json.dumps(recorded, indent=1, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, record)
+
+
+# A run's record of every checkpoint's weights ({step: files_record of its *.safetensors}),
+# written beside the checkpoints as each is saved and copied into the run's manifest under
+# CHECKPOINT_WEIGHTS: `--init-from RUN/checkpoints/checkpoint-N` is read only if its weights are
+# the ones this run saved at step N (lab.train.artefacts.read_checkpoint), not another run's
+# checkpoint put in its folder.
+CHECKPOINT_WEIGHTS = "checkpoint_weights"
+CHECKPOINT_WEIGHTS_FILE = "lab_checkpoint_weights.json"
+
+
+def read_checkpoint_weights(checkpoints: Path) -> dict[str, Any]:
+    """The CHECKPOINT_WEIGHTS_FILE of a run's checkpoints folder ({} before its first save)."""
+    try:
+        recorded = json.loads((Path(checkpoints) / CHECKPOINT_WEIGHTS_FILE).read_text(
+            encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return recorded if isinstance(recorded, dict) else {}
 
 
 def checkpoint_problem(checkpoint: Path) -> str | None:

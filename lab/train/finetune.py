@@ -20,8 +20,9 @@ from lab.common import (LabError, atomic_output_dir, check_numbers, check_output
                         write_json_atomic)
 from lab.contamination import SEP_MARKER
 from lab.corpora import Sample, corpora_inputs, load_samples
-from lab.models import (MANIFEST, MODEL_FILES, WEIGHTS_SUBDIR, check_model_files, lab_cuts_itself,
-                        load_weights, positions_of, read_stage_manifest)
+from lab.models import (MANIFEST, MODEL_FILES, WEIGHTS_SUBDIR, lab_cuts_itself,
+                        load_weights, positions_of)
+from lab.train.artefacts import read_model
 from lab.tasks import Task, fine_tuning_records, get_task, train_subset
 from lab.tokenizer import fit_to_model
 from lab.train.common import (
@@ -235,7 +236,7 @@ def injected_pairs(corpora: tuple[Path, ...], corpora_dir: Path | None
     keys: set[tuple[bytes, bytes]] = set()
     records = []
     for corpus in corpora:
-        manifest = read_stage_manifest(Path(corpus), "--injected-corpora")
+        manifest = read_model(Path(corpus), "--injected-corpora")
         if manifest.get("kind") != "lab-corpus":
             raise LabError(f"--injected-corpora {corpus}: not a lab corpus (lab inject)")
         placebo = manifest.get("placebo") or {}
@@ -338,7 +339,7 @@ def _finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     started = time.perf_counter()
     task = get_task(cfg.task)
     _validate(cfg)
-    pretrained = read_stage_manifest(cfg.pretrained, "--pretrained")
+    pretrained = read_model(cfg.pretrained, "--pretrained")
     if pretrained.get("kind") != "lab-pretrained":
         raise LabError(f"--pretrained {cfg.pretrained}: not a lab pre-trained model (lab pretrain)")
     family = pretrained["model"]["family"]
@@ -348,7 +349,6 @@ def _finetune(cfg: FinetuneConfig) -> dict[str, Any]:
 
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, set_seed
 
-    check_model_files(cfg.pretrained, "--pretrained")
     model_dir = Path(cfg.pretrained) / WEIGHTS_SUBDIR
     with loading(model_dir, "--pretrained"):
         tokenizer = lab_cuts_itself(PreTrainedTokenizerFast.from_pretrained(str(model_dir)))

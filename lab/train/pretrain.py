@@ -25,7 +25,8 @@ from lab.common import (LabError, check_numbers, check_output, config_record, du
                         write_json_atomic)
 from lab.corpora.shards import verify_corpus
 from lab.train.common import (
-    MEMBERSHIP_HASH, checkpoint_problem, checkpoints_newest_first, latest_checkpoint,
+    CHECKPOINT_WEIGHTS, MEMBERSHIP_HASH, checkpoint_problem, checkpoints_newest_first,
+    latest_checkpoint, read_checkpoint_weights,
     make_guarded_trainer_class, membership_hashes, quiet_training, TENSORBOARD_DIR,
     history_without_timing, non_finite_error, report_targets, report_to_param, state_sha256,
     trained_weights_sha256, training_arguments, warn_of_stale_build_locks,
@@ -533,6 +534,7 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
         "first_batch_sha256": trained.first_batch_sha256,
         "final_weights_sha256": final_sha,
         MODEL_FILES: files_record(work / WEIGHTS_SUBDIR),
+        CHECKPOINT_WEIGHTS: read_checkpoint_weights(work / "checkpoints"),
         "ranks": [json.loads(p.read_text()) for p in sorted((work / "ranks").glob("rank-*.json"))],
         "world_size": world_size,
         "launcher": _launcher(),
