@@ -658,9 +658,10 @@ def _run_with_progress(recipe: Any, folder: Path, corpora: Optional[Path], execu
                 bar.console.print(f"warning (first in {log}): {detail}", markup=False,
                                   highlight=False, soft_wrap=True)
                 return
-            else:
+            else:  # "end", or OTHER_RUNNER: a stage this runner did not run
                 running.remove(describe(stage))
-                bar.console.print(f"done {describe(stage)} in {_duration(detail or 0)}")
+                bar.console.print(f"done {describe(stage)} in {_duration(detail or 0)}"
+                                  if event == "end" else f"{event}: {describe(stage)}")
                 bar.advance(task)
             bar.update(task, description=f"{recipe.name}: {', '.join(running) or 'collecting'}")
 

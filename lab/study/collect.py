@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -331,13 +332,14 @@ def check_tables(study: Path) -> Recipe | None:
                if path.is_file()}
     changed = sorted(name for name in set(files) | set(present)
                      if name not in present or files.get(name) != sha256_file(present[name]))
-    if files and not changed:
-        return recipe  # what lab wrote, as it wrote it
     for path in present.values():
         if path.suffix == ".csv":
             whole_lines(path)
+            if path.name in SCORED_TABLES:
+                finite_scores(path)
     if recipe is not None and (study / "stages").is_dir():
-        # The stages are the source: tables equal to what they give are right (two runners of
+        # The stages are the source, whatever tables.json says (its sha256 can be recomputed
+        # by whoever edits a table): tables equal to what they give are right (two runners of
         # one study may have written the tables and the record in turn).
         expected = study_tables(recipe, expand(recipe), study)
         for name in TABLE_NAMES:
@@ -345,6 +347,8 @@ def check_tables(study: Path) -> Recipe | None:
                 if name in expected or path.is_file():
                     _refuse_difference(path, expected.get(name, []), "the stages give")
         return recipe
+    if files and not changed:
+        return recipe  # no stages: what lab wrote, as it wrote it
     for name in TABLE_NAMES:
         path, copy = study / name, (study / name).with_suffix(".parquet")
         if path.is_file() and copy.is_file():
@@ -357,6 +361,31 @@ def check_tables(study: Path) -> Recipe | None:
         raise LabError(f"{study / changed[0]}: not the file lab wrote (its sha256 differs from "
                        f"{study / TABLES_RECORD}'s) and no stages/ to hold it to")
     return recipe
+
+
+# The tables of scores lab stats, lab report and lab merge read: a cell of them that is not a
+# finite number (nan, inf) no mean or test can use, and readers would drop it silently.
+SCORED_TABLES = (RESULTS, SAMPLES)
+
+
+def finite_scores(path: Path) -> None:
+    """Refuse a scores table (SCORED_TABLES) holding nan or inf, by line and column."""
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            reader = csv.reader(handle)
+            header = next(reader, [])
+            for line, cells in enumerate(reader, 2):
+                for column, text in zip(header, cells):
+                    try:
+                        finite = math.isfinite(float(text))
+                    except ValueError:
+                        continue  # text, not a number
+                    if not finite:
+                        raise LabError(f"{path}: line {line}, column {column}: {text!r} is not a "
+                                       "finite number (no mean or test can use it)"
+                                       + _rebuild(path.parent))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise LabError(f"{path}: unreadable ({exc})") from None
 
 
 def whole_lines(path: Path) -> None:

@@ -128,10 +128,12 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def run_stage(stage: Stage, study: Path, corpora_dir: Path | None, threads: int) -> None:
+def run_stage(stage: Stage, study: Path, corpora_dir: Path | None, threads: int) -> bool:
     """Run one stage unless it is finished, on `threads` torch threads (the study's, fixed: a
     float sum depends on how many threads share it), its output in STUDY/stages/KEY.log and
-    its wall time in KEY.timing.json, whatever the executor."""
+    its wall time in KEY.timing.json, whatever the executor. Returns whether it ran here:
+    False where another runner of the study finished it (while this one waited for its lock),
+    so that each runner reports only the stages it ran."""
     import torch
 
     before = torch.get_num_threads()
@@ -140,9 +142,10 @@ def run_stage(stage: Stage, study: Path, corpora_dir: Path | None, threads: int)
         with stage_lock(stage, study):
             _remove_leftovers(stage, study)
             if stage.done(study):  # another runner may have finished it while we waited
-                return
+                return False
             with _output_to(stage_log(stage, study)), _timed(stage, study, threads):
                 _run_stage_unlocked(stage, study, corpora_dir, threads)
+            return True
     finally:
         # A stage run in the lab's own process leaves it as it found it (the next caller, a
         # test or a notebook, keeps its own thread count).
@@ -272,7 +275,7 @@ def die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def run_rank(stage: Stage, study: Path, threads: int, resume: bool) -> None:
+def run_rank(stage: Stage, study: Path, threads: int, resume: bool) -> bool:
     """One task of a multi-rank pre-training job: the scheduler started one per rank; submitit
     tells each its rank and the rendezvous (RANK, WORLD_SIZE, MASTER_ADDR, ...), and each runs
     the pre-training itself, no launcher in between. Rank 0 holds the stage's lock and clears
@@ -287,9 +290,10 @@ def run_rank(stage: Stage, study: Path, threads: int, resume: bool) -> None:
     cfg = dataclasses.replace(bind(stage, study), resume=resume)
     if int(os.environ["RANK"]) != 0:
         KINDS[stage.kind].run(cfg)
-        return
+        return True
     with stage_lock(stage, study):
         _remove_leftovers(stage, study)
         with _output_to(stage_log(stage, study)), _timed(stage, study, threads):
             KINDS[stage.kind].run(cfg)
             finish(stage, study)
+    return True

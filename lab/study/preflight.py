@@ -55,7 +55,8 @@ def check_ready(recipe: Recipe, study: Path, corpora_dir: Path | None = None,
     from lab.study.questions import power_problem
 
     pending = pending_stages(recipe, study, seeds)
-    problems = preflight(recipe, study, corpora_dir, executor, deepspeed, pending)
+    problems = check_statistics(recipe) + preflight(recipe, study, corpora_dir, executor,
+                                                    deepspeed, pending)
     underpowered = power_problem(recipe, evaluated_models(expand(recipe))) if power else None
     if underpowered and not allow_underpowered:
         problems.append(underpowered)
@@ -90,6 +91,17 @@ def preflight(recipe: Recipe, study: Path, corpora_dir: Path | None = None,
         problems += check_disk(recipe, pending, study)
     # One line per problem, each named once (a missing --corpora folder fails every lookup).
     return list(dict.fromkeys(" ".join(p.split()) for p in problems))
+
+
+def check_statistics(recipe: Recipe) -> list[str]:
+    """The primary metric must be one the evaluations compute: any other leaves the primary
+    table nothing to test, which the report would find only after every stage ran."""
+    metric = recipe.statistics.primary_metric
+    metrics = list(recipe.evaluation.metrics)
+    if metric is not None and metric not in metrics:
+        return [f"statistics.primary_metric {metric}: not one of evaluation.metrics "
+                f"({', '.join(metrics)})"]
+    return []
 
 
 def check_selection(pending: list[Any], corpora_dir: Path | None) -> list[str]:

@@ -7,10 +7,11 @@ records (recipe.json, study.json) and the run from start to tables.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from lab.common import (LabError, check_apart, environment_record, read_json_if_there,
                         write_json_atomic)
@@ -27,6 +28,39 @@ from lab.study.scheduler import check_executor, default_workers, schedule, submi
 
 RECIPE = "recipe.json"  # the study's recipe, as recorded when it began (recipe_dict)
 SUMMARY = "study.json"
+# Held while a runner reads and writes RECIPE and SUMMARY: two runners of one study (started
+# seconds apart, or SLURM jobs) each keep what the other recorded (merged_summary).
+RECORDS_LOCK = "study.json.lock"
+
+
+@contextlib.contextmanager
+def records_lock(study: Path) -> Iterator[None]:
+    """Hold STUDY/study.json.lock (the kernel's flock, released when its holder dies)."""
+    from filelock import FileLock
+
+    with FileLock(Path(study) / RECORDS_LOCK):
+        yield
+
+
+def merged_summary(current: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
+    """study.json as one runner writes it over what is there now (`current`, maybe written by
+    another runner since this one read it): this runner's fields, every earlier field it does
+    not set (less a shard's seeds, which only the run given them has), and every `grown` record
+    of either, each once, in order: a grow is recorded whichever runner writes last."""
+    grown = list(current.get("grown") or [])
+    grown += [record for record in ours.get("grown") or [] if record not in grown]
+    merged = {**{k: v for k, v in current.items() if k != "shard_seeds"}, **ours}
+    if grown:
+        merged["grown"] = grown
+    return merged
+
+
+def update_summary(study: Path, ours: dict[str, Any]) -> dict[str, Any]:
+    """Write merged_summary(study.json now, `ours`) under the records' lock; returns it."""
+    with records_lock(study):
+        summary = merged_summary(read_summary(study), ours)
+        write_json_atomic(Path(study) / SUMMARY, summary)
+    return summary
 
 
 def read_summary(study: Path) -> dict[str, Any]:
@@ -217,7 +251,9 @@ def check_study_folder(study: Path, corpora_dir: Path | None) -> None:
         return
     if not study.is_dir():
         raise LabError(f"{study}: exists and is not a study directory")
-    if any(study.iterdir()) and not ((study / RECIPE).is_file() or (study / SUMMARY).is_file()):
+    begun = (study / RECIPE).is_file() or (study / SUMMARY).is_file()
+    # (the records' lock alone: a runner killed before it wrote the recipe)
+    if any(p.name != RECORDS_LOCK for p in study.iterdir()) and not begun:
         raise LabError(f"{study}: exists and is not a study directory (no {RECIPE} or "
                        f"{SUMMARY}); use a new --out")
 
@@ -253,39 +289,40 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
     if not ready_checked:
         check_start(recipe, study, corpora_dir, executor, seeds, allow_underpowered, bool(smoke))
     study.mkdir(parents=True, exist_ok=True)
-    grown = check_recorded_recipe(recipe, study)
-    previous_summary = read_summary(study)
-    threads = study_threads(recipe, study, previous_summary)
-    workers = workers or default_workers(executor, threads)
-    # The analysis is the one the study began with (check_start refused any other): recipe.json
-    # and the tables record it, planned seeds included, however the seeds grow.
-    analysis = previous_summary.get(ANALYSIS) or frozen_analysis(recipe)
-    recipe = with_frozen_statistics(recipe, analysis)
-    write_json_atomic(study / RECIPE, recipe_dict(recipe))
-    # Recorded before any stage runs: a kill at any point leaves the count for the resume.
-    # The power the study was planned with, at its declared effect: recorded before any stage,
-    # so that it cannot be computed again from what the seeds then show.
-    planned = previous_summary.get("planned_power") or power_plan(
-        recipe, models=evaluated_models(expand(recipe))).get("power")
-    summary: dict[str, Any] = {"study": recipe.name, "stages": len(stages), "threads": threads,
-                               "executor": executor, "workers": workers,
-                               "data": study_data(recipe, corpora_dir),
-                               "data_folders": data_folders(recipe, corpora_dir),
-                               "planned_power": planned, ANALYSIS: analysis,
-                               **({"smoke": smoke} if smoke else {}),
-                               **({"shard_seeds": sorted(seeds)} if seeds is not None else {}),
-                               # a recipe that grew the study: what it added, each time
-                               **({"grown": [*previous_summary.get("grown", []),
-                                             {"differs_in": grown, "stages": len(stages)}]}
-                                  if grown else {})}
-    # Every write keeps what earlier runs recorded (grown, the plan), less a shard's seeds,
-    # which only the run that was given them has.
-    summary = {**{k: v for k, v in previous_summary.items() if k != "shard_seeds"}, **summary}
-    write_json_atomic(study / SUMMARY, summary)
+    with records_lock(study):
+        # The grow is judged and recorded under the lock: a second runner started meanwhile
+        # reads the recipe and study.json this one leaves, never one without the other.
+        grown = check_recorded_recipe(recipe, study)
+        previous_summary = read_summary(study)
+        threads = study_threads(recipe, study, previous_summary)
+        workers = workers or default_workers(executor, threads)
+        # The analysis is the one the study began with (check_start refused any other):
+        # recipe.json and the tables record it, planned seeds included, however the seeds grow.
+        analysis = previous_summary.get(ANALYSIS) or frozen_analysis(recipe)
+        recipe = with_frozen_statistics(recipe, analysis)
+        write_json_atomic(study / RECIPE, recipe_dict(recipe))
+        # Recorded before any stage runs: a kill at any point leaves the count for the resume.
+        # The power the study was planned with, at its declared effect: recorded before any
+        # stage, so that it cannot be computed again from what the seeds then show.
+        planned = previous_summary.get("planned_power") or power_plan(
+            recipe, models=evaluated_models(expand(recipe))).get("power")
+        ours: dict[str, Any] = {
+            "study": recipe.name, "stages": len(stages), "threads": threads,
+            "executor": executor, "workers": workers, "data": study_data(recipe, corpora_dir),
+            "data_folders": data_folders(recipe, corpora_dir), "planned_power": planned,
+            ANALYSIS: analysis, **({"smoke": smoke} if smoke else {}),
+            **({"shard_seeds": sorted(seeds)} if seeds is not None else {}),
+            # a recipe that grew the study: what it added, each time (merged_summary keeps
+            # every earlier one)
+            **({"grown": [{"differs_in": grown, "stages": len(stages)}]} if grown else {})}
+        summary = merged_summary(previous_summary, ours)
+        write_json_atomic(study / SUMMARY, summary)
     submit, shutdown = submitter(executor, workers, threads, study, corpora_dir, slurm)
     started = time.perf_counter()
+    elsewhere: list[str] = []
     try:
-        timings = schedule(stages, study, submit, workers, on_event or (lambda *a, **k: None))
+        timings = schedule(stages, study, submit, workers, on_event or (lambda *a, **k: None),
+                           elsewhere)
     finally:
         shutdown()
     for stage in stages:  # those finished by earlier (killed) runs, other runners or shards too
@@ -294,12 +331,14 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
     recorded = {s.key: recorded_seconds(s, study) for s in stages}
     stage_seconds = {key: seconds for key, seconds in recorded.items() if seconds is not None}
     results, samples = collect(recipe, stages, study)
-    summary.update(ran=timings, stage_seconds=stage_seconds,
-                   seconds={"this_run": round(time.perf_counter() - started, 3),
-                            "stages_this_run": round(sum(t["seconds"] for t in timings), 3),
-                            "all_stages": round(sum(stage_seconds.values()), 3),
-                            "stages_timed": len(stage_seconds)},
-                   results=str(results), samples=str(samples),
-                   probes=str(study / PROBES), environment=environment_record())
-    write_json_atomic(study / SUMMARY, summary)
-    return summary
+    # `ran`: the stages this runner ran; `done_by_another_runner`: those it found finished by a
+    # runner of the same study while it waited for them.
+    ours.update(ran=timings, done_by_another_runner=elsewhere, stage_seconds=stage_seconds,
+                seconds={"this_run": round(time.perf_counter() - started, 3),
+                         "stages_this_run": round(sum(t["seconds"] for t in timings), 3),
+                         "all_stages": round(sum(stage_seconds.values()), 3),
+                         "stages_timed": len(stage_seconds)},
+                results=str(results), samples=str(samples),
+                probes=str(study / PROBES), environment=environment_record())
+    return update_summary(study, ours)
+

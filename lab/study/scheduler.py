@@ -15,6 +15,8 @@ from lab.study.execution import (available_cores, die_with_parent, recorded_seco
 from lab.study.grid import Stage, describe, world_size
 
 EXECUTORS = ("local", "slurm", "submitit-local")
+# schedule()'s event for a stage another runner of the study finished while this one waited
+OTHER_RUNNER = "done by another runner"
 
 
 def check_executor(executor: str, workers: int | None) -> None:
@@ -42,17 +44,18 @@ def _worker_init() -> None:
 
 class _Finished:
     """Handle of a stage that already ran in this process (one local worker: no pool); its
-    error, if any, is raised where a worker's would be."""
+    error, if any, is raised where a worker's would be, else whether it ran here (run_stage)."""
 
-    def __init__(self, error: Exception | None = None):
-        self.error = error
+    def __init__(self, error: Exception | None = None, ran: bool = True):
+        self.error, self.ran = error, ran
 
     def done(self) -> bool:
         return True
 
-    def result(self) -> None:
+    def result(self) -> bool:
         if self.error is not None:
             raise self.error
+        return self.ran
 
 
 class _SubmititHandle:
@@ -62,9 +65,10 @@ class _SubmititHandle:
     def done(self) -> bool:
         return self.job.done()
 
-    def result(self) -> None:
+    def result(self) -> bool:
         try:
-            self.job.results()  # every task of the job (one, or one per rank)
+            # every task of the job (one, or one per rank); False: another runner finished it
+            return all(ran is not False for ran in self.job.results())
         except LabError:
             raise
         except Exception as exc:
@@ -79,10 +83,10 @@ def submitter(executor: str, workers: int, threads: int, study: Path, corpora_di
     if executor == "local" and workers == 1:
         def run_here(stage: Stage) -> _Finished:
             try:
-                run_stage(stage, study, corpora_dir, threads)
+                ran = run_stage(stage, study, corpora_dir, threads)
             except Exception as exc:  # noqa: BLE001 - reported by schedule() like a worker's
                 return _Finished(exc)
-            return _Finished()
+            return _Finished(ran=ran)
         return run_here, lambda: None
     if executor == "local":
         import multiprocessing
@@ -142,11 +146,16 @@ def job_parameters(stage: Stage, executor: str, threads: int, slurm: dict[str, A
 
 
 def schedule(stages: list[Stage], study: Path, submit: Callable[[Stage], Any], workers: int,
-             on_event: Callable[..., None]) -> list[dict[str, Any]]:
+             on_event: Callable[..., None], elsewhere: list[str] | None = None
+             ) -> list[dict[str, Any]]:
     """Run every unfinished stage once its inputs are finished, at most `workers` at a time,
     seed by seed: a study stopped part-way (hours of CPU, a session's end) then holds every arm
     of the seeds it finished, i.e. complete comparisons, not every seed of its first arms. The
-    order changes no result: each stage's inputs and seed are fixed by its key."""
+    order changes no result: each stage's inputs and seed are fixed by its key.
+
+    Returns the timings of the stages this runner ran. A stage another runner of the same study
+    finished meanwhile (its handle's result is False) is no timing of this one: it is event
+    OTHER_RUNNER and its key goes to `elsewhere`."""
     seed_rank: dict[Any, int] = {}
     for stage in stages:
         seed_rank.setdefault(stage.labels.get("seed"), len(seed_rank))
@@ -168,7 +177,7 @@ def schedule(stages: list[Stage], study: Path, submit: Callable[[Stage], Any], w
         for key in finished:
             stage, handle, started = running.pop(key)
             try:
-                handle.result()  # re-raises the stage's error: the study stops there
+                ran_here = handle.result()  # re-raises the stage's error: the study stops there
             except LabError:
                 raise
             except Exception as exc:  # a crash inside a worker: its traceback is in the log
@@ -176,6 +185,11 @@ def schedule(stages: list[Stage], study: Path, submit: Callable[[Stage], Any], w
                 where = f" (traceback in {log})" if log.is_file() else ""
                 raise LabError(f"stage {key} ({describe(stage)}) failed: "
                                f"{type(exc).__name__}: {exc}{where}") from exc
+            if ran_here is False:
+                if elsewhere is not None:
+                    elsewhere.append(key)
+                on_event(OTHER_RUNNER, stage)
+                continue
             recorded = recorded_seconds(stage, study)  # the stage's own time, as it ran
             seconds = round(time.perf_counter() - started if recorded is None else recorded, 3)
             timings.append({"stage": key, "kind": stage.kind, "seconds": seconds})
