@@ -174,9 +174,16 @@ def _read_injected(shard_path: Path, shard: dict[str, Any], manifest_path: Path)
         raise LabError(f"{shard_path}: sha256 differs from the one listed in {manifest_path} "
                        "(shard changed or manifest of another corpus)")
     try:
-        lines = gzip.decompress(data).splitlines()
+        text = gzip.decompress(data)
     except (OSError, EOFError, zlib.error) as exc:
         raise LabError(f"{shard_path}: unreadable ({exc})") from None
+    try:  # base lines are not parsed below, but pre-training parses (and refuses) every line
+        text.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        lineno = text.count(b"\n", 0, exc.start) + 1
+        raise LabError(f"{shard_path}:{lineno}: not UTF-8 text (byte {exc.start} of the "
+                       "decompressed shard)") from None
+    lines = text.splitlines()
     found = Injected(documents=len(lines))
     for lineno, line in enumerate(lines, start=1):
         if BASE_SAMPLE in line:
