@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from lab.common import LabError, option_name
+from lab.common import LabError, option_name, refuse_unused_options
 from lab.contamination.audit import AuditConfig, run_audit
 from lab.contamination.inject import InjectConfig  # the configs declare their commands' options
 from lab.decontam.run import DecontamConfig
@@ -375,8 +375,9 @@ def probe(cfg: ProbeConfig) -> None:
 @options_of(DetectConfig)
 def detect(cfg: DetectConfig) -> None:
     """Contamination detectors judged on known membership: AUC and TPR at low FPR."""
-    from lab.detect.run import run_detect
+    from lab.detect.run import OPTION_USERS, run_detect
 
+    refuse_unused_options(cfg, OPTION_USERS, cfg.detectors, "--detectors")
     result = run_detect(cfg)
     rows = [{"detector": name, "auc": _fmt(m["auc"]), "tpr@1%": _fmt(m["tpr_at_1pct_fpr"]),
              "tpr@5%": _fmt(m["tpr_at_5pct_fpr"]), "p": _fmt(m["p"], ".2g"),

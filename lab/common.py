@@ -51,6 +51,19 @@ def option_name(field: Any) -> str:
     return field.metadata.get("option") or "--" + field.name.replace("_", "-")
 
 
+def refuse_unused_options(cfg: Any, users: dict[str, tuple[str, ...]], chosen: Any,
+                          choice: str) -> None:
+    """Refuse, in one line, an option given a value other than its default that none of the
+    chosen methods reads (`lab decontam --methods exact --jaccard 0.5` ran exact and ignored
+    --jaccard). `users`: config field -> the methods that read it; `choice`: their option."""
+    fields = {field.name: field for field in dataclasses.fields(cfg)}
+    for name, methods in users.items():
+        value = getattr(cfg, name)
+        if value != fields[name].default and not set(methods) & set(chosen):
+            raise LabError(f"{option_name(fields[name])} {value}: no method in {choice} uses it "
+                           f"(only {', '.join(methods)}); add one or leave the option out")
+
+
 def command_line(cfg: Any) -> list[str]:
     """The options that give `cfg` back when its command parses them (the way a stage hands
     its config to a launcher that starts the command in other processes): every field shown

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lab.common import (LabError, atomic_output_dir, check_output, corpora_param,
+                        refuse_unused_options,
                         environment_record, param, table_cell, write_json_atomic,
                         write_text_atomic)
 from lab.contamination.soft import recorded_form
@@ -47,6 +48,11 @@ CURVE_COLUMNS = ["n", "min_count", "ngram_short", "setting", "form", "injected_s
                  "samples_found", "recall", "injected_documents", "document_recall",
                  "documents", "flagged_documents", "removed_share", "flagged_natural_overlap",
                  "flagged_other", "precision"]
+# The options only some methods read (lab.decontam's flag functions; --ngram-short is read by
+# thresholds.csv too, so always used): one given with none of its methods chosen is refused.
+OPTION_USERS = {"ngram_n": ("ngram", "datatrove"),
+                "ngram_rule": ("ngram8", "ngram13", "ngram50", "ngram"),
+                **{name: ("minhash",) for name in ("jaccard", "num_perm", "shingle")}}
 
 
 @dataclass
@@ -77,6 +83,7 @@ class DecontamConfig:
     def __post_init__(self) -> None:
         self.methods = tuple(self.methods)
         check_methods(self.methods)
+        refuse_unused_options(self, OPTION_USERS, self.methods, "--methods")
         if self.ngram_n <= 0:
             raise LabError(f"--ngram-n {self.ngram_n}: must be >= 1")
         if self.ngram_rule not in NGRAM_RULES:

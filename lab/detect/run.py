@@ -50,6 +50,10 @@ LOW_FPR_KEY = "tpr_at_0.1pct_fpr"
 SHIFT_SUFFIX = "_shift"  # a labelled detector's scores of the shift check (held-out test vs valid)
 # A labelled detector's own test of its AUC (its scores are not independent samples)
 LABELLED_TESTS = {"blind": blind.test}
+# The options only some detectors read: `lab detect` refuses one given with none of them chosen
+# (a study's smoke run lowers neighbours and cdd_samples whatever its detectors, so not here).
+OPTION_USERS = {"k": ("min_k", "min_k_plus_plus"), "neighbours": ("neighbourhood",),
+                "cdd_samples": ("peakedness",)}
 
 
 @dataclass

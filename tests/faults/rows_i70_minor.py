@@ -6,6 +6,8 @@ An export's tokenizer said model_max_length 256 (the micro GPT-2's positions) wh
 trained 128 (--block-size): it now says the trained positions (lab.tokenizer.fit_to_model).
 `lab corpora verify` passed a shard whose base document is not UTF-8 (sha256s recomputed), which
 pre-training refuses: verify_corpus now decodes every shard (lab.corpora.shards._read_injected).
+An option no chosen method reads (`--methods exact --jaccard 0.5`, `--detectors loss --k 0.3`)
+was ignored silently: it is refused, naming it (lab.common.refuse_unused_options).
 """
 from __future__ import annotations
 
@@ -63,4 +65,10 @@ ROWS: list[Case] = [
     error("i70 minor: corpora verify of a shard that is not UTF-8",
           ["corpora", "verify", "bad-utf8"], "bad-utf8/corpus/part-00000.jsonl.gz:1: not UTF-8",
           copy_then("paired", "bad-utf8", base_document_not_utf8)),
+    error("i70 minor: decontam --jaccard without minhash",
+          ["decontam", "--corpus", "paired", "--out", "out-decontam", "--methods", "exact",
+           "--jaccard", "0.5"], "--jaccard 0.5: no method in --methods uses it"),
+    error("i70 minor: detect --k without a Min-K% detector",
+          ["detect", "--model", "pt", "--out", "out-detect", "--detectors", "loss", "--k", "0.3"],
+          "--k 0.3: no method in --detectors uses it"),
 ]
