@@ -464,6 +464,8 @@ def check_output(out: Path, force: bool, kind: str, inputs: Iterable[Any] = (),
         return
     if what == "file" and out.is_dir():  # neither replaced nor written into, with --force or not
         raise LabError(f"{out}: is a directory (name the file to write)")
+    if what == "directory" and out.is_file():  # the same the other way round
+        raise LabError(f"{out}: is a file (name the folder to write)")
     if not force:
         raise LabError(f"{out}: output {what} exists (use --force to replace it)")
     found = output_kind(out)

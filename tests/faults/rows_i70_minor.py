@@ -8,6 +8,8 @@ trained 128 (--block-size): it now says the trained positions (lab.tokenizer.fit
 pre-training refuses: verify_corpus now decodes every shard (lab.corpora.shards._read_injected).
 An option no chosen method reads (`--methods exact --jaccard 0.5`, `--detectors loss --k 0.3`)
 was ignored silently: it is refused, naming it (lab.common.refuse_unused_options).
+A folder output given as an existing file said "output directory exists": it says it is a file
+(lab.common.check_output), with --force or not.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import json
 from pathlib import Path
 
 from .table import EXPORT, INJECT, Case, copy_then, error, ok
-from .world import Result
+from .world import PRETRAIN, Result
 
 FORM = [*INJECT, "--setting", "paired", "--fraction", "0.1", "--contamination-form"]
 
@@ -71,4 +73,10 @@ ROWS: list[Case] = [
     error("i70 minor: detect --k without a Min-K% detector",
           ["detect", "--model", "pt", "--out", "out-detect", "--detectors", "loss", "--k", "0.3"],
           "--k 0.3: no method in --detectors uses it"),
+    error("i70 minor: inject --out an existing file", [*INJECT[:-1], "existing.json",
+                                                        "--setting", "control"],
+          "existing.json: is a file (name the folder to write)"),
+    error("i70 minor: pretrain --out an existing file, --force",
+          [*PRETRAIN, "--out", "existing.json", "--force"],
+          "existing.json: is a file (name the folder to write)"),
 ]
