@@ -173,35 +173,34 @@ def membership_hashes(record: dict[str, Any]) -> dict[str, str]:
 def check_membership_hashes(manifest: dict[str, Any], path: Path) -> None:
     """A LabError naming `path` and the first membership field that differs from the hash
     written with it (an edited id list, a swapped sample, a removed or added field). A model
-    manifest written before the lab kept these hashes (one with neither MODEL_FILES nor MEMBERSHIP_HASH) is read
-    with a warning: nothing vouches for its membership, and nothing can be done about it but
-    training it again. One with some of those fields but not all is refused (missing_field)."""
+    manifest written before the lab kept these hashes (one with neither MODEL_FILES nor
+    MEMBERSHIP_HASH) is read with a warning: nothing vouches for its membership, and nothing can
+    be done about it but training it again. One with one of those fields but not the other is
+    refused (missing_field)."""
     record = manifest if manifest.get("kind") == "lab-pretrained" else manifest.get("pretrained")
     if not isinstance(record, dict) or not isinstance(record.get("corpus"), dict):
         return  # not a model manifest with a membership (a corpus's, a stub's)
     where = "" if record is manifest else "pretrained."
-    missing = missing_field(manifest)
-    if missing is not None:
-        raise LabError(f"{path}: field {missing} missing (the record names fields of the lab's "
-                       "current format but lacks this one: it was edited or is of another model; "
-                       "restore the manifest or train again)")
     recorded = record.get(MEMBERSHIP_HASH)
-    if recorded is None:
-        if str(path) not in _WARNED_UNHASHED:  # once per process: a command reads it often
-            _WARNED_UNHASHED.add(str(path))
-            print(f"lab: warning: {path}: no {where}{MEMBERSHIP_HASH} (a model made before the "
-                  "lab hashed its membership): its injected and held-out ids are taken as "
-                  "written", file=sys.stderr, flush=True)
-        return
-    if not isinstance(recorded, dict):
+    if recorded is not None and not isinstance(recorded, dict):
         raise LabError(f"{path}: field {where}{MEMBERSHIP_HASH} is not a table of hashes")
-    actual = membership_hashes(record)
-    for field in sorted(set(recorded) | set(actual)):
+    actual = membership_hashes(record) if recorded is not None else {}
+    for field in sorted(set(recorded or {}) | set(actual)):
         if recorded.get(field) != actual.get(field):
             change = ("is missing" if field not in actual else "was added" if field not in
                       recorded else f"differs from its {MEMBERSHIP_HASH}")
             raise LabError(f"{path}: field {where}{field} {change} (the membership was edited "
                            "after the model was made: restore the manifest or train again)")
+    missing = missing_field(manifest)
+    if missing is not None:
+        raise LabError(f"{path}: field {missing} missing (the record names fields of the lab's "
+                       "current format but lacks this one: it was edited or is of another model; "
+                       "restore the manifest or train again)")
+    if recorded is None and str(path) not in _WARNED_UNHASHED:  # once per process
+        _WARNED_UNHASHED.add(str(path))
+        print(f"lab: warning: {path}: no {where}{MEMBERSHIP_HASH} (a model made before the "
+              "lab hashed its membership): its injected and held-out ids are taken as "
+              "written", file=sys.stderr, flush=True)
 
 
 def missing_field(manifest: dict[str, Any]) -> str | None:

@@ -276,7 +276,8 @@ def _hashed_manifest(folder: Path) -> Path:
 
     record = {"kind": "lab-pretrained", "corpus": _corpus("paired", [f"i{n}" for n in range(8)],
                                                           [f"h{n}" for n in range(8)]),
-              "exposures": {"order": "uniform", "steps": 4, "by_sample": {"i0": [1]}}}
+              "exposures": {"order": "uniform", "steps": 4, "by_sample": {"i0": [1]}},
+              "model_files": {}}  # a current-format record (its weights are not the point)
     record[MEMBERSHIP_HASH] = membership_hashes(record)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "manifest.json").write_text(json.dumps(record))
@@ -318,7 +319,7 @@ def test_a_manifest_from_before_the_hash_is_read_with_a_warning(tmp_path, capsys
 
     path = _hashed_manifest(tmp_path / "old")
     manifest = json.loads(path.read_text())
-    del manifest[MEMBERSHIP_HASH]
+    del manifest[MEMBERSHIP_HASH], manifest["model_files"]  # both: a legacy record
     path.write_text(json.dumps(manifest))
     assert read_model_manifest(path)["corpus"] == manifest["corpus"]
     read_model_manifest(path)  # a command reads it several times: one warning
