@@ -361,6 +361,10 @@ def run_pretrain(cfg: PretrainConfig) -> dict[str, Any]:
             for checkpoint in checkpoints_newest_first(work / "checkpoints"):
                 if checkpoint_problem(checkpoint) is not None:
                     shutil.rmtree(checkpoint, ignore_errors=True)
+            kept = latest_checkpoint(work / "checkpoints")
+            if kept is not None:  # said, not left behind silently
+                failure = LabError(f"{failure}; its {kept.name} is kept: the same command with "
+                                   "--resume continues from it once there is room")
         raise failure or exc
 
 

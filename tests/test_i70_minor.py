@@ -1,0 +1,39 @@
+"""Issue 70's minor rows that the fault table cannot express (tests/faults/rows_i70_minor.py
+holds the others): a full disk that leaves `OUT.partial` behind says so (the table counts any
+file beside --out as a change)."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.faults.world import run_lab
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 3,000 KiB tmpfs: room for one micro GPT-2 checkpoint (about 2 MiB), not for two."""
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3000k", "tmpfs", str(folder)],
+                      capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)")
+    yield folder
+    subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def test_a_full_disk_names_the_kept_checkpoint_and_resume(micro_world, small_disk, tmp_path):
+    out = small_disk / "pt"
+    result = run_lab(["pretrain", "--model", "gpt2", "--corpus", str(micro_world / "paired"),
+                      "--tokenizer", str(micro_world / "tok"), "--preset", "micro",
+                      "--max-steps", "3", "--save-steps", "1", "--block-size", "128",
+                      "--batch-size", "4", "--cache-dir", str(tmp_path / "cache"),
+                      "--out", str(out)], tmp_path)
+    kept = sorted(p.name for p in (small_disk / "pt.partial" / "checkpoints").glob("checkpoint-*"))
+    assert result.rc == 2 and result.traceback is None
+    error = result.stderr.strip().splitlines()[-1]
+    assert kept, "no whole checkpoint was left: the disk is too small for this test"
+    assert error.startswith(f"lab: error: {out}.partial: cannot write (No space left on device)")
+    assert f"its {kept[-1]} is kept" in error and "--resume" in error
+    assert not out.exists()
