@@ -412,6 +412,13 @@ def model_evaluations(model: Path, manifest: dict[str, Any],
             if evaluation is None:
                 raise LabError(f"--evaluations {name}: no lab evaluate {EVALUATION} there")
             if not _evaluates(evaluation, model, manifest, inside=False):
+                weights = evaluation.get("model_weights_sha256")
+                if _evaluates({**evaluation, "model_weights_sha256": None}, model, manifest,
+                              inside=False):  # the same folder, other weights: replaced since
+                    now = str(manifest.get("final_weights_sha256"))[:12]
+                    raise LabError(f"--evaluations {name}: evaluated {model}'s earlier weights "
+                                   f"(sha256 {str(weights)[:12]}; they are {now} now): run "
+                                   f"lab evaluate --model {model} again")
                 raise LabError(f"--evaluations {name}: an evaluation of {evaluation.get('model')}, "
                                f"not of {model}")
             path = Path(name) / EVALUATION if Path(name).is_dir() else Path(name)

@@ -54,6 +54,12 @@ OPTION_USERS = {"ngram_n": ("ngram", "datatrove"),
                 "ngram_rule": ("ngram8", "ngram13", "ngram50", "ngram"),
                 **{name: ("minhash",) for name in ("jaccard", "num_perm", "shingle")}}
 
+# --num-perm's ceiling. A MinHash estimates Jaccard with standard error sqrt(J(1-J)/num_perm),
+# at most 0.5/sqrt(4096) = 0.008 here, finer than any --jaccard threshold is set; time and
+# memory grow linearly with it (measured on a 700-document arm: 1.4 s at 128, 14 s and 0.4 GiB
+# at 8192); issue 70's 10^8 ran 10 minutes at full CPU without a word.
+MAX_NUM_PERM = 4096
+
 
 @dataclass
 class DecontamConfig:
@@ -71,7 +77,7 @@ class DecontamConfig:
                                      "skip (lm-eval: never matched) or whole (matched when all "
                                      "its words occur in a row; the lab's departure).")
     jaccard: float = param(0.8, "minhash: Jaccard threshold, in (0, 1].")
-    num_perm: int = param(128, "minhash: permutations per MinHash.")
+    num_perm: int = param(128, f"minhash: permutations per MinHash (1 to {MAX_NUM_PERM}).")
     shingle: int = param(5, "minhash: code tokens per shingle.")
     curve_n: tuple[int, ...] = param((5, 8, 13, 20, 50), "thresholds.csv: the n of each point "
                                      "of the word n-gram threshold curves.")
@@ -94,8 +100,10 @@ class DecontamConfig:
                            f"{', '.join(NGRAM_SHORT)}")
         if not 0 < self.jaccard <= 1:
             raise LabError(f"--jaccard {self.jaccard}: must be in (0, 1]")
-        if self.num_perm < 1:
-            raise LabError(f"--num-perm {self.num_perm}: must be >= 1")
+        if not 1 <= self.num_perm <= MAX_NUM_PERM:
+            raise LabError(f"--num-perm {self.num_perm}: must be from 1 to {MAX_NUM_PERM} (the "
+                           "Jaccard estimate's error is below 0.01 there; time and memory grow "
+                           "with it)")
         if self.shingle < 1:
             raise LabError(f"--shingle {self.shingle}: must be >= 1")
         self.curve_n, self.curve_min_count = tuple(self.curve_n), tuple(self.curve_min_count)

@@ -328,10 +328,15 @@ def check_split_half(samples: list[Sample], membership: dict[str, set[str]]) -> 
                         ("injected", "held_out", "pre_existing", "injected_truncated"))]
     if stray:
         example = sorted(membership["held_out"])[0]
+        split = len(samples) - len(stray)
+        # An arm of `lab inject --samples N` split the split's first N samples: --max-samples N
+        first = (f"--max-samples {split} (the arm split the first {split}) or "
+                 if split and all(s.id not in stray for s in samples[:split]) else "")
         raise LabError(f"{len(stray)} of {len(samples)} evaluated samples are neither injected, "
                        f"held out nor pre-existing in the split-half pre-training corpus (which "
                        f"split samples like {example}): {', '.join(stray[:5])}"
-                       f"{' ...' if len(stray) > 5 else ''}; evaluate the samples it split")
+                       f"{' ...' if len(stray) > 5 else ''}; evaluate the samples it split: "
+                       f"give {first}--ids FILE (its corpus's injected_ids and held_out_ids)")
 
 
 @dataclass

@@ -119,8 +119,8 @@ def merge_studies(sources: list[Path], out: Path, seeds: list[int] | None = None
               ANALYSIS: plan}
     work = out.with_name(f".{out.name}.merging-{os.getpid()}")
     shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    try:
+    try:  # the work folder is --out's sibling: a failed write is --out's, so it names --out
+        work.mkdir(parents=True)
         write_json_atomic(work / "recipe.json", recipe_dict(recipes[0]))
         write_tables(work, {name: list(tables[name].values()) for name, _identity in TABLES},
                      recipes[0])
@@ -128,6 +128,8 @@ def merge_studies(sources: list[Path], out: Path, seeds: list[int] | None = None
         if out.exists():
             shutil.rmtree(out)
         work.rename(out)
+    except OSError as exc:
+        raise LabError(f"--out {out}: cannot write ({exc.strerror or exc})") from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {**record, "out": str(out)}

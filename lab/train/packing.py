@@ -109,16 +109,16 @@ def tokenize_corpus(corpus: Path, tokenizer: Any, tokenizer_sha256: str,
             todo.append({"shard": str(corpus / shard["file"]), "documents": shard["documents"],
                          "folder": str(folder), "tokenizer": tokenizer})
     if todo:
-        try:
+        where = ("set LAB_CACHE to a writable folder (or give --cache-dir)"
+                 if root == default_cache_dir() else "give another --cache-dir")
+        try:  # a read-only or full cache is the cache's problem, not --out's
             root.mkdir(parents=True, exist_ok=True)
             workspace = tempfile.TemporaryDirectory(prefix="tokenize-", dir=root)
-        except OSError as exc:  # a read-only or full cache is the cache's problem, not --out's
-            where = ("set LAB_CACHE to a writable folder (or give --cache-dir)"
-                     if root == default_cache_dir() else "give another --cache-dir")
-            raise LabError(f"token cache {root}: cannot write ({exc.strerror}); {where}") from None
-        with workspace as work:
-            run_step(ExecutorConfig(tasks=tasks), "tokenize", tokenize_shard_unit, todo,
-                     Path(work))
+            with workspace as work:
+                run_step(ExecutorConfig(tasks=tasks), "tokenize", tokenize_shard_unit,
+                         [{**unit, "where": where} for unit in todo], Path(work))
+        except OSError as exc:
+            raise LabError(cache_unwritable(root, exc, where)) from None
         for unit in todo:
             problem = _check_cache(Path(unit["folder"]))
             if problem is not None:
@@ -138,9 +138,20 @@ def tokenize_corpus(corpus: Path, tokenizer: Any, tokenizer_sha256: str,
 
 def tokenize_shard_unit(unit: dict[str, Any]) -> dict[str, Any]:
     """One step unit: the cache entry of one corpus shard."""
-    _build_cache(read_shard(Path(unit["shard"]), unit["documents"]), unit["tokenizer"],
-                 Path(unit["folder"]))
+    try:
+        _build_cache(read_shard(Path(unit["shard"]), unit["documents"]), unit["tokenizer"],
+                     Path(unit["folder"]))
+    except OSError as exc:  # raised in a task: its message is all that reaches the user
+        raise LabError(cache_unwritable(Path(unit["folder"]).parent, exc, unit["where"])) from None
     return {"folder": unit["folder"]}
+
+
+def cache_unwritable(folder: Path, exc: OSError, where: str) -> str:
+    """The line for a cache that could not be written. A full disk reaches numpy as a short
+    write, an OSError with no errno ("129703 requested and 16352 written"), so that case is
+    named as what it almost always is."""
+    cause = exc.strerror or f"only part written, {exc}: is the disk full?"
+    return f"token cache {folder}: cannot write ({cause}); {where}"
 
 
 CACHE_FILES = ("tokens.npy", "offsets.npy", "documents.json")
