@@ -76,6 +76,10 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         manifest = json.loads(read_text_file(path))
     except json.JSONDecodeError as exc:
         raise LabError(f"{path}: corrupt JSON ({exc})") from None
+    kind = manifest.get("kind") if isinstance(manifest, dict) else None
+    if isinstance(kind, str) and kind != "lab-corpus":  # a model's folder given as a corpus
+        raise LabError(f"{folder}: a {kind} folder (its {MANIFEST} says so), not a corpus: "
+                       "give an arm's corpus folder (made by lab inject)")
     if not isinstance(manifest, dict) or "shards" not in manifest:
         raise LabError(f"{path}: field 'shards' missing")
     shards = manifest["shards"]
