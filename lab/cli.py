@@ -701,9 +701,11 @@ def stats(
         rows = [dict(zip(result["header"], row)) for row in result["rows"]]
         console.print(_table(result["title"], rows, result["header"]))
         console.print(result["note"], markup=False, highlight=False)
+    elif fmt == "json" and result["unwritten"]:
+        raise LabError(f"{result['unwritten']} (--format json prints the stats.json it writes)")
     else:  # plain text for files and pipes: never wrapped or coloured
-        sys.stdout.write({"md": result["md"], "csv": result["csv"],
-                          "json": result["json"].read_text(encoding="utf-8")}[fmt])
+        sys.stdout.write(result["json"].read_text(encoding="utf-8") if fmt == "json"
+                         else result[fmt])
     if fmt in ("table", "md"):  # a dose ladder's levels, per metric
         for metric, rendered in result["dose_tables"].items():
             console.print(f"\ndose-response, {metric}:\n{rendered['md']}", markup=False,
@@ -712,7 +714,9 @@ def stats(
             console.print(f"\ninjection timing, {metric}:\n{rendered}", markup=False,
                           highlight=False, soft_wrap=True)
     if fmt != "json":  # json stays parseable; stats.json is in the same place every time
-        console.print(f"stats: {result['json']}", markup=False, highlight=False, soft_wrap=True)
+        console.print(f"stats: {result['json']}" if result["json"] else
+                      f"stats.json not written, the tables above are whole: {result['unwritten']}",
+                      markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -727,7 +731,14 @@ def report(
 ) -> None:
     """Paper-style tables (Markdown, LaTeX, CSV), stats.json, the contamination-decay figure and
     the HTML report."""
-    result = run_report(study, convention, metric, alpha, html)
+    folder = Path(study) / "report"
+    made_here = not folder.exists()
+    try:
+        result = run_report(study, convention, metric, alpha, html)
+    except BaseException:  # a full disk: no empty report/ left behind (its files are each whole)
+        if made_here and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+        raise
     # The primary table and where its legend and the full tables are (soft_wrap: Markdown rows
     # and paths wider than the terminal stay one line each), the figure last: what to open next.
     console.print(result["console"], markup=False, highlight=False, soft_wrap=True)

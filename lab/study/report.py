@@ -52,24 +52,24 @@ def _report_folder(study: Path) -> Path:
     return folder
 
 
-def study_doses(study: Path, cells: list[Cell], band_metric: str | None = None
-                ) -> dict[str, Any]:
+def study_doses(study: Path, cells: list[Cell], band_metric: str | None = None,
+                write: bool = True) -> dict[str, Any]:
     """The dose-response levels and cells of a study with a dose ladder (lab.study.dose), for
     the metrics of `cells`; written to STUDY/report/dose.json when there are any."""
     metrics = sorted({c.metric for c in cells})
     found = dose_stats(study, metrics, cells[0].alpha, read_csv, band_metric,
                        alternative=CONVENTIONS[cells[0].convention][0])
-    if found["levels"]:
+    if found["levels"] and write:
         write_json_atomic(_report_folder(study) / "dose.json", found)
     return found
 
 
-def study_timing(study: Path, cells: list[Cell]) -> dict[str, Any]:
+def study_timing(study: Path, cells: list[Cell], write: bool = True) -> dict[str, Any]:
     """The forgetting levels of a study with timing levels (lab.study.timing), for the metrics
     of `cells`; written to STUDY/report/timing.json when there are any."""
     found = timing_stats(study, sorted({c.metric for c in cells}), cells[0].alpha, read_csv,
                          alternative=CONVENTIONS[cells[0].convention][0])
-    if found["levels"]:
+    if found["levels"] and write:
         write_json_atomic(_report_folder(study) / "timing.json", found)
     return found
 
@@ -99,10 +99,16 @@ def run_stats(study: Path, convention: str | None = None, alpha: float | None = 
     cells = study_cells(study, convention, include_control=True, alpha=alpha)
     primary = study_primary(study)
     primary["chosen_after"] = chosen_after(study, convention, alpha)
-    path = _write_stats(study, cells, primary)
-    doses = study_doses(study, cells)
-    timing = study_timing(study, cells)
+    try:
+        path, unwritten = _write_stats(study, cells, primary), None
+    except (LabError, OSError) as exc:  # a read-only study: its tables still show
+        path = None
+        unwritten = str(exc) if isinstance(exc, LabError) else (
+            f"{exc.filename or Path(study) / 'report'}: cannot write ({exc.strerror or exc})")
+    doses = study_doses(study, cells, write=path is not None)
+    timing = study_timing(study, cells, write=path is not None)
     result = {"cells": [cell.record() for cell in cells], "primary": primary, "json": path,
+              "unwritten": unwritten,
               "doses": doses, "timing": timing,
               "timing_tables": {m: timing_table(timing, m)["md"]
                                 for m in sorted({r["metric"] for r in timing["levels"]})},

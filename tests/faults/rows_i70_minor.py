@@ -10,15 +10,21 @@ An option no chosen method reads (`--methods exact --jaccard 0.5`, `--detectors 
 was ignored silently: it is refused, naming it (lab.common.refuse_unused_options).
 A folder output given as an existing file said "output directory exists": it says it is a file
 (lab.common.check_output), with --force or not.
+`lab stats` on a read-only study printed no table (it failed writing report/stats.json first):
+the tables show, and a line says stats.json was not written and why. `lab report` on a full disk
+left an empty report/ behind: it is removed (lab.cli.report).
 """
 from __future__ import annotations
 
 import gzip
 import hashlib
 import json
+import os
+import subprocess
 from pathlib import Path
 
-from .table import EXPORT, INJECT, Case, copy_then, error, ok
+from .rows_writes import tmpfs
+from .table import EXPORT, INJECT, Case, Setup, copy_then, error, ok
 from .world import PRETRAIN, Result
 
 FORM = [*INJECT, "--setting", "paired", "--fraction", "0.1", "--contamination-form"]
@@ -55,6 +61,35 @@ def base_document_not_utf8(folder: Path) -> None:
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
 
 
+def read_only_study(name: str) -> Setup:
+    """A finished study's tables (test_report's) at NAME, a read-only bind mount of NAME.src;
+    the row is skipped where mounting needs privileges it lacks."""
+    def make(root: Path) -> None:
+        import pytest
+        from test_report import CONTROL, PAIRED, write_study
+
+        source, folder = root / f"{name}.src", root / name
+        if not source.exists():
+            write_study(source, {"control": CONTROL, "paired": PAIRED})
+        if os.path.ismount(folder):
+            return
+        folder.mkdir(exist_ok=True)
+        for options in (["--bind", str(source)], ["-o", "remount,ro,bind", str(source)]):
+            if subprocess.run(["mount", *options, str(folder)], capture_output=True).returncode:
+                pytest.skip("cannot bind-mount read-only here (needs root or CAP_SYS_ADMIN)")
+    return make
+
+
+def study_on_a_full_disk(root: Path) -> None:
+    """A finished study's tables on a small tmpfs (disk-r/study), then the disk filled."""
+    from test_report import CONTROL, PAIRED, write_study
+
+    tmpfs("disk-r", "256k")(root)
+    write_study(root / "disk-r" / "study", {"control": CONTROL, "paired": PAIRED})
+    stat = os.statvfs(root / "disk-r")
+    (root / "disk-r" / "filler").write_bytes(b"\0" * (stat.f_bavail * stat.f_frsize))
+
+
 ROWS: list[Case] = [
     error("i70 minor: partial: with nothing after the colon", [*FORM, "partial:"],
           "--contamination-form partial:: nothing after the colon"),
@@ -79,4 +114,10 @@ ROWS: list[Case] = [
     error("i70 minor: pretrain --out an existing file, --force",
           [*PRETRAIN, "--out", "existing.json", "--force"],
           "existing.json: is a file (name the folder to write)"),
+    ok("i70 minor: stats on a read-only study shows its tables", ["stats", "ro-study"],
+       "stats.json not written, the tables above are whole: ro-study/report: cannot create "
+       "(Read-only file system)", read_only_study("ro-study"),
+       check=lambda root, result: None if "paired" in result.stdout else "no table shown"),
+    error("i70 minor: report on a full disk leaves no empty report/", ["report", "disk-r/study"],
+          "disk-r/study/report/stats.json", study_on_a_full_disk),
 ]
