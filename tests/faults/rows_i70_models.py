@@ -86,11 +86,12 @@ def swapped_members(target: str, rehash: bool) -> Setup:
     return make
 
 
-def _readers(model: str) -> list[tuple[str, list[str]]]:
-    """(command, argv) of every command that reads a model folder `model`."""
+def _readers(model: str, groups: list[str]) -> list[tuple[str, list[str]]]:
+    """(command, argv) of every command that reads a model folder `model`; `groups`: probe's
+    (a control model's record names no injected samples: it is scored on the paired arm's)."""
     return [
-        ("probe", ["probe", "--model", model, "--max-samples", "4", "--out", "out-probe"]),
-        ("detect --groups", ["detect", "--model", model, "--groups", "control",
+        ("probe", ["probe", "--model", model, *groups, "--max-samples", "4", "--out", "out-probe"]),
+        ("detect --groups", ["detect", "--model", model, "--groups", "paired",
                              "--max-samples", "4", "--out", "out-detect"]),
         ("evaluate", ["evaluate", "--model", model, "--task", "translation", "--ids", "ids.txt",
                       "--max-new-tokens", "4", "--out", "out-eval"]),
@@ -98,6 +99,9 @@ def _readers(model: str) -> list[tuple[str, list[str]]]:
                                  "--epochs", "0", "--out", "out-ft"]),
         ("export", ["export", model, "--out", "out-export"]),
     ]
+
+
+PAIRED_GROUPS = ["--groups", "paired"]
 
 
 def _on_control(*more: str) -> list[str]:
@@ -114,9 +118,9 @@ ROWS: list[Case] = [
     *[error(f"i70 row 2: {command}: a control model's manifest, model_files removed, over "
             "paired weights", argv, f"{SWAP}/manifest.json: field model_files missing",
             control_record_on_paired(SWAP, "model_files"))
-      for command, argv in _readers(SWAP)],
+      for command, argv in _readers(SWAP, PAIRED_GROUPS)],
     error("i70 row 2: probe: a control model's whole manifest over paired weights",
-          _readers(SWAP_FILES)[0][1],
+          _readers(SWAP_FILES, PAIRED_GROUPS)[0][1],
           f"{SWAP_FILES}: model/model.safetensors differs from the sha256 recorded",
           control_record_on_paired(SWAP_FILES)),
     # row 3: the same swap in an export's lab_manifest.json, then --init-from it
@@ -136,10 +140,10 @@ ROWS: list[Case] = [
     *[error(f"i70 row 5: {command}: injected and held-out ids swapped, membership rehashed",
             argv, f"{REHASHED}: its manifest's corpus.injected_ids differs from that of its "
                   "pre-training corpus", swapped_members(REHASHED, rehash=True))
-      for command, argv in _readers(REHASHED)],
+      for command, argv in _readers(REHASHED, [])],
     # row 6: ids swapped and membership_sha256 deleted: not read as a legacy model
     *[error(f"i70 row 6: {command}: ids swapped, membership_sha256 deleted", argv,
             f"{UNHASHED}/manifest.json: field membership_sha256 missing",
             swapped_members(UNHASHED, rehash=False))
-      for command, argv in _readers(UNHASHED)[:1]],
+      for command, argv in _readers(UNHASHED, [])[:1]],
 ]
