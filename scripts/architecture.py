@@ -23,7 +23,10 @@ PACKAGE = ROOT / "lab"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("lab", "lab.common", "lab.codetokens", "lab.executor", "lab.executor_datatrove",
                     "lab.stats", "lab.models")),
-    ("data", ("lab.corpora", "lab.records", "lab.tasks", "lab.shards")),
+    # The settings table (lab.contamination.settings: what each arm injects) is data: the corpus
+    # reader checks an arm's documents against the setting its manifest names.
+    ("data", ("lab.corpora", "lab.records", "lab.tasks", "lab.shards",
+              "lab.contamination.settings")),
     # lab perturb's renamer (text in, text out) is also a soft-contamination form of injection
     # (lab.contamination.soft): it sits with the injector, below the LLM arm that drives it.
     # The decontaminators (text in, flags out) sit with the injector too: `lab inject

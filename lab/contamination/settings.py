@@ -13,6 +13,10 @@ train/valid samples that the audit finds neither exactly nor near-duplicated in 
 the same number of documents, in the same form, with the same repeat as its base setting, so
 that the arm-vs-placebo contrast isolates memorising the test samples from exposure to the
 task's format and languages.
+
+The table sits in the data layer (scripts/architecture.py), below the injector: the corpus
+reader (lab.corpora.shards.verify_corpus) checks an arm's documents against the setting its
+manifest names, with this table.
 """
 from __future__ import annotations
 
@@ -23,6 +27,9 @@ from lab.common import LabError
 from lab.contamination import paired_document
 
 SIDES = ("input", "output")
+# The side label of a document joining both sides (`input <SEP> output`), as its corpus line's
+# `side` field gives it.
+PAIRED_SIDE = "paired"
 
 # form -> per injected document, the sample sides it joins (in this order).
 FORMS: dict[str, tuple[tuple[str, ...], ...]] = {
@@ -127,11 +134,19 @@ def form_documents(form: str, sample: Any) -> list[tuple[str, str]]:
     documents = []
     for sides in FORMS[form]:
         if sides == ("input", "output"):
-            documents.append(("paired", paired_document(sample.input, sample.output)))
+            documents.append((PAIRED_SIDE, paired_document(sample.input, sample.output)))
         else:
             (side,) = sides
             documents.append((side, getattr(sample, side)))
     return documents
+
+
+def document_sides(setting: Setting, kept_side: str | None = None) -> tuple[str, ...]:
+    """The `side` field of each document one copy of a sample becomes under a setting: the
+    side's name, PAIRED_SIDE for `input <SEP> output`, or `kept_side` in its place where the
+    contamination form keeps one side of a paired document (cross-language)."""
+    return tuple((kept_side or PAIRED_SIDE) if len(sides) > 1 else sides[0]
+                 for sides in setting.layout)
 
 
 def probed_form(name: str | None) -> str | None:

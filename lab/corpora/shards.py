@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import zlib
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any, Iterable, Iterator
 import orjson
 
 from lab.common import LabError, read_text_file
+from lab.contamination import settings as settings_table  # the data layer's settings table
 
 CORPUS_SUBDIR = "corpus"
 MANIFEST = "manifest.json"
@@ -141,7 +143,9 @@ def verify_corpus(folder: Path) -> dict[str, Any]:
     if shards_digest(shards) != manifest["corpus_sha256"]:
         raise LabError(f"{path}: corpus_sha256 does not match the shards it lists (manifest of "
                        "another corpus?)")
-    check_membership(path, manifest, Injected.joined(found))
+    injected = Injected.joined(found)
+    check_membership(path, manifest, injected)
+    check_claims(path, manifest, injected)
     _VERIFIED[key] = True
     return manifest
 
@@ -149,8 +153,12 @@ def verify_corpus(folder: Path) -> dict[str, Any]:
 @dataclass
 class Injected:
     """What a corpus's documents themselves say was injected: per sample id (the documents'
-    `sample` field), the copies of it; and the documents in all."""
+    `sample` field), the copies of it; per copy (sample, copy), its documents' `side` fields;
+    the `form` fields of the injected documents (None: a line without one, as a verbatim arm
+    writes them); and the documents in all."""
     copies: dict[str, set[int]] = field(default_factory=dict)
+    sides: dict[tuple[str, int], list[str]] = field(default_factory=dict)
+    forms: set[str | None] = field(default_factory=set)
     documents: int = 0
     injected_documents: int = 0
 
@@ -160,6 +168,9 @@ class Injected:
         for part in parts:
             for sample, copies in part.copies.items():
                 whole.copies.setdefault(sample, set()).update(copies)
+            for copy, sides in part.sides.items():
+                whole.sides.setdefault(copy, []).extend(sides)
+            whole.forms |= part.forms
             whole.documents += part.documents
             whole.injected_documents += part.injected_documents
         return whole
@@ -200,6 +211,9 @@ def _read_injected(shard_path: Path, shard: dict[str, Any], manifest_path: Path)
         if sample:
             found.injected_documents += 1
             found.copies.setdefault(str(sample), set()).add(record.get("copy", 0))
+            found.sides.setdefault((str(sample), record.get("copy", 0)), []).append(
+                str(record.get("side")))
+            found.forms.add(record.get("form"))
     if shard.get("documents") != found.documents:
         raise LabError(f"{shard_path}: {found.documents} documents, {manifest_path} lists "
                        f"{shard.get('documents')}")
@@ -356,6 +370,168 @@ def _check_counts(path: Path, manifest: dict[str, Any], found: Injected,
     if fraction is not None and not (isinstance(fraction, (int, float)) and 0 <= fraction <= 1):
         raise LabError(f"{path}: field 'counts.injected_char_fraction' is {fraction!r}, not a "
                        "fraction")
+
+
+# What an arm's manifest claims about its injection, each checked against the documents by
+# check_claims. A manifest made by lab inject (kind lab-corpus) has every one; a manifest with
+# any of them has all of them: one missing is refused, not read as an older format.
+CLAIMS = ("setting", "benchmark", "benchmark_split", "options", "injected_ids", "held_out_ids")
+
+
+def check_claims(path: Path, manifest: dict[str, Any], found: Injected) -> None:
+    """A corpus manifest's benchmark, benchmark_split, setting, options.samples and
+    contamination form against what its documents say (their `sample`, `side` and `form`
+    fields, `found`): pre-training copies these claims into the model and its card, and lab
+    decontam counts by them, so an edited one would otherwise be believed (issue 70, row 7).
+    LabError naming the field."""
+    if (manifest.get("kind") != "lab-corpus" and not any(n in manifest for n in CLAIMS)
+            and not found.copies):
+        return  # documents only (no injection claimed, none in the shards)
+    for name in CLAIMS:
+        if name not in manifest:
+            raise LabError(f"{path}: field '{name}' missing (an arm's manifest states all of "
+                           f"{', '.join(CLAIMS)})")
+    options = manifest["options"]
+    if not isinstance(options, dict) or "samples" not in options:
+        raise LabError(f"{path}: field 'options.samples' missing")
+    setting = settings_table.find(manifest["setting"]) if isinstance(
+        manifest["setting"], str) else None
+    if setting is None:
+        raise LabError(f"{path}: field 'setting' is {manifest['setting']!r}, not a setting "
+                       f"(choose from {', '.join(settings_table.names())})")
+    _check_benchmark(path, manifest, options)
+    _check_form(path, manifest, options, found)  # before the sides: the form says which
+    _check_sides(path, manifest, setting, found)
+
+
+def _id_parts(sample: str) -> tuple[str, str, str]:
+    dataset, _, rest = sample.partition(":")
+    split, _, index = rest.rpartition(":")
+    return dataset, split, index
+
+
+def _check_benchmark(path: Path, manifest: dict[str, Any], options: dict[str, Any]) -> None:
+    """Every test sample the arm names (injected, held out, removed by decontamination) is a
+    sample of `benchmark`'s `benchmark_split`, a placebo's own samples of its other splits, and
+    together they are the split's first options.samples samples (all of them: inputs.benchmark's
+    record count), as lab inject takes them."""
+    benchmark, split = manifest["benchmark"], manifest["benchmark_split"]
+    for name, value in (("benchmark", benchmark), ("benchmark_split", split)):
+        if not isinstance(value, str) or not value:
+            raise LabError(f"{path}: field '{name}' must name a {name.replace('_', ' ')}")
+    removed = (manifest.get("decontamination") or {}).get("removed_injected_ids") or []
+    tested = [*_ids(path, manifest, "injected_ids"), *_ids(path, manifest, "held_out_ids"),
+              *[i for i in removed if isinstance(i, str)]]
+    for sample in tested:
+        dataset, of_split, index = _id_parts(sample)
+        if dataset != benchmark:
+            raise LabError(f"{path}: field 'benchmark' is {benchmark!r}, but it lists {sample} "
+                           f"of {dataset!r}")
+        if of_split != split:
+            raise LabError(f"{path}: field 'benchmark_split' is {split!r}, but it lists "
+                           f"{sample} of split {of_split!r}")
+    for sample in (_ids(path, manifest, "placebo_ids") if "placebo_ids" in manifest else []):
+        dataset, of_split, _ = _id_parts(sample)
+        if dataset != benchmark or of_split == split:
+            raise LabError(f"{path}: field 'placebo_ids' lists {sample}, not a sample of "
+                           f"{benchmark} outside its {split} split")
+    provenance = (manifest.get("inputs") or {}).get("benchmark") or {}
+    for name, key, value in (("benchmark", "dataset", benchmark), ("benchmark_split", "split",
+                                                                    split)):
+        if key in provenance and provenance[key] != value:
+            raise LabError(f"{path}: field '{name}' is {value!r}; inputs.benchmark.{key} (the "
+                           f"file it was read from) says {provenance[key]!r}")
+    samples, records = options["samples"], provenance.get("records")
+    if samples is not None and (not isinstance(samples, int) or isinstance(samples, bool)
+                                or samples < 1):
+        raise LabError(f"{path}: field 'options.samples' is {samples!r}, not a count >= 1")
+    taking = [n for n in (samples, records) if isinstance(n, int)]
+    if not taking:
+        return
+    expected = min(taking)
+    indices = sorted(_id_parts(sample)[2] for sample in tested)
+    if len(tested) != expected or set(indices) != {str(i) for i in range(expected)}:
+        what = (f"the split's first {expected} samples take part" if samples is not None
+                else f"all {expected} samples of the split take part (inputs.benchmark.records)")
+        raise LabError(f"{path}: field 'options.samples' is {json.dumps(samples)}: {what}, but "
+                       f"injected_ids and held_out_ids list {len(tested)}")
+
+
+def _kept_side(manifest: dict[str, Any]) -> str | None:
+    """The side a cross-language arm keeps of a paired document: the one whose language is
+    not the base corpus's (lab.contamination.soft: cross-language); None for another form."""
+    from lab.corpora import get_spec
+
+    form = (manifest.get("options") or {}).get("contamination_form")
+    if form != "cross-language":
+        return None
+    spec = get_spec(manifest["benchmark"])
+    base = get_spec(str((manifest.get("options") or {}).get("base") or "csn-java"))
+    language = {"input": spec.input_language, "output": spec.output_language}
+    others = [side for side in settings_table.SIDES if language[side] != base.input_language]
+    return others[0] if len(others) == 1 else None
+
+
+def _check_sides(path: Path, manifest: dict[str, Any], setting: settings_table.Setting,
+                 found: Injected) -> None:
+    """Each injected copy of a sample is the documents its setting makes of it (their `side`
+    fields: lab.contamination.settings.document_sides); a decontaminated arm may have lost
+    some of them. The control injects nothing; a setting that injects, something."""
+    if not setting.injects:
+        if found.injected_documents:
+            raise LabError(f"{path}: field 'setting' is {setting.name!r}, but "
+                           f"{found.injected_documents} documents of the shards are injected")
+        return
+    if setting.placebo != ("placebo_ids" in manifest):
+        raise LabError(f"{path}: field 'setting' is {setting.name!r}, but the manifest "
+                       f"{'lacks' if setting.placebo else 'has'} field 'placebo_ids'")
+    decontaminated = "decontamination" in manifest
+    if not found.injected_documents and not decontaminated:
+        raise LabError(f"{path}: field 'setting' is {setting.name!r}, but no document of the "
+                       "shards is injected")
+    expected = sorted(settings_table.document_sides(setting, _kept_side(manifest)))
+    for (sample, copy), sides in sorted(found.sides.items(), key=str):
+        have = sorted(sides)
+        fits = (not (Counter(have) - Counter(expected)) if decontaminated
+                else have == expected)
+        if not fits:
+            raise LabError(f"{path}: field 'setting' is {setting.name!r} (documents of sides "
+                           f"{', '.join(expected)} per copy), but copy {copy} of {sample} is "
+                           f"documents of sides {', '.join(have)}")
+
+
+def _check_form(path: Path, manifest: dict[str, Any], options: dict[str, Any],
+                found: Injected) -> None:
+    """The contamination form: options.contamination_form and the contamination_form record
+    both there (a non-verbatim arm) or both absent (verbatim), naming the same form, and every
+    injected document's `form` field that form's name (a verbatim arm's lines have none)."""
+    spec, record = options.get("contamination_form"), manifest.get("contamination_form")
+    if (spec is None) != (record is None):
+        missing = "contamination_form" if record is None else "options.contamination_form"
+        raise LabError(f"{path}: field '{missing}' missing (the other states a form)")
+    name = None
+    if spec is not None:
+        if not isinstance(spec, str) or not isinstance(record, dict):
+            raise LabError(f"{path}: field 'contamination_form' must be an object and "
+                           "'options.contamination_form' a form name")
+        name, _, value = spec.partition(":")
+        if record.get("name") != name or (value and str(record.get("fraction")) != value
+                                          and record.get("fraction") != _number(value)):
+            raise LabError(f"{path}: field 'contamination_form' says {record.get('name')!r}, "
+                           f"options.contamination_form says {spec!r}")
+    forms = found.forms - {None} if name is None else found.forms
+    if forms and forms != {name}:
+        shown = ", ".join(sorted("none (verbatim)" if f is None else repr(f) for f in forms))
+        stated = "states no form (verbatim)" if spec is None else f"is {spec!r}"
+        raise LabError(f"{path}: field 'options.contamination_form' {stated}, but the "
+                       f"injected documents' form fields say {shown}")
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def read_corpus(folder: Path) -> Iterator[dict[str, Any]]:
