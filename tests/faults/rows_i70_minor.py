@@ -16,6 +16,7 @@ left an empty report/ behind: it is removed (lab.cli.report).
 """
 from __future__ import annotations
 
+import atexit
 import gzip
 import hashlib
 import json
@@ -77,6 +78,7 @@ def read_only_study(name: str) -> Setup:
         for options in (["--bind", str(source)], ["-o", "remount,ro,bind", str(source)]):
             if subprocess.run(["mount", *options, str(folder)], capture_output=True).returncode:
                 pytest.skip("cannot bind-mount read-only here (needs root or CAP_SYS_ADMIN)")
+        atexit.register(subprocess.run, ["umount", "-l", str(folder)], capture_output=True)
     return make
 
 
