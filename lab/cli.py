@@ -109,8 +109,10 @@ def options_of(config: Any) -> Callable[[Callable[[Any], None]], Callable[..., N
             if bool in (kind, _without_none(kind)) and not f.metadata.get("flag"):
                 name = f"{name}/--no-{name[2:]}"
             meaning = f.metadata.get("help", "") + (" Comma-separated." if is_list else "")
-            option = (typer.Argument(default, help=meaning) if f.metadata.get("argument")
-                      else typer.Option(default, name, help=meaning))
+            complete = _completion(f.name, _without_none(kind))
+            option = (typer.Argument(default, help=meaning, autocompletion=complete)
+                      if f.metadata.get("argument")
+                      else typer.Option(default, name, help=meaning, autocompletion=complete))
             annotations[f.name] = kind
             parameters.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY,
                                                 default=option, annotation=kind))
@@ -139,6 +141,38 @@ def _listed_item(text: str, kind: Any, name: str) -> Any:
         except ValueError:
             raise LabError(f"--{name.replace('_', '-')}: '{text}' is not a whole number") from None
     return text
+
+
+def _choices() -> dict[str, tuple[str, ...]]:
+    """The values of the options whose values the lab's own tables name (shell completion)."""
+    from lab.contamination.settings import SETTINGS
+    from lab.contamination.soft import FORM_NAMES
+    from lab.corpora import DATASETS
+    from lab.decontam import DECONTAMINATORS
+    from lab.detect import DETECTORS
+    from lab.models import MODELS, PRESETS
+
+    return {"setting": tuple(SETTINGS), "model": MODELS, "preset": tuple(PRESETS),
+            "benchmark": tuple(DATASETS), "detectors": tuple(DETECTORS),
+            "methods": tuple(DECONTAMINATORS), "contamination_form": FORM_NAMES}
+
+
+def _completion(field: str, kind: Any) -> Callable[[str], list[str]] | None:
+    """What the shell completes for an option: a table's names (the last item of a
+    comma-separated list), a path's files and folders; None: nothing known."""
+    import glob
+
+    def names(incomplete: str) -> list[str]:
+        head, comma, last = incomplete.rpartition(",")
+        return [head + comma + name for name in _choices()[field] if name.startswith(last)]
+
+    def paths(incomplete: str) -> list[str]:
+        found = sorted(glob.glob(glob.escape(os.path.expanduser(incomplete)) + "*"))
+        return [path + ("/" if os.path.isdir(path) else "") for path in found]
+
+    if kind is str and field in _choices():
+        return names
+    return paths if kind is Path else None
 
 
 def _without_none(kind: Any) -> Any:

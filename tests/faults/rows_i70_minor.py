@@ -13,6 +13,9 @@ A folder output given as an existing file said "output directory exists": it say
 `lab stats` on a read-only study printed no table (it failed writing report/stats.json first):
 the tables show, and a line says stats.json was not written and why. `lab report` on a full disk
 left an empty report/ behind: it is removed (lab.cli.report).
+Shell completion completed no values: an option whose values a lab table names (--setting,
+--preset, --detectors, ...) completes them, a path option completes files (lab.cli._completion).
+It still imports the whole CLI per TAB (about 1.5 s; docs/commands.md says so).
 """
 from __future__ import annotations
 
@@ -122,4 +125,10 @@ ROWS: list[Case] = [
        check=lambda root, result: None if "paired" in result.stdout else "no table shown"),
     error("i70 minor: report on a full disk leaves no empty report/", ["report", "disk-r/study"],
           "disk-r/study/report/stats.json", study_on_a_full_disk),
+    ok("i70 minor: completion of a setting's value", [], "paired-placebo",
+       env={"_LAB_COMPLETE": "complete_bash", "COMP_WORDS": "lab inject --setting pa",
+            "COMP_CWORD": "3"}),
+    ok("i70 minor: completion of a path", [], "paired/",
+       env={"_LAB_COMPLETE": "complete_bash", "COMP_WORDS": "lab pretrain --corpus pai",
+            "COMP_CWORD": "3"}),
 ]
