@@ -266,8 +266,8 @@ def read_export_manifest(folder: Path, option: str) -> dict[str, Any]:
                               if name.endswith(".safetensors")}}
                if isinstance(recorded, dict) else manifest)
     check_weights(weights, Path(folder), f"{option} {folder}", "",
-                  f"not the weights its {EXPORTED_MANIFEST} records (the export was changed or "
-                  "its record swapped: export the model again)")
+                  f"not the weights its {EXPORTED_MANIFEST} records: the export was changed or "
+                  "its record swapped; export the model again")
     return manifest
 
 

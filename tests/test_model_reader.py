@@ -221,3 +221,30 @@ def test_a_current_run_without_its_checkpoint_record_is_refused(tmp_path):
     _model(run)  # model_files and membership_sha256, no checkpoint_weights
     with pytest.raises(LabError, match="field checkpoint_weights missing"):
         read_checkpoint(checkpoint, "--init-from")
+
+
+def test_a_fine_tuned_model_carries_its_parents_membership(tmp_path):
+    """Its copy of the pre-trained record, edited consistently (its hash recomputed), is
+    refused while the parent it names is there with the same weights."""
+    from lab.models import MEMBERSHIP_HASH, membership_hashes
+    from lab.train.artefacts import read_model
+
+    parent = _model(tmp_path / "pt", final_weights_sha256="w" * 64)
+    copy = json.loads((parent / "manifest.json").read_text())
+    child = tmp_path / "e0"
+    (child / "model").mkdir(parents=True)
+
+    def write_child(record):
+        (child / "manifest.json").write_text(json.dumps(
+            {"kind": "lab-finetuned", "model_files": {}, "pretrained": record,
+             "pretrained_path": str(parent)}))
+
+    write_child(copy)
+    assert read_model(child, "--model")["pretrained"]["corpus"] == copy["corpus"]
+    corpus = copy["corpus"]
+    corpus["injected_ids"], corpus["held_out_ids"] = corpus["held_out_ids"], corpus["injected_ids"]
+    copy[MEMBERSHIP_HASH] = membership_hashes(copy)
+    write_child(copy)
+    with pytest.raises(LabError, match="pretrained.corpus.held_out_ids differs from its "
+                                       "pre-trained model's"):
+        read_model(child, "--model")
