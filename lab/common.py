@@ -193,17 +193,22 @@ def cpu_model() -> str | None:
     return cpu_info("model name") or platform.processor() or None
 
 
+# The commit a copy without .git was made from: docker/Dockerfile sets it (--build-arg).
+GIT_COMMIT_VARIABLE = "LAB_GIT_COMMIT"
+
+
 def git_commit() -> str | None:
-    """Commit of the lab's own checkout (None when installed from a wheel or outside git)."""
+    """Commit of the lab's own checkout; outside git (an image, a wheel) GIT_COMMIT_VARIABLE's
+    value, else None."""
     here = Path(__file__).resolve().parent
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10
         )
     except (OSError, subprocess.SubprocessError):
-        return None
-    if out.returncode != 0:
-        return None
+        out = None
+    if out is None or out.returncode != 0:
+        return os.environ.get(GIT_COMMIT_VARIABLE) or None
     commit = out.stdout.strip()
     dirty = subprocess.run(
         ["git", "status", "--porcelain", "--untracked-files=no"],
