@@ -253,16 +253,12 @@ def _valid_samples(chosen: dict[str, Any], tests: list[Any], targets: list[Any],
 
 
 def _lab_subject(cfg: DetectConfig, check: Any) -> _Subject:
-    from lab.eval.probe import probe_groups
+    from lab.eval.probe import probe_groups, refuse_corpus
 
     if cfg.benchmark is not None:
         raise LabError(f"--benchmark {cfg.benchmark}: only for a model that is not a lab model; "
                        "a lab model's members come from its corpus (or --groups)")
-    own = read_model(cfg.model, "--model")
-    if own.get("kind") == "lab-corpus":
-        raise LabError(f"--model {cfg.model}: is a corpus, not a model (pre-train a model on it "
-                       "with lab pretrain, or pass it as --groups to score a control model on "
-                       "its samples)")
+    own = refuse_corpus(read_model(cfg.model, "--model"), cfg.model)
     if cfg.groups is not None and (Path(cfg.groups) / "manifest.json").is_file() and \
             read_model(cfg.groups, "--groups").get("kind") == "lab-corpus":
         verify_corpus(cfg.groups)  # its membership is what its shards hold

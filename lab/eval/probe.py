@@ -428,6 +428,16 @@ class ProbeConfig:
                 raise LabError(f"{option} {value}: must be >= 1")
 
 
+def refuse_corpus(manifest: dict[str, Any], model: Path) -> dict[str, Any]:
+    """--model's manifest, unless it is a corpus's (probe and detect read a corpus's manifest
+    as a model's record otherwise, and say its 'pre-training corpus' injected nothing)."""
+    if manifest.get("kind") == "lab-corpus":
+        raise LabError(f"--model {model}: is a corpus, not a model (pre-train a model on it "
+                       "with lab pretrain, or pass it as --groups to score a control model on "
+                       "its samples)")
+    return manifest
+
+
 def run_probe(cfg: ProbeConfig | Path, out: Path | None = None, **options: Any) -> dict[str, Any]:
     """Entry point of `lab probe` and of a study's probe stages: probes.jsonl (per sample) and
     summary.json (per probe). run_probe(model, out, **options) makes the ProbeConfig of those
@@ -439,7 +449,7 @@ def run_probe(cfg: ProbeConfig | Path, out: Path | None = None, **options: Any) 
     started = time.perf_counter()
     device = check_placement(cfg.device, cfg.dtype)
     # Everything that can be refused is checked before the model is loaded.
-    chosen = probe_groups(read_model(cfg.model, "--model"), cfg.groups)
+    chosen = probe_groups(refuse_corpus(read_model(cfg.model, "--model"), cfg.model), cfg.groups)
     setting = settings_table.probed_form(chosen["setting"]) if cfg.form == "auto" else cfg.form
     if setting is None:
         raise LabError(f"the corpus setting '{chosen['setting']}' has no injected form to probe")

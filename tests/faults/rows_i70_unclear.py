@@ -6,8 +6,11 @@ evaluation of a model's earlier weights as "an evaluation of e0, not of e0" (12)
 folder given as a corpus as "field 'shards' missing" (13); a read-only `lab merge --out` by
 its hidden work folder (14); a split-half arm of `--samples 40` evaluated on the whole split
 without naming --max-samples or --ids (15); `--num-perm 100000000` ran for minutes, silent
-(16); a model given to `lab pretrain --corpus` as row 13 (17). Each now names the file, the
-cause and the fix.
+(16). The row's 7th case is not in the issue's text; taken here as the rest of row 13's
+mix-up (17): a model given to `lab pretrain --corpus` (read_manifest now names a model for every
+corpus reader), and a corpus given to `lab probe --model`, which said its "pre-training corpus
+injected no test samples" (lab detect already said "is a corpus, not a model"; both now share
+lab.eval.probe.refuse_corpus). Each now names the file, the cause and the fix.
 """
 from __future__ import annotations
 
@@ -61,6 +64,9 @@ ROWS: list[Case] = [
     error("unclear: pretrain --corpus a fine-tuned model says it is a model, not a corpus",
           [*PRETRAIN_ON_A_MODEL, "--out", "out-pt"],
           "e0: a lab-finetuned folder (its manifest.json says so), not a corpus"),
+    error("unclear: probe --model a corpus says it is a corpus, not a model",
+          ["probe", "--model", "paired", "--out", "out-probe"],
+          "--model paired: is a corpus, not a model"),
     # row 14: "ro/.merged.merging-20731: Read-only file system"
     error("unclear: merge --out on a read-only disk names --out",
           ["merge", "shard-a", "--out", "ro/merged"],
