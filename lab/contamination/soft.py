@@ -49,6 +49,7 @@ from lab.codetokens import TOKEN_PATTERN, code_tokens
 from lab.common import LabError
 from lab.contamination.settings import SIDES, Setting, form_documents
 from lab.corpora import get_spec
+from lab.corpora.shards import cross_language_side
 
 VERBATIM = "verbatim"
 FORM_NAMES = (VERBATIM, "renamed", "reformatted", "partial", "cross-language", "nl-reworded")
@@ -243,7 +244,7 @@ def formed_documents(form: ContaminationForm, setting: Setting, sample: Any, see
             documents.append((side, text[start:start + keep]))
         return documents, None
     if form.name == "cross-language":
-        (other,) = [s for s in SIDES if language[s] != _language(base)]
+        other = cross_language_side(benchmark, base)
         return [(other, getattr(sample, other)) if sides == ("input", "output")
                 else (sides[0], getattr(sample, sides[0])) for sides in setting.layout], None
     sides = {s: getattr(sample, s) for s in SIDES}

@@ -457,19 +457,24 @@ def _check_benchmark(path: Path, manifest: dict[str, Any], options: dict[str, An
                        f"injected_ids and held_out_ids list {len(tested)}")
 
 
-def _kept_side(manifest: dict[str, Any]) -> str | None:
-    """The side a cross-language arm keeps of a paired document: the one whose language is
-    not the base corpus's (lab.contamination.soft: cross-language); None for another form."""
+def cross_language_side(benchmark: str, base: str) -> str | None:
+    """The side a cross-language document keeps of a paired one (lab.contamination.soft): the
+    benchmark's side in a language other than the base corpus's; None unless exactly one is."""
     from lab.corpora import get_spec
 
-    form = (manifest.get("options") or {}).get("contamination_form")
-    if form != "cross-language":
-        return None
-    spec = get_spec(manifest["benchmark"])
-    base = get_spec(str((manifest.get("options") or {}).get("base") or "csn-java"))
+    spec = get_spec(benchmark)
     language = {"input": spec.input_language, "output": spec.output_language}
-    others = [side for side in settings_table.SIDES if language[side] != base.input_language]
+    others = [side for side in settings_table.SIDES
+              if language[side] != get_spec(base).input_language]
     return others[0] if len(others) == 1 else None
+
+
+def _kept_side(manifest: dict[str, Any]) -> str | None:
+    """The side a cross-language arm's documents keep; None for another form."""
+    options = manifest.get("options") or {}
+    if options.get("contamination_form") != "cross-language":
+        return None
+    return cross_language_side(manifest["benchmark"], str(options.get("base") or "csn-java"))
 
 
 def _check_sides(path: Path, manifest: dict[str, Any], setting: settings_table.Setting,
