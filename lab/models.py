@@ -204,11 +204,12 @@ def check_membership_hashes(manifest: dict[str, Any], path: Path) -> None:
 
 
 def missing_field(manifest: dict[str, Any]) -> str | None:
-    """The first of MODEL_FILES and MEMBERSHIP_HASH a model manifest lacks while carrying another, else None.
-    A manifest with none of them is of the legacy format (read with a warning); one with some
-    is of the current format, and a field missing there was removed, not never written: read
-    as legacy, it would let a swapped or edited record pass unchecked. A fine-tuned model's
-    copy of a legacy parent's record holds its membership hash as null (written, empty)."""
+    """The first of MODEL_FILES and MEMBERSHIP_HASH that a model manifest lacks while carrying
+    the other, else None. A manifest with neither is of the legacy format (read with a
+    warning); one with either is of the current format, and a field missing there was removed,
+    not never written: read as legacy, it would let a swapped or edited record pass unchecked.
+    A fine-tuned model's copy of a legacy parent's record holds its membership hash as null
+    (written, empty)."""
     record = manifest if manifest.get("kind") == "lab-pretrained" else manifest.get("pretrained")
     if not isinstance(record, dict):
         return None
@@ -233,11 +234,11 @@ EXPORTED_MANIFEST = EXPORTED_NAME.format(MANIFEST)
 
 def read_stage_manifest(folder: Path, option: str) -> dict[str, Any]:
     """The manifest of a lab folder (`option` names it in errors): the one reader of a model
-    folder's manifest.json. A model's is returned only after its membership (check_membership_hashes)
-    and its weights (MODEL_FILES, check_weights) are what was recorded; a corpus's as written
-    (lab.corpora.shards verifies a corpus). What needs layers above this one (the corpus at
-    corpus.path, the parent model) is checked by lab.train.artefacts.read_model, which every
-    command reading a model calls."""
+    folder's manifest.json. A model's is returned only after its membership
+    (check_membership_hashes) and its weights (MODEL_FILES, check_weights) are what was
+    recorded; a corpus's as written (lab.corpora.shards verifies a corpus). What needs layers
+    above this one (the corpus at corpus.path, the parent model) is checked by
+    lab.train.artefacts.read_model, which every command reading a model calls."""
     path = Path(folder) / MANIFEST
     if not Path(folder).is_dir():
         raise LabError(f"{option} {folder}: no such directory")

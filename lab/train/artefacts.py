@@ -78,9 +78,10 @@ def read_checkpoint(path: Path, option: str) -> dict[str, Any]:
     recorded = manifest.get(CHECKPOINT_WEIGHTS)
     if recorded is None:
         if MODEL_FILES in manifest:  # of the current format: the record was removed, or is older
-            raise LabError(f"{option} {path}: field {CHECKPOINT_WEIGHTS} missing from {run / MANIFEST} "
-                           "(the run's record of its checkpoints' weights: a run made before the "
-                           "lab kept it, or an edited record): start from the run's final model")
+            raise LabError(f"{option} {path}: field {CHECKPOINT_WEIGHTS} missing from "
+                           f"{run / MANIFEST} (the run's record of its checkpoints' weights: a "
+                           "run made before the lab kept it, or an edited record): start from "
+                           "the run's final model")
     else:
         weights = recorded.get(str(step)) if isinstance(recorded, dict) else None
         if not weights:
@@ -124,8 +125,8 @@ def _check_own_corpus(manifest: dict[str, Any], named: str) -> None:
     field = "own_corpus" if record.get("own_corpus") else "corpus"
     for name in CORPUS_FIELDS:
         if own.get(name) != theirs.get(name):
-            raise LabError(f"{named}: its manifest's {where}{field}.{name} ({own.get(name)}) differs "
-                           f"from that of its pre-training corpus {folder / MANIFEST} "
+            raise LabError(f"{named}: its manifest's {where}{field}.{name} ({own.get(name)}) "
+                           f"differs from that of its pre-training corpus {folder / MANIFEST} "
                            f"({theirs.get(name)})")
     for name in CORPUS_ID_FIELDS:
         if set(own.get(name) or []) != set(theirs.get(name) or []):
