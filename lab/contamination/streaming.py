@@ -25,8 +25,8 @@ from lab.contamination.arm import ArmTally, Built, too_few_documents
 from lab.contamination.overlap import index_spec, side_index
 from lab.corpora import Loaded, get_spec, load_samples
 from lab.corpora.base import sample_id
-from lab.corpora.shards import (CORPUS_SUBDIR, corpus_line, read_manifest, read_shard,
-                                shard_name, write_shard)
+from lab.corpora.shards import (CORPUS_SUBDIR, corpus_line, read_shard,
+                                shard_name, verify_corpus, write_shard)
 from lab.executor import iter_step, run_step
 
 HASH_BYTES = 8
@@ -57,8 +57,10 @@ def dataset_units(name: str, splits: list[str] | tuple[str, ...],
 
 
 def corpus_dir_units(folder: Path) -> list[dict[str, Any]]:
-    """One unit per shard of a lab corpus directory, in stored order."""
-    manifest = read_manifest(folder)
+    """One unit per shard of a lab corpus directory, in stored order, once the corpus is
+    verified (verify_corpus, the one reader of a corpus: its shards and what its manifest
+    claims)."""
+    manifest = verify_corpus(folder)
     return [{"kind": "lab-corpus", "path": str(Path(folder) / shard["file"]),
              "documents": shard.get("documents")} for shard in manifest["shards"]]
 

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from .table import INJECT, PRETRAIN, Case, copy_then, error, ok
+from .table import AUDIT, INJECT, PRETRAIN, Case, copy_then, error, ok
 from .world import Result
 
 
@@ -114,6 +114,8 @@ ROWS: list[Case] = [
     error("i70 corpus: pretrain on an arm whose options.samples was edited",
           _pretrain_on("arm-samples"), "arm-samples/manifest.json: field 'options.samples' is 27",
           SAMPLES),
+    error("i70 corpus: audit --against an arm whose setting was edited",
+          [*AUDIT[:-3], "arm-setting", "--out", "out-audit"], SETTING_SAYS, SETTING),
     # row 8: output-only renamed, what is counted altered is what was injected altered
     ok("i70 corpus: inject output-only renamed counts the C# it altered", RENAMED_OUTPUT_ONLY,
        check=altered_is_what_was_injected),
