@@ -419,9 +419,12 @@ def _check_benchmark(path: Path, manifest: dict[str, Any], options: dict[str, An
     for name, value in (("benchmark", benchmark), ("benchmark_split", split)):
         if not isinstance(value, str) or not value:
             raise LabError(f"{path}: field '{name}' must name a {name.replace('_', ' ')}")
-    removed = (manifest.get("decontamination") or {}).get("removed_injected_ids") or []
+    # Samples a decontaminated arm removed whole: test samples, a placebo's its own ones.
+    removed = [i for i in (manifest.get("decontamination") or {}).get("removed_injected_ids")
+               or [] if isinstance(i, str)]
+    placebo = "placebo_ids" in manifest
     tested = [*_ids(path, manifest, "injected_ids"), *_ids(path, manifest, "held_out_ids"),
-              *[i for i in removed if isinstance(i, str)]]
+              *([] if placebo else removed)]
     for sample in tested:
         dataset, of_split, index = _id_parts(sample)
         if dataset != benchmark:
@@ -430,7 +433,7 @@ def _check_benchmark(path: Path, manifest: dict[str, Any], options: dict[str, An
         if of_split != split:
             raise LabError(f"{path}: field 'benchmark_split' is {split!r}, but it lists "
                            f"{sample} of split {of_split!r}")
-    for sample in (_ids(path, manifest, "placebo_ids") if "placebo_ids" in manifest else []):
+    for sample in [*_ids(path, manifest, "placebo_ids"), *removed] if placebo else []:
         dataset, of_split, _ = _id_parts(sample)
         if dataset != benchmark or of_split == split:
             raise LabError(f"{path}: field 'placebo_ids' lists {sample}, not a sample of "
