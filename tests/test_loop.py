@@ -104,7 +104,8 @@ def test_a_plain_run_stopped_after_a_checkpoint_resumes_to_the_same_weights(
     with pytest.raises(KeyboardInterrupt):
         run_pretrain(config(micro_world, tmp_path / "cut", **more))
     monkeypatch.setattr(loop, "_save_checkpoint", save)
-    checkpoints = sorted(p.name for p in (tmp_path / "cut.partial" / "checkpoints").iterdir())
+    checkpoints = sorted(p.name for p in (tmp_path / "cut.partial" / "checkpoints").glob(
+        "checkpoint-*"))  # beside them: the run's record of their weights
     assert checkpoints == ["checkpoint-10", "checkpoint-15"]  # the newest two
     assert resumed_epoch(tmp_path / "cut.partial" / "checkpoints" / "checkpoint-15") > 1
     resumed = run_pretrain(config(micro_world, tmp_path / "cut", resume=True, **more))
@@ -112,7 +113,7 @@ def test_a_plain_run_stopped_after_a_checkpoint_resumes_to_the_same_weights(
     assert resumed["final_weights_sha256"] == reference["final_weights_sha256"]
     assert resumed["loss"]["history"] == reference["loss"]["history"]
     assert resumed["loss"]["train_loss"] == reference["loss"]["train_loss"]
-    assert sorted(p.name for p in (tmp_path / "cut" / "checkpoints").iterdir()) == [
+    assert sorted(p.name for p in (tmp_path / "cut" / "checkpoints").glob("checkpoint-*")) == [
         "checkpoint-15", "checkpoint-20"]
 
 
