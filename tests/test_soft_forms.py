@@ -266,7 +266,7 @@ def test_bad_form_specs_are_refused(spec):
     (["--benchmark", "concode", "--contamination-form", "cross-language"],
      "--contamination-form cross-language: concode does not have two code languages"),
     (["--benchmark", "codetrans", "--contamination-form", "partial:1.5"],
-     "--contamination-form partial:1.5: the fraction must be in (0, 1)"),
+     "--contamination-form partial:1.5: the fraction must be in [0.01, 1)"),
 ])
 def test_lab_inject_refuses_bad_input_in_one_line(tmp_path, args, fragment):
     out = tmp_path / "arm"
@@ -296,5 +296,5 @@ def test_the_recipe_field_keys_only_the_injecting_arms_and_is_checked():
     with pytest.raises(LabError, match=r"injection\.contamination_form: arms\[1\] paired: "
                                        "codetrans has no NL side"):
         load_recipe(recipe, ["injection.contamination_form=nl-reworded"])
-    with pytest.raises(LabError, match=r"injection\.contamination_form: .*must be in \(0, 1\)"):
+    with pytest.raises(LabError, match=r"injection\.contamination_form: .*must be in \[0\.01, 1\)"):
         load_recipe(recipe, ["injection.contamination_form=partial:2"])
