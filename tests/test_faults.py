@@ -19,6 +19,7 @@ from lab.study.recipe import load_recipe
 from lab.study.execution import run_stage
 from lab.study.grid import expand
 from lab.study.runner import SUMMARY, run_study, study_data
+from tests.faults.world import tmpfs
 
 pytestmark = pytest.mark.skipif(not os.environ.get("LAB_CORPORA"), reason="needs LAB_CORPORA")
 
@@ -177,15 +178,8 @@ def test_output_in_an_immutable_folder(world, immutable_folder):
 @pytest.fixture
 def full_disk(tmp_path):
     """A 300 KB tmpfs: room for a few files, not for an arm or a checkpoint."""
-    mount = tmp_path / "full"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(mount)],
-                      capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)")
-    try:
+    with tmpfs(tmp_path / "full", "300k") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=True)
 
 
 def test_full_disk_during_inject_and_pretrain(world, full_disk):

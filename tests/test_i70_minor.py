@@ -5,24 +5,18 @@ the slurm extra."""
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.faults.world import run_lab
+from tests.faults.world import run_lab, tmpfs
 
 
 @pytest.fixture
 def small_disk(tmp_path):
     """A 3,000 KiB tmpfs: room for one micro GPT-2 checkpoint (about 2 MiB), not for two."""
-    folder = tmp_path / "disk"
-    folder.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3000k", "tmpfs", str(folder)],
-                      capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)")
-    yield folder
-    subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+    with tmpfs(tmp_path / "disk", "3000k") as folder:
+        yield folder
 
 
 def test_a_full_disk_names_the_kept_checkpoint_and_resume(micro_world, small_disk, tmp_path):

@@ -24,6 +24,22 @@ from typing import Iterator, Mapping, Sequence
 
 ROOT = Path(__file__).resolve().parents[2]
 
+
+@contextlib.contextmanager
+def tmpfs(folder: Path, size: str) -> Iterator[Path]:
+    """`folder` mounted as a tmpfs of `size` (a full disk made small); the test is skipped where
+    mounting is not allowed (needs root or CAP_SYS_ADMIN)."""
+    import pytest
+
+    folder.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                      capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
 # Derived data the lab may rebuild at any time; a row's changes there are not the world's.
 CACHES = ("cache", "lab-cache")
 
