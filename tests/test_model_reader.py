@@ -20,10 +20,6 @@ READERS = {
     "lab/models.py": "the reader of a model folder's and an export's manifest",
     "lab/corpora/shards.py": "the reader of a corpus's manifest.json (a corpus, not a model)",
 }
-# Direct reads of a study's stage manifests, in modules that other work of issue 70 owns
-# (lab/study/*): each should call lab.train.artefacts.read_model (a study's reads of its own
-# stages: loss history, environment, membership for its tables).
-NOT_YET = {"lab/study/collect.py", "lab/study/merge.py", "lab/study/report_data.py"}
 
 
 def _manifest_names(tree: ast.Module) -> set[str]:
@@ -86,19 +82,13 @@ def test_no_module_reads_a_model_manifest_but_the_reader():
     offenders = {}
     for path in sorted((ROOT / "lab").rglob("*.py")):
         name = path.relative_to(ROOT).as_posix()
-        if name in READERS or name in NOT_YET:
+        if name in READERS:
             continue
         lines = direct_reads(path.read_text(encoding="utf-8"))
         if lines:
             offenders[name] = lines
     assert offenders == {}, ("read a model's manifest with lab.train.artefacts.read_model / "
                              f"read_export / read_checkpoint instead: {offenders}")
-
-
-def test_the_study_modules_left_to_move_still_read_directly():
-    """NOT_YET lists only modules that still read directly: one moved to the reader leaves it."""
-    for name in sorted(NOT_YET):
-        assert direct_reads((ROOT / name).read_text(encoding="utf-8")), name
 
 
 def test_the_scan_finds_each_way_of_reading_a_manifest():

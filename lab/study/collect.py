@@ -75,6 +75,14 @@ def write_tables(folder: Path, tables: dict[str, list[dict[str, Any]]], recipe: 
                                                "recipe": recipe_dict(recipe)})
 
 
+def stage_model(stage: Stage, study: Path) -> dict[str, Any]:
+    """The manifest of a finished pre-training or fine-tuning stage, read and verified as every
+    command reads a model (its weights, membership, corpus and parent: read_model)."""
+    from lab.train.artefacts import read_model
+
+    return read_model(stage.out(study), "study stage")
+
+
 def collected_rows(recipe: Recipe, stages: list[Stage], study: Path
                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """The rows of results.csv, samples.csv and probes.csv from the finished stages (a killed
@@ -85,7 +93,7 @@ def collected_rows(recipe: Recipe, stages: list[Stage], study: Path
         if stage.kind != "evaluate" or not stage.done(study):
             continue
         metrics = json.loads((stage.out(study) / "metrics.json").read_text())
-        pretrain = json.loads((stage.inputs[0].inputs[0].out(study) / "manifest.json").read_text())
+        pretrain = stage_model(stage.inputs[0].inputs[0], study)
         base = {"study": recipe.name, "benchmark": recipe.benchmark, "task": metrics["task"],
                 "model": model_name(stage.labels),
                 **{k: stage.labels.get(k) for k in ("arm", "seed", "epochs", "train_size")},
@@ -196,7 +204,7 @@ def _check_seeds(stages: list[Stage], study: Path) -> None:
     groups: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
     for stage in stages:
         if stage.kind == "pretrain" and stage.done(study):
-            manifest = json.loads((stage.out(study) / "manifest.json").read_text())
+            manifest = stage_model(stage, study)
             groups.setdefault((stage.labels["model"], stage.config.preset, stage.labels["arm"]),
                               []).append(manifest)
     several = len({preset for _model, preset, _arm in groups}) > 1

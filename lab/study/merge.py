@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.common import LabError, check_output, table_cell, write_json_atomic
+from lab.models import MANIFEST
 from lab.study.analysis import (ANALYSIS, frozen_analysis, merged_analysis, recorded_analysis,
                                 with_frozen_statistics)
 from lab.study.collect import (PROBES, RESULTS, SAMPLE_TEXT, SAMPLES, check_recipe_ran,
@@ -251,11 +252,10 @@ def _environments(source: Path) -> dict[str, list[str]]:
     """The git commits, CPUs and instruction sets the source's stages ran with (their
     manifests' environment), or, for an earlier merge, what its sources ran with."""
     found: dict[str, set[str]] = {field: set() for field, _recorded in ENVIRONMENT}
-    for manifest in sorted((source / "stages").glob("*/manifest.json")):
-        try:
-            environment = json.loads(manifest.read_text(encoding="utf-8")).get("environment") or {}
-        except (OSError, ValueError):
-            continue
+    from lab.train.artefacts import read_model
+
+    for stage in sorted(path.parent for path in (source / "stages").glob(f"*/{MANIFEST}")):
+        environment = read_model(stage, "study stage").get("environment") or {}
         for field, recorded in ENVIRONMENT:
             if environment.get(recorded):
                 found[field].add(environment[recorded])

@@ -27,6 +27,7 @@ from typing import Any, Callable
 from lab.common import LabError, read_jsonl
 from lab.contamination import settings as settings_table
 from lab.eval.generate import EXCLUDED_FROM_CLEAN
+from lab.models import MANIFEST
 from lab.stats import (CONVENTIONS, PAIRED_SAMPLES_TEST, SAMPLE_SCORE, SCORES, compare,
                        holm, membership_auc,
                        paired_sample_differences, paired_within_model, signed_rank_test,
@@ -783,11 +784,13 @@ def _sample_texts(study: Path) -> dict[tuple[str, str], dict[str, Any]]:
 def _curves(study: Path, labels: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Each pre-training's logged loss (step, loss), labelled by model, arm and seed."""
     curves = []
-    for path in sorted((study / "stages").glob("pretrain-*/manifest.json")):
+    from lab.train.artefacts import read_model
+
+    for path in sorted((study / "stages").glob(f"pretrain-*/{MANIFEST}")):
         label = labels.get(path.parent.name)
         if label is None:
             continue
-        history = json.loads(path.read_text(encoding="utf-8"))["loss"]["history"]
+        history = read_model(path.parent, "study stage")["loss"]["history"]
         curves.append({"model": label["model"], "arm": label["arm"], "seed": label["seed"],
                        "points": [[h["step"], round(h["loss"], 4)] for h in history
                                   if "loss" in h and "step" in h]})
