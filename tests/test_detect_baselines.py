@@ -122,8 +122,9 @@ def write_corpus(folder: Path, texts: list[str]) -> dict[str, str]:
 
     records = [{"id": f"d{i}", "text": t} for i, t in enumerate(texts)]
     shards = write_shards(folder / "corpus", records, 10)
-    (folder / "manifest.json").write_text(json.dumps({"shards": shards}))
-    return {"path": str(folder), "sha256": shards_digest(shards)}
+    digest = shards_digest(shards)
+    (folder / "manifest.json").write_text(json.dumps({"shards": shards, "corpus_sha256": digest}))
+    return {"path": str(folder), "sha256": digest}
 
 
 def test_dc_pdd_by_hand(tmp_path, monkeypatch):

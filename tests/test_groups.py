@@ -254,16 +254,20 @@ def test_the_block_rule_writes_documents_in_the_arms_form_with_its_seed(tmp_path
 
     # No seed in the record: the arm's manifest gives it only if its corpus is the recorded one.
     del record["corpus"]["seed"]
+    from lab.corpora.shards import shards_digest, write_shards
+
     arm = tmp_path / "arm"
-    arm.mkdir()
-    record["corpus"].update(path=str(arm), sha256="a" * 64)
-    (arm / "manifest.json").write_text(json.dumps({"shards": [], "seed": 3, "corpus_sha256": "b" * 64}))
+    shards = write_shards(arm / "corpus", [{"id": "d0", "text": "class A {}"}], 10)
+    digest = shards_digest(shards)
+    (arm / "manifest.json").write_text(json.dumps({"shards": shards, "seed": 3,
+                                                   "corpus_sha256": digest}))
+    record["corpus"].update(path=str(arm), sha256="a" * 64)  # another corpus at that path now
     generate_mod.run_evaluate(tmp_path / "m", "translation", corpora_dir=corpora,
                               metrics=("bleu",), out=tmp_path / "e2")
     fallback = json.loads((tmp_path / "e2" / "metrics.json").read_text())["groups"]["truncation"]
     assert fallback["rule"].startswith("verbatim documents: the arm's seed is unknown")
     assert rows_of(tmp_path / "e2")[ids[4]]["group"] == "held_out_truncated"
-    (arm / "manifest.json").write_text(json.dumps({"shards": [], "seed": 3, "corpus_sha256": "a" * 64}))
+    record["corpus"]["sha256"] = digest
     generate_mod.run_evaluate(tmp_path / "m", "translation", corpora_dir=corpora,
                               metrics=("bleu",), out=tmp_path / "e3")
     checked = json.loads((tmp_path / "e3" / "metrics.json").read_text())["groups"]["truncation"]

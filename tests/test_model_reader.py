@@ -238,3 +238,31 @@ def test_a_fine_tuned_model_carries_its_parents_membership(tmp_path):
     with pytest.raises(LabError, match="pretrained.corpus.held_out_ids differs from its "
                                        "pre-trained model's"):
         read_model(child, "--model")
+
+
+# Modules that may parse a corpus's manifest without verifying the corpus, and why.
+CORPUS_PEEKS = {
+    "lab/corpora/shards.py": "the corpus reader itself (verify_corpus reads, then verifies)",
+    "lab/train/artefacts.py": "looks at which corpus sits at a model's corpus.path before "
+                              "verifying it (another corpus there now is not this model's)",
+}
+
+
+def unverified_corpus_reads(source: str) -> list[int]:
+    """Lines of `source` calling lab.corpora.shards.read_manifest (a corpus's manifest as
+    written) rather than verify_corpus (the manifest after its shards are checked)."""
+    return sorted(node.lineno for node in ast.walk(ast.parse(source))
+                  if isinstance(node, ast.Call) and getattr(node.func, "id",
+                                                            getattr(node.func, "attr", None))
+                  == "read_manifest")
+
+
+def test_every_command_reads_a_corpus_through_verify_corpus():
+    offenders = {}
+    for path in sorted((ROOT / "lab").rglob("*.py")):
+        name = path.relative_to(ROOT).as_posix()
+        if name not in CORPUS_PEEKS and (lines := unverified_corpus_reads(path.read_text("utf-8"))):
+            offenders[name] = lines
+    assert offenders == {}, f"read a corpus with lab.corpora.shards.verify_corpus: {offenders}"
+    assert unverified_corpus_reads("from lab.corpora import shards\nshards.read_manifest(p)\n"
+                                   "read_manifest(q)\nverify_corpus(r)\n") == [2, 3]

@@ -102,15 +102,14 @@ def corpus_counts(ctx: DetectContext) -> Any:
     import numpy as np
 
     from lab.common import lab_cache_dir
-    from lab.corpora.shards import read_corpus, read_manifest, shards_digest
+    from lab.corpora.shards import read_corpus, verify_corpus
 
     record = ctx.corpus or {}
     path = record.get("path")
     if not isinstance(path, str) or not (Path(path) / "manifest.json").is_file():
         raise LabError(f"dc_pdd: the model's pre-training corpus {path or '(none recorded)'} is "
                        "not there (its token frequencies are DC-PDD's reference)")
-    manifest = read_manifest(Path(path))
-    sha = manifest.get("corpus_sha256") or shards_digest(manifest["shards"])
+    sha = verify_corpus(Path(path))["corpus_sha256"]
     if record.get("sha256") and record["sha256"] != sha:
         raise LabError(f"dc_pdd: {path} holds another corpus now (its sha256 differs from the "
                        "model's record), so it is not the model's pre-training corpus")

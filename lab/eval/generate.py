@@ -238,7 +238,7 @@ def arm_documents(record: dict[str, Any]) -> tuple[settings_table.Setting | None
     own manifest at `corpus.path`, used only if its corpus_sha256 is the record's. Without
     either, a non-verbatim form's documents are written verbatim, and the rule says so."""
     from lab.contamination import soft
-    from lab.corpora.shards import read_manifest
+    from lab.corpora.shards import verify_corpus
 
     corpus = record.get("corpus") or {}
     setting = settings_table.find(corpus.get("setting"))
@@ -249,7 +249,7 @@ def arm_documents(record: dict[str, Any]) -> tuple[settings_table.Setting | None
     if seed is None and corpus.get("path"):
         arm = Path(corpus["path"])
         try:
-            manifest = read_manifest(arm)
+            manifest = verify_corpus(arm)
         except LabError:
             manifest = {}
         if manifest.get("corpus_sha256") == corpus.get("sha256") and "seed" in manifest:

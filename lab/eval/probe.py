@@ -53,7 +53,7 @@ from lab.codetokens import KEYWORDS, TOKEN_PATTERN
 from lab.common import (DataNotFound, LabError, beside, check_output, corpora_param,
                         environment_record, param, write_rows_and_summary)
 from lab.contamination import settings as settings_table
-from lab.corpora.shards import read_manifest
+from lab.corpora.shards import verify_corpus
 from lab.contamination.inject import disjoint_from, split_sides_index
 from lab.corpora import Sample, corpora_inputs, get_spec, load_samples
 from lab.detect import extraction
@@ -168,7 +168,8 @@ def reference_split(benchmark: str, probed_split: str) -> str | None:
 
 def trained_placebo_ids(manifest: dict[str, Any]) -> frozenset[str]:
     """Ids of the non-test samples the probed model pre-trained on: those its own corpus
-    injected as a placebo (read from that corpus's manifest, whose sha256 must match). A
+    injected as a placebo (read from that corpus, verified against its shards, whose sha256
+    must match). A
     reference sample must not be one of them. Refused when they cannot be known."""
     corpus = pretraining_record(manifest).get("corpus", {})
     setting = settings_table.find(corpus.get("setting"))
@@ -176,7 +177,7 @@ def trained_placebo_ids(manifest: dict[str, Any]) -> frozenset[str]:
         return frozenset()
     folder = corpus.get("path")
     try:
-        other = read_manifest(Path(folder)) if folder else None
+        other = verify_corpus(Path(folder)) if folder else None
     except LabError as exc:
         raise LabError(f"the model pre-trained on a placebo corpus whose samples are unknown "
                        f"here ({exc})") from None
@@ -191,9 +192,10 @@ def seed_arm_samples(corpora: Sequence[Path], benchmark: str) -> frozenset[str]:
     injected or put in as a placebo (ARM_SAMPLE_FIELDS). Each must be a corpus of `benchmark`."""
     ids: set[str] = set()
     for corpus in corpora:
-        manifest = read_model(Path(corpus), "--seed-corpora")
-        if manifest.get("kind") != "lab-corpus":
-            raise LabError(f"--seed-corpora {corpus}: not a lab corpus (lab inject)")
+        try:
+            manifest = verify_corpus(Path(corpus))
+        except LabError as exc:
+            raise LabError(f"--seed-corpora: {exc}") from None
         if manifest.get("benchmark") != benchmark:
             raise LabError(f"--seed-corpora {corpus}: injects {manifest.get('benchmark')}, the "
                            f"scored samples are {benchmark}'s")
