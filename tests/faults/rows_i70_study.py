@@ -3,18 +3,27 @@
 Row 9: a study's tables are held to its stages whenever stages/ is there (a table edited and its
 sha256 put into tables.json is still refused), and a score that is not a finite number is
 refused in every table of scores, with or without stages. Row 10: a primary metric the
-evaluations do not compute is refused before the first stage, the dry run included. (Row 1, two
-runners of one study, is tests/test_concurrent_study.py: it needs two runs at once.)"""
+evaluations do not compute is refused before the first stage, the dry run included. Row 1: two
+runners grow one finished study at once, the row's own and one started 3 s before it as a
+process of its own; whichever finishes first, each stage is run and reported by one runner and
+study.json keeps the grow (tests/test_concurrent_study.py forces the worst interleavings)."""
 from __future__ import annotations
 
 import csv
 import hashlib
 import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Callable
 
 from .rows_study import fake_study
-from .table import STUDY, Case, error, report_study, shards, table_study
+from .table import STUDY, Case, error, ok, report_study, shards, table_study
+from .world import ROOT, Result, lab_env, must
 
 Damage = Callable[[Path], None]
 
@@ -71,7 +80,51 @@ NAN_SCORE = (first_injected_score("nan"), parquet_as_csv, sha256_recorded)
 PRIMARY_BOGUS = ["--set", "statistics.primary_metric=bogus"]
 NOT_A_METRIC = "statistics.primary_metric bogus: not one of evaluation.metrics (bleu"
 
+GROWN = "grown-study"  # row 1's study: one seed finished, grown to two by two runners at once
+CONTROL_STUDY = ["study", str(ROOT / "recipes" / "mini" / "micro.yaml"), "--set", "arms=[control]",
+                 "--out", GROWN]
+GROW = [*CONTROL_STUDY, "--set", "seeds=[0,1]"]
+OTHER_RUNNERS: dict[str, tuple[subprocess.Popen, Path]] = {}  # world -> the other runner, its log
+DONE = re.compile(r"^done (\S.*?) in \S+ s$", re.MULTILINE)  # lab study's line for a stage it ran
+
+
+def another_runner_growing(root: Path) -> None:
+    """A finished one-seed control study, and a runner growing it to two seeds, started as a
+    process of its own (its output in a file outside the world) 3 s before the row's runner."""
+    must([*CONTROL_STUDY, "--set", "seeds=[0]"], root)
+    handle, log = tempfile.mkstemp(prefix="other-runner-", suffix=".log")
+    process = subprocess.Popen([sys.executable, "-m", "lab.cli", *GROW], cwd=root,
+                               env={**os.environ, **lab_env(root)}, stdout=handle,
+                               stderr=subprocess.STDOUT, text=True)
+    os.close(handle)
+    OTHER_RUNNERS[str(root)] = (process, Path(log))
+    time.sleep(3)
+
+
+def each_stage_run_once_and_the_grow_kept(root: Path, result: Result) -> str | None:
+    process, log = OTHER_RUNNERS.pop(str(root))
+    try:
+        rc = process.wait(timeout=900)
+        other = log.read_text(encoding="utf-8")
+    finally:
+        log.unlink()
+    if rc:
+        return f"the other runner: rc {rc}: {other.strip()[-300:]}"
+    mine, theirs = set(DONE.findall(result.stdout + result.stderr)), set(DONE.findall(other))
+    if twice := mine & theirs:
+        return f"both runners say they ran {sorted(twice)[0]}"
+    if len(mine | theirs) != 6 or any("seed=1" not in stage for stage in mine | theirs):
+        return f"the runners ran {sorted(mine | theirs)}, not seed 1's 6 stages"
+    grown = json.loads((root / GROWN / "study.json").read_text()).get("grown")
+    if [record.get("differs_in") for record in grown or []] != [["seeds"]]:
+        return f"study.json's grown record is {grown}, not one grow of the seeds"
+    return None
+
+
 ROWS: list[Case] = [
+    # row 1: both rc 0, both said they ran seed 1's stages, and study.json lost its grown record
+    ok("study: two runners grow one finished study at once", GROW, "per-sample",
+       another_runner_growing, check=each_stage_run_once_and_the_grow_kept),
     # row 9: the edit agrees with tables.json, and the check against the stages was skipped
     error("report: samples.csv and .parquet edited, their sha256 put into tables.json",
           ["report", "fs-score100"],
