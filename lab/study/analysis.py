@@ -35,11 +35,18 @@ def section_sha256(statistics: dict[str, Any]) -> str:
     return sha256_text(dumps_json(statistics))
 
 
+def planned_seeds(declared: Any, seeds: Any) -> Any:
+    """What an unset statistics.planned_seeds means: the number of seeds the recipe listed
+    when the study began; a declared value as it is (its checks are the caller's)."""
+    if declared is None and isinstance(seeds, list) and seeds:
+        return len(seeds)
+    return declared
+
+
 def planned_statistics(recipe: Recipe) -> dict[str, Any]:
-    """The recipe's statistics section with its planned seeds filled in: the seeds it lists,
-    where it declares none (what an unset planned_seeds means)."""
+    """The recipe's statistics section with its planned seeds filled in (planned_seeds)."""
     statistics = recipe_dict(recipe)["statistics"]
-    statistics["planned_seeds"] = statistics.get("planned_seeds") or len(recipe.seeds)
+    statistics["planned_seeds"] = planned_seeds(statistics.get("planned_seeds"), recipe.seeds)
     return statistics
 
 

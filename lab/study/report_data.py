@@ -32,7 +32,7 @@ from lab.stats import (CONVENTIONS, PAIRED_SAMPLES_TEST, SAMPLE_SCORE, SCORES, c
                        holm, membership_auc,
                        paired_sample_differences, paired_within_model, signed_rank_test,
                        within_model_net_of, within_model_seeds)
-from lab.study.analysis import chosen_after_text
+from lab.study.analysis import chosen_after_text, planned_seeds
 from lab.study.primary import primary_table
 from lab.study.recipe import StatisticsSection
 from lab.study.collect import (BASELINE_PREFIX, PROBE_COLUMNS, PROBES, RESULTS, SAMPLE_TEXT,
@@ -181,10 +181,8 @@ def _declared(study: Path) -> dict[str, Any]:
     score = statistics.get("score", SAMPLE_SCORE)
     if score not in SCORES:
         raise LabError(f"{recipe}: statistics.score '{score}': choose from {', '.join(SCORES)}")
-    planned = statistics.get("planned_seeds")
-    seeds = recorded.get("seeds") if isinstance(recorded, dict) else None
-    if planned is None and isinstance(seeds, list) and seeds:
-        planned = len(seeds)  # the seeds the recipe listed when the study began
+    planned = planned_seeds(statistics.get("planned_seeds"),
+                            recorded.get("seeds") if isinstance(recorded, dict) else None)
     if planned is not None and (not isinstance(planned, int) or isinstance(planned, bool)
                                 or planned < 1):
         raise LabError(f"{recipe}: statistics.planned_seeds: expected int >= 1 or null, got "

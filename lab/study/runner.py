@@ -300,7 +300,8 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
         # recipe.json and the tables record it, planned seeds included, however the seeds grow.
         analysis = previous_summary.get(ANALYSIS) or frozen_analysis(recipe)
         recipe = with_frozen_statistics(recipe, analysis)
-        write_json_atomic(study / RECIPE, recipe_dict(recipe))
+        if read_json_if_there(study / RECIPE) != recipe_dict(recipe):  # begun, grown or older
+            write_json_atomic(study / RECIPE, recipe_dict(recipe))
         # Recorded before any stage runs: a kill at any point leaves the count for the resume.
         # The power the study was planned with, at its declared effect: recorded before any
         # stage, so that it cannot be computed again from what the seeds then show.
