@@ -1,10 +1,12 @@
 """Every shipped recipe runs end to end: `lab study RECIPE --smoke` on each file under recipes/
 (the folder is listed, so a new recipe is covered without touching this test), the paper
-recipes included. Each run is read back: its stages are the real recipe's kinds and swept
+recipes included; a recipe that is another's study under another name (a base run alone is
+the recipe that includes it) is checked to be so and runs once. Each run is read back: its stages are the real recipe's kinds and swept
 values, every declared question keeps its rows, every report table says it is a smoke run,
 fine-tunings beside a placebo record its overlap, and `lab merge` refuses the folder."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -34,12 +36,45 @@ def _studies() -> list[Path]:
     return sorted(RECIPES.rglob("*.yaml"))
 
 
+@functools.cache
+def _same_study(recipe: Path) -> str:
+    """What a recipe's smoke run is a function of: its whole recorded recipe but its name."""
+    from lab.study.recipe import recipe_dict
+
+    data = recipe_dict(smoke_recipe(load_recipe(recipe)))
+    return json.dumps({k: v for k, v in data.items() if k != "name"}, sort_keys=True)
+
+
+def _distinct(studies: list[Path]) -> tuple[list[Path], dict[Path, Path]]:
+    """The recipes whose smoke runs differ, and each other recipe -> the one it equals but for
+    its name (a base run alone as the recipe that includes it: the same stages, questions and
+    report), so that CI runs each study once."""
+    run: list[Path] = []
+    same: dict[Path, Path] = {}
+    for recipe in studies:
+        twin = next((r for r in run if _same_study(r) == _same_study(recipe)), None)
+        if twin is None:
+            run.append(recipe)
+        else:
+            same[recipe] = twin
+    return run, same
+
+
 def _swept(stages: list) -> set[tuple[str, str, str]]:
     return {(s.kind, name, str(s.labels[name])) for s in stages for name in SWEPT
             if name in s.labels}
 
 
-@pytest.mark.parametrize("recipe", _studies(),
+def test_a_recipe_not_run_is_the_same_study_as_one_that_is():
+    """Every recipe is run, or is a run one's study under another name: same stage keys too."""
+    run, same = _distinct(_studies())
+    assert set(run) | set(same) == set(_studies()) and len(run) < len(_studies())
+    for recipe, twin in same.items():
+        assert {s.key for s in expand(smoke_recipe(load_recipe(recipe)))} == \
+            {s.key for s in expand(smoke_recipe(load_recipe(twin)))}, (recipe, twin)
+
+
+@pytest.mark.parametrize("recipe", _distinct(_studies())[0],
                          ids=lambda p: str(p.relative_to(RECIPES)))
 def test_every_recipe_runs_end_to_end_as_a_smoke_run(recipe, tmp_path):
     real = load_recipe(recipe)
