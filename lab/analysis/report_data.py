@@ -1,6 +1,6 @@
 """What `lab stats` and `lab report` compute from a study folder, before anything is rendered.
 
-The primary table holds the study's primary contrasts (lab.study.primary): each declared
+The primary table holds the study's primary contrasts (lab.analysis.primary): each declared
 question as an effect over seeds with its interval, its exact sign-flip test and Holm over the
 declared family. The secondary table is descriptive and never starred: one Cell per (model x
 task x metric x epochs x train size) and arm, with every arm's mean and spread over seeds, each
@@ -11,7 +11,7 @@ samples of the same models (pooled, per seed, and, where seeds drew different sp
 sample injected against itself held out). Besides, what the HTML page's sample browser shows:
 every evaluation's per-sample scores and predictions, the loss curves and the probes.
 
-The renderers (lab.study.tables, lab.study.html, lab.study.figure) read these records; a Cell's
+The renderers (lab.analysis.tables, lab.analysis.html, lab.analysis.figure) read these records; a Cell's
 record() is its form in stats.json.
 """
 from __future__ import annotations
@@ -32,10 +32,10 @@ from lab.stats import (CONVENTIONS, PAIRED_SAMPLES_TEST, SAMPLE_SCORE, SCORES, c
                        holm, membership_auc,
                        paired_sample_differences, paired_within_model, signed_rank_test,
                        within_model_net_of, within_model_seeds)
-from lab.study.analysis import chosen_after_text, planned_seeds
-from lab.study.primary import primary_table
+from lab.analysis.plan import chosen_after_text, planned_seeds
+from lab.analysis.primary import primary_table
 from lab.study.recipe import StatisticsSection
-from lab.study.collect import (BASELINE_PREFIX, PROBE_COLUMNS, PROBES, RESULTS, SAMPLE_TEXT,
+from lab.analysis.collect import (BASELINE_PREFIX, PROBE_COLUMNS, PROBES, RESULTS, SAMPLE_TEXT,
                                SAMPLES, recorded_recipe, whole_lines)
 
 SCORE_FLOOR = 5.0  # below this (BLEU-like 0-100) a lift says little: the cell is flagged
@@ -207,7 +207,7 @@ def _declared_design(recorded: Any) -> dict[str, Any]:
 
 
 def study_primary(study: Path) -> dict[str, Any]:
-    """The study's primary table (lab.study.primary) as its recipe declares it, and only so:
+    """The study's primary table (lab.analysis.primary) as its recipe declares it, and only so:
     the questions, the metric (default: the recipe's first evaluation metric, else the
     results' first), the score, the convention's alternative, alpha, whether the study is
     descriptive and how many seeds it planned. No option changes it: an analysis chosen after
@@ -232,7 +232,7 @@ def study_primary(study: Path) -> dict[str, Any]:
 
 def chosen_after(study: Path, convention: str | None, alpha: float | None) -> str | None:
     """One line when the command line asks for another convention or alpha than the study's
-    frozen plan (lab.study.analysis): the secondary tables use them, the primary table does
+    frozen plan (lab.analysis.plan): the secondary tables use them, the primary table does
     not."""
     recorded = convention_and_alpha(study, None, None)
     asked = convention_and_alpha(study, convention, alpha)

@@ -51,10 +51,10 @@ from lab.stats import (CLIPPED_LEGEND, DEFAULT_DOSE_TREND, DOSE_TREND_SIDES, SEE
                        fit_unconstrained_curve, holm, membership_auc, one_model_rank_test,
                        paired_within_model, sample_interval, seed_effect, sign_flip_test,
                        starred_p, unconstrained_curve_values)
-from lab.study.primary import METRIC_SCALE
-from lab.study.questions import SAMPLE_UNIT, SEED_UNIT, seeds_for_family, sign_flip_floor
-from lab.study.report_data import train_size_order
-from lab.study.collect import DOSE_GROUP, PROBE_COLUMNS, PROBES, RESULTS, SAMPLES
+from lab.analysis.primary import METRIC_SCALE
+from lab.analysis.questions import SAMPLE_UNIT, SEED_UNIT, seeds_for_family, sign_flip_floor
+from lab.analysis.report_data import train_size_order
+from lab.analysis.collect import DOSE_GROUP, PROBE_COLUMNS, PROBES, RESULTS, SAMPLES
 
 DOSE_SCALE = "copies per corpus epoch (a base document: 1)"
 TIMES_SEEN = "times seen in pre-training: copies per corpus epoch x pre-training epochs"
@@ -133,7 +133,7 @@ def dose_stats(study: Path, metrics: list[str], alpha: float, read_csv: Any,
                trend_side: str | None = None) -> dict[str, Any]:
     """{"levels": one record per (model, task, metric, epochs, train size, arm, dose),
     "cells": one per ladder (its threshold, fits and band)}; empty lists when no arm injected a
-    ladder. `read_csv` is lab.study.report_data's reader (errors name file, line and column);
+    ladder. `read_csv` is lab.analysis.report_data's reader (errors name file, line and column);
     the tests take the study's `alternative`, intervals have level 1 - alpha; the curves' band
     is drawn for `band_metric` only (it refits both curves on every resample). The trend tests
     are `trend_side` (lab.stats.DOSE_TREND_SIDES), by default the recipe's (recipe_dose_trend)."""

@@ -1,4 +1,4 @@
-"""The report's first table: each primary question a study declares (lab.study.questions) as an
+"""The report's first table: each primary question a study declares (lab.analysis.questions) as an
 effect over seeds, with its interval, its exact test and Holm over the declared family.
 
 The effect is on the study's evaluated samples (the benchmark as evaluated), in the primary
@@ -26,7 +26,7 @@ from lab.stats import (CLIPPED_LEGEND, CLUSTER_BOOTSTRAP, CORPUS_SCORE, INTERVAL
                        effect_text, holm,
                        interval_method, sample_interval, seed_effect, seed_mean_interval,
                        sign_flip_test, starred_p)
-from lab.study.questions import (QUESTIONS, SAMPLE_UNIT, SEED_UNIT, Contrast, allowed, family,
+from lab.analysis.questions import (QUESTIONS, SAMPLE_UNIT, SEED_UNIT, Contrast, allowed, family,
                                  rank_floor, sign_flip_floor, unit)
 
 RANK_TEST = "Mann-Whitney U of the injected vs held-out samples' values (the split's randomisation)"

@@ -8,7 +8,7 @@ from typing import Any
 
 from lab.common import LabError, atomic_file
 from lab.detect.leaderboard import number
-from lab.study.report_data import Cell, train_size_order
+from lab.analysis.report_data import Cell, train_size_order
 
 
 def _panel(ax: Any, series: list[Cell], arm: str, metric: str) -> None:
@@ -347,7 +347,7 @@ def timing_figure(found: dict[str, Any], metric: str, out_base: Path) -> list[Pa
     """The forgetting curve: each timing level's lift over the held-out samples against the
     steps pre-training went on after its last exposure, one line per (model, arm, fine-tuning
     stage), error bars the interval over seeds (else over the model's samples). `found`:
-    lab.study.timing.timing_stats. [] when nothing is drawn."""
+    lab.analysis.timing.timing_stats. [] when nothing is drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
