@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lab.analysis.html import (PAGE_ROWS, markdown_to_html, synthetic_study_data,
-                            write_synthetic_report)
+                               write_synthetic_report)
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 

@@ -800,7 +800,7 @@ def test_the_figure_draws_each_baseline_at_its_measured_values():
     import matplotlib.pyplot as plt
 
     from lab.analysis.figure import _panel
-    from lab.analysis.report_data import Cell
+    from lab.analysis.cells import Cell
 
     series = [Cell(model="gpt2", task="translation", metric="bleu", epochs=e, train_size="",
                    arm="paired", convention="exact-two-sided", alpha=0.05, seeds=1,
@@ -827,7 +827,7 @@ def test_the_figure_keeps_p_values_off_the_score_axis():
     import matplotlib.pyplot as plt
 
     from lab.analysis.figure import _panel
-    from lab.analysis.report_data import Cell, Versus
+    from lab.analysis.cells import Cell, Versus
 
     def control(mean):
         return Versus(arm="control", mean=mean, std=1.0, seeds=5, lift=3.0, lift_pct=None,
@@ -920,7 +920,7 @@ def test_memorised_verdicts_are_holm_adjusted_over_every_arm_of_the_report(tmp_p
     """Three arms each separate their injected samples from never-seen valid ones at one-sided
     p 0.025: alone each would be 'yes', but the report reads the three together, so Holm
     (3 x 0.025 = 0.074) makes each 'no'; the table shows both p's."""
-    from lab.analysis.report_data import memorisation
+    from lab.analysis.cells import memorisation
     from lab.analysis.tables import _memorised
 
     def probes(folder: Path, arms: list[str]) -> Path:

@@ -8,14 +8,15 @@ from typing import Any
 
 from lab.common import LabError, atomic_file
 from lab.detect.leaderboard import number
-from lab.analysis.report_data import Cell, train_size_order
+from lab.analysis.cells import Cell
+from lab.analysis.report_data import train_size_order
 
 
 def _panel(ax: Any, series: list[Cell], arm: str, metric: str) -> None:
     """One (model, task, arm): against the control (and its placebo arm, if the study has one)
     when there is one (with the split-half pair as thin dashed lines), else injected against
     held-out; on a second axis the Holm p of the arm's headline primary test at each epoch
-    count (report_data.with_primary_p), where the study has one."""
+    count (cells.with_primary_p), where the study has one."""
     pairs = [c for c in series if c.halves is not None]
     with_control = [c for c in series if c.control is not None]
     joined = []

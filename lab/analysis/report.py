@@ -1,9 +1,9 @@
 """`lab stats` and `lab report`: the study's answer as tables and figures in STUDY/report/.
 
-Each entry point reads the study first (lab.analysis.report_data: the primary table, the
-secondary table's cells, the dose ladder, the page's samples), so that a defect is refused
-before any file is written, then renders it (lab.analysis.tables, lab.analysis.figure, lab.analysis.html)
-and writes the files.
+Each entry point reads the study first (lab.analysis.report_data: the primary table and the
+page's samples; lab.analysis.cells: the secondary table's cells; the dose ladder), so that a
+defect is refused before any file is written, then renders it (lab.analysis.tables,
+lab.analysis.figure, lab.analysis.html) and writes the files.
 """
 from __future__ import annotations
 
@@ -14,22 +14,23 @@ from lab.common import LabError, write_json_atomic, write_text_atomic
 from lab.analysis.collect import check_tables
 from lab.stats import CONVENTIONS, CROSSOVER_TEST, PAIRED_SAMPLES_TEST, SEEDS_TEST
 from lab.analysis.decontam_lift import decontam_lifts, decontam_table, study_removed
-from lab.analysis.dose import dose_stats, dose_table
+from lab.analysis.dose import dose_stats
+from lab.analysis.dose_text import dose_table
 from lab.analysis.figure import (decay_figure, detect_figure, dose_figure, plotted_cells,
-                              timing_figure)
+                                 timing_figure)
 from lab.analysis.timing import timing_stats, timing_table
 from lab.analysis.html import write_html_report
 from lab.analysis.study_record import BANNER, is_smoke, marked
-from lab.analysis.primary import render as render_primary
-from lab.analysis.report_data import (WITHIN_TEST, Cell, below_baselines, read_csv, study_cells,
-                                   study_page_data, study_primary, with_primary_p, chosen_after)
+from lab.analysis.primary_text import render as render_primary
+from lab.analysis.cells import WITHIN_TEST, Cell, below_baselines, study_cells, with_primary_p
+from lab.analysis.report_data import read_csv, study_page_data, study_primary, chosen_after
 from lab.analysis.tables import (SECONDARY, console_text, primary_sections, report_markdown,
-                              secondary_table, stats_table)
+                                 secondary_table, stats_table)
 
 
 def study_stats(study: Path, convention: str | None = None, include_control: bool = False,
                 alpha: float | None = None) -> list[dict[str, Any]]:
-    """The secondary table's cells (report_data.study_cells) as stats.json records them."""
+    """The secondary table's cells (cells.study_cells) as stats.json records them."""
     _check_study(study)
     return [cell.record() for cell in study_cells(study, convention, include_control, alpha)]
 

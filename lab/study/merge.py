@@ -22,10 +22,10 @@ from typing import Any
 from lab.common import LabError, check_output, table_cell, write_json_atomic
 from lab.models import MANIFEST
 from lab.analysis.plan import (ANALYSIS, frozen_analysis, merged_analysis, recorded_analysis,
-                                with_frozen_statistics)
+                               with_frozen_statistics)
 from lab.analysis.collect import (PROBES, RESULTS, SAMPLE_TEXT, SAMPLES, check_recipe_ran,
-                               check_tables, collected_rows, recorded_recipe, typed_cell,
-                               whole_lines, write_tables)
+                                  check_tables, collected_rows, recorded_recipe, typed_cell,
+                                  whole_lines, write_tables)
 from lab.study.grid import expand
 from lab.study.recipe import recipe_dict, study_differences
 from lab.analysis.study_record import is_smoke
