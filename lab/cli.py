@@ -27,7 +27,7 @@ from lab.eval.probe import ProbeConfig
 from lab.llm.llm_eval import LlmEvalConfig
 from lab.llm.perturb import PerturbConfig
 from lab.modelcard import ExportConfig, write_model_card
-from lab.study.report import run_report
+from lab.analysis.report import run_report
 from lab.study.runner import run_study
 from lab.tokenizer import TokenizerConfig
 from lab.train.finetune import FinetuneConfig
@@ -554,7 +554,7 @@ def study(
                   f"{_duration(took['all_stages'])}); results {summary['results']}, per-sample "
                   f"{summary['samples']}")
     if report:
-        from lab.study.report import run_report
+        from lab.analysis.report import run_report
 
         result = run_report(folder)  # the recipe's convention and alpha
         console.print(result["console"], markup=False, highlight=False, soft_wrap=True)
@@ -582,7 +582,7 @@ def _print_power(plan: dict[str, Any], descriptive: bool) -> None:
                          f"{len(rows)}): {reach} alpha {plan['alpha']:g}"
                          + (" (descriptive study)" if descriptive else ""), rows, list(rows[0])))
     if "power" in plan:
-        from lab.study.questions import power_line, sensitivity_line
+        from lab.analysis.questions import power_line, sensitivity_line
 
         console.print(power_line(plan["power"]), markup=False, highlight=False, soft_wrap=True)
         console.print(sensitivity_line(plan["power"]), markup=False, highlight=False,
@@ -724,7 +724,7 @@ def stats(
     fmt: str = typer.Option("table", "--format", help="table (rich), md, csv or json."),
 ) -> None:
     """Per cell: every arm over seeds, each arm vs the control, power, injected vs held-out."""
-    from lab.study.report import run_stats
+    from lab.analysis.report import run_stats
 
     if fmt not in ("table", "md", "csv", "json"):
         raise LabError(f"--format {fmt}: choose from table, md, csv, json")

@@ -45,3 +45,16 @@ def test_the_checker_finds_a_circle_and_an_upward_import(architecture):
     assert architecture.circles(["lab.common", "lab.corpora", "lab.stats", "lab.study.runner"],
                                 arrows) == [["lab.corpora", "lab.study.runner"]]
     assert [(a.source, a.target) for a in architecture.upward(arrows)] == [("lab.corpora", "lab.study.runner")]
+
+
+def test_reading_a_study_sits_between_its_recipe_and_running_it(architecture):
+    """Two rooms (issue 71): lab.analysis reads a study and never imports lab.study's running
+    modules; both read the recipe's types and the stage grid, which sit below them."""
+    layer = architecture.layer_of
+    plan = {layer(m) for m in ("lab.study.recipe", "lab.study.grid", "lab.study.stages",
+                               "lab.study.evaluate", "lab.analysis.questions")}
+    reading = {layer(m) for m in architecture.module_files()
+               if m.startswith("lab.analysis") and m != "lab.analysis.questions"}
+    running = {layer(m) for m in architecture.module_files() if m.startswith("lab.study")} - plan
+    assert len(plan) == len(reading) == len(running) == 1
+    assert max(plan) < min(reading) < min(running)

@@ -954,7 +954,7 @@ def _fills_the_disk(target, format=None, **options):
 def test_a_figure_cut_short_by_a_full_disk_leaves_no_partial_file(tmp_path):
     from matplotlib.figure import Figure
 
-    from lab.study.figure import save_figure
+    from lab.analysis.figure import save_figure
 
     (tmp_path / "decay-bleu.svg").write_text("<svg>previous</svg>")
     figure = Figure()

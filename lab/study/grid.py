@@ -395,7 +395,7 @@ def model_name(labels: dict[str, Any]) -> str:
 def evaluated_models(stages: list[Stage]) -> list[str]:
     """The models a study's tables name (model_name), in the grid's order: each swept size,
     weight decay, form, decontaminator and continued model is one (what the primary family
-    counts, lab.study.questions.power_plan)."""
+    counts, lab.analysis.questions.power_plan)."""
     return list(dict.fromkeys(model_name(s.labels) for s in stages if s.kind == "evaluate"))
 
 

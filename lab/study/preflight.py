@@ -48,11 +48,11 @@ def check_ready(recipe: Recipe, study: Path, corpora_dir: Path | None = None,
                 seeds: list[int] | None = None, allow_underpowered: bool = False,
                 power: bool = True) -> list[str]:
     """Raise one LabError naming every problem `preflight` finds, and a study whose primary
-    tests can never reach alpha (lab.study.questions.power_problem) unless
+    tests can never reach alpha (lab.analysis.questions.power_problem) unless
     `allow_underpowered`; when all is there, the warnings (`slow_settings`) of the same
     unfinished stages, and the power problem allowed. `power` False: no power check at all (a
     smoke run, whose seeds are not the study's)."""
-    from lab.study.questions import power_problem
+    from lab.analysis.questions import power_problem
 
     pending = pending_stages(recipe, study, seeds)
     problems = check_statistics(recipe) + preflight(recipe, study, corpora_dir, executor,

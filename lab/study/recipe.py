@@ -33,7 +33,7 @@ from lab.eval.probe import ProbeConfig
 from lab.study.evaluate import EvaluateStageConfig
 from lab.stats import (ALPHA, CONVENTIONS, DEFAULT_CONVENTION, DEFAULT_DOSE_TREND, DOSE_TREND_SIDES,
                        PLANNING_SD, SAMPLE_SCORE, SCORES, SMALLEST_EFFECT)
-from lab.study.questions import QUESTIONS
+from lab.analysis.questions import QUESTIONS
 from lab.stats import (PLANNING_CORRELATION, PLANNING_SHAPE, PLANNING_SHAPES,
                        SENSITIVITY_CORRELATIONS)
 from lab.train.common import REPORT_TARGETS, report_to_param
@@ -290,7 +290,7 @@ class StatisticsSection:
                                       "as many as `seeds` lists). A study merged from more "
                                       "seeds is reported as exploratory, not confirmatory.")
     dose_trend: str = param(DEFAULT_DOSE_TREND, "The sidedness of a dose ladder's trend test "
-                            "(lab.study.dose): " + ", ".join(f"{k} ({v})" for k, v in
+                            "(lab.analysis.dose): " + ", ".join(f"{k} ({v})" for k, v in
                                                               DOSE_TREND_SIDES.items())
                             + "; a ladder that rises then falls is reported non-monotone "
                               "whatever its trend p.")
