@@ -23,7 +23,7 @@ from lab.decontam.run import DecontamConfig
 from lab.eval.baselines import BaselineConfig
 from lab.eval.generate import EvaluateConfig
 from lab.detect.run import DetectConfig
-from lab.eval.probe import ProbeConfig
+from lab.detect.probe import ProbeConfig
 from lab.llm.llm_eval import LlmEvalConfig
 from lab.llm.perturb import PerturbConfig
 from lab.modelcard import ExportConfig, write_model_card
@@ -379,7 +379,7 @@ def export(cfg: ExportConfig) -> None:
 @options_of(ProbeConfig)
 def probe(cfg: ProbeConfig) -> None:
     """Was the injected data memorised? Loss, Min-K%, extraction and infill probes."""
-    from lab.eval.probe import run_probe
+    from lab.detect.probe import run_probe
 
     result = run_probe(cfg)
     # The never-seen group the injected one is compared with: held-out samples, else reference

@@ -35,7 +35,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                        "lab.decontam")),
     ("tokenizer", ("lab.tokenizer",)),
     ("train", ("lab.train",)),
-    ("eval", ("lab.eval", "lab.llm", "lab.detect")),
+    # Generation and its metrics, then the LLM arm that scores generations, then the detectors
+    # (lab probe among them: a probe is a detector run over a study's arms), which read both.
+    ("eval", ("lab.eval",)),
+    ("llm", ("lab.llm",)),
+    ("detect", ("lab.detect",)),
     ("publish", ("lab.modelcard",)),
     # What a study is, before it runs or is read: its recipe (with the questions it may declare,
     # lab.analysis.questions, which the recipe's statistics section names) and the stages it

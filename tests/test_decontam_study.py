@@ -87,7 +87,7 @@ def test_a_decontaminated_arm_is_scored_by_intention_to_treat(tmp_path):
     refuse the arm as one that injected nothing."""
     needs_corpora()
     from lab.eval.generate import assign_groups, pretraining_membership
-    from lab.eval.probe import probe_groups
+    from lab.detect.probe import probe_groups
 
     manifest = arm(tmp_path / "arm", decontaminate_with="exact")
     assert manifest["injected_ids"] == [] and len(manifest["intended_injected_ids"]) == 6

@@ -216,7 +216,7 @@ def test_every_recipe_field_has_its_meaning():
 def _configs():
     from lab.contamination.inject import InjectConfig
     from lab.eval.generate import EvaluateConfig
-    from lab.eval.probe import ProbeConfig
+    from lab.detect.probe import ProbeConfig
     from lab.llm.llm_eval import LlmEvalConfig
     from lab.llm.perturb import PerturbConfig
     from lab.tokenizer import TokenizerConfig

@@ -83,7 +83,7 @@ def test_no_module_spells_out_a_setting():
 
 @pytest.mark.parametrize("name", table.names())
 def test_every_module_agrees_with_the_table(tiny_corpora, tmp_path, name):
-    from lab.eval import probe
+    from lab.detect import probe
     from lab.study import cost
     from lab.study.recipe import load_recipe
     from lab.study.grid import expand

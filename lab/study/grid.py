@@ -24,7 +24,7 @@ from lab.study.recipe import Recipe, deepspeed_config, for_model, placebo_plan
 from lab.study.stages import KINDS, UNBOUND, key_fields, keyed_inputs, unbound
 from lab.tasks import task_for_benchmark
 from lab.detect.run import DetectConfig
-from lab.eval.probe import ProbeConfig
+from lab.detect.probe import ProbeConfig
 from lab.study.evaluate import EvaluateStageConfig
 from lab.train.finetune import FinetuneConfig
 from lab.train.pretrain import resolve_for_device
@@ -282,7 +282,7 @@ def _detects(recipe: Recipe, scored: dict[tuple[str, int, int | None], Stage],
     control's on the samples of each arm they stand beside (as the probe does); the reference
     model is the control's of the same seed and stage (pre-trained or fine-tuned at that E).
     placebos(seed): the seed's placebo corpora, whose samples no stage of the seed draws as
-    never-seen ones (lab.eval.probe.SHARED_POOL_RULE: one pool per seed)."""
+    never-seen ones (lab.detect.probe.SHARED_POOL_RULE: one pool per seed)."""
     if not recipe.detect.enabled:
         return []
     config = unbound("detect", detectors=tuple(recipe.detect.detectors), k=recipe.detect.k,
@@ -346,7 +346,7 @@ def _probes(recipe: Recipe, pre: Stage, arm: str, seed: int,
     its documents had the same form and count, so its probe is the format-only baseline. Every
     one reads the seed's placebo corpora (`placebos`; none where probe.shared_pool is false): no
     arm's reference samples are theirs, so the arms of a seed share them
-    (lab.eval.probe.SHARED_POOL_RULE)."""
+    (lab.detect.probe.SHARED_POOL_RULE)."""
     if not recipe.probe.enabled:
         return []
     launch = {"device": recipe.resources.device}

@@ -29,7 +29,7 @@ from lab.contamination import settings as settings_table
 from lab.contamination import soft
 from lab.contamination.inject import InjectConfig, placebo_splits
 from lab.detect.run import DetectConfig
-from lab.eval.probe import ProbeConfig
+from lab.detect.probe import ProbeConfig
 from lab.study.evaluate import EvaluateStageConfig
 from lab.stats import (ALPHA, CONVENTIONS, DEFAULT_CONVENTION, DEFAULT_DOSE_TREND, DOSE_TREND_SIDES,
                        PLANNING_SD, SAMPLE_SCORE, SCORES, SMALLEST_EFFECT)
@@ -233,7 +233,7 @@ ProbeSection = section("ProbeSection", ProbeConfig, ["min_k", "max_samples", "ma
     ("shared_pool", bool, field(default=True, metadata={
         "help": "Every probe of a seed leaves the samples of the seed's placebo arms out of its "
                 "never-seen reference samples, so the arm, its placebo and the control are "
-                "judged against the same ones (lab.eval.probe.SHARED_POOL_RULE); false: each "
+                "judged against the same ones (lab.detect.probe.SHARED_POOL_RULE); false: each "
                 "model leaves out its own only, as studies before issue 69 drew (their probe "
                 "stages are found done)."})),
 ])
