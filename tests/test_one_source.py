@@ -301,8 +301,11 @@ def test_no_evaluation_module_imports_the_study_layer():
 
 
 def test_statistics_import_no_stage_module():
-    assert not [m for m in _imports(ROOT / "lab" / "stats.py")
-                if m.startswith("lab.") and m != "lab.common"]
+    """lab.stats (a package, one module per concern) reads only lab.common and itself."""
+    assert not {str(path.relative_to(ROOT)): found
+                for path in (ROOT / "lab" / "stats").glob("*.py")
+                if (found := [m for m in _imports(path) if m.startswith("lab.")
+                              and m != "lab.common" and not m.startswith("lab.stats.")])}
 
 
 # ---- a study's tables come from one source: its stages (issue 59) -----------------------------
