@@ -51,6 +51,9 @@ def run_inject(cfg: InjectConfig) -> dict[str, Any]:
 
 
 def validate(cfg: InjectConfig) -> None:
+    """The checks that need the benchmark's spec, the files or the machine (the options' own
+    rules ran when the config was made), before any data is read: a bad run fails in one line
+    and leaves nothing behind."""
     if cfg.setting not in settings_table.SETTINGS:
         raise LabError(f"--setting {cfg.setting}: unknown setting (choose from "
                        f"{', '.join(settings_table.names())})")

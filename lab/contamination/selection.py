@@ -1,6 +1,6 @@
-"""Which of a benchmark split's samples an arm takes part with, and in which groups: all of
-them, a seeded fraction or the --test-ids list, the levels of a dose ladder and of the timing
-levels. Samples sharing a side verbatim always stay in one group (splitting them between the
+"""Which of a benchmark split's samples an arm injects, and in which groups: all of them, a
+seeded fraction or the --test-ids list, the levels of a dose ladder and the timing levels.
+Samples sharing a side verbatim always stay in one group (splitting them between the
 injected and held-out halves would leak the held-out one), and every choice has its own seeded
 stream, so that arms of one seed choose alike.
 """
