@@ -787,7 +787,7 @@ def _check_across_stages(recipe: Recipe) -> None:
 def _check_placebo_pool(recipe: Recipe, injected: int | None) -> None:
     """A placebo stands for every test sample its arm injects: a ladder's injecting levels
     (equal groups), else the fraction. Its pool (placebo_plan): the eligible samples the dataset
-    manifest records per split (lab.contamination.inject.placebo_pool, against the whole test
+    manifest records per split (lab.contamination.placebo.placebo_pool, against the whole test
     split), else the split's records; lab inject counts exactly, and names missing splits."""
     placebo_arm = next((i for i, arm in enumerate(recipe.arms)
                         if settings_table.get(arm).placebo), None)
