@@ -1,7 +1,7 @@
 """What a study recipe holds: the Recipe dataclass and its sections, assembled from the stages'
 own declarations.
 
-Each section is declared where its stage is: the injection, tokenizer, pre-training,
+Each section is declared where its stage is: the corpus, injection, tokenizer, pre-training,
 fine-tuning, evaluation, probe and detect sections are made by `section` from the fields of
 that command's config dataclass (its types, defaults and help, declared once, in the stage's
 module), with the study's own fields beside them (a grid over a config field); the continued
