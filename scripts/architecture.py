@@ -41,12 +41,14 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("llm", ("lab.llm",)),
     ("detect", ("lab.detect",)),
     ("publish", ("lab.modelcard",)),
-    # What a study is, before it runs or is read: its recipe (with the questions it may declare,
-    # lab.analysis.questions, which the recipe's statistics section names) and the stages it
-    # expands to (the grid, the stage kinds, and the evaluate stage's own config). Both rooms
-    # read these types: the reading room to find a study's stages, the running room to run them.
-    ("study plan", ("lab.study.recipe", "lab.study.grid", "lab.study.stages",
-                    "lab.study.evaluate", "lab.analysis.questions")),
+    # What a study is, before it runs or is read: its recipe (read by recipe, assembled by
+    # recipe_schema, checked by recipe_checks; its statistics section is declared with the
+    # questions it may declare, lab.analysis.questions) and the stages it expands to (the grid,
+    # the stage kinds, and the evaluate stage's own config). Both rooms read these types: the
+    # reading room to find a study's stages, the running room to run them.
+    ("study plan", ("lab.study.recipe", "lab.study.recipe_schema", "lab.study.recipe_checks",
+                    "lab.study.grid", "lab.study.stages", "lab.study.evaluate",
+                    "lab.analysis.questions")),
     # Reading a study (tables, statistics, figures, the report) never imports running one.
     ("analysis", ("lab.analysis",)),
     # Running a study: its records, preflight, cost, execution, scheduler, runner, smoke, merge.

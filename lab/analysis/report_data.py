@@ -24,7 +24,7 @@ from lab.models import MANIFEST
 from lab.stats import CONVENTIONS, SAMPLE_SCORE, SCORES
 from lab.analysis.plan import chosen_after_text, planned_seeds
 from lab.analysis.primary import primary_table
-from lab.study.recipe import StatisticsSection
+from lab.analysis.questions import StatisticsSection
 from lab.analysis.collect import (PROBE_COLUMNS, PROBES, RESULTS, SAMPLE_TEXT, SAMPLES,
                                   recorded_recipe, whole_lines)
 

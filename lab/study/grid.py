@@ -20,9 +20,10 @@ from lab.contamination import settings as settings_table
 from lab.contamination import soft
 from lab.contamination import timing as timing_table
 from lab.contamination.inject import placebo_splits
-from lab.study.recipe import Recipe, deepspeed_config, for_model, placebo_plan
+from lab.study.recipe import Recipe, for_model, placebo_plan
 from lab.study.stages import KINDS, UNBOUND, key_fields, keyed_inputs, unbound
 from lab.tasks import task_for_benchmark
+from lab.train.launch import deepspeed_config
 from lab.detect.run import DetectConfig
 from lab.detect.probe import ProbeConfig
 from lab.study.evaluate import EvaluateStageConfig

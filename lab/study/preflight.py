@@ -22,7 +22,8 @@ from typing import Any
 from lab.common import DataNotFound, LabError
 from lab.study.cost import CHARS_PER_TOKEN, CSN_DOCUMENT_CHARS, base_documents, parameters
 from lab.study.grid import evaluated_models, expand, preset_of
-from lab.study.recipe import Recipe, deepspeed_config
+from lab.study.recipe import Recipe
+from lab.train.launch import deepspeed_config
 
 # Bytes per parameter of a pre-training stage's output: the final fp32 weights (4) and the two
 # checkpoints the Trainer keeps (save_total_limit=2), each with weights and AdamW's two moments
