@@ -13,7 +13,6 @@ from lab.cli.shared import console, declared_default, rich_table
 from lab.common import LabError
 from lab.stats import CONVENTIONS
 
-
 ConventionOption = typer.Option(
     None, help=", ".join(CONVENTIONS) + " for the secondary tables (default: the study's recipe; "
                "the primary table always keeps the recipe's).")
@@ -64,7 +63,8 @@ def report(
     study: Path = StudyArgument,
     convention: Optional[str] = ConventionOption,
     alpha: Optional[float] = AlphaOption,
-    metric: str = typer.Option(declared_default(run_report, "metric"), help="Metric of the decay figure."),
+    metric: str = typer.Option(declared_default(run_report, "metric"),
+                               help="Metric of the decay figure."),
     html: bool = typer.Option(declared_default(run_report, "html"),
                               help="Also write report/report.html: one self-contained page with "
                                    "the tables, figures, loss curves, probes and a sample browser."),

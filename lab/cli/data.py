@@ -25,7 +25,8 @@ def corpora_list(corpora: Optional[Path] = CorporaOption) -> None:
     """Every dataset and split, and where it would be read from."""
     from lab.corpora import dataset_table
 
-    console.print(rich_table("datasets", dataset_table(corpora), ["dataset", "kind", "split", "where"]))
+    console.print(rich_table("datasets", dataset_table(corpora),
+                             ["dataset", "kind", "split", "where"]))
 
 
 @corpora_app.command("stats")

@@ -30,7 +30,8 @@ def evaluate(cfg: EvaluateConfig) -> None:
         for key, value in row.items():
             if isinstance(value, float):
                 row[key] = f"{value:.2f}"
-    console.print(rich_table(f"{cfg.task} {cfg.split} ({result['decoding']['mode']})", rows, columns))
+    console.print(rich_table(f"{cfg.task} {cfg.split} ({result['decoding']['mode']})", rows,
+                             columns))
     console.print(f"predictions and metrics: {result['out']}")
 
 def score_command(

@@ -78,8 +78,8 @@ def study(
         total = sum(r["seconds"] for r in plan["estimate"])
         gpus = {gpu: sum(r["gpu_hours"][gpu] for r in plan["estimate"])
                 for gpu in plan["estimate"][0]["gpu_hours"]}
-        console.print(rich_table(f"{parsed.name}: {plan['stages']} stages, {plan['done']} done -> {folder}",
-                             rows, list(rows[0])))
+        console.print(rich_table(f"{parsed.name}: {plan['stages']} stages, {plan['done']} done "
+                                 f"-> {folder}", rows, list(rows[0])))
         console.print(f"estimated: {duration_text(total)} on a 2-core CPU with one worker "
                       f"({sum(r['flops'] for r in plan['estimate']):.2e} FLOPs); "
                       + ", ".join(f"{hours:,.1f} {gpu} GPU-hours" for gpu, hours in gpus.items()),
