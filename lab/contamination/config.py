@@ -102,7 +102,7 @@ class InjectConfig(ExecutorConfig):
     def __post_init__(self) -> None:
         # The rules of the options, alone and together, checked where the config is made: by
         # `lab inject` and by a recipe's `corpus` and `injection` sections alike
-        # (lab.study.recipe names the recipe's field). What needs files, the benchmark or the
+        # (lab.study.recipe_checks names the recipe's field). What needs files, the benchmark or the
         # machine is checked when the run starts (validate).
         base = DATASETS.get(self.base)
         if base is None or base.kind != "corpus":

@@ -3,7 +3,7 @@ injected split (exactly or as a near-duplicate, either side), matched one by one
 samples its base arm injects (by length, or a seeded uniform draw).
 
 `disjoint_from` and `split_sides_index` are also the probe's rule for never-seen reference
-samples (lab.eval.probe): one rule for both.
+samples (lab.detect.probe): one rule for both.
 """
 from __future__ import annotations
 

@@ -419,7 +419,7 @@ class ProbeConfig:
 
     def __post_init__(self) -> None:
         # Checked where the config is made: by `lab probe` and by a recipe's `probe` section
-        # alike (lab.study.recipe names the recipe's field).
+        # alike (lab.study.recipe_checks names the recipe's field).
         if self.form not in FORMS:
             raise LabError(f"--form {self.form}: choose from {', '.join(FORMS)}")
         if not 0 < self.min_k <= 1:

@@ -110,7 +110,7 @@ class PretrainConfig:
 
     def __post_init__(self) -> None:
         # The rules of single options, checked where the config is made: by `lab pretrain` and
-        # by a recipe's `pretrain` section alike (lab.study.recipe names the recipe's field).
+        # by a recipe's `pretrain` section alike (lab.study.recipe_checks names the recipe's field).
         # What needs files or other stages (block size against the preset, the output folder,
         # the DeepSpeed file) is checked when the run starts.
         check_numbers(epochs=self.epochs, lr=self.lr, seed=self.seed,
