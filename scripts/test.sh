@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the lab with its test tools and run the test suite.
 # Data: LAB_CORPORA names the corpora folder (tests that need it are skipped without it).
-# The default run leaves out the tests marked `long` (12 min (docs/times.md: tests-fast) on two
+# The default run leaves out the tests marked `long` (12.1 min (docs/times.md: tests-fast) on two
 # cores);
 # `--long` runs only those (CI runs both). Other arguments go to pytest.
 set -euo pipefail
