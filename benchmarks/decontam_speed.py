@@ -9,7 +9,7 @@ corpus (all splits, 120k documents) and the CodeTrans test split.
 Each method runs --repeats times (default 3), alternating the methods (A B A B ...), each run
 in a fresh process of its own (this script again, with --only): loading the corpus is not
 timed; the method's seconds and its peak memory (the rise of the process's resident set above
-its size before the method, lab.decontam.run.measured) are. Printed: every run, then per method
+its size before the method, lab.decontam.scan.measured) are. Printed: every run, then per method
 (and size) the medians: seconds, seconds and MiB per million documents, the documents flagged;
 the ratios of the medians lab / datatrove and how far the two agree (the flagged sets differ by
 design: datatrove keeps digits as 0 and punctuation as word breaks, and indexes input, output
@@ -51,7 +51,7 @@ def load(limit: int | None):
 def only(method: str, limit: int | None, ngram_n: int) -> dict:
     from lab.decontam import DECONTAMINATORS
     from lab.decontam.base import Options
-    from lab.decontam.run import measured
+    from lab.decontam.scan import measured
 
     documents, reference = load(limit)
     flags, cost = measured(lambda: DECONTAMINATORS[method].flag(documents, reference,

@@ -2,7 +2,7 @@
 
     python benchmarks/html_report.py [--repeats 3]
 
-Both pages come from lab.study.html.synthetic_study_data (seeded, code-like samples):
+Both pages come from lab.analysis.html.synthetic_study_data (seeded, code-like samples):
 - baseline, the quickstart's shape: 200 samples, 1 arm, 1 seed, 3 fine-tuning epochs;
 - paper size: 1,000 samples (CodeTrans test), 3 arms (control, paired, placebo), 5 seeds,
   4 epochs: 60,000 predictions, every one with three scores;
@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lab.study.html import study_arms, write_synthetic_report
+from lab.analysis.html import study_arms, write_synthetic_report
 
 SIZES = {
     "quickstart (baseline)": dict(samples=200, arms=study_arms()[1:2], seeds=1, epochs=(0, 1, 5)),

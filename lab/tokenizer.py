@@ -60,7 +60,7 @@ class TokenizerConfig:
 
     def __post_init__(self) -> None:
         # Checked where the config is made: by `lab tokenizer train` and by a recipe's
-        # `tokenizer` section alike (lab.study.recipe names the recipe's field).
+        # `tokenizer` section alike (lab.study.recipe_checks names the recipe's field).
         if self.vocab_size < MIN_VOCAB_SIZE:
             raise LabError(f"--vocab-size {self.vocab_size}: must be >= {MIN_VOCAB_SIZE}")
 

@@ -35,8 +35,24 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                        "lab.decontam")),
     ("tokenizer", ("lab.tokenizer",)),
     ("train", ("lab.train",)),
-    ("eval", ("lab.eval", "lab.llm", "lab.detect")),
+    # Generation and its metrics, then the LLM arm that scores generations, then the detectors
+    # (lab probe among them: a probe is a detector run over a study's arms), which read both.
+    ("eval", ("lab.eval",)),
+    ("llm", ("lab.llm",)),
+    ("detect", ("lab.detect",)),
     ("publish", ("lab.modelcard",)),
+    # What a study is, before it runs or is read: its recipe (read by recipe, assembled by
+    # recipe_schema, checked by recipe_checks; its statistics section is declared with the
+    # questions it may declare, lab.analysis.questions) and the stages it expands to (the grid,
+    # the stage kinds, and the evaluate stage's own config). Both rooms read these types: the
+    # reading room to find a study's stages, the running room to run them.
+    ("study plan", ("lab.study.recipe", "lab.study.recipe_schema", "lab.study.recipe_checks",
+                    "lab.study.grid", "lab.study.stages", "lab.study.evaluate",
+                    "lab.analysis.questions")),
+    # Reading a study (tables, statistics, figures, the report) never imports running one.
+    ("analysis", ("lab.analysis",)),
+    # Running a study: its records, preflight, cost, execution, scheduler, runner, smoke, merge.
+    # The runner calls the reading room (collect) at its end.
     ("study", ("lab.study",)),
     ("cli", ("lab.cli", "lab.__main__")),
 )

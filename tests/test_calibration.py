@@ -133,10 +133,10 @@ def test_one_model_rank_test_keeps_its_level(samples, alternative):
 
 @pytest.mark.parametrize("alternative", ["two-sided", "greater"])
 def test_the_one_seed_split_half_rank_test_keeps_its_level(alternative):
-    """The primary table's one-seed split-half test (lab.study.primary._rank_test): 100 of 200
+    """The primary table's one-seed split-half test (lab.analysis.primary._rank_test): 100 of 200
     BLEU-like samples injected at random, scored alike (no effect), and the decay form (each
     sample's change between two epoch counts). 1,000 splits each."""
-    from lab.study.primary import _rank_test
+    from lab.analysis.primary import _rank_test
 
     rng = _rng(11, len(alternative))
     p_split, p_decay = [], []

@@ -98,19 +98,19 @@ def lab_commands() -> dict[str, Any]:
 
 
 def command_owners(commands: dict[str, Any]) -> dict[str, set[str]]:
-    """lab module -> the commands whose function in lab/cli.py imports from it or declares its
-    options there (`options_of(Config)`): its hints are read by those commands' users."""
+    """lab module -> the commands whose function in lab/cli/ (its room's module) imports from
+    it or declares its options there (`options_of(Config)`): its hints are read by those
+    commands' users."""
     import ast
 
-    import lab.cli
-
-    tree = ast.parse(Path(lab.cli.__file__).read_text(encoding="utf-8"))
-    functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
     owners: dict[str, set[str]] = {}
     for name, command in commands.items():
-        node = functions[command.callback.__name__]
+        room = sys.modules[command.callback.__module__]
+        tree = ast.parse(Path(room.__file__).read_text(encoding="utf-8"))
+        node = next(node for node in tree.body if isinstance(node, ast.FunctionDef)
+                    and node.name == command.callback.__name__)
         modules = {n.module for n in ast.walk(node) if isinstance(n, ast.ImportFrom) and n.module}
-        modules |= {getattr(lab.cli, d.args[0].id).__module__ for d in node.decorator_list
+        modules |= {getattr(room, d.args[0].id).__module__ for d in node.decorator_list
                     if isinstance(d, ast.Call) and getattr(d.func, "id", "") == "options_of"}
         for module in modules:
             owners.setdefault(module, set()).add(name)
@@ -954,7 +954,7 @@ def _fills_the_disk(target, format=None, **options):
 def test_a_figure_cut_short_by_a_full_disk_leaves_no_partial_file(tmp_path):
     from matplotlib.figure import Figure
 
-    from lab.study.figure import save_figure
+    from lab.analysis.figure import save_figure
 
     (tmp_path / "decay-bleu.svg").write_text("<svg>previous</svg>")
     figure = Figure()

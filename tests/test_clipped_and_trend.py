@@ -16,10 +16,10 @@ import pytest
 from lab.common import LabError
 from lab.stats import (ALPHA, CLIPPED_LEGEND, CLIPPED_MARK, DOSE_TREND_SIDES, clipped,
                        clipped_side, effect_text, seed_mean_interval)
-from lab.study.dose import NOT_SIGNIFICANT, dose_trend, recipe_dose_trend, turn_shape
-from lab.study.primary import METRIC_SCALE
+from lab.analysis.dose import NOT_SIGNIFICANT, dose_trend, recipe_dose_trend, turn_shape
+from lab.analysis.primary import METRIC_SCALE
 from lab.study.recipe import load_recipe
-from lab.study.report import run_report, run_stats
+from lab.analysis.report import run_report, run_stats
 from tests.test_declared_analysis import _declare, _set_corpus_scores
 from tests.test_dose import _cell, write_ladder_study
 from tests.test_report import write_contrast_study
@@ -106,7 +106,7 @@ def test_a_clipped_dose_lift_is_marked_in_the_dose_table(tmp_path):
 def test_the_decontamination_table_marks_the_primary_rows_cut_bounds():
     """report/decontam.md prints the split-half lifts of the primary table: a bound the primary
     row cut (its ci_clipped) is marked there too, and the legend given; an uncut one is not."""
-    from lab.study.decontam_lift import decontam_lifts, decontam_table
+    from lab.analysis.decontam_lift import decontam_lifts, decontam_table
 
     def row(method, effects, low, high, cut):
         return {"question": "split-half", "model": f"gpt2/form=verbatim/decontam={method}",

@@ -17,7 +17,7 @@ from lab.common import LabError
 from lab.stats import STUDENT_T, effect_interval, interval_method, seed_mean_interval
 from lab.study.merge import merge_studies
 from lab.study.recipe import load_recipe, recipe_dict
-from lab.study.report import run_report, run_stats
+from lab.analysis.report import run_report, run_stats
 from tests.test_report import write_contrast_study
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
@@ -214,7 +214,7 @@ def test_adding_seeds_until_a_test_passes_inflates_false_positives():
 
 def test_a_score_without_a_test_does_not_disagree():
     """One seed: the corpus score has no test and no interval; only a sign can disagree."""
-    from lab.study.primary import disagreements
+    from lab.analysis.primary import disagreements
 
     base = {"question": "split-half", "model": "gpt2", "contrast": "paired", "epochs": 0,
             "epochs_to": None, "metric": "bleu", "seeds": 1, "seeds_positive": 1}

@@ -243,3 +243,22 @@ def test_a_folder_without_a_manifest(tmp_path):
         f"lab: error: {folder}: not a lab corpus directory (no manifest.json; make one with "
         "lab inject)"]
     assert not out.exists()
+
+
+def test_the_documented_new_decontaminator_runs_as_written(arm, tmp_path, monkeypatch):
+    """docs/design.md's example decontaminator: its module and its DECONTAMINATORS line as the
+    page shows them, judged by lab decontam on the arm: it finds every verbatim copy."""
+    import types
+
+    from lab import decontam as methods
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "design.md").read_text(encoding="utf-8")
+    part = text.split("\n## Extending", 1)[1].split("**A decontaminator**", 1)[1].split("\n**", 1)[0]
+    module, line = [b.split("\n", 1)[1] for b in part.split("```")[1::2] if b.startswith("python\n")]
+    example = types.ModuleType("first_line")
+    exec(compile(module, "first_line.py", "exec"), example.__dict__)
+    method = eval(line, {"Decontaminator": methods.Decontaminator, "first_line": example})
+    monkeypatch.setitem(methods.DECONTAMINATORS, method.name, method)
+    decontam(arm, tmp_path / "out", methods=(method.name,))
+    found = row(rows_of(tmp_path / "out"), method.name, 1)
+    assert (found["injected_samples"], found["recall"]) == ("6", "1.0")

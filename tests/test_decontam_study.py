@@ -87,7 +87,7 @@ def test_a_decontaminated_arm_is_scored_by_intention_to_treat(tmp_path):
     refuse the arm as one that injected nothing."""
     needs_corpora()
     from lab.eval.generate import assign_groups, pretraining_membership
-    from lab.eval.probe import probe_groups
+    from lab.detect.probe import probe_groups
 
     manifest = arm(tmp_path / "arm", decontaminate_with="exact")
     assert manifest["injected_ids"] == [] and len(manifest["intended_injected_ids"]) == 6
@@ -136,7 +136,7 @@ def test_pretraining_copies_the_intended_samples_and_what_was_removed(tmp_path):
 
 
 def test_the_report_table_pairs_each_method_with_the_arm_as_built_seed_by_seed():
-    from lab.study.decontam_lift import decontam_lifts, decontam_table
+    from lab.analysis.decontam_lift import decontam_lifts, decontam_table
 
     def row(model, effects):
         mean = sum(effects.values()) / len(effects)
@@ -176,8 +176,8 @@ def test_samples_removed_are_counted_from_the_samples_table_once_per_model_and_s
     it), over the injected group of the decontaminated models only, each sample once per model
     and seed whatever the evaluations (E, train sizes) it was scored in; a table without the
     column (a study made before it) gives none."""
-    from lab.study.collect import REMOVED
-    from lab.study.decontam_lift import removed_samples
+    from lab.analysis.collect import REMOVED
+    from lab.analysis.decontam_lift import removed_samples
     from lab.study.grid import model_name, swept_labels
 
     def sample(model, seed, i, group, removed, epochs=0):

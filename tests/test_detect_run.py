@@ -154,3 +154,33 @@ def test_a_reference_that_saw_or_may_have_seen_the_samples_is_refused(reference,
     # a control model's reference: it never saw them
     _check_reference_unseen(cfg, model, {"kind": "lab-pretrained", "final_weights_sha256": "b",
                                          "corpus": {"injected_ids": []}}, {"codetrans:test:7"})
+
+
+def _design_examples(title: str) -> list[str]:
+    """The python blocks of docs/design.md's Extending section that follow `title`, up to the
+    next bold title."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "design.md").read_text(encoding="utf-8")
+    part = text.split("\n## Extending", 1)[1].split("\n## ", 1)[0]
+    part = part.split(f"**{title}**", 1)[1].split("\n**", 1)[0]
+    return [block.split("\n", 1)[1] for block in part.split("```")[1::2]
+            if block.startswith("python\n")]
+
+
+def test_the_documented_new_detector_runs_as_written(models, tmp_path, monkeypatch):
+    """docs/design.md's example detector: its module and its DETECTORS line as the page shows
+    them, run by lab detect on the memorising model; it finds the members as the loss does."""
+    import types
+
+    from lab import detect
+
+    module, line = _design_examples("A detector")
+    example = types.ModuleType("median_logprob")
+    exec(compile(module, "median_logprob.py", "exec"), example.__dict__)
+    detector = eval(line, {"Detector": detect.Detector, "BOTH": detect.BOTH,
+                           "median_logprob": example})
+    monkeypatch.setitem(detect.DETECTORS, detector.name, detector)
+    found = run_detect(models / "arm", tmp_path / "arm", detectors=("loss", detector.name),
+                       max_samples=150)
+    assert found["detectors"][detector.name]["auc"] >= 0.8, found["detectors"]

@@ -103,7 +103,7 @@ def test_detection_rows_carry_the_shift_check_as_its_own_comparison(tmp_path):
     import json
 
     from lab.detect.leaderboard import leaderboard_markdown
-    from lab.study.collect import detection_rows
+    from lab.analysis.collect import detection_rows
 
     recipe = load_recipe(MICRO, ["detect.enabled=true"])
     stage = next(s for s in expand(recipe) if s.kind == "detect" and s.labels["arm"] == "paired")
@@ -127,7 +127,7 @@ def test_detection_rows_carry_the_shift_check_as_its_own_comparison(tmp_path):
 
 
 def test_the_detect_figure_draws_auc_against_dose_and_stage(tmp_path):
-    from lab.study.figure import detect_figure
+    from lab.analysis.figure import detect_figure
 
     base = {"model": "gpt2/tiny", "arm": "paired", "groups": "paired", "comparison": "membership",
             "seeds": 3}

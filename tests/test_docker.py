@@ -303,7 +303,7 @@ def test_build_context_sends_what_the_image_copies_and_not_the_venv():
             assert source in sent, f".dockerignore leaves out {source}, which the Dockerfile copies"
         else:
             assert any(p.startswith(source + "/") for p in sent), f".dockerignore leaves out {source}/"
-    assert "lab/cli.py" in sent and "scripts/install_wordnet.sh" in sent
+    assert "lab/cli/__init__.py" in sent and "scripts/install_wordnet.sh" in sent
     for left_out in (".venv/", ".git/", "runs/", "results/", "notebooks/", "tests/"):
         assert not any(p.startswith(left_out) for p in sent), f"the context sends {left_out}"
     assert not any("__pycache__" in p or ".egg-info" in p for p in sent)
@@ -315,7 +315,7 @@ def test_ignore_rules_follow_docker():
     rules = [(False, re.compile("[^/]*")), (True, re.compile("lab")),
              (False, re.compile("(?:.*/)?__pycache__"))]
     assert _ignored(".venv/lib/x.py", rules) and _ignored("README.md", rules)
-    assert not _ignored("lab/cli.py", rules) and _ignored("lab/__pycache__/cli.pyc", rules)
+    assert not _ignored("lab/cli/__init__.py", rules) and _ignored("lab/cli/__pycache__/data.pyc", rules)
 
 
 def test_image_runs_as_a_user_and_has_wordnet():

@@ -246,7 +246,7 @@ def test_each_level_against_dose_zero_over_seeds_with_holm_and_the_threshold(tmp
 
     from scipy.stats import mannwhitneyu
 
-    from lab.study.report import run_stats
+    from lab.analysis.report import run_stats
     study = write_ladder_study(tmp_path / "s")
     found = run_stats(study)["doses"]
     assert {r["dose"] for r in found["levels"]} == set(DOSES)
@@ -302,7 +302,7 @@ def test_a_pooled_lift_the_seeds_disagree_on_declares_no_threshold(tmp_path):
     do not show: the seed-level test, which decides, does not."""
     study = write_ladder_study(tmp_path / "s", per_level=60, epochs=(0,),
                                lift=lambda dose, seed: SPLIT_SEEDS[seed])
-    from lab.study.report import run_stats
+    from lab.analysis.report import run_stats
     result = run_stats(study)
     found = result["doses"]
     for dose in DOSES[1:]:
@@ -323,7 +323,7 @@ def test_seeds_that_agree_give_the_threshold_under_the_recipes_alternative(tmp_p
     study = write_ladder_study(tmp_path / "s", seeds=6, per_level=40, epochs=(0,),
                                lift=lambda dose, seed: {1: 0.0, 4: 6.0 + seed, 16: 12.0}[dose],
                                convention="replication-package")
-    from lab.study.report import run_stats
+    from lab.analysis.report import run_stats
     found = run_stats(study)["doses"]
     assert found["alternative"] == "greater" and "greater" in found["within_test"]
     assert _level(found, 4)["p"] == pytest.approx(1 / 64)
@@ -335,7 +335,7 @@ def test_seeds_that_agree_give_the_threshold_under_the_recipes_alternative(tmp_p
 def test_too_few_seeds_for_any_threshold_are_named(tmp_path):
     """Four seeds and three levels: two-sided, no level's Holm p can go below 3 x 2/2^4."""
     study = write_ladder_study(tmp_path / "s", seeds=4, epochs=(0,))
-    from lab.study.report import run_stats
+    from lab.analysis.report import run_stats
     result = run_stats(study)
     assert _cell(result["doses"])["holm_floor"] == pytest.approx(0.375)
     assert ("detection threshold not testable here (at best Holm p 0.375 with these seeds; "
@@ -348,7 +348,7 @@ def test_a_u_shaped_ladder_is_bent_by_the_unconstrained_fit_and_flagged(tmp_path
     u_shape = {1: -8.0, 4: 0.0, 16: 14.0}
     study = write_ladder_study(tmp_path / "s", per_level=30, epochs=(0,),
                                lift=lambda dose, seed: u_shape[dose])
-    from lab.study.report import run_report
+    from lab.analysis.report import run_report
     found = run_report(study)["doses"]
     cell = _cell(found)
     assert cell["unconstrained_fit"]["rmse"] < cell["monotone_fit"]["rmse"]
@@ -364,7 +364,7 @@ def test_a_u_shaped_ladder_is_bent_by_the_unconstrained_fit_and_flagged(tmp_path
 
 
 def test_the_dose_is_copies_per_corpus_epoch_relative_to_a_base_document(tmp_path):
-    from lab.study.report import run_report
+    from lab.analysis.report import run_report
     study = write_ladder_study(tmp_path / "s")
     result = run_report(study)
     report = study / "report"
@@ -397,7 +397,7 @@ def test_a_one_seed_ladder_tests_its_samples_about_that_model(tmp_path):
     from scipy.stats import mannwhitneyu
 
     from lab.stats import permutation_mann_whitney
-    from lab.study.report import run_report
+    from lab.analysis.report import run_report
     study = write_ladder_study(tmp_path / "s", seeds=1, per_level=30, epochs=(0,))
     found = run_report(study)["doses"]
     scores = _scores(study)
@@ -422,7 +422,7 @@ def test_a_one_seed_ladder_tests_its_samples_about_that_model(tmp_path):
 
 
 def test_a_study_without_a_ladder_has_no_dose_report(tmp_path):
-    from lab.study.report import run_report
+    from lab.analysis.report import run_report
     study = write_ladder_study(tmp_path / "s", seeds=2)
     rows = [r for r in csv.DictReader(open(study / "results.csv"))
             if not r["group"].startswith("dose=")]
@@ -439,7 +439,7 @@ def test_a_micro_ladder_study_reports_every_level(tmp_path):
     """The micro recipe with a 0,2,4 ladder over 12 samples: metrics, samples, probes and the
     results carry the levels, and lab report writes the dose table."""
     from lab.study.recipe import load_recipe
-    from lab.study.report import run_report
+    from lab.analysis.report import run_report
     from lab.study.runner import run_study
     recipe = load_recipe(Path(__file__).resolve().parents[1] / "recipes" / "mini" / "micro.yaml",
                          ["injection.fraction=null", "injection.doses=[0,2,4]",
@@ -541,7 +541,7 @@ def test_the_trend_test_finds_a_rise_with_the_dose_and_not_a_flat_or_falling_lad
     """One model: a permutation test of the slope over its samples (dose labels permuted); seeds:
     a sign-flip over the per-seed slopes, whose floor with 7 seeds is 1/2^7 one-sided, 2/2^7
     two-sided (the default); one-sided 'greater' cannot see a falling ladder."""
-    from lab.study.dose import TREND_PERMUTATIONS, dose_trend
+    from lab.analysis.dose import TREND_PERMUTATIONS, dose_trend
 
     rising = dose_trend(_trend_ladder(1, 4.0))
     assert rising["trend_slope"] == pytest.approx(4.0) and rising["trend_side"] == "two-sided"
@@ -559,8 +559,8 @@ def test_the_trend_test_finds_a_rise_with_the_dose_and_not_a_flat_or_falling_lad
 def test_a_one_seed_ladder_reports_its_trend_and_this_models_detection_threshold(tmp_path):
     """The report names the first significant level a detection limit of this one model, gives
     the trend test beside it, and marks a level whose interval and Holm p disagree."""
-    from lab.study.dose import DISAGREES, disagrees
-    from lab.study.report import run_stats
+    from lab.analysis.dose import DISAGREES, disagrees
+    from lab.analysis.report import run_stats
 
     study = write_ladder_study(tmp_path / "s", seeds=1, per_level=30, epochs=(0,))
     result = run_stats(study)

@@ -278,7 +278,7 @@ def test_training_and_inference_print_no_library_warnings(micro_world, tmp_path)
 import sys
 from pathlib import Path
 from lab.eval.generate import run_evaluate
-from lab.eval.probe import run_probe
+from lab.detect.probe import run_probe
 from lab.train.finetune import FinetuneConfig, run_finetune
 from lab.train.pretrain import PretrainConfig, run_pretrain
 world, root = Path({str(micro_world)!r}), Path({str(tmp_path)!r})

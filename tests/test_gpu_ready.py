@@ -49,7 +49,7 @@ def test_a_placement_that_cannot_be_met_is_refused_before_anything_loads(tmp_pat
 
 def test_bfloat16_inference_runs_on_a_cpu(micro_world, tmp_path):
     from lab.eval.generate import run_evaluate
-    from lab.eval.probe import run_probe
+    from lab.detect.probe import run_probe
     from lab.train.pretrain import PretrainConfig, run_pretrain
 
     model = tmp_path / "pt"

@@ -552,7 +552,7 @@ def _write_results(study: Path, clean_stages: set[str] | None = None) -> Path:
 
 
 def test_the_report_compares_arms_on_clean_samples_and_counts_what_it_left_out(tmp_path):
-    from lab.study.report import run_report, study_stats
+    from lab.analysis.report import run_report, study_stats
 
     study = _write_results(tmp_path / "s")
     cells = {(c["arm"], c["epochs"]): c for c in study_stats(study, include_control=True)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.study.html import (PAGE_ROWS, markdown_to_html, synthetic_study_data,
-                            write_synthetic_report)
+from lab.analysis.html import (PAGE_ROWS, markdown_to_html, synthetic_study_data,
+                               write_synthetic_report)
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 
@@ -30,7 +30,7 @@ def test_markup_in_the_studys_text_stays_text():
     """Names and predictions come from the study's files: HTML in them is escaped wherever it
     lands (Markdown, the secondary table, the recipe, the browser's data), and text that looks
     like template syntax is left as it is."""
-    from lab.study.html import render_html
+    from lab.analysis.html import render_html
 
     attack = "<img src=x onerror=alert(1)></script><!--"
     data = synthetic_study_data(4, seeds=1, epochs=(0,))
@@ -193,7 +193,7 @@ def test_a_corrupt_prediction_file_fails_lab_report_before_it_writes(tmp_path):
 def test_the_main_table_fits_a_laptop_screen_and_opens_every_column(browser, tmp_path):
     from selenium.webdriver.common.by import By
 
-    from lab.study.report import run_report
+    from lab.analysis.report import run_report
     from tests.test_report import CONTROL, PAIRED, write_study
 
     study = write_study(tmp_path / "s", {"control": CONTROL, "paired": PAIRED,

@@ -120,7 +120,7 @@ def test_an_underpowered_recipe_is_refused_before_any_stage(tmp_path):
                     "statistics.descriptive=false", "--allow-underpowered"], tmp_path)
     assert allowed.returncode == 0 and "underpowered" in allowed.stdout  # a warning
     from lab.study.preflight import check_ready
-    from lab.study.questions import power_problem
+    from lab.analysis.questions import power_problem
     from lab.study.recipe import load_recipe
 
     confirmatory = load_recipe(recipe, ["statistics.descriptive=false"])

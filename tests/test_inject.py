@@ -18,8 +18,9 @@ from lab.contamination import paired_document, segments
 from lab.contamination.audit import run_audit
 from lab.corpora.shards import read_corpus
 from lab.contamination import settings as settings_table
-from lab.contamination.inject import InjectConfig, placebo_pool, run_inject
-from lab.corpora import dataset_manifest, load_samples
+from lab.contamination.inject import InjectConfig, run_inject
+from lab.contamination.placebo import load_placebo_splits, placebo_pool
+from lab.corpora import dataset_manifest, get_spec, load_samples
 
 pytestmark = pytest.mark.skipif(not os.environ.get("LAB_CORPORA"), reason="needs LAB_CORPORA")
 
@@ -156,7 +157,7 @@ def test_splitting_a_duplicate_group_is_refused(tmp_path, samples):
 def test_inject_reads_test_ids_as_evaluate_reads_ids(tmp_path, samples):
     """One reader of sample ids (lab.corpora.base.read_sample_ids) for `lab inject --test-ids`
     and `lab evaluate --ids`: whole or bare ids, commas, comments; a bad id names the form."""
-    from lab.contamination.inject import select_samples
+    from lab.contamination.selection import select_samples
     from lab.corpora.base import read_sample_ids
 
     tests = samples["codetrans"]
@@ -300,9 +301,9 @@ def test_placebo_corpus_holds_no_test_sample(tmp_path):
 def test_placebo_guard_refuses_a_near_duplicate_of_a_test_sample(tmp_path, monkeypatch):
     """Were the pool filtered on exact matches only, near-duplicates of test samples would slip
     in: the guard re-checks every placebo document and refuses the arm."""
-    import lab.contamination.inject as inject
+    import lab.contamination.placebo as placebo
 
-    real = inject.audit_samples
+    real = placebo.audit_samples
 
     def exact_only(*args, **kwargs):
         rows = real(*args, **kwargs)
@@ -310,7 +311,7 @@ def test_placebo_guard_refuses_a_near_duplicate_of_a_test_sample(tmp_path, monke
             row["leaked"] = row["exact"]
         return rows
 
-    monkeypatch.setattr(inject, "audit_samples", exact_only)
+    monkeypatch.setattr(placebo, "audit_samples", exact_only)
     with pytest.raises(LabError, match=r"guard: placebo sample codetrans:\w+:\d+ \(\w+\) matches "
                                        r"codetrans:test:\d+"):
         make(tmp_path, "placebo", setting="paired-placebo")
@@ -490,9 +491,9 @@ def test_a_dose_ladder_placebo_sample_takes_its_test_samples_dose(tmp_path, code
 def test_a_placebo_off_its_arms_share_is_refused_with_the_numbers(tmp_path, monkeypatch):
     """Beyond the tolerance (here 0: no placebo is exactly its arm's share) the arm is refused
     in one line, and nothing is written; the uniform draw records its share unchecked."""
-    import lab.contamination.inject as inject
+    import lab.contamination.record as record
 
-    monkeypatch.setattr(inject, "PLACEBO_SHARE_TOLERANCE", 0.0)
+    monkeypatch.setattr(record, "PLACEBO_SHARE_TOLERANCE", 0.0)
     with pytest.raises(LabError) as refused:
         make(tmp_path, "refused", seed=0, **MINI_ARM)
     message = str(refused.value)
@@ -519,7 +520,8 @@ def test_the_recorded_placebo_pools_are_measured(benchmark):
     for split, count in recorded.items():
         cfg = InjectConfig(benchmark=benchmark, setting=setting.name, seed=0,
                            out=Path("unused"), placebo_from=(split,))
-        assert placebo_pool(cfg, setting, tests).record["eligible"] == count, split
+        pool = placebo_pool(cfg, get_spec(benchmark), setting, tests, load_placebo_splits(cfg))
+        assert pool.record["eligible"] == count, split
 
 
 def test_arm_corpora_load_with_datasets_across_shards_without_injected_documents(tmp_path):

@@ -15,8 +15,9 @@ from scipy.stats import t as t_distribution
 from lab.detect.leaderboard import leaderboard, leaderboard_markdown
 from lab.stats import (INTERVAL_RULE, NOT_FINITE, ZERO_SPREAD, effect_interval, effect_text,
                        sample_interval, seed_effect, seed_mean_interval)
-from lab.study.dose import _with_interval
-from lab.study.primary import primary_table, table_markdown
+from lab.analysis.dose_text import _with_interval
+from lab.analysis.primary import primary_table
+from lab.analysis.primary_text import table_markdown
 
 BOUNDS = (-100.0, 100.0)  # a difference of two 0-100 scores
 SAMPLES = 40

@@ -89,7 +89,7 @@ def test_shards_run_apart_merge_into_the_whole_study(tmp_path):
     assert merged_recipe["statistics"]["planned_seeds"] == len(whole_recipe["seeds"]) == 2
     assert merged_recipe == whole_recipe
 
-    from lab.study.report import run_report
+    from lab.analysis.report import run_report
 
     ours = run_report(merged)  # its HTML page too, without the stages' predictions
     theirs = run_report(tmp_path / "whole", html=False)
@@ -115,7 +115,7 @@ def test_shards_run_apart_merge_into_the_whole_study(tmp_path):
     # The same stage with other numbers is a reproducibility failure, named (the tables
     # written whole by the lab, as another machine's run would: a table edited by hand is
     # refused before, as not what the lab wrote: tests/test_one_source.py).
-    from lab.study.collect import write_tables
+    from lab.analysis.collect import write_tables
     from lab.study.merge import TABLES as MERGED_TABLES, _read_table
 
     tables = {name: _read_table(tables_only / name, identity, True)

@@ -216,7 +216,7 @@ def test_every_recipe_field_has_its_meaning():
 def _configs():
     from lab.contamination.inject import InjectConfig
     from lab.eval.generate import EvaluateConfig
-    from lab.eval.probe import ProbeConfig
+    from lab.detect.probe import ProbeConfig
     from lab.llm.llm_eval import LlmEvalConfig
     from lab.llm.perturb import PerturbConfig
     from lab.tokenizer import TokenizerConfig
@@ -273,8 +273,9 @@ def test_recipe_sections_take_the_command_defaults_except_the_study_defaults(sec
 
 
 def test_config_commands_take_their_config_and_nothing_else():
-    tree = ast.parse((ROOT / "lab" / "cli.py").read_text(encoding="utf-8"))
-    commands = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    commands = {node.name: node for room in sorted((ROOT / "lab" / "cli").glob("*.py"))
+                for node in ast.parse(room.read_text(encoding="utf-8")).body
+                if isinstance(node, ast.FunctionDef)}
     for command in _configs():
         name = {"tokenizer": "tokenizer_train"}.get(command, command.replace("-", "_"))
         args = commands[name].args
@@ -295,14 +296,17 @@ def _imports(path: Path) -> set[str]:
 
 def test_no_evaluation_module_imports_the_study_layer():
     offenders = {str(path.relative_to(ROOT)): sorted(m for m in _imports(path)
-                                                    if m.startswith("lab.study"))
+                                                    if m.startswith(("lab.study", "lab.analysis")))
                  for path in (ROOT / "lab" / "eval").rglob("*.py")}
     assert not {k: v for k, v in offenders.items() if v}
 
 
 def test_statistics_import_no_stage_module():
-    assert not [m for m in _imports(ROOT / "lab" / "stats.py")
-                if m.startswith("lab.") and m != "lab.common"]
+    """lab.stats (a package, one module per concern) reads only lab.common and itself."""
+    assert not {str(path.relative_to(ROOT)): found
+                for path in (ROOT / "lab" / "stats").glob("*.py")
+                if (found := [m for m in _imports(path) if m.startswith("lab.")
+                              and m != "lab.common" and not m.startswith("lab.stats.")])}
 
 
 # ---- a study's tables come from one source: its stages (issue 59) -----------------------------
@@ -313,8 +317,8 @@ MICRO = ROOT / "recipes" / "mini" / "micro.yaml"
 def fake_study(folder: Path) -> Path:
     """A micro study folder as `lab study` leaves it, without training: its evaluate stages and
     the pre-training manifests they read, written by hand, then recipe.json and the tables
-    (lab.study.collect) from them."""
-    from lab.study.collect import collect
+    (lab.analysis.collect) from them."""
+    from lab.analysis.collect import collect
 
     recipe = load_recipe(MICRO)
     stages = expand(recipe)
@@ -355,8 +359,8 @@ def _plus_fifty(path: Path, arm: str = "paired") -> int:
 
 
 def test_a_table_that_is_not_what_the_stages_give_is_refused_by_file_line_and_column(tmp_path):
-    from lab.study.collect import TABLES_RECORD, check_tables
-    from lab.study.report import run_report, run_stats
+    from lab.analysis.collect import TABLES_RECORD, check_tables
+    from lab.analysis.report import run_report, run_stats
 
     study = fake_study(tmp_path / "s")
     original = (study / "results.csv").read_bytes()
@@ -378,7 +382,7 @@ def test_a_table_that_is_not_what_the_stages_give_is_refused_by_file_line_and_co
     (study / TABLES_RECORD).write_text(record.decode().replace('"results.csv": "', '"results.csv": "0'))
     check_tables(study)
     # The Parquet copy is held to them too, and a table cut short is named as such.
-    from lab.study.collect import write_table
+    from lab.analysis.collect import write_table
 
     write_table(tmp_path / "results.csv", [{"stage": "evaluate-x", "group": "all", "bleu": 1.0}])
     (study / "results.parquet").write_bytes((tmp_path / "results.parquet").read_bytes())
@@ -394,7 +398,7 @@ def test_a_table_that_is_not_what_the_stages_give_is_refused_by_file_line_and_co
 def test_tables_without_stages_are_held_to_the_record_and_their_parquet_copies(tmp_path):
     import shutil
 
-    from lab.study.collect import check_tables
+    from lab.analysis.collect import check_tables
 
     study = fake_study(tmp_path / "s")
     shard = tmp_path / "tables"  # as a shard's results travel: the tables without the stages
@@ -411,7 +415,7 @@ def test_tables_without_stages_are_held_to_the_record_and_their_parquet_copies(t
         merge_studies = __import__("lab.study.merge", fromlist=["merge_studies"]).merge_studies
         merge_studies([shard], tmp_path / "merged")
     # Both copies changed alike: only the record tells, and there are no stages to ask.
-    from lab.study.collect import write_table
+    from lab.analysis.collect import write_table
     from lab.study.merge import _read_table
 
     write_table(shard / "results.csv", _read_table(shard / "results.csv", (), True))
@@ -423,7 +427,7 @@ def test_tables_without_stages_are_held_to_the_record_and_their_parquet_copies(t
 def test_samples_parquet_holds_each_samples_text_joinable_by_id(tmp_path):
     import pyarrow.parquet as pq
 
-    from lab.study.collect import SAMPLE_TEXT
+    from lab.analysis.collect import SAMPLE_TEXT
     from lab.study.merge import merge_studies
 
     study = fake_study(tmp_path / "s")
@@ -442,7 +446,7 @@ def test_samples_parquet_holds_each_samples_text_joinable_by_id(tmp_path):
         header = (Path(folder) / "samples.csv").read_text().splitlines()[0].split(",")
         assert "id" in header and not set(SAMPLE_TEXT) & set(header)
     # The HTML page's sample browser shows a merge's predictions from there.
-    from lab.study.report_data import study_page_data
+    from lab.analysis.report_data import study_page_data
 
     page = study_page_data(again)["data"]
     assert page["evaluations"] and all(prediction.startswith("p") for e in page["evaluations"]
@@ -451,9 +455,9 @@ def test_samples_parquet_holds_each_samples_text_joinable_by_id(tmp_path):
 
 
 def test_merge_refuses_a_source_whose_recipe_is_not_the_one_its_stages_ran_by(tmp_path):
-    from lab.study.collect import TABLES_RECORD
+    from lab.analysis.collect import TABLES_RECORD
     from lab.study.merge import merge_studies
-    from lab.study.report import run_stats
+    from lab.analysis.report import run_stats
 
     study = fake_study(tmp_path / "s")
     (study / "recipe.json").write_text('{"name": "micro"}')
@@ -478,7 +482,7 @@ def test_merge_refuses_a_source_whose_recipe_is_not_the_one_its_stages_ran_by(tm
 
 def test_a_recorded_recipe_of_wrong_types_is_refused_alike_by_stats_report_and_merge(tmp_path):
     from lab.study.merge import merge_studies
-    from lab.study.report import run_report, run_stats
+    from lab.analysis.report import run_report, run_stats
 
     study = fake_study(tmp_path / "s")
     (study / "recipe.json").write_text(json.dumps({**json.loads(
@@ -493,7 +497,7 @@ def test_a_recorded_recipe_of_wrong_types_is_refused_alike_by_stats_report_and_m
 
 
 def test_a_truncated_results_table_is_named_as_such(tmp_path):
-    from lab.study.report import run_stats
+    from lab.analysis.report import run_stats
     from tests.test_report import CONTROL, PAIRED, write_study
 
     study = write_study(tmp_path / "s", {"control": CONTROL, "paired": PAIRED})

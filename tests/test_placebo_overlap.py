@@ -40,7 +40,7 @@ def test_the_default_pool_is_the_split_no_model_fine_tunes_on():
     """CodeTrans fine-tunes on train: the placebo draws from valid (481 eligible >= the
     placebo's count), its stages are re-keyed (another corpus), and no other arm's stage is but
     those that draw never-seen validation samples (probe, detect: the placebo's samples leave
-    every arm's pool, lab.eval.probe.SHARED_POOL_RULE); fine-tunings read the seed's placebo
+    every arm's pool, lab.detect.probe.SHARED_POOL_RULE); fine-tunings read the seed's placebo
     corpus without it entering their key."""
     recipe = load_recipe(RECIPE, [ARMS])
     plan = placebo_plan(recipe)

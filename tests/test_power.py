@@ -132,7 +132,7 @@ def test_bad_power_arguments_name_their_field(arguments, field):
 def test_the_plan_states_the_familys_power_at_the_declared_effect():
     """The paper's rq4 recipe: 7 seeds, 2 primary tests; at the default d = 1 the power is
     Holm's 0.37, 11 seeds give 80%, and the recipe is not refused for it (reachability only)."""
-    from lab.study.questions import power_line, power_plan, power_problem
+    from lab.analysis.questions import power_line, power_plan, power_problem
     from lab.study.recipe import load_recipe
 
     recipe = load_recipe("recipes/paper/rq4-paired.yaml")

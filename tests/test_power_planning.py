@@ -163,7 +163,7 @@ def test_the_dry_run_at_12_seeds_and_4_tests_states_per_test_family_and_sensitiv
 
 
 def test_the_recipe_declares_the_shape_and_correlation_the_plan_uses():
-    from lab.study.questions import power_plan
+    from lab.analysis.questions import power_plan
     from lab.study.recipe import load_recipe
 
     recipe = load_recipe("recipes/paper/rq4-paired.yaml", ["statistics.planning_shape=bimodal",

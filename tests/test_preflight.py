@@ -315,7 +315,7 @@ def test_the_dry_run_states_simulated_power_apart_from_reaching_alpha():
     assumed, and low power is printed, not refused (the paper rq5 recipe: 9 seeds reach alpha,
     well under 80% power at d = 1)."""
     from lab.stats import POWER
-    from lab.study.questions import power_line, power_plan, power_problem
+    from lab.analysis.questions import power_line, power_plan, power_problem
     from lab.study.recipe import load_recipe
 
     recipe = Path(__file__).resolve().parents[1] / "recipes/paper/rq5-epoch-sweep.yaml"

@@ -11,7 +11,7 @@ import pytest
 from lab.common import LabError
 from lab.stats import membership_auc as auc_and_p
 from lab.detect.context import DetectContext
-from lab.eval.probe import (_causal_name_hits, _encode, _name_positions, load_probed_model,
+from lab.detect.probe import (_causal_name_hits, _encode, _name_positions, load_probed_model,
                             min_k_score, name_spans, run_probe)
 from lab.train.pretrain import PretrainConfig, run_pretrain
 
@@ -97,7 +97,7 @@ def test_probe_each_family(models, tmp_path, name):
 ])
 def test_each_setting_is_probed_in_the_form_it_was_injected(setting, form, texts):
     from lab.corpora import Sample
-    from lab.eval.probe import SETTING_FORMS
+    from lab.detect.probe import SETTING_FORMS
 
     assert SETTING_FORMS[setting] == form
     sample = Sample(id="x:test:0", split="test", index=0, input="int a;", output="int b;")
@@ -154,7 +154,7 @@ def test_a_placebo_corpus_has_no_test_samples_to_probe(tiny_corpora, tmp_path):
     base arm injected (lab study passes that arm's corpus as --groups), in that arm's form."""
     from lab.contamination import settings
     from lab.contamination.inject import InjectConfig, run_inject
-    from lab.eval.probe import SETTING_FORMS, probe_groups
+    from lab.detect.probe import SETTING_FORMS, probe_groups
 
     common = dict(benchmark="codetrans", seed=2, fraction=0.5, corpora_dir=tiny_corpora)
     run_inject(InjectConfig(setting="unpaired-placebo", out=tmp_path / "placebo", **common))
@@ -277,7 +277,7 @@ def test_reference_samples_leave_out_what_the_model_trained_on(tiny_corpora, tmp
     split has none. A split-level rule: the placebo pool's."""
     from lab.contamination.inject import InjectConfig, run_inject
     from lab.corpora import load_samples
-    from lab.eval.probe import reference_samples
+    from lab.detect.probe import reference_samples
 
     placebo = run_inject(InjectConfig(benchmark="codetrans", setting="paired-placebo", seed=2,
                                       fraction=0.5, corpora_dir=tiny_corpora,

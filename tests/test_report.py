@@ -17,7 +17,7 @@ import pytest
 from scipy.stats import mannwhitneyu
 
 from lab.common import LabError
-from lab.study.report import run_report, run_stats, study_stats
+from lab.analysis.report import run_report, run_stats, study_stats
 
 CONTROL = [1.0, 2.0, 3.0, 4.0, 4.5]   # five seeds a side, completely separated
 PAIRED = [5.0, 6.0, 7.0, 8.0, 9.0]
@@ -196,7 +196,7 @@ def test_convention_and_alpha_come_from_the_recipe_and_the_secondary_table_is_ne
     with pytest.raises(LabError, match="alpha 2.0"):
         run_stats(study, "exact-two-sided", alpha=2.0)
     # A damaged recipe is refused whatever the options give (one behaviour wherever a
-    # recorded recipe is read: lab.study.collect.recorded_recipe).
+    # recorded recipe is read: lab.analysis.collect.recorded_recipe).
     (study / "recipe.json").write_text("{not json")
     for options in ((), ("exact-two-sided", 0.05)):
         with pytest.raises(LabError, match="recipe.json: unreadable"):
@@ -799,8 +799,8 @@ def test_the_figure_draws_each_baseline_at_its_measured_values():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from lab.study.figure import _panel
-    from lab.study.report_data import Cell
+    from lab.analysis.figure import _panel
+    from lab.analysis.cells import Cell
 
     series = [Cell(model="gpt2", task="translation", metric="bleu", epochs=e, train_size="",
                    arm="paired", convention="exact-two-sided", alpha=0.05, seeds=1,
@@ -826,8 +826,8 @@ def test_the_figure_keeps_p_values_off_the_score_axis():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from lab.study.figure import _panel
-    from lab.study.report_data import Cell, Versus
+    from lab.analysis.figure import _panel
+    from lab.analysis.cells import Cell, Versus
 
     def control(mean):
         return Versus(arm="control", mean=mean, std=1.0, seeds=5, lift=3.0, lift_pct=None,
@@ -897,7 +897,7 @@ def test_two_runners_writing_a_table_at_once_each_leave_a_whole_file(tmp_path, m
     """A second runner of the same study writes the tables while the first is between its
     temporary file and the rename: each write has its own temporary file, so neither fails
     and the table is whole."""
-    from lab.study import collect
+    from lab.analysis import collect
 
     path = tmp_path / "results.csv"
     rows = [{"arm": "paired", "seed": 0, "bleu": 1.5}]
@@ -920,8 +920,8 @@ def test_memorised_verdicts_are_holm_adjusted_over_every_arm_of_the_report(tmp_p
     """Three arms each separate their injected samples from never-seen valid ones at one-sided
     p 0.025: alone each would be 'yes', but the report reads the three together, so Holm
     (3 x 0.025 = 0.074) makes each 'no'; the table shows both p's."""
-    from lab.study.report_data import memorisation
-    from lab.study.tables import _memorised
+    from lab.analysis.cells import memorisation
+    from lab.analysis.tables import _memorised
 
     def probes(folder: Path, arms: list[str]) -> Path:
         folder.mkdir()
@@ -955,7 +955,7 @@ def test_the_primary_table_is_the_same_whatever_the_string_hashing():
     The committed quickstart's primary table (a split-half decay) computed in two processes."""
     source = Path(__file__).resolve().parents[1] / "results" / "quickstart"
     script = ("import sys\n"
-              "from lab.study.report_data import study_primary\n"
+              "from lab.analysis.report_data import study_primary\n"
               "table = study_primary(sys.argv[1])\n"
               "print([(r['question'], repr(r['estimate'])) for r in table['rows']])\n")
     printed = [subprocess.run([sys.executable, "-c", script, str(source)], check=True, text=True,
@@ -970,8 +970,8 @@ def test_a_declared_question_the_data_cannot_test_keeps_its_row_with_the_reason(
     split-half rows stay in the family (the recipe's design says the arm splits) and say why;
     a study whose scores are all 0 says that instead of a test. Without the design (no
     recipe.json) the data decide, as before."""
-    from lab.study.primary import primary_table
-    from lab.study.tables import table_markdown
+    from lab.analysis.primary import primary_table
+    from lab.analysis.tables import table_markdown
 
     samples, runs = [], []
     for arm in ("control", "paired"):

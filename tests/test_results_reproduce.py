@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.study.report import run_report
+from lab.analysis.report import run_report
 
 ROOT = Path(__file__).resolve().parents[1]
 SIGNED = re.compile(r"(?<![\w.])[+-]\d+\.\d\d(?!\d)")
@@ -142,7 +142,7 @@ def test_the_decontam_study_recomputes_its_table_and_compares_the_same_samples(t
 
 def test_no_committed_result_is_a_smoke_run():
     """results/ holds measured studies only: a smoke run's numbers measure nothing."""
-    from lab.study.smoke import is_smoke
+    from lab.analysis.study_record import is_smoke
 
     studies = [p.parent for p in (ROOT / "results").glob("*/study.json")]
     assert studies and not [s for s in studies if is_smoke(s)]

@@ -69,7 +69,7 @@ def test_the_table():
 def test_no_module_spells_out_a_setting():
     """Setting names appear as string literals only in the table (and as the recipe's default
     arm list); a module that kept its own tuple, dict or if-chain of settings would show here."""
-    allowed = {"study/recipe.py": {"paired"}}  # Recipe.arms' default: [control, paired]
+    allowed = {"study/recipe_schema.py": {"paired"}}  # Recipe.arms' default: [control, paired]
     pattern = re.compile(r"""["']((?:input-only|output-only|unpaired|paired)(?:-placebo)?)["']""")
     found = defaultdict(set)
     for path in LAB.rglob("*.py"):
@@ -83,7 +83,7 @@ def test_no_module_spells_out_a_setting():
 
 @pytest.mark.parametrize("name", table.names())
 def test_every_module_agrees_with_the_table(tiny_corpora, tmp_path, name):
-    from lab.eval import probe
+    from lab.detect import probe
     from lab.study import cost
     from lab.study.recipe import load_recipe
     from lab.study.grid import expand

@@ -1,4 +1,4 @@
-"""One pool of never-seen samples per seed (lab.eval.probe.SHARED_POOL_RULE): the arm, its placebo
+"""One pool of never-seen samples per seed (lab.detect.probe.SHARED_POOL_RULE): the arm, its placebo
 and the control of a seed are set against the same validation samples, none of which any arm of
 the seed injected or pre-trained on; a study hands every probe and detect stage its seed's
 placebo corpora."""
@@ -45,7 +45,7 @@ def seed_arms(tiny_corpora, tmp_path):
 def _draws(seed_arms, tiny_corpora, seed_corpora):
     """Each model's validation draw against the paired arm's members, as lab detect makes it."""
     from lab.detect.run import _valid_samples
-    from lab.eval.probe import seed_arm_samples
+    from lab.detect.probe import seed_arm_samples
 
     chosen = {"benchmark": "codetrans", "split": "test"}
     others = seed_arm_samples(seed_corpora, "codetrans")
@@ -55,7 +55,7 @@ def _draws(seed_arms, tiny_corpora, seed_corpora):
 
 
 def test_every_arm_of_a_seed_draws_the_same_never_seen_samples(seed_arms, tiny_corpora):
-    from lab.eval.probe import SHARED_POOL_RULE
+    from lab.detect.probe import SHARED_POOL_RULE
 
     draws = _draws(seed_arms, tiny_corpora, [seed_arms["placebo_corpus"]])
     ids = {arm: [s.id for s in drawn] for arm, (drawn, _record) in draws.items()}
@@ -78,7 +78,7 @@ def test_without_the_seeds_corpora_a_placebo_draws_from_another_pool(seed_arms, 
 
 
 def test_the_probes_reference_samples_are_shared_too(seed_arms, tiny_corpora):
-    from lab.eval.probe import reference_samples, seed_arm_samples
+    from lab.detect.probe import reference_samples, seed_arm_samples
 
     chosen = {"benchmark": "codetrans", "split": "test"}
     others = seed_arm_samples([seed_arms["placebo_corpus"]], "codetrans")
@@ -91,7 +91,7 @@ def test_the_probes_reference_samples_are_shared_too(seed_arms, tiny_corpora):
 
 
 def test_seed_corpora_must_be_corpora_of_the_scored_benchmark(seed_arms, tmp_path):
-    from lab.eval.probe import seed_arm_samples
+    from lab.detect.probe import seed_arm_samples
 
     with pytest.raises(LabError, match="--seed-corpora"):
         seed_arm_samples([tmp_path / "nowhere"], "codetrans")

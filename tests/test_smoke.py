@@ -19,9 +19,10 @@ import pytest
 from lab.common import LabError
 from lab.study.grid import evaluated_models, expand
 from lab.study.merge import merge_studies
-from lab.study.questions import power_plan
+from lab.analysis.questions import power_plan
 from lab.study.recipe import load_recipe
-from lab.study.smoke import BANNER, smoke_recipe
+from lab.analysis.study_record import BANNER
+from lab.study.smoke import smoke_recipe
 
 pytestmark = [pytest.mark.long,
               pytest.mark.skipif(not os.environ.get("LAB_CORPORA"), reason="needs LAB_CORPORA")]

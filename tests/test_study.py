@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.study.questions import power_plan
+from lab.analysis.questions import power_plan
 from lab.study.recipe import load_recipe
 from lab.study.grid import expand
 from lab.study.runner import run_study
@@ -184,7 +184,7 @@ def test_study_killed_midway_resumes_to_the_same_results(tmp_path, busy_core):
     probes = _rows(Path(reference["probes"]))
     assert {(r["arm"], r["groups"]) for r in probes} == {("paired", "paired"), ("control", "paired")}
 
-    from lab.study.report import run_report
+    from lab.analysis.report import run_report
 
     report = run_report(tmp_path / "whole")
     cells = [c for c in report["cells"] if c["metric"] == "bleu"]
@@ -257,7 +257,7 @@ def test_dry_run_prints_the_grid_and_its_cost(tmp_path):
 
 def test_report_refuses_a_study_without_finished_runs(tmp_path):
     from lab.common import LabError
-    from lab.study.report import run_report
+    from lab.analysis.report import run_report
 
     (tmp_path / "empty").mkdir()
     with pytest.raises(LabError, match="no such file"):
@@ -339,7 +339,7 @@ def test_stage_keys_ignore_resources_and_fields_at_their_old_defaults():
 
 def test_collected_results_refuse_collapsed_seeds(tmp_path):
     from lab.common import LabError
-    from lab.study.collect import collect
+    from lab.analysis.collect import collect
 
     recipe = load_recipe(RECIPE)
     stages = expand(recipe)
@@ -432,7 +432,7 @@ def _check_shareable_outputs(study: Path, summary: dict) -> None:
 
     import pyarrow.parquet as pq
 
-    from lab.study.collect import SAMPLE_TEXT
+    from lab.analysis.collect import SAMPLE_TEXT
 
     for name in ("results", "samples", "probes"):
         table = pq.read_table(Path(summary[name]).with_suffix(".parquet")).to_pylist()

@@ -240,7 +240,7 @@ def test_continued_stages_are_models_of_their_own_and_leave_the_others_keys():
 
 
 def test_a_study_continues_a_timed_model_on_clean_data(tmp_path):
-    from lab.study.report import run_report
+    from lab.analysis.report import run_report
     from lab.study.runner import run_study
     from lab.study.recipe import load_recipe
 
@@ -315,8 +315,8 @@ def test_forgetting_stats_are_seed_level_lifts_with_the_weight_decay_contrast(tm
     """Each level's lift over the held-out samples is the mean over seeds of each seed's own
     difference of means; the weight-decay contrast the mean of each seed's two lifts' difference;
     both with intervals over seeds (exact values computed here by hand)."""
-    from lab.study.report_data import read_csv
-    from lab.study.timing import timing_stats, timing_table
+    from lab.analysis.report_data import read_csv
+    from lab.analysis.timing import timing_stats, timing_table
 
     rows = []
     truth = {}  # (decay, seed, level) -> mean score
@@ -404,8 +404,8 @@ def _write_timing_study(folder: Path, rows: list[dict]) -> Path:
 
 
 def _decay_verdicts(study: Path) -> dict[str, str]:
-    from lab.study.report_data import read_csv
-    from lab.study.timing import timing_stats, timing_table, verdict
+    from lab.analysis.report_data import read_csv
+    from lab.analysis.timing import timing_stats, timing_table, verdict
 
     found = timing_stats(study, ["bleu"], 0.05, read_csv)
     table = timing_table(found, "bleu")["md"]
@@ -429,8 +429,8 @@ def test_three_seeds_cannot_test_weight_decay_and_seven_can(tmp_path):
 def test_a_level_family_at_its_floor_is_marked_not_testable_in_the_forgetting_table(tmp_path):
     """Every level lift of 3 seeds sits at p 0.25 (0.5 after Holm over the 2 levels): the table
     says so beside the p instead of leaving a bare 0.5 to read as 'no lift'."""
-    from lab.study.report_data import read_csv
-    from lab.study.timing import timing_stats, timing_table
+    from lab.analysis.report_data import read_csv
+    from lab.analysis.timing import timing_stats, timing_table
 
     found = timing_stats(_weight_decay_study(tmp_path / "three", 3), ["bleu"], 0.05, read_csv)
     table = timing_table(found, "bleu")["md"]

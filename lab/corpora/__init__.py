@@ -152,10 +152,23 @@ def known_checksums(name: str) -> dict[str, str]:
 
 
 def verify_dataset(name: str, corpora_dir: Path | None = None) -> list[dict[str, Any]]:
-    """Compare each local file of a dataset with the checksums in corpora/NAME.json; an empty
-    file (0 bytes, or no content once decompressed) is an error. NAME may also be a lab corpus
-    directory (lab inject): its shards are checked against its manifest, and it must hold
-    documents."""
+    """Entry point of `lab corpora verify`: a row per local file of a dataset, compared with the
+    checksums in corpora/NAME.json. Refused (LabError): an empty file (0 bytes, or no content
+    once decompressed), no file of the dataset found (nothing to verify), a file whose bytes
+    differ from the published one. NAME may also be a lab corpus directory (lab inject): its
+    shards are checked against its manifest, and it must hold documents."""
+    rows = _checksum_rows(name, corpora_dir)
+    if all(row["status"] == "missing" for row in rows):
+        where = corpora_dir or os.environ.get("LAB_CORPORA") or "./corpora"
+        raise LabError(f"{name}: no file of it found (under {where}): nothing to verify")
+    changed = [row for row in rows if row["status"].startswith("differs")]
+    if changed:
+        raise LabError(f"{changed[0]['file']}: {changed[0]['status']} (sha256 "
+                       f"{changed[0]['sha256'][:12]}...; {len(changed)} file(s) differ)")
+    return rows
+
+
+def _checksum_rows(name: str, corpora_dir: Path | None) -> list[dict[str, Any]]:
     if (Path(name) / MANIFEST).is_file():
         return _verify_arm(Path(name))
     spec = get_spec(name)

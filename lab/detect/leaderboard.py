@@ -3,7 +3,7 @@ scored model's arm and the samples' arm, the fine-tuning epochs E, the dose), th
 over seeds with its seed-level interval (lab.stats.seed_mean_interval, cut to [0, 1]), the
 per-model AUCs' range and group sizes, and the mean TPR at 1% and 5% FPR; for the shift check,
 the range of the per-model two-sided p. Its input is a study's detect.csv
-(lab.study.collect.detection_rows).
+(lab.analysis.collect.detection_rows).
 
 Where the seeds' AUCs do not differ (all at the ceiling, as 40 members perfectly separated from
 40 non-members are, or otherwise equal), a t-interval over seeds collapses to a point; the table

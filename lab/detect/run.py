@@ -3,8 +3,8 @@
 The model's own pre-training corpus (or --groups, for a control or placebo model) says which
 test samples were injected, in which form and at which dose: those are the members. Non-members
 are the held-out half of a split-half arm or, for an arm that injected every sample, never-seen
-samples of the validation split, found as `lab probe` finds them (lab.eval.probe), from one
-pool shared by every arm of the seed (--seed-corpora: lab.eval.probe.SHARED_POOL_RULE), and drawn
+samples of the validation split, found as `lab probe` finds them (lab.detect.probe), from one
+pool shared by every arm of the seed (--seed-corpora: lab.detect.probe.SHARED_POOL_RULE), and drawn
 length-matched to the members with the model's seed (lab.detect.shift). Each sample is
 scored in the form it was injected in. Per detector, the summary gives the ROC AUC of telling
 members from non-members, the TPR at 1% and 5% FPR (the low-FPR regime membership inference is
@@ -37,7 +37,7 @@ from lab.corpora.shards import verify_corpus
 from lab.detect import DEFAULT_DETECTORS, DETECTORS, applicable, blind, check_detectors, score_all
 from lab.detect.context import DetectContext
 from lab.detect.shift import DRAW
-from lab.eval.probe import seed_arm_samples, seed_corpora_param
+from lab.detect.probe import seed_arm_samples, seed_corpora_param
 from lab.models import (check_placement, device_param, dtype_param, place_model, positions_of,
                         pretraining_record)
 from lab.train.artefacts import read_model
@@ -147,7 +147,7 @@ def summarise(rows: list[dict[str, Any]], names: Sequence[str],
 
 
 def _load(path: Path, option: str) -> tuple[Any, Any, dict[str, Any], str]:
-    from lab.eval.probe import load_probed_model
+    from lab.detect.probe import load_probed_model
 
     try:
         return load_probed_model(path)
@@ -202,7 +202,7 @@ class _Subject:
     tokenizer: Any
     manifest: dict[str, Any]  # {} for a model that is not a lab model
     family: str  # the detectors' families: gpt2 (any causal LM) or roberta
-    chosen: dict[str, Any]  # lab.eval.probe.probe_groups' record
+    chosen: dict[str, Any]  # lab.detect.probe.probe_groups' record
     form: str
     max_tokens: int
     reference: DetectContext | None
@@ -233,7 +233,7 @@ def _draw_seed(cfg: DetectConfig, manifest: dict[str, Any]) -> int:
 def _valid_samples(chosen: dict[str, Any], tests: list[Any], targets: list[Any],
                    manifest: dict[str, Any], form: str, seed: int, corpora_dir: Path | None,
                    seed_arms: frozenset[str] = frozenset()) -> tuple[list[Any], dict[str, Any]]:
-    """Never-seen validation samples set against `targets`: every eligible one (lab.eval.probe's
+    """Never-seen validation samples set against `targets`: every eligible one (lab.detect.probe's
     rule, less every sample an arm of the seed pre-trained on: `seed_arms` and the model's own
     placebo samples), then one per target, length-matched with `seed` (lab.detect.shift). The
     arms of a seed scored on one group thus draw the same samples: same pool, seed, targets and
@@ -241,7 +241,7 @@ def _valid_samples(chosen: dict[str, Any], tests: list[Any], targets: list[Any],
     import sys
 
     from lab.detect.shift import length_matched_draw
-    from lab.eval.probe import reference_samples
+    from lab.detect.probe import reference_samples
 
     # a count no pool reaches: reference_samples then returns every eligible sample, undrawn
     eligible, found = reference_samples(chosen, tests, sys.maxsize, True, manifest, corpora_dir,
@@ -253,7 +253,7 @@ def _valid_samples(chosen: dict[str, Any], tests: list[Any], targets: list[Any],
 
 
 def _lab_subject(cfg: DetectConfig, check: Any) -> _Subject:
-    from lab.eval.probe import probe_groups, refuse_corpus
+    from lab.detect.probe import probe_groups, refuse_corpus
 
     if cfg.benchmark is not None:
         raise LabError(f"--benchmark {cfg.benchmark}: only for a model that is not a lab model; "
@@ -295,7 +295,7 @@ def _outside_subject(cfg: DetectConfig, check: Any) -> _Subject:
     samples are scored against never-seen-assumed validation samples. Nobody knows its
     training membership, so this is an audit, not a ground-truth judgement."""
     from lab.corpora import get_spec
-    from lab.eval.probe import reference_split
+    from lab.detect.probe import reference_split
     from lab.llm.llm_eval import load_causal_lm
 
     if cfg.benchmark is None:

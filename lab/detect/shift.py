@@ -6,7 +6,7 @@ apart reads the split, not membership. An arm with no held-out half, and an outs
 their members against validation samples instead; the shift check is what says how much of such
 an AUC a split difference alone can give.
 
-The draw (length_matched_draw): from every eligible validation sample (lab.eval.probe's
+The draw (length_matched_draw): from every eligible validation sample (lab.detect.probe's
 reference_samples finds them: disjoint from every test sample), one per target sample, each
 target (in an order shuffled by the seed) taking at random one of the MATCH_CANDIDATES unused
 eligible samples nearest to it in length (characters of the documents it is scored as), without
@@ -42,7 +42,7 @@ MATCH_CANDIDATES = 5
 # earlier draw are not taken for this one's: one fixed set of validation samples for every seed,
 # unmatched in length, and a one-sided shift test (no draw in the key); then "length-matched, per
 # seed", whose pool left out the scored model's own placebo samples only, so a placebo and its
-# arm drew different samples (lab.eval.probe.SHARED_POOL_RULE).
+# arm drew different samples (lab.detect.probe.SHARED_POOL_RULE).
 DRAW = "length-matched, per seed, one pool per seed"
 DETECTABLE_RULE = (f"the smallest |AUC - 0.5| the check detects with {POWER:.0%} power at "
                    f"two-sided alpha {ALPHA:g}: (z(1 - alpha/2) + z(power)) x the AUC's standard "

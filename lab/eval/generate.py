@@ -372,7 +372,7 @@ class EvaluateConfig:
 
     def __post_init__(self) -> None:
         # The rules of single options, checked where the config is made: by `lab evaluate` and
-        # by a recipe's `evaluation` section alike (lab.study.recipe names the recipe's field).
+        # by a recipe's `evaluation` section alike (lab.study.recipe_checks names the recipe's field).
         self.decoding_plan()
         for name, value in (("--batch-size", self.batch_size),
                             ("--max-new-tokens", self.max_new_tokens),

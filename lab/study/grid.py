@@ -20,11 +20,12 @@ from lab.contamination import settings as settings_table
 from lab.contamination import soft
 from lab.contamination import timing as timing_table
 from lab.contamination.inject import placebo_splits
-from lab.study.recipe import Recipe, deepspeed_config, for_model, placebo_plan
+from lab.study.recipe import Recipe, for_model, placebo_plan
 from lab.study.stages import KINDS, UNBOUND, key_fields, keyed_inputs, unbound
 from lab.tasks import task_for_benchmark
+from lab.train.launch import deepspeed_config
 from lab.detect.run import DetectConfig
-from lab.eval.probe import ProbeConfig
+from lab.detect.probe import ProbeConfig
 from lab.study.evaluate import EvaluateStageConfig
 from lab.train.finetune import FinetuneConfig
 from lab.train.pretrain import resolve_for_device
@@ -282,7 +283,7 @@ def _detects(recipe: Recipe, scored: dict[tuple[str, int, int | None], Stage],
     control's on the samples of each arm they stand beside (as the probe does); the reference
     model is the control's of the same seed and stage (pre-trained or fine-tuned at that E).
     placebos(seed): the seed's placebo corpora, whose samples no stage of the seed draws as
-    never-seen ones (lab.eval.probe.SHARED_POOL_RULE: one pool per seed)."""
+    never-seen ones (lab.detect.probe.SHARED_POOL_RULE: one pool per seed)."""
     if not recipe.detect.enabled:
         return []
     config = unbound("detect", detectors=tuple(recipe.detect.detectors), k=recipe.detect.k,
@@ -346,7 +347,7 @@ def _probes(recipe: Recipe, pre: Stage, arm: str, seed: int,
     its documents had the same form and count, so its probe is the format-only baseline. Every
     one reads the seed's placebo corpora (`placebos`; none where probe.shared_pool is false): no
     arm's reference samples are theirs, so the arms of a seed share them
-    (lab.eval.probe.SHARED_POOL_RULE)."""
+    (lab.detect.probe.SHARED_POOL_RULE)."""
     if not recipe.probe.enabled:
         return []
     launch = {"device": recipe.resources.device}
@@ -395,7 +396,7 @@ def model_name(labels: dict[str, Any]) -> str:
 def evaluated_models(stages: list[Stage]) -> list[str]:
     """The models a study's tables name (model_name), in the grid's order: each swept size,
     weight decay, form, decontaminator and continued model is one (what the primary family
-    counts, lab.study.questions.power_plan)."""
+    counts, lab.analysis.questions.power_plan)."""
     return list(dict.fromkeys(model_name(s.labels) for s in stages if s.kind == "evaluate"))
 
 

@@ -21,14 +21,14 @@ from typing import Any
 
 from lab.common import LabError, check_output, table_cell, write_json_atomic
 from lab.models import MANIFEST
-from lab.study.analysis import (ANALYSIS, frozen_analysis, merged_analysis, recorded_analysis,
-                                with_frozen_statistics)
-from lab.study.collect import (PROBES, RESULTS, SAMPLE_TEXT, SAMPLES, check_recipe_ran,
-                               check_tables, collected_rows, recorded_recipe, typed_cell,
-                               whole_lines, write_tables)
+from lab.analysis.plan import (ANALYSIS, frozen_analysis, merged_analysis, recorded_analysis,
+                               with_frozen_statistics)
+from lab.analysis.collect import (PROBES, RESULTS, SAMPLE_TEXT, SAMPLES, check_recipe_ran,
+                                  check_tables, collected_rows, recorded_recipe, typed_cell,
+                                  whole_lines, write_tables)
 from lab.study.grid import expand
 from lab.study.recipe import recipe_dict, study_differences
-from lab.study.smoke import is_smoke
+from lab.analysis.study_record import is_smoke
 
 MERGED = "merged.json"  # written last in a merged folder: its sources and what each gave
 MERGED_KIND = "lab-merged"
@@ -48,7 +48,7 @@ def merge_studies(sources: list[Path], out: Path, seeds: list[int] | None = None
     under way), and merged.json; returns that record. An existing OUT is replaced only with
     `force` and only if it is an earlier merge (check_output); never a source, nor a folder
     inside or holding one. `plan_from`: the source whose analysis the merged study keeps where
-    the sources' differ (lab.study.analysis.merged_analysis), recorded in merged.json."""
+    the sources' differ (lab.analysis.plan.merged_analysis), recorded in merged.json."""
     if not sources:
         raise LabError("lab merge: no study folders given")
     sources = [Path(source) for source in sources]
@@ -60,7 +60,7 @@ def merge_studies(sources: list[Path], out: Path, seeds: list[int] | None = None
                            "sizes were shrunk and its numbers measure nothing; merge the real "
                            "study's shards")
     recipes = [_source_recipe(source) for source in sources]
-    # One plan for the merged study: the sources' own frozen plans (lab.study.analysis), which
+    # One plan for the merged study: the sources' own frozen plans (lab.analysis.plan), which
     # must agree unless plan_from names the one to keep. Its planned seeds stay those the plan
     # began with: merged beyond them, the report calls the analysis exploratory.
     plans = [(recorded_analysis(source) or (None, frozen_analysis(recipe)))[1]
@@ -138,7 +138,7 @@ def merge_studies(sources: list[Path], out: Path, seeds: list[int] | None = None
 
 def _source_recipe(source: Path) -> Any:
     """The source's recipe, refused where it is not the one its stages ran by (or, for a
-    source of tables, where they are not those lab wrote: lab.study.collect.check_tables)."""
+    source of tables, where they are not those lab wrote: lab.analysis.collect.check_tables)."""
     recipe = recorded_recipe(source)
     if recipe is None:
         raise LabError(f"{source}: not a study folder (no recipe.json)")

@@ -22,7 +22,8 @@ from typing import Any
 from lab.common import DataNotFound, LabError
 from lab.study.cost import CHARS_PER_TOKEN, CSN_DOCUMENT_CHARS, base_documents, parameters
 from lab.study.grid import evaluated_models, expand, preset_of
-from lab.study.recipe import Recipe, deepspeed_config
+from lab.study.recipe import Recipe
+from lab.train.launch import deepspeed_config
 
 # Bytes per parameter of a pre-training stage's output: the final fp32 weights (4) and the two
 # checkpoints the Trainer keeps (save_total_limit=2), each with weights and AdamW's two moments
@@ -48,11 +49,11 @@ def check_ready(recipe: Recipe, study: Path, corpora_dir: Path | None = None,
                 seeds: list[int] | None = None, allow_underpowered: bool = False,
                 power: bool = True) -> list[str]:
     """Raise one LabError naming every problem `preflight` finds, and a study whose primary
-    tests can never reach alpha (lab.study.questions.power_problem) unless
+    tests can never reach alpha (lab.analysis.questions.power_problem) unless
     `allow_underpowered`; when all is there, the warnings (`slow_settings`) of the same
     unfinished stages, and the power problem allowed. `power` False: no power check at all (a
     smoke run, whose seeds are not the study's)."""
-    from lab.study.questions import power_problem
+    from lab.analysis.questions import power_problem
 
     pending = pending_stages(recipe, study, seeds)
     problems = check_statistics(recipe) + preflight(recipe, study, corpora_dir, executor,

@@ -2,7 +2,7 @@
 
 The study's parts, each in its module: its stages and their keys (lab.study.grid, the kinds in
 lab.study.stages), running one stage (lab.study.execution), the executors and the scheduler
-(lab.study.scheduler) and the results tables (lab.study.collect). Here: the study folder's
+(lab.study.scheduler) and the results tables (lab.analysis.collect). Here: the study folder's
 records (recipe.json, study.json) and the run from start to tables.
 """
 from __future__ import annotations
@@ -16,18 +16,18 @@ from typing import Any, Callable, Iterator
 from lab.common import (LabError, check_apart, environment_record, read_json_if_there,
                         write_json_atomic)
 from lab.corpora import corpora_inputs
-from lab.study.analysis import ANALYSIS, check_new_run, frozen_analysis, with_frozen_statistics
-from lab.study.collect import PROBES, collect
+from lab.analysis.plan import ANALYSIS, check_new_run, frozen_analysis, with_frozen_statistics
+from lab.analysis.collect import PROBES, collect
 from lab.study.cost import estimate
 from lab.study.execution import available_cores, finish, recorded_seconds
 from lab.study.grid import evaluated_models, expand
 from lab.study.preflight import check_ready, pending_stages, slow_settings
-from lab.study.questions import power_plan
+from lab.analysis.questions import power_plan
+from lab.analysis.study_record import SUMMARY, read_summary
 from lab.study.recipe import Recipe, recipe_dict, recipe_from_dict, study_differences
 from lab.study.scheduler import check_executor, default_workers, schedule, submitter
 
 RECIPE = "recipe.json"  # the study's recipe, as recorded when it began (recipe_dict)
-SUMMARY = "study.json"
 # Held while a runner reads and writes RECIPE and SUMMARY: two runners of one study (started
 # seconds apart, or SLURM jobs) each keep what the other recorded (merged_summary).
 RECORDS_LOCK = "study.json.lock"
@@ -60,17 +60,6 @@ def update_summary(study: Path, ours: dict[str, Any]) -> dict[str, Any]:
     with records_lock(study):
         summary = merged_summary(read_summary(study), ours)
         write_json_atomic(Path(study) / SUMMARY, summary)
-    return summary
-
-
-def read_summary(study: Path) -> dict[str, Any]:
-    """STUDY/study.json as a dict: empty for a new study, refused when unreadable."""
-    path = study / SUMMARY
-    summary = read_json_if_there(path)
-    if summary is None:
-        return {}
-    if not isinstance(summary, dict):
-        raise LabError(f"{path}: unreadable (not a JSON object)")
     return summary
 
 
@@ -267,7 +256,7 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
     """Entry point of `lab study`: run the stages that are not finished, then collect results.
     `ready_checked`: the caller has run check_start for this recipe and folder;
     `seeds`: run only the shard of those seeds (`expand`); `allow_underpowered`: run a study
-    whose primary tests can never reach alpha (lab.study.questions.power_problem); `smoke`:
+    whose primary tests can never reach alpha (lab.analysis.questions.power_problem); `smoke`:
     `recipe` is a smoke recipe, and this is what study.json records of it
     (lab.study.smoke.smoke_record)."""
     study = Path(study)

@@ -6,8 +6,9 @@ contamination forms, decontaminators, weight decays, continued pre-training, pro
 every declared question and the report, and runs through the code of the real run: no mocks,
 no skipped stage. Only sizes shrink, by RULES, which is the one statement of them. The run
 prints the rules and study.json records them. The smoke study is named NAME-smoke. Its folder
-is marked (study.json `smoke`) and every report table says so at its top. `lab merge` refuses
-it, and so does results/: its numbers measure nothing.
+is marked (study.json `smoke`) and every report table says so at its top (the mark:
+lab.analysis.study_record). `lab merge` refuses it, and so does results/: its numbers measure
+nothing.
 """
 from __future__ import annotations
 
@@ -241,23 +242,3 @@ def smoke_lines() -> list[str]:
     return (["smoke run: the recipe's whole shape on toy sizes (lab.study.smoke.RULES):"]
             + [f"  {field}: {statement}" for field, statement, _ in RULES]
             + [f"  kept: {KEPT}"])
-
-
-BANNER = ("SMOKE RUN (lab study --smoke): the recipe's shape on toy sizes, to check that it "
-          "runs; these numbers measure nothing.")
-
-
-def is_smoke(study: Path) -> bool:
-    """Whether a study folder holds a smoke study (study.json `smoke`)."""
-    from lab.study.runner import read_summary
-
-    return bool(read_summary(Path(study)).get("smoke"))
-
-
-def marked(name: str, text: str) -> str:
-    """A report file of a smoke study with BANNER above its table, in the file's own comment or
-    quote syntax (a CSV's first line is then a comment: `pandas.read_csv(comment='#')`)."""
-    prefix = {".md": "> ", ".tex": "% ", ".csv": "# "}.get(Path(name).suffix)
-    if prefix is None:
-        return text
-    return f"{prefix}{BANNER}\n" + ("\n" if prefix == "> " else "") + text

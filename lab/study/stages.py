@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 from lab.common import default_of, write_json_atomic
 from lab.contamination.inject import InjectConfig, run_inject
 from lab.detect.run import DetectConfig, run_detect
-from lab.eval.probe import ProbeConfig, run_probe
+from lab.detect.probe import ProbeConfig, run_probe
 from lab.modelcard import write_model_card
 from lab.study.evaluate import EvaluateStageConfig, run_evaluate_stage
 from lab.contamination import soft
@@ -89,7 +89,7 @@ KINDS: dict[str, StageKind] = {
         neutral=KEY_NEUTRAL_DEFAULTS["pretrain"], inputs=("corpus", "tokenizer", "init_from"),
         after=write_model_card),
     # seed_corpora: the seed's placebo corpora, whose samples no arm's never-seen samples hold
-    # (lab.eval.probe.SHARED_POOL_RULE); in the key where there are any, so a study without
+    # (lab.detect.probe.SHARED_POOL_RULE); in the key where there are any, so a study without
     # placebos keeps its keys
     "probe": StageKind(ProbeConfig, run_probe,
                        key=("min_k", "max_samples", "max_names", "device", "dtype"),

@@ -2,18 +2,42 @@
 pre-trained model or a local Hugging Face checkpoint of the same family, shape and tokenizer)
 instead of random ones; the optimizer and schedule start fresh. What cannot be continued is
 refused, on one line, before anything is written.
+
+A study's `continued` section (ContinuedSection) is declared here too: the recipe assembles it
+beside the other sections, and the grid turns it into pairs of pre-training stages.
 """
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lab.common import LabError
+from lab.common import LabError, param
 from lab.models import EXPORTED_MANIFEST, MANIFEST, build_config
 from lab.train.artefacts import (SOURCE_READERS, UNKNOWN, checkpoint_step, exposures_summary,
                                  joined_membership, source_record, source_weights,
                                  weights_digest)
+
+
+# The recipe's `continued` section: which model continues from which (the grid reads it).
+CONTINUED_ORDERS = ("clean-after", "clean-first")
+
+
+@dataclass
+class ContinuedSection:
+    """Continued pre-training (lab pretrain --init-from) in two stages, each keyed and resumable
+    like any pre-training; the models it makes are models of their own in every table
+    (gpt2/clean-after:2), beside the arms' from-scratch models."""
+    order: str | None = param(
+        None, "null: none. clean-after: every pre-trained model goes on training on its seed's "
+              "control corpus (clean) for each clean_epochs value: what is left of the "
+              "contamination after clean training (the exposures' steps run on). clean-first: "
+              "every arm's pre-training starts from a model first trained clean for "
+              "clean_epochs (one per seed and value): a checkpoint contaminated mid-way.")
+    clean_epochs: list[float] = field(default_factory=lambda: [1.0], metadata={
+        "expect": "float > 0", "help": "Epochs of the clean stage; a list sweeps them (one "
+                                       "continued model per value, arm and seed)."})
 
 
 # What an --init-from model must share with the run's (label: config attribute), by family.

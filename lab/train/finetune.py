@@ -77,7 +77,7 @@ class FinetuneConfig:
 
     def __post_init__(self) -> None:
         # The rules of single options, checked where the config is made: by `lab finetune` and
-        # by a recipe's `finetune` section alike (lab.study.recipe names the recipe's field).
+        # by a recipe's `finetune` section alike (lab.study.recipe_checks names the recipe's field).
         if self.select not in SELECTIONS:
             raise LabError(f"--select {self.select}: choose {' or '.join(SELECTIONS)}")
         if self.decoder_init not in DECODER_INITS:

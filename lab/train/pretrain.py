@@ -4,6 +4,8 @@ The HF Trainer runs the loop, so the same code path serves one CPU process, DDP 
 and DeepSpeed ZeRO on GPU nodes; one process on a CUDA GPU runs the plain loop instead
 (lab.train.loop: the Trainer's semantics without its per-step work). Work happens in `OUT.partial/` (checkpoints survive a kill and
 `--resume` continues from the newest complete one); `OUT` appears only when training finished.
+What the run records there (its saved config, a resume's checks, the manifest) is
+lab.train.pretrain_records.
 """
 from __future__ import annotations
 
@@ -14,21 +16,18 @@ import json
 import math
 import os
 import shutil
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.common import (LabError, check_numbers, check_output, config_record, dumps_json,
-                        environment_record, files_record, param, share_tree, write_error,
-                        write_json_atomic)
+from lab.common import (LabError, check_numbers, check_output, config_record, dumps_json, param,
+                        share_tree, write_error, write_json_atomic)
 from lab.corpora.shards import verify_corpus
 from lab.train.common import (
-    CHECKPOINT_WEIGHTS, MEMBERSHIP_HASH, checkpoint_problem, checkpoints_newest_first,
-    latest_checkpoint, read_checkpoint_weights,
-    make_guarded_trainer_class, membership_hashes, quiet_training, TENSORBOARD_DIR,
-    history_without_timing, non_finite_error, report_targets, report_to_param, state_sha256,
+    checkpoint_problem, checkpoints_newest_first, latest_checkpoint,
+    make_guarded_trainer_class, quiet_training, TENSORBOARD_DIR,
+    non_finite_error, report_targets, report_to_param, state_sha256,
     trained_weights_sha256, training_arguments, warn_of_stale_build_locks,
     weights_are_finite,
 )
@@ -38,28 +37,19 @@ from lab.train.attention import (
 )
 from lab.train.flex_check import require_flex_kernel
 from lab.train.loop import LOOPS
-from lab.train.continued import (check_init_from, continued_records, joined_membership,
-                                 load_init_weights)
+from lab.train.continued import check_init_from, joined_membership, load_init_weights
+# The run's records (its saved config, a resume's checks, its manifest); CONFIG_FILE is named
+# here too, where callers read it.
+from lab.train.pretrain_records import (CONFIG_FILE, MANIFEST, TrainedRun,  # noqa: F401
+                                        prepare_work_dir, pretraining_manifest)
 from lab.train.schedule import TimedSampler, document_levels, plan_data_order
 from lab.train.speed import (
-    device_default, flops_per_token, gpu_name, make_steady_throughput_callback, training_device,
+    device_default, make_steady_throughput_callback, training_device,
 )
 from lab.models import (
-    MODEL_FILES, WEIGHTS_SUBDIR, build_config, build_model, check_block_size, count_parameters,
+    WEIGHTS_SUBDIR, build_config, build_model, check_block_size, count_parameters,
     position_offset,
 )
-
-CONFIG_FILE = "lab_pretrain_config.json"
-MANIFEST = "manifest.json"
-# Settings that change the trained weights; a resume must match them exactly.
-RESUME_KEYS = ("model", "corpus_sha256", "tokenizer_sha256", "preset", "epochs", "lr", "batch_size",
-               "block_size", "seed", "grad_accum", "max_steps", "warmup_steps", "weight_decay",
-               "lr_scheduler", "mlm_probability", "bf16", "cross_document_attention",
-               "attention", "loop", "init_from", "init_weights_from_sha256", "timing")
-# Keys added to RESUME_KEYS since runs were first checkpointed, with the value those runs had.
-RESUME_KEYS_ADDED = {"attention": "mask", "loop": "trainer", "init_from": None,
-                     "init_weights_from_sha256": None, "timing": None}
-
 
 @dataclass
 class PretrainConfig:
@@ -120,7 +110,7 @@ class PretrainConfig:
 
     def __post_init__(self) -> None:
         # The rules of single options, checked where the config is made: by `lab pretrain` and
-        # by a recipe's `pretrain` section alike (lab.study.recipe names the recipe's field).
+        # by a recipe's `pretrain` section alike (lab.study.recipe_checks names the recipe's field).
         # What needs files or other stages (block size against the preset, the output folder,
         # the DeepSpeed file) is checked when the run starts.
         check_numbers(epochs=self.epochs, lr=self.lr, seed=self.seed,
@@ -304,17 +294,6 @@ def dry_run(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any]
     }
 
 
-def _launcher() -> str:
-    """What started this process's ranks, from the environment each launcher leaves."""
-    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
-        return "none"
-    if "TORCHELASTIC_RUN_ID" in os.environ:  # torchrun, also inside a SLURM job
-        return "torchrun"
-    if "SUBMITIT_EXECUTOR" in os.environ or "SLURM_JOB_ID" in os.environ:
-        return "scheduler tasks (submitit/SLURM)"
-    return "other (RANK and WORLD_SIZE set)"
-
-
 def run_pretrain(cfg: PretrainConfig) -> dict[str, Any]:
     """Entry point of `lab pretrain`."""
     started = time.perf_counter()
@@ -343,7 +322,7 @@ def run_pretrain(cfg: PretrainConfig) -> dict[str, Any]:
     if init is not None:  # a resume must start from the same weights (RESUME_KEYS)
         run_config["init_from"] = init["path"]
         run_config["init_weights_from_sha256"] = init["weights_sha256"]
-    _prepare_work_dir(cfg, out, work, run_config)
+    prepare_work_dir(cfg, out, work, run_config)
     try:
         with quiet_training(cfg.deepspeed):
             result = _train(cfg, tokenizer, corpus_manifest, run_config, out, work, started,
@@ -376,27 +355,6 @@ def injected_doses(corpus_manifest: dict[str, Any]) -> dict[str, int] | None:
         return None
     return {sample: level["dose"] for level in levels if level["dose"]
             for sample in level.get("placebo_ids", level["ids"])}
-
-
-@dataclass
-class _Trained:
-    """What either loop leaves for the manifest."""
-    model: Any
-    steps: int
-    start_step: int
-    history: list[dict[str, Any]]
-    train_loss: float | None
-    first_batch_sha256: str | None
-    resumed_from: Path | None
-    rank: int
-    world_size: int
-    is_main: bool
-    device: str
-    optimizer: str
-    pin_memory: bool
-    loader_workers: int
-    wait_for_everyone: Any
-    save_model: Any  # (model folder) -> None, on every rank
 
 
 def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
@@ -483,93 +441,14 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
 
     fit_to_model(tokenizer, model.config, cfg.block_size).save_pretrained(
         str(work / WEIGHTS_SUBDIR))
-    history = history_without_timing([h for h in trained.history if "loss" in h])
     report = packing_report(tokenized, packing, injected_doses(corpus_manifest))
     (work / "packing.json").write_text(dumps_json(report), encoding="utf-8")
-    steps, start_step, world_size = trained.steps, trained.start_step, trained.world_size
-    # Only the steps this process trained (after a resume, not those of the checkpoint).
-    sequences_seen = (steps - start_step) * cfg.batch_size * cfg.grad_accum * world_size
-    useful_per_sequence = report["useful_tokens"] / max(1, report["sequences"])
-    manifest = {
-        "kind": "lab-pretrained",
-        "config": run_config,
-        "model": {"family": cfg.model, "preset": cfg.preset,
-                  "parameters": parameters, "vocab_size": len(tokenizer)},
-        "corpus": {"path": str(cfg.corpus), "sha256": run_config["corpus_sha256"],
-                   "setting": corpus_manifest.get("setting"),
-                   "benchmark": corpus_manifest.get("benchmark"),
-                   "benchmark_split": corpus_manifest.get("benchmark_split"),
-                   # Copied so evaluation can split scores into injected / held-out / naturally
-                   # overlapping samples without the corpus directory.
-                   "injected_ids": corpus_manifest.get("injected_ids", []),
-                   "held_out_ids": corpus_manifest.get("held_out_ids", []),
-                   # A decontaminated arm (lab inject --decontaminate-with): the samples meant
-                   # to be injected, a group scored by intention to treat (those the method
-                   # removed stay in it), and what the method removed.
-                   **({"intended_injected_ids": corpus_manifest["intended_injected_ids"],
-                       "decontamination": {
-                           k: corpus_manifest["decontamination"][k]
-                           for k in ("method", "removed_injected_ids", "surviving_copies",
-                                     "removed_base_documents")}}
-                      if "intended_injected_ids" in corpus_manifest else {}),
-                   "pre_existing_verbatim": corpus_manifest.get("pre_existing_verbatim", []),
-                   "injected_token_fraction": report["injected_token_fraction"],
-                   "options": corpus_manifest.get("options"),
-                   # The arm's seed, which seeds its contamination form: evaluation writes a
-                   # held-out or decontaminated sample's document again in that form to apply
-                   # the block-size rule (lab.eval.generate.block_truncation).
-                   **({"seed": corpus_manifest["seed"]} if "seed" in corpus_manifest else {}),
-                   **({"dose_levels": [{"dose": level["dose"], "ids": level["ids"]}
-                                       for level in corpus_manifest["dose_levels"]],
-                       "injected_token_fraction_by_dose":
-                           report["injected_token_fraction_by_dose"]}
-                      if corpus_manifest.get("dose_levels") else {}),
-                   **({"timing_levels": [{k: level[k] for k in ("timing", "window", "ids")}
-                                         for level in timing]} if timing else {}),
-                   # Injected samples whose document was cut at the block size (sorted sample
-                   # ids): never trained on whole.
-                   "truncated_ids": report["truncated_ids"],
-                   "token_cache": tokenized.key},
-        "tokenizer": {"path": str(cfg.tokenizer), "sha256": run_config["tokenizer_sha256"]},
-        "packing": {k: v for k, v in report.items() if not k.endswith("_ids")},
-        "seed": cfg.seed,
-        "init_weights_sha256": init_sha,
-        "init_from": init,
-        "first_batch_sha256": trained.first_batch_sha256,
-        "final_weights_sha256": final_sha,
-        MODEL_FILES: files_record(work / WEIGHTS_SUBDIR),
-        CHECKPOINT_WEIGHTS: read_checkpoint_weights(work / "checkpoints"),
-        "ranks": [json.loads(p.read_text()) for p in sorted((work / "ranks").glob("rank-*.json"))],
-        "world_size": world_size,
-        "launcher": _launcher(),
-        "exposures": order.record(),
-        "resumed_from": trained.resumed_from.name if trained.resumed_from else None,
-        "steps": steps,
-        "steps_this_run": steps - start_step,
-        "loss": {"first": history[0]["loss"] if history else None,
-                 "final": history[-1]["loss"] if history else None,
-                 "train_loss": trained.train_loss, "history": history},
-        "train_seconds": round(train_seconds, 2),
-        # Wall-clock average over the whole train() call: start-up and compilation included.
-        "useful_tokens_per_second": round(sequences_seen * useful_per_sequence / train_seconds, 1)
-        if train_seconds > 0 else None,
-        "throughput": throughput.record(cfg.batch_size * cfg.grad_accum * world_size
-                                        * cfg.block_size, flops_per_token(config, cfg.block_size)),
-        "speed": {"device": trained.device, "gpu": gpu_name(), "bf16": cfg.bf16,
-                  "compile": cfg.compile, "loop": cfg.loop,
-                  "attention": None if cfg.cross_document_attention else cfg.attention,
-                  # attention-probability dropout as trained (the flex kernel has none)
-                  "attention_dropout": 0.0 if flex else _attention_dropout(config),
-                  # the flex kernel against the mask path on this device, before training
-                  "flex_check": flex_check,
-                  "optimizer": trained.optimizer, "tf32": _tf32_matmuls(),
-                  "pin_memory": trained.pin_memory, "loader_workers": trained.loader_workers},
-        "wall_seconds": round(time.perf_counter() - started, 2),
-        "environment": environment_record(),
-    }
-    if init is not None:
-        manifest.update(continued_records(init, manifest))
-    manifest[MEMBERSHIP_HASH] = membership_hashes(manifest)
+    manifest = pretraining_manifest(
+        cfg, run_config, corpus_manifest, trained, work=work, config=config,
+        vocab_size=len(tokenizer), parameters=parameters, report=report,
+        token_cache=tokenized.key, timing=timing, order=order, init=init, init_sha=init_sha,
+        final_sha=final_sha, throughput=throughput, flex=flex, flex_check=flex_check,
+        train_seconds=train_seconds, started=started)
     write_json_atomic(work / MANIFEST, manifest)
     share_tree(work)
     if out.exists():
@@ -580,7 +459,7 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
 
 def _train_with_trainer(cfg: PretrainConfig, args: Any, model: Any, dataset: Any, collator: Any,
                         work: Path, checkpoint: Path | None, throughput: Any,
-                        orders: list[list[int]] | None) -> _Trained:
+                        orders: list[list[int]] | None) -> TrainedRun:
     trainer = _make_trainer_class()(model=model, args=args, train_dataset=dataset,
                                     data_collator=collator, tensorboard_dir=work / TENSORBOARD_DIR,
                                     tokens_per_sample=cfg.block_size, callbacks=[throughput],
@@ -588,7 +467,7 @@ def _train_with_trainer(cfg: PretrainConfig, args: Any, model: Any, dataset: Any
     start_step = (json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
                   if checkpoint else 0)
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-    return _Trained(
+    return TrainedRun(
         model=trainer.model, steps=trainer.state.global_step, start_step=start_step,
         history=trainer.state.log_history, train_loss=trainer.mean_training_loss(),
         first_batch_sha256=trainer.first_batch_sha256, resumed_from=checkpoint,
@@ -603,7 +482,7 @@ def _train_with_trainer(cfg: PretrainConfig, args: Any, model: Any, dataset: Any
 
 def _train_plain(cfg: PretrainConfig, model: Any, dataset: Any, collator: Any, work: Path,
                  checkpoint: Path | None, throughput: Any,
-                 orders: list[list[int]] | None) -> _Trained:
+                 orders: list[list[int]] | None) -> TrainedRun:
     from lab.train.loop import LoopSettings, train_plain
 
     device = training_device()
@@ -621,7 +500,7 @@ def _train_plain(cfg: PretrainConfig, model: Any, dataset: Any, collator: Any, w
                          else None))
     result = train_plain(model, dataset, collator, settings, device, work / "checkpoints",
                          checkpoint, throughput, orders)
-    return _Trained(
+    return TrainedRun(
         model=model, steps=result.steps, start_step=result.start_step, history=result.history,
         train_loss=result.train_loss, first_batch_sha256=result.first_batch_sha256,
         resumed_from=result.resumed_from, rank=0, world_size=1, is_main=True, device=device,
@@ -629,18 +508,6 @@ def _train_plain(cfg: PretrainConfig, model: Any, dataset: Any, collator: Any, w
         pin_memory=settings.pin_memory and device != "cpu",
         loader_workers=settings.loader_workers, wait_for_everyone=lambda: None,
         save_model=lambda folder: model.save_pretrained(str(folder)))
-
-
-def _tf32_matmuls() -> bool:
-    import torch
-
-    return torch.cuda.is_available() and torch.get_float32_matmul_precision() != "highest"
-
-
-def _attention_dropout(config: Any) -> float:
-    return float(getattr(config, "attn_pdrop", None)
-                 if getattr(config, "model_type", "") == "gpt2"
-                 else config.attention_probs_dropout_prob)
 
 
 def _leave_process_group() -> None:
@@ -652,61 +519,6 @@ def _leave_process_group() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
-
-
-def _prepare_work_dir(cfg: PretrainConfig, out: Path, work: Path, run_config: dict) -> None:
-    """Refuse to clobber results; on --resume, refuse a checkpoint of another configuration."""
-    if int(os.environ.get("RANK", "0")) != 0:
-        return  # rank 0 checks and prepares; the others wait for it at the first barrier
-    if out.exists() and not cfg.force:
-        raise LabError(f"{out}: output directory exists (use --force to replace it)")
-    saved = work / CONFIG_FILE
-    if work.exists() and cfg.resume:
-        if not saved.is_file():
-            raise LabError(f"{work}: no {CONFIG_FILE}, cannot resume (use --force to restart)")
-        previous = json.loads(saved.read_text(encoding="utf-8"))
-        changed = [k for k in RESUME_KEYS
-                   if previous.get(k, RESUME_KEYS_ADDED.get(k)) != run_config.get(k)]
-        if changed:
-            raise LabError(
-                f"{saved}: --resume from a checkpoint of another config ({', '.join(changed)} "
-                "differ); use the same settings or --force to restart"
-            )
-        _set_aside_incomplete_checkpoints(work / "checkpoints")
-        return
-    if cfg.resume:
-        raise LabError(f"--resume: no interrupted run to continue ({work} does not exist); "
-                       "drop --resume to start one")
-    if work.exists() and not cfg.force:
-        raise LabError(f"{work}: an interrupted run exists (use --resume to continue it or "
-                       "--force to restart)")
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
-    write_json_atomic(saved, run_config)
-
-
-def _set_aside_incomplete_checkpoints(folder: Path) -> None:
-    """Before a resume: checkpoints newer than the newest complete one (a save cut short, a file
-    deleted or damaged) are renamed incomplete-checkpoint-N (kept for inspection, out of the
-    trainer's sight); with checkpoints but none complete, refuse."""
-    found = checkpoints_newest_first(folder)
-    problems = []
-    for checkpoint in found:
-        problem = checkpoint_problem(checkpoint)
-        if problem is None:
-            break
-        problems.append(f"{checkpoint.name}: {problem}")
-    else:
-        if found:
-            raise LabError(f"{folder}: no complete checkpoint to resume from ({'; '.join(problems)}); "
-                           "use --force to restart")
-    for checkpoint, problem in zip(found, problems):
-        aside = checkpoint.with_name("incomplete-" + checkpoint.name)
-        shutil.rmtree(aside, ignore_errors=True)
-        os.replace(checkpoint, aside)
-        print(f"lab: warning: {checkpoint} is incomplete ({problem.split(': ', 1)[1]}); set aside "
-              f"as {aside.name}", file=sys.stderr)
 
 
 def check_seed_diversity(manifests: list[dict[str, Any]]) -> None:

@@ -1,5 +1,5 @@
 """Re-renders timing.md and timing.csv, the report's forgetting table, from the committed
-samples.csv and recipe.json, as `lab report` renders them (lab.study.timing) with the recipe's
+samples.csv and recipe.json, as `lab report` renders them (lab.analysis.timing) with the recipe's
 alpha and convention. `lab report` itself needs the study's results.csv, which is not kept.
 
     python results/timing/forgetting_table.py results/timing
@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from lab.stats import CONVENTIONS
-from lab.study.report_data import read_csv
-from lab.study.timing import timing_stats, timing_table
+from lab.analysis.report_data import read_csv
+from lab.analysis.timing import timing_stats, timing_table
 
 
 def main(study: Path) -> None:

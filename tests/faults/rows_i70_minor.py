@@ -12,9 +12,10 @@ A folder output given as an existing file said "output directory exists": it say
 (lab.common.check_output), with --force or not.
 `lab stats` on a read-only study printed no table (it failed writing report/stats.json first):
 the tables show, and a line says stats.json was not written and why. `lab report` on a full disk
-left an empty report/ behind: it is removed (lab.cli.report).
+left an empty report/ behind: it is removed (lab.cli.analysis.report).
 Shell completion completed no values: an option whose values a lab table names (--setting,
---preset, --detectors, ...) completes them, a path option completes files (lab.cli._completion).
+--preset, --detectors, ...) completes them, a path option completes files
+(lab.cli.shared._completion).
 It still imports the whole CLI per TAB (about 1.5 s; docs/commands.md says so).
 """
 from __future__ import annotations

@@ -10,7 +10,7 @@ without naming --max-samples or --ids (15); `--num-perm 100000000` ran for minut
 mix-up (17): a model given to `lab pretrain --corpus` (read_manifest now names a model for every
 corpus reader), and a corpus given to `lab probe --model`, which said its "pre-training corpus
 injected no test samples" (lab detect already said "is a corpus, not a model"; both now share
-lab.eval.probe.refuse_corpus). Each now names the file, the cause and the fix.
+lab.detect.probe.refuse_corpus). Each now names the file, the cause and the fix.
 """
 from __future__ import annotations
 

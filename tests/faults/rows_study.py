@@ -1,7 +1,7 @@
 """Fault-table rows for issue 59 (study): a study's tables come from one source, its stages.
 
 The studies here are tests/test_one_source.py's fake_study (a micro study's evaluate stages and
-the manifests they read, written by hand, and the tables lab.study.collect makes of them) and
+the manifests they read, written by hand, and the tables lab.analysis.collect makes of them) and
 tests/test_report.py's hand-written tables (table.report_study)."""
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ level, how far its samples score above the held-out samples of the same models, 
 many steps pre-training went on after the level's last exposure; and each level against the
 most recently seen one.
 
-The seed (one trained model) is the unit of inference, as for a dose ladder (lab.study.dose):
+The seed (one trained model) is the unit of inference, as for a dose ladder (lab.analysis.dose):
 each seed's lift of a level is its mean per-sample score minus the held-out samples' mean; the
 level's lift is their mean over seeds, tested by a sign-flip test over the seeds, Holm-corrected
 across the levels of a cell, with an interval over seeds (lab.stats.SEED_INTERVAL). A contrast between two levels
@@ -28,10 +28,10 @@ from typing import Any
 
 from lab.stats import (ALPHA, SEED_INTERVAL, ONE_MODEL_TEST, SAMPLE_BOOTSTRAP, SIGN_FLIP_TEST,
                        effect_text, holm, one_model_rank_test, seed_effect, sign_flip_test)
-from lab.study.collect import SAMPLES
-from lab.study.dose import seed_interval
-from lab.study.questions import SAMPLE_UNIT, SEED_UNIT, rank_floor, sign_flip_floor
-from lab.study.report_data import train_size_order
+from lab.analysis.collect import SAMPLES
+from lab.analysis.dose import seed_interval
+from lab.analysis.questions import SAMPLE_UNIT, SEED_UNIT, rank_floor, sign_flip_floor
+from lab.analysis.report_data import train_size_order
 
 HELD_OUT = "held_out"
 COLUMNS = ("model", "task", "metric", "epochs", "train_size", "arm", "level", "window",
@@ -107,7 +107,7 @@ def verdict(record: dict[str, Any], p: str, floor: str, alpha: float) -> str:
 def timing_stats(study: Path, metrics: list[str], alpha: float, read_csv: Any,
                  alternative: str = "two-sided") -> dict[str, Any]:
     """{"levels": one record per (model, task, metric, epochs, train size, arm, timing level)};
-    empty when no arm injected timing levels. `read_csv`: lab.study.report_data's reader."""
+    empty when no arm injected timing levels. `read_csv`: lab.analysis.report_data's reader."""
     path = Path(study) / SAMPLES
     if not path.exists():
         return {"levels": []}

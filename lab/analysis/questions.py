@@ -15,6 +15,10 @@ trained model, not of training runs in general, and the table says so.
 Nothing here reads data or imports the recipe module (which imports this table): the family is
 derived from the arms, the split, the fine-tuning grid and the seeds, whether they come from a
 recipe before compute or from a study's results table after it.
+
+The recipe's `statistics` section (StatisticsSection) is declared here, beside the questions
+and the power plan that read it: the recipe assembles it, and the reading room reads a study's
+declarations through it.
 """
 from __future__ import annotations
 
@@ -22,8 +26,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from lab.common import LabError
-from lab.stats import PLANNING_CORRELATION, PLANNING_SHAPE
+from lab.common import LabError, param
+from lab.stats import (ALPHA, CONVENTIONS, DEFAULT_CONVENTION, DEFAULT_DOSE_TREND, DOSE_TREND_SIDES,
+                       PLANNING_CORRELATION, PLANNING_SD, PLANNING_SHAPE, PLANNING_SHAPES,
+                       SAMPLE_SCORE, SCORES, SENSITIVITY_CORRELATIONS, SMALLEST_EFFECT)
 
 # question -> what it compares (the one statement of each; the report's note quotes it).
 QUESTIONS: dict[str, str] = {
@@ -39,6 +45,53 @@ QUESTIONS: dict[str, str] = {
 }
 SEED_UNIT = "seed"
 SAMPLE_UNIT = "sample (one seed: about this model)"
+
+
+@dataclass
+class StatisticsSection:
+    """The recipe's `statistics` section: how the study's results are read (conventions, the
+    primary family, the power planned before compute). No stage reads it, so it is in no stage
+    key, and a finished study may be read again under other declarations."""
+
+    convention: str = param(DEFAULT_CONVENTION, "Mann-Whitney U convention: "
+                            + ", ".join(CONVENTIONS) + " (lab.stats); its alternative (two-sided "
+                            "or greater) is also the primary tests'.")
+    alpha: float = param(ALPHA, "Significance level of the tests and power notes.")
+    primary: list[str] | None = param(None, "The study's primary questions, the Holm family of "
+                                      "the report's first table: " + ", ".join(QUESTIONS)
+                                      + " (lab.study.contrasts); null: every one its arms allow.")
+    primary_metric: str | None = param(None, "The metric of the primary contrasts (one of "
+                                       "evaluation.metrics; null: the first of them).")
+    descriptive: bool = param(False, "A descriptive study: its seeds need not reach alpha (no "
+                              "power check before compute) and no primary p is starred.")
+    score: str = param(SAMPLE_SCORE, "Which score of the primary metric the primary family "
+                       "tests: " + " or ".join(f"{k} ({v})" for k, v in SCORES.items())
+                       + "; the other is shown beside it as secondary, and where the two "
+                       "disagree in sign or significance the report says so.")
+    smallest_effect: float = param(SMALLEST_EFFECT, "The smallest effect of interest, in the "
+                                   "primary metric's points (a mean per-seed effect): the "
+                                   "effect at which the dry run states the family's power.")
+    planning_sd: float = param(PLANNING_SD, "The planned spread (standard deviation) of the "
+                               "per-seed effects, in the metric's points: with smallest_effect, "
+                               "what the power simulation draws.")
+    planning_shape: str = param(PLANNING_SHAPE, "The planned shape of the per-seed effects, "
+                                "at smallest_effect's mean and planning_sd's spread. "
+                                + "; ".join(f"{k}: {v}" for k, v in PLANNING_SHAPES.items())
+                                + ". The dry run prints the power at each shape beside it.")
+    planning_correlation: float = param(PLANNING_CORRELATION, "The planned correlation, 0 to 1, "
+                                        "between two primary tests' effects of one seed (they "
+                                        "share its models): 0, independent; the dry run prints "
+                                        "the power at " + ", ".join(
+                                            f"{c:g}" for c in SENSITIVITY_CORRELATIONS)
+                                        + " beside it.")
+    planned_seeds: int | None = param(None, "How many seeds the analysis was planned with (null: "
+                                      "as many as `seeds` lists). A study merged from more "
+                                      "seeds is reported as exploratory, not confirmatory.")
+    dose_trend: str = param(DEFAULT_DOSE_TREND, "The sidedness of a dose ladder's trend test "
+                            "(lab.analysis.dose): " + ", ".join(f"{k} ({v})" for k, v in
+                                                              DOSE_TREND_SIDES.items())
+                            + "; a ladder that rises then falls is reported non-monotone "
+                              "whatever its trend p.")
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from lab.stats import CLIPPED_LEGEND, bounds_text, no_interval_reason, seed_mean_interval
-from lab.study.collect import REMOVED, SAMPLES
+from lab.analysis.collect import REMOVED, SAMPLES
 from lab.study.grid import swept_labels
-from lab.study.report_data import read_csv
+from lab.analysis.report_data import read_csv
 
 NONE = "none"  # grid.variants' label of the arm as built
 INJECTED_GROUPS = ("injected", "injected_truncated")

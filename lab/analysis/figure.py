@@ -8,14 +8,15 @@ from typing import Any
 
 from lab.common import LabError, atomic_file
 from lab.detect.leaderboard import number
-from lab.study.report_data import Cell, train_size_order
+from lab.analysis.cells import Cell
+from lab.analysis.report_data import train_size_order
 
 
 def _panel(ax: Any, series: list[Cell], arm: str, metric: str) -> None:
     """One (model, task, arm): against the control (and its placebo arm, if the study has one)
     when there is one (with the split-half pair as thin dashed lines), else injected against
     held-out; on a second axis the Holm p of the arm's headline primary test at each epoch
-    count (report_data.with_primary_p), where the study has one."""
+    count (cells.with_primary_p), where the study has one."""
     pairs = [c for c in series if c.halves is not None]
     with_control = [c for c in series if c.control is not None]
     joined = []
@@ -347,7 +348,7 @@ def timing_figure(found: dict[str, Any], metric: str, out_base: Path) -> list[Pa
     """The forgetting curve: each timing level's lift over the held-out samples against the
     steps pre-training went on after its last exposure, one line per (model, arm, fine-tuning
     stage), error bars the interval over seeds (else over the model's samples). `found`:
-    lab.study.timing.timing_stats. [] when nothing is drawn."""
+    lab.analysis.timing.timing_stats. [] when nothing is drawn."""
     import matplotlib
 
     matplotlib.use("Agg")

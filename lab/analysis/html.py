@@ -24,8 +24,8 @@ import yaml
 
 from lab.common import write_text_atomic
 from lab.contamination import settings as settings_table
-from lab.study.report_data import baseline_arms
-from lab.study.tables import MAIN_COLUMNS
+from lab.analysis.report_data import baseline_arms
+from lab.analysis.tables import MAIN_COLUMNS
 
 HTML_FILE = "report.html"
 PAGE_ROWS = 50  # rows the sample browser draws at once

@@ -1,9 +1,9 @@
 """`lab stats` and `lab report`: the study's answer as tables and figures in STUDY/report/.
 
-Each entry point reads the study first (lab.study.report_data: the primary table, the
-secondary table's cells, the dose ladder, the page's samples), so that a defect is refused
-before any file is written, then renders it (lab.study.tables, lab.study.figure, lab.study.html)
-and writes the files.
+Each entry point reads the study first (lab.analysis.report_data: the primary table and the
+page's samples; lab.analysis.cells: the secondary table's cells; the dose ladder), so that a
+defect is refused before any file is written, then renders it (lab.analysis.tables,
+lab.analysis.figure, lab.analysis.html) and writes the files.
 """
 from __future__ import annotations
 
@@ -11,32 +11,33 @@ from pathlib import Path
 from typing import Any
 
 from lab.common import LabError, write_json_atomic, write_text_atomic
-from lab.study.collect import check_tables
+from lab.analysis.collect import check_tables
 from lab.stats import CONVENTIONS, CROSSOVER_TEST, PAIRED_SAMPLES_TEST, SEEDS_TEST
-from lab.study.decontam_lift import decontam_lifts, decontam_table, study_removed
-from lab.study.dose import dose_stats, dose_table
-from lab.study.figure import (decay_figure, detect_figure, dose_figure, plotted_cells,
-                              timing_figure)
-from lab.study.timing import timing_stats, timing_table
-from lab.study.html import write_html_report
-from lab.study.smoke import BANNER, is_smoke, marked
-from lab.study.primary import render as render_primary
-from lab.study.report_data import (WITHIN_TEST, Cell, below_baselines, read_csv, study_cells,
-                                   study_page_data, study_primary, with_primary_p, chosen_after)
-from lab.study.tables import (SECONDARY, console_text, primary_sections, report_markdown,
-                              secondary_table, stats_table)
+from lab.analysis.decontam_lift import decontam_lifts, decontam_table, study_removed
+from lab.analysis.dose import dose_stats
+from lab.analysis.dose_text import dose_table
+from lab.analysis.figure import (decay_figure, detect_figure, dose_figure, plotted_cells,
+                                 timing_figure)
+from lab.analysis.timing import timing_stats, timing_table
+from lab.analysis.html import write_html_report
+from lab.analysis.study_record import BANNER, is_smoke, marked
+from lab.analysis.primary_text import render as render_primary
+from lab.analysis.cells import WITHIN_TEST, Cell, below_baselines, study_cells, with_primary_p
+from lab.analysis.report_data import read_csv, study_page_data, study_primary, chosen_after
+from lab.analysis.tables import (SECONDARY, console_text, primary_sections, report_markdown,
+                                 secondary_table, stats_table)
 
 
 def study_stats(study: Path, convention: str | None = None, include_control: bool = False,
                 alpha: float | None = None) -> list[dict[str, Any]]:
-    """The secondary table's cells (report_data.study_cells) as stats.json records them."""
+    """The secondary table's cells (cells.study_cells) as stats.json records them."""
     _check_study(study)
     return [cell.record() for cell in study_cells(study, convention, include_control, alpha)]
 
 
 def _check_study(study: Path) -> None:
     """Refuse, before anything is read or written, a study whose tables are not what its stages
-    give, or whose recipe.json is not theirs (lab.study.collect.check_tables): lab stats and
+    give, or whose recipe.json is not theirs (lab.analysis.collect.check_tables): lab stats and
     lab report read one source or refuse, and rebuild nothing."""
     study = Path(study)
     if study.is_dir():  # else study_cells names what is missing
@@ -54,7 +55,7 @@ def _report_folder(study: Path) -> Path:
 
 def study_doses(study: Path, cells: list[Cell], band_metric: str | None = None,
                 write: bool = True) -> dict[str, Any]:
-    """The dose-response levels and cells of a study with a dose ladder (lab.study.dose), for
+    """The dose-response levels and cells of a study with a dose ladder (lab.analysis.dose), for
     the metrics of `cells`; written to STUDY/report/dose.json when there are any."""
     metrics = sorted({c.metric for c in cells})
     found = dose_stats(study, metrics, cells[0].alpha, read_csv, band_metric,
@@ -65,7 +66,7 @@ def study_doses(study: Path, cells: list[Cell], band_metric: str | None = None,
 
 
 def study_timing(study: Path, cells: list[Cell], write: bool = True) -> dict[str, Any]:
-    """The forgetting levels of a study with timing levels (lab.study.timing), for the metrics
+    """The forgetting levels of a study with timing levels (lab.analysis.timing), for the metrics
     of `cells`; written to STUDY/report/timing.json when there are any."""
     found = timing_stats(study, sorted({c.metric for c in cells}), cells[0].alpha, read_csv,
                          alternative=CONVENTIONS[cells[0].convention][0])
@@ -125,7 +126,7 @@ def run_stats(study: Path, convention: str | None = None, alpha: float | None = 
 def _leaderboard_rows(study: Path) -> list[dict[str, Any]]:
     """The detectors' leaderboard of a study with detect stages (STUDY/detect_leaderboard.csv),
     else []."""
-    from lab.study.collect import LEADERBOARD
+    from lab.analysis.collect import LEADERBOARD
 
     path = Path(study) / LEADERBOARD
     if not path.is_file():

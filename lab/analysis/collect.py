@@ -19,7 +19,7 @@ from typing import Any
 
 from lab.common import (LabError, atomic_file, read_json_if_there, sha256_file, table_cell,
                         write_json_atomic, write_text_atomic)
-from lab.study.analysis import change_text, changes, check_recorded, planned_statistics
+from lab.analysis.plan import change_text, changes, check_recorded, planned_statistics
 from lab.study.grid import Stage, expand, model_name
 from lab.study.recipe import Recipe, recipe_dict, recipe_from_dict, study_differences
 
@@ -39,7 +39,7 @@ TABLES_KIND = "lab-tables"
 # evaluation's predictions.jsonl, joinable by stage and id as lm-eval's --log_samples.
 SAMPLE_TEXT = ("source", "reference", "prediction")
 # samples.csv's column in a study that sweeps decontamination (injection.decontaminate_with): the
-# sample's every copy was removed by its arm's decontaminator (lab.study.decontam_lift counts it)
+# sample's every copy was removed by its arm's decontaminator (lab.analysis.decontam_lift counts it)
 REMOVED = "removed_by_decontamination"
 
 
@@ -301,7 +301,7 @@ def check_recipe_ran(folder: Path, recipe: Recipe) -> None:
         raise LabError(f"{folder / RECIPE}: not the recipe {folder}'s stages ran by (differs "
                        f"from the one {TABLES_RECORD} recorded in {len(sections)} section(s): "
                        f"{', '.join(sections)})")
-    check_recorded(folder)  # the plan frozen when the study began (lab.study.analysis)
+    check_recorded(folder)  # the plan frozen when the study began (lab.analysis.plan)
     if recorded is not None:  # and the one the tables were collected under
         statistics = changes(planned_statistics(recipe_from_dict(recorded)),
                              planned_statistics(recipe), unset_is_planned=False)

@@ -1,8 +1,8 @@
 """The report's text: the secondary table (Markdown, LaTeX, CSV) with its legend, the report's
 Markdown sections, and what the console prints at the end of `lab study` and `lab report`.
 
-Each column is a header and a formatter of a Cell (lab.study.report_data); the primary and
-dose tables are rendered by lab.study.primary and lab.study.dose.
+Each column is a header and a formatter of a Cell (lab.analysis.cells); the primary and
+dose tables are rendered by lab.analysis.primary_text and lab.analysis.dose_text.
 """
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any, Callable
 
 from lab.stats import (ALPHA, ASYMPTOTIC_TIES, CONVENTIONS, CROSSOVER_TEST, DEFAULT_CONVENTION,
                        EXACT_SPLITS, PAIRED_SAMPLES_TEST, PERMUTATION_TIES, SEEDS_TEST)
-from lab.study.primary import exploratory_markdown, render as render_primary, table_markdown
-from lab.study.report_data import (CLEAN, MEMORISED_BY, SCORE_FLOOR, VS_PLACEBO, WITHIN_TEST,
-                                   Cell, Memorised, NetGap, PerSample, Versus)
+from lab.analysis.primary_text import exploratory_markdown, render as render_primary, table_markdown
+from lab.analysis.cells import (CLEAN, MEMORISED_BY, SCORE_FLOOR, VS_PLACEBO, WITHIN_TEST, Cell,
+                                Memorised, NetGap, PerSample, Versus)
 
 SECONDARY = "Secondary table (descriptive)"
 EXPLORATORY = "Exploratory contrasts (not declared: no Holm, never starred)"

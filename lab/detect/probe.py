@@ -24,7 +24,7 @@ format and languages, the control did not), so the probe also scores `reference`
 many samples of the benchmark's validation split (CodeTrans valid, CONCODE dev) as injected ones
 are probed, in the same form, drawn with a fixed seed from those `lab audit` finds neither
 exactly nor as near-duplicates of any test sample (either side), one per group sharing a side
-verbatim: the placebo pool's rule (`inject.disjoint_from`). Samples the model pre-trained on
+verbatim: the placebo pool's rule (`placebo.disjoint_from`). Samples the model pre-trained on
 as a placebo are left out, and so are those of the seed's other arms (--seed-corpora:
 SHARED_POOL_RULE), so that the arm, its placebo and the control of one seed are judged against
 the same samples; without a validation split (or one the model was fine-tuned on) the summary
@@ -54,7 +54,7 @@ from lab.common import (DataNotFound, LabError, beside, check_output, corpora_pa
                         environment_record, param, write_rows_and_summary)
 from lab.contamination import settings as settings_table
 from lab.corpora.shards import verify_corpus
-from lab.contamination.inject import disjoint_from, split_sides_index
+from lab.contamination.placebo import disjoint_from, split_sides_index
 from lab.corpora import Sample, corpora_inputs, get_spec, load_samples
 from lab.detect import extraction
 from lab.detect.context import DetectContext
@@ -210,7 +210,7 @@ def reference_samples(chosen: dict[str, Any], tests: list[Sample], count: int,
                       ) -> tuple[list[Sample], dict[str, Any]]:
     """Never-seen samples of the same distribution, for an arm without a held-out half: `count`
     samples of the benchmark's validation split that the audit finds disjoint from every test
-    sample (`inject.disjoint_from`, the placebo pool's rule; `tests` is the whole probed split)
+    sample (`placebo.disjoint_from`, the placebo pool's rule; `tests` is the whole probed split)
     and from every sample an arm of the seed pre-trained on (SHARED_POOL_RULE: the model's own
     placebo samples and `seed_arms`, seed_arm_samples' ids), drawn with REFERENCE_SEED and kept
     in split order; all of them when fewer are eligible. Returns (samples, record); when no such
@@ -419,7 +419,7 @@ class ProbeConfig:
 
     def __post_init__(self) -> None:
         # Checked where the config is made: by `lab probe` and by a recipe's `probe` section
-        # alike (lab.study.recipe names the recipe's field).
+        # alike (lab.study.recipe_checks names the recipe's field).
         if self.form not in FORMS:
             raise LabError(f"--form {self.form}: choose from {', '.join(FORMS)}")
         if not 0 < self.min_k <= 1:
