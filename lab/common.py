@@ -405,3 +405,12 @@ def check_numbers(option: str = "--", **values: Any) -> None:
 def table_cell(value: Any) -> Any:
     """A value as the lab's CSV tables hold it: floats to 6 places."""
     return round(value, 6) if isinstance(value, float) else value
+
+
+def duration_text(seconds: float) -> str:
+    """A duration as the lab prints it: seconds, minutes or hours, whichever reads best."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"

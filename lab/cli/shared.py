@@ -151,14 +151,6 @@ def formatted(value: Any, spec: str = ".3f") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def duration_text(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
 def parse_seeds(text: Optional[str]) -> Optional[List[int]]:
     """--seeds 2,3 as [2, 3]; None when not given."""
     if text is None:

@@ -12,9 +12,8 @@ from typing import Any, Iterator, List, Optional
 import typer
 from rich.console import Console
 
-from lab.cli.shared import (CorporaOption, console, declared_default, duration_text, parse_seeds,
-                            rich_table)
-from lab.common import LabError
+from lab.cli.shared import CorporaOption, console, declared_default, parse_seeds, rich_table
+from lab.common import LabError, duration_text
 from lab.study.runner import run_study
 
 
@@ -68,30 +67,13 @@ def study(
     if dry_run:
         plan = run_study(parsed, folder, corpora, dry_run=True, executor=executor, workers=workers,
                          seeds=shard, allow_underpowered=allow_underpowered, smoke=smoked)
-        from lab.study.cost import gpu_assumptions
+        from lab.study.dry_run import dry_run_blocks
 
-        rows = [{"stage": r["kind"], "count": r["stages"], "done": r["done"],
-                 "tokens": f"{r['tokens'] / 1e6:,.2f} M", "FLOPs": f"{r['flops']:.2e}",
-                 "est. CPU time": duration_text(r["seconds"]),
-                 **{f"{gpu} GPU-h": f"{hours:,.1f}" for gpu, hours in r["gpu_hours"].items()}}
-                for r in plan["estimate"]]
-        total = sum(r["seconds"] for r in plan["estimate"])
-        gpus = {gpu: sum(r["gpu_hours"][gpu] for r in plan["estimate"])
-                for gpu in plan["estimate"][0]["gpu_hours"]}
-        console.print(rich_table(f"{parsed.name}: {plan['stages']} stages, {plan['done']} done "
-                                 f"-> {folder}", rows, list(rows[0])))
-        console.print(f"estimated: {duration_text(total)} on a 2-core CPU with one worker "
-                      f"({sum(r['flops'] for r in plan['estimate']):.2e} FLOPs); "
-                      + ", ".join(f"{hours:,.1f} {gpu} GPU-hours" for gpu, hours in gpus.items()),
-                      markup=False, soft_wrap=True)
-        console.print(gpu_assumptions(), markup=False, soft_wrap=True)
-        if smoke:  # a smoke run's seeds are not the study's
-            console.print("power: the real study's question (its --dry-run without --smoke)",
-                          markup=False)
-        else:
-            _print_power(plan["power"], parsed.statistics.descriptive)
-        for warning in plan["warnings"]:
-            console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
+        for block in dry_run_blocks(plan, parsed, folder, smoke):
+            if block.rows is None:
+                console.print(block.title, markup=False, highlight=False, soft_wrap=True)
+            else:
+                console.print(rich_table(block.title, block.rows, list(block.rows[0])))
         if plan["refusal"]:  # the line the real run refuses with, and its exit code
             raise LabError(plan["refusal"])
         return
@@ -125,33 +107,6 @@ def study(
         console.print(result["console"], markup=False, highlight=False, soft_wrap=True)
         console.print(f"figure: {', '.join(str(p) for p in result['figure'])}", markup=False,
                       highlight=False, soft_wrap=True)
-
-
-def _print_power(plan: dict[str, Any], descriptive: bool) -> None:
-    """The dry run's statistics plan: per primary test, the smallest p the planned seeds can
-    give, alone and after Holm over the family (whether it can reach alpha at all, which is not
-    power), then the family's simulated power at the recipe's declared effect (per test and
-    the whole family), and its sensitivity to the shape and correlation of the seed effects."""
-    rows = [{"question": r["contrast"].question, "model": r["contrast"].model,
-             "E": (str(r["contrast"].epochs) if r["contrast"].epochs_to is None
-                   else f"{r['contrast'].epochs} -> {r['contrast'].epochs_to}"),
-             "contrast": r["contrast"].label(), "unit": r["unit"],
-             "smallest p": f"{r['floor']:.3g}", "after Holm": f"{r['holm_floor']:.3g}"}
-            for r in plan["tests"]]
-    if not rows:
-        console.print("primary tests: none declared (statistics.primary: [])", markup=False)
-        return
-    reach = "none can reach" if len(plan["unreachable"]) == len(rows) else (
-        f"{len(plan['unreachable'])} cannot reach" if plan["unreachable"] else "all can reach")
-    console.print(rich_table(f"primary tests ({plan['alternative']}, {plan['seeds']} seeds, Holm over "
-                         f"{len(rows)}): {reach} alpha {plan['alpha']:g}"
-                         + (" (descriptive study)" if descriptive else ""), rows, list(rows[0])))
-    if "power" in plan:
-        from lab.analysis.questions import power_line, sensitivity_line
-
-        console.print(power_line(plan["power"]), markup=False, highlight=False, soft_wrap=True)
-        console.print(sensitivity_line(plan["power"]), markup=False, highlight=False,
-                      soft_wrap=True)
 
 
 def _exit_with_a_resume_line_on_signals(command: List[str]) -> None:
