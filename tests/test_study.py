@@ -253,6 +253,14 @@ def test_dry_run_prints_the_grid_and_its_cost(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "29 stages, 0 done" in out.stdout and "pretrain" in out.stdout and "FLOPs" in out.stdout
     assert not (tmp_path / "s").exists()  # a dry run writes nothing
+    # What the CLI printed is lab.study.dry_run's blocks, which a notebook reads as data.
+    from lab.study.dry_run import dry_run_blocks
+
+    recipe = load_recipe(RECIPE)
+    blocks = dry_run_blocks(run_study(recipe, tmp_path / "s", dry_run=True), recipe,
+                            tmp_path / "s", smoke=False)
+    assert sum(row["count"] for row in blocks[0].rows) == 29
+    assert all(block.title.split(":")[0] in out.stdout for block in blocks)
 
 
 def test_report_refuses_a_study_without_finished_runs(tmp_path):
