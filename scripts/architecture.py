@@ -1,7 +1,11 @@
 """The shape of the `lab` package: import circles, imports that run up the layers, and the
 largest modules and functions. Prints the measures; tests/test_architecture.py asserts on them.
 
-    python scripts/architecture.py            # from the repository root
+    python scripts/architecture.py                   # from the repository root
+    python scripts/architecture.py --compare 604a249 # a table: that commit's lab/ beside this one's
+
+The comparison measures an older commit's modules with today's LAYERS (its upward imports are the
+ones today's map would refuse) and prints each measure before and after.
 
 Every import counts, function-local ones included: a lazy import is still a dependency, and a
 circle hidden inside a function is still a circle.
@@ -65,10 +69,10 @@ class Arrow:
     line: int
 
 
-def module_files() -> dict[str, Path]:
+def module_files(package: Path = PACKAGE) -> dict[str, Path]:
     modules = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    for path in sorted(package.rglob("*.py")):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts = parts[:-1]
         modules[".".join(parts)] = path
@@ -180,17 +184,69 @@ def functions(modules: dict[str, Path]) -> list[tuple[int, str]]:
     return sorted(sizes, reverse=True)
 
 
-def measures() -> dict:
-    modules = module_files()
+def measures(package: Path = PACKAGE) -> dict:
+    modules = module_files(package)
     arrows = imports(modules)
     lines = sorted(((len(p.read_text(encoding="utf-8").splitlines()), m) for m, p in modules.items()),
                    reverse=True)
     return {"modules": len(modules), "circles": circles(list(modules), arrows),
-            "upward": upward(arrows), "largest_modules": lines[:5],
+            "upward": upward(arrows), "largest_modules": lines[:5], "all_modules": lines,
             "largest_functions": functions(modules)[:5]}
 
 
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 2 or module in ROOMS else "lab (top-level modules)"
+
+
+ROOMS = {".".join(p.relative_to(ROOT).parts) for p in PACKAGE.iterdir() if p.is_dir()
+         and (p / "__init__.py").is_file()}
+
+
+def compare(revision: str) -> int:
+    """`revision`'s lab/ and this checkout's side by side, as a markdown table."""
+    import io
+    import subprocess
+    import tarfile
+    import tempfile
+
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision, "lab"],
+                             capture_output=True, check=False)
+    if archive.returncode:
+        print(f"--compare {revision}: {archive.stderr.decode().strip()}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as where:
+        tarfile.open(fileobj=io.BytesIO(archive.stdout)).extractall(where, filter="data")
+        sides = {revision: measures(Path(where) / "lab"), "this checkout": measures()}
+
+    def row(name: str, value) -> str:
+        return f"| {name} | " + " | ".join(str(value(found)) for found in sides.values()) + " |"
+
+    def room_lines(found: dict, room: str) -> str:
+        sizes = [n for n, m in found["all_modules"] if _room(m) == room]
+        return f"{sum(sizes):,} in {len(sizes)}" if sizes else "-"
+
+    print("| measure | " + " | ".join(sides) + " |")
+    print("|---|" + "---|" * len(sides))
+    print(row("modules", lambda f: f["modules"]))
+    print(row("lines", lambda f: f"{sum(n for n, _ in f['all_modules']):,}"))
+    print(row("modules over 600 lines", lambda f: sum(n > 600 for n, _ in f["all_modules"])))
+    print(row("largest modules", lambda f: ", ".join(
+        f"{m.removeprefix('lab.')} {n:,}" for n, m in f["all_modules"][:5])))
+    print(row("import circles", lambda f: len(f["circles"])))
+    print(row("upward imports (today's LAYERS)", lambda f: len(f["upward"]) and (
+        f"{len(f['upward'])}: " + ", ".join(f"{a.source.removeprefix('lab.')} -> "
+                                            f"{a.target.removeprefix('lab.')}"
+                                            for a in f["upward"]))))
+    rooms = sorted({_room(m) for found in sides.values() for _, m in found["all_modules"]})
+    for room in rooms:
+        print(row(f"{room} (lines in modules)", lambda f, room=room: room_lines(f, room)))
+    return 0
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["--compare"] and len(sys.argv) == 3:
+        return compare(sys.argv[2])
     found = measures()
     print(f"modules: {found['modules']}")
     print(f"import circles: {len(found['circles'])}")
