@@ -1,8 +1,9 @@
 """`lab inject`'s configuration: every option of one arm's corpus, declared once, with the rules
 of the options alone and together.
 
-A recipe's `corpus` and `injection` sections are this dataclass's fields (lab.study.recipe
-names the recipe's field in its errors), so the rules hold for `lab inject` and a study alike.
+A recipe's `corpus` and `injection` sections are this dataclass's fields, declared below it
+(CorpusSection, InjectionSection; lab.study.recipe names the recipe's field in its errors), so
+the rules hold for `lab inject` and a study alike.
 What needs files, the benchmark or the machine is checked when the run starts
 (lab.contamination.inject.validate); what the arm injects is resolved from the config and the
 data by lab.contamination.plan.
