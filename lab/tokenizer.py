@@ -19,6 +19,7 @@ from lab.common import (
 from lab.contamination import SEP_MARKER
 from lab.corpora.shards import read_corpus, verify_corpus
 from lab.corpora import corpora_inputs, get_spec, load_samples
+from lab.recipe_sections import section
 
 BOS, EOS, PAD, UNK, MASK = "<s>", "</s>", "<pad>", "<unk>", "<mask>"
 SPECIAL_TOKENS = [BOS, PAD, EOS, UNK, MASK, SEP_MARKER]  # ids 0..5, RoBERTa's order first
@@ -64,6 +65,10 @@ class TokenizerConfig:
         if self.vocab_size < MIN_VOCAB_SIZE:
             raise LabError(f"--vocab-size {self.vocab_size}: must be >= {MIN_VOCAB_SIZE}")
 
+
+# A study's `tokenizer` section. A CPU study's corpus is small: the tokenizer's vocabulary too.
+TokenizerSection = section("TokenizerSection", TokenizerConfig, ["vocab_size"],
+                           study_defaults={"vocab_size": 8000})
 
 MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + 256  # the 256 byte symbols and the special tokens
 

@@ -25,8 +25,10 @@ PACKAGE = ROOT / "lab"
 # adding it). The pipeline's stages sit in the order data flows: corpora are read, contaminated,
 # tokenized, trained on, evaluated, and a study runs and reports them all.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # lab.recipe_sections: how a stage declares its study-recipe section beside its config, so
+    # every stage may declare one without importing the study.
     ("foundation", ("lab", "lab.common", "lab.codetokens", "lab.executor", "lab.executor_datatrove",
-                    "lab.stats", "lab.models")),
+                    "lab.stats", "lab.models", "lab.recipe_sections")),
     # The settings table (lab.contamination.settings: what each arm injects) is data: the corpus
     # reader checks an arm's documents against the setting its manifest names.
     ("data", ("lab.corpora", "lab.records", "lab.tasks", "lab.shards",

@@ -7,6 +7,7 @@ import ast
 import dataclasses
 import hashlib
 import json
+import sys
 import typing
 from pathlib import Path
 
@@ -270,6 +271,29 @@ def test_recipe_sections_take_the_command_defaults_except_the_study_defaults(sec
         expected = study_defaults.get(field.name, fields[field.name].default)
         assert value == (list(expected) if isinstance(expected, tuple) else expected), field.name
         assert field.metadata["help"] == fields[field.name].metadata["help"]
+
+
+def test_each_recipe_section_is_declared_beside_its_stage_config():
+    """A section made of a stage's config is declared in that config's module, with its study
+    defaults, key-neutral fields and sweeps (lab.recipe_sections.section); the recipe schema
+    only assembles them and reads those facts back."""
+    from lab.study import recipe_schema
+
+    hints = typing.get_type_hints(Recipe)
+    sections = {name: hints[name] for name in recipe_schema.stage_sections()}
+    assert set(sections) == {"corpus", "injection", "tokenizer", "pretrain", "finetune",
+                             "evaluation", "probe", "detect"}
+    for name, section in sections.items():
+        assert section.__module__ == section.stage_config.__module__, name
+        assert section.__module__ != recipe_schema.__name__, name
+        assert getattr(sys.modules[section.__module__], section.__name__) is section, name
+        own = {f.name for f in dataclasses.fields(section)}
+        assert set(section.study_defaults) <= own and set(section.key_neutral) <= own, name
+        assert set(section.sweeps) <= own, name
+    for fact, derived in (("study_defaults", STUDY_DEFAULTS), ("sweeps", SWEEPS),
+                          ("key_neutral", recipe_schema.KEY_NEUTRAL_DEFAULTS)):
+        assert derived == {name: s.__dict__[fact] for name, s in sections.items()
+                           if s.__dict__[fact]}, fact
 
 
 def test_config_commands_take_their_config_and_nothing_else():

@@ -1,15 +1,16 @@
 """`lab inject`'s configuration: every option of one arm's corpus, declared once, with the rules
 of the options alone and together.
 
-A recipe's `corpus` and `injection` sections are this dataclass's fields (lab.study.recipe
-names the recipe's field in its errors), so the rules hold for `lab inject` and a study alike.
+A recipe's `corpus` and `injection` sections are this dataclass's fields, declared below it
+(CorpusSection, InjectionSection; lab.study.recipe names the recipe's field in its errors), so
+the rules hold for `lab inject` and a study alike.
 What needs files, the benchmark or the machine is checked when the run starts
 (lab.contamination.inject.validate); what the arm injects is resolved from the config and the
 data by lab.contamination.plan.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.common import LabError, corpora_param, param
@@ -18,6 +19,7 @@ from lab.contamination import soft
 from lab.contamination import timing as timing_table
 from lab.corpora import DATASETS
 from lab.executor import ExecutorConfig
+from lab.recipe_sections import section
 
 
 # How a placebo picks its pool samples.
@@ -148,6 +150,26 @@ class InjectConfig(ExecutorConfig):
         if self.corpus_format not in FORMATS:
             raise LabError(f"--format {self.corpus_format}: unknown corpus format (choose from "
                            f"{', '.join(map(str, FORMATS))})")
+
+
+# A study's `corpus` and `injection` sections: these fields of InjectConfig, and the study's own
+# sweeps over the form and the decontaminator (one corpus per value, arm and seed).
+CorpusSection = section("CorpusSection", InjectConfig, ["base", "base_splits", "limit"])
+InjectionSection = section("InjectionSection", InjectConfig,
+                           ["repeat", "fraction", "doses", "samples", "decontaminate",
+                            "placebo_from", "placebo_match", "timing"], own=[
+    ("contamination_form", list[str], field(default_factory=lambda: [soft.VERBATIM], metadata={
+        "scalar": True, "help": "lab inject --contamination-form: "
+                                + InjectConfig.__dataclass_fields__["contamination_form"]
+                                .metadata["help"] + " A list sweeps it like seeds (one corpus and "
+                                "model per form, arm and seed; the control's is verbatim)."})),
+    ("decontaminate_with", list[str | None], field(default_factory=lambda: [None], metadata={
+        "scalar": True, "scalar_none": True,
+        "help": "lab inject --decontaminate-with: "
+                + InjectConfig.__dataclass_fields__["decontaminate_with"].metadata["help"]
+                + " Every arm's corpus, the control's too. A list sweeps it, null for none "
+                  "([null, ngram13]: each form's lift before and after; report/decontam.md)."})),
+], sweeps={"contamination_form": "contamination_form", "decontaminate_with": "decontaminate_with"})
 
 
 # How each corpus format makes its seeded choices; a manifest names its format, and every

@@ -44,7 +44,7 @@ import math
 import random
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -63,6 +63,7 @@ from lab.eval import metrics as metric_fns
 from lab.eval.generate import assigned_injected_ids, padded
 from lab.models import (check_placement, device_param, dtype_param, lab_architecture,
                         load_lab_model, place_model, positions_of, pretraining_record)
+from lab.recipe_sections import section
 from lab.train.artefacts import read_model
 from lab.stats import membership_auc
 from lab.tasks import Decoding
@@ -428,6 +429,20 @@ class ProbeConfig:
                               ("--batch-size", self.batch_size)):
             if value is not None and value < 1:
                 raise LabError(f"{option} {value}: must be >= 1")
+
+
+# A study's `probe` section. Probing every sample of every model costs more than the rest of a
+# CPU study: a study probes 200.
+ProbeSection = section("ProbeSection", ProbeConfig, ["min_k", "max_samples", "max_names"], own=[
+    ("enabled", bool, field(default=True, metadata={
+        "help": "Probe every pre-trained model (lab probe): was the injected data memorised?"})),
+    ("shared_pool", bool, field(default=True, metadata={
+        "help": "Every probe of a seed leaves the samples of the seed's placebo arms out of its "
+                "never-seen reference samples, so the arm, its placebo and the control are "
+                "judged against the same ones (lab.detect.probe.SHARED_POOL_RULE); false: each "
+                "model leaves out its own only, as studies before issue 69 drew (their probe "
+                "stages are found done)."})),
+], study_defaults={"max_samples": 200})
 
 
 def refuse_corpus(manifest: dict[str, Any], model: Path) -> dict[str, Any]:

@@ -24,7 +24,7 @@ smallest shift the check could have detected.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -40,6 +40,7 @@ from lab.detect.shift import DRAW
 from lab.detect.probe import seed_arm_samples, seed_corpora_param
 from lab.models import (check_placement, device_param, dtype_param, place_model, positions_of,
                         pretraining_record)
+from lab.recipe_sections import section
 from lab.train.artefacts import read_model
 from lab.stats import auc_interval, membership_auc, roc_auc, tpr_at_fpr
 
@@ -110,6 +111,22 @@ class DetectConfig:
                               ("--batch-size", self.batch_size)):
             if value is not None and value < 1:
                 raise LabError(f"{option} {value}: must be >= 1")
+
+
+# A study's `detect` section; like the probe's, 200 samples a model (every sample costs more
+# than the rest of a CPU study).
+DetectSection = section("DetectSection", DetectConfig,
+                        ["detectors", "k", "neighbours", "cdd_samples", "max_samples", "shift"],
+                        own=[
+    ("enabled", bool, field(default=False, metadata={
+        "help": "Run the contamination detectors (lab detect) on every pre-trained model: "
+                "published detectors judged on the study's known members; a contaminated or "
+                "placebo model gets its seed's control model as the reference."})),
+    ("epochs", list[int], field(default_factory=list, metadata={
+        "help": "Also score the fine-tuned GPT-2 of these fine-tuning epochs (each one of "
+                "finetune.epochs; its first train size): does fine-tuning hide pre-training "
+                "contamination?"})),
+], study_defaults={"max_samples": 200})
 
 
 def detection_metrics(members: Sequence[float], nonmembers: Sequence[float]) -> dict[str, Any]:

@@ -11,12 +11,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from lab.eval.generate import EvaluateConfig, run_evaluate
+from lab.recipe_sections import section
 
 
 @dataclass
 class EvaluateStageConfig(EvaluateConfig):
     """One evaluation of a study: EvaluateConfig, its max_samples also written as the stage's
     ids file."""
+
+
+# A study's `evaluation` section: the study's metrics (Tables II-VII); CodeBLEU and sentence
+# BLEU cost more and are optional.
+EvaluationSection = section("EvaluationSection", EvaluateStageConfig,
+                            ["split", "decoding", "metrics", "max_new_tokens", "max_samples"],
+                            study_defaults={"metrics": ("bleu", "meteor", "em")})
 
 
 def run_evaluate_stage(cfg: EvaluateStageConfig) -> dict[str, Any]:

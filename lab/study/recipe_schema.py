@@ -1,15 +1,18 @@
-"""What a study recipe holds: the Recipe dataclass and its sections, assembled from the stages'
-own declarations.
+"""What a study recipe holds: the Recipe dataclass, assembled from the sections the stages
+declare.
 
-Each section is declared where its stage is: the corpus, injection, tokenizer, pre-training,
-fine-tuning, evaluation, probe and detect sections are made by `section` from the fields of
-that command's config dataclass (its types, defaults and help, declared once, in the stage's
-module), with the study's own fields beside them (a grid over a config field); the continued
-pre-training section is lab.train.continued's, the pre-training launch lab.train.launch's and
-the statistics section lab.analysis.questions'. This module only picks and assembles them, with
-the few defaults a study sets otherwise on purpose (STUDY_DEFAULTS) and the per-model overrides
-(by_model). Reading a recipe file is lab.study.recipe's; refusing what cannot run is
-lab.study.recipe_checks'.
+Each section is declared by the stage that uses it, beside its config dataclass, with
+lab.recipe_sections.section: the corpus and injection sections beside InjectConfig
+(lab.contamination.config), the tokenizer's in lab.tokenizer, pre-training's beside
+PretrainConfig (lab.train.pretrain), fine-tuning's beside FinetuneConfig (lab.train.finetune),
+evaluation's beside EvaluateStageConfig (lab.study.evaluate), the probe's beside ProbeConfig
+(lab.detect.probe) and detect's beside DetectConfig (lab.detect.run). Each declares there, once,
+the defaults a study sets otherwise on purpose, its key-neutral fields and its sweeps. The
+continued pre-training section is lab.train.continued's, the pre-training launch
+lab.train.launch's and the statistics section lab.analysis.questions'. This module only picks
+and assembles them, adds the per-model overrides (by_model) and the resources, and reads the
+sections' facts back by section name (STUDY_DEFAULTS, KEY_NEUTRAL_DEFAULTS, SWEEPS). Reading a
+recipe file is lab.study.recipe's; refusing what cannot run is lab.study.recipe_checks'.
 """
 from __future__ import annotations
 
@@ -21,136 +24,18 @@ from typing import Any
 from lab.analysis.questions import StatisticsSection
 from lab.common import param
 from lab.contamination import settings as settings_table
-from lab.contamination import soft
-from lab.contamination.inject import InjectConfig
-from lab.detect.probe import ProbeConfig
-from lab.detect.run import DetectConfig
+from lab.contamination.config import CorpusSection, InjectionSection
+from lab.detect.probe import ProbeSection
+from lab.detect.run import DetectSection
 from lab.models import device_param, dtype_param
-from lab.study.evaluate import EvaluateStageConfig
-from lab.tokenizer import TokenizerConfig
+from lab.recipe_sections import partial_section
+from lab.study.evaluate import EvaluationSection
+from lab.tokenizer import TokenizerSection
 from lab.train.common import report_to_param
 from lab.train.continued import ContinuedSection
-from lab.train.finetune import FinetuneConfig
+from lab.train.finetune import FinetuneSection
 from lab.train.launch import PretrainResources
-from lab.train.pretrain import PretrainConfig
-
-
-def section(name: str, config: Any, fields: list[str], study_defaults: dict[str, Any] | None = None,
-            own: list[tuple[str, Any, Any]] = ()) -> Any:
-    """A recipe section made of `fields` of a stage's config dataclass: their types, defaults
-    and meanings are the config's (declared once, in the stage's module), except the defaults
-    a study deliberately sets otherwise (STUDY_DEFAULTS). `own`: fields only a study has (a
-    grid over a config field), as (name, type, dataclasses.field), put before the config's.
-    Tuples become lists, as YAML and recipe.json write them. The section's `stage_config` is
-    `config`."""
-    hints = typing.get_type_hints(config)
-    specs = list(own)
-    for field_name in fields:
-        declared = config.__dataclass_fields__[field_name]
-        kind = hints[field_name]
-        default = (study_defaults or {}).get(field_name, declared.default)
-        if typing.get_origin(kind) is tuple:
-            kind = list[typing.get_args(kind)[0]]
-            made = field(default_factory=lambda value=default: list(value),
-                         metadata=declared.metadata)
-        elif default is None and any(typing.get_origin(a) is tuple for a in typing.get_args(kind)):
-            kind = list[typing.get_args(typing.get_args(kind)[0])[0]] | None
-            made = field(default=None, metadata=declared.metadata)
-        else:
-            made = field(default=default, metadata=declared.metadata)
-        specs.append((field_name, kind, made))
-    made_section = dataclasses.make_dataclass(name, specs)
-    made_section.__module__ = __name__
-    made_section.stage_config = config
-    return made_section
-
-
-# Where a study departs from a command's default, on purpose; every other default of a section
-# is the command's own (its config dataclass).
-STUDY_DEFAULTS = {
-    # Models trained from scratch on a CPU-sized corpus learn little in one epoch at 5e-4.
-    "pretrain": {"epochs": 3.0, "lr": 1e-3},
-    # The study's metrics (Tables II-VII); CodeBLEU and sentence BLEU cost more and are optional.
-    "evaluation": {"metrics": ("bleu", "meteor", "em")},
-    # A CPU study's corpus is small: the tokenizer's vocabulary too.
-    "tokenizer": {"vocab_size": 8000},
-    # Probing every sample of every model costs more than the rest of a CPU study.
-    "probe": {"max_samples": 200},
-    "detect": {"max_samples": 200},
-}
-
-CorpusSection = section("CorpusSection", InjectConfig, ["base", "base_splits", "limit"])
-InjectionSection = section("InjectionSection", InjectConfig,
-                           ["repeat", "fraction", "doses", "samples", "decontaminate",
-                            "placebo_from", "placebo_match", "timing"], own=[
-    ("contamination_form", list[str], field(default_factory=lambda: [soft.VERBATIM], metadata={
-        "scalar": True, "help": "lab inject --contamination-form: "
-                                + InjectConfig.__dataclass_fields__["contamination_form"]
-                                .metadata["help"] + " A list sweeps it like seeds (one corpus and "
-                                "model per form, arm and seed; the control's is verbatim)."})),
-    ("decontaminate_with", list[str | None], field(default_factory=lambda: [None], metadata={
-        "scalar": True, "scalar_none": True,
-        "help": "lab inject --decontaminate-with: "
-                + InjectConfig.__dataclass_fields__["decontaminate_with"].metadata["help"]
-                + " Every arm's corpus, the control's too. A list sweeps it, null for none "
-                  "([null, ngram13]: each form's lift before and after; report/decontam.md)."})),
-])
-
-
-TokenizerSection = section("TokenizerSection", TokenizerConfig, ["vocab_size"],
-                           STUDY_DEFAULTS["tokenizer"])
-
-
-# cross_document_attention is always in the stage key (not key-neutral): its default changed
-# from cross-document to per-document attention, so stages made before it get new keys.
-PretrainSection = section("PretrainSection", PretrainConfig,
-                          ["epochs", "lr", "batch_size", "block_size", "warmup_steps",
-                           "lr_scheduler", "bf16", "compile", "attention", "loop",
-                           "cross_document_attention"],
-                          STUDY_DEFAULTS["pretrain"], own=[
-    ("weight_decay", list[float], field(default_factory=lambda: [0.01], metadata={
-        "scalar": True, "expect": "float >= 0",
-        "help": "AdamW weight decay; a list sweeps it like seeds (one model per value, arm and "
-                "seed), as a forgetting axis (recipes/timing.yaml)."})),
-])
-
-# Fields added to a section after studies were made with it: left out of a stage's key while
-# they hold these values, so an existing study folder keeps its stage keys and resumes.
-KEY_NEUTRAL_DEFAULTS = {"pretrain": {"bf16": False, "compile": False, "attention": "mask",
-                                     "loop": "trainer", "weight_decay": 0.01},
-                        "finetune": {"bf16": False, "decoder_layers": 6, "decoder_init": "random",
-                                     "group_by_length": False, "valid_size": None}}
-
-FinetuneSection = section("FinetuneSection", FinetuneConfig,
-                          ["lr", "batch_size", "select", "valid_size", "bf16", "decoder_layers",
-                           "decoder_init", "group_by_length"],
-                          own=[
-    ("epochs", list[int], field(default_factory=lambda: [0], metadata={
-        "expect": "int >= 0", "help": "Fine-tuning epochs of the grid; 0 = direct inference "
-                                      "(GPT-2 only)."})),
-    ("train_sizes", list[int | None], field(default_factory=lambda: [None], metadata={
-        "expect": "int >= 1 or null", "help": "Training-set sizes of the grid (null: the whole "
-                                              "train split)."})),
-])
-
-
-def partial_section(name: str, full: Any) -> Any:
-    """`full` with every field optional and unset (null): the fields a model's override changes."""
-    hints = typing.get_type_hints(full)
-
-    def unset_means_the_section(meta: Any) -> dict[str, Any]:
-        meta = dict(meta)
-        if meta.get("expect"):
-            meta["expect"] = f"{meta['expect']} (list), or null"
-        meta["help"] = f"{meta.get('help', '')} (null: the section's)".strip()
-        return meta
-
-    specs = [(f.name, hints[f.name] | None,
-              field(default=None, metadata=unset_means_the_section(f.metadata)))
-             for f in dataclasses.fields(full)]
-    made = dataclasses.make_dataclass(name, specs)
-    made.__module__ = __name__
-    return made
+from lab.train.pretrain import PretrainSection
 
 
 # The two architectures learn at different rates (a tiny masked LM at a causal LM's rate stays
@@ -172,38 +57,6 @@ class ModelOverride:
 class ByModelSection:
     gpt2: ModelOverride = field(default_factory=ModelOverride)
     roberta: ModelOverride = field(default_factory=ModelOverride)
-
-
-EvaluationSection = section("EvaluationSection", EvaluateStageConfig,
-                            ["split", "decoding", "metrics", "max_new_tokens", "max_samples"],
-                            STUDY_DEFAULTS["evaluation"])
-
-
-ProbeSection = section("ProbeSection", ProbeConfig, ["min_k", "max_samples", "max_names"],
-                       STUDY_DEFAULTS["probe"], own=[
-    ("enabled", bool, field(default=True, metadata={
-        "help": "Probe every pre-trained model (lab probe): was the injected data memorised?"})),
-    ("shared_pool", bool, field(default=True, metadata={
-        "help": "Every probe of a seed leaves the samples of the seed's placebo arms out of its "
-                "never-seen reference samples, so the arm, its placebo and the control are "
-                "judged against the same ones (lab.detect.probe.SHARED_POOL_RULE); false: each "
-                "model leaves out its own only, as studies before issue 69 drew (their probe "
-                "stages are found done)."})),
-])
-
-
-DetectSection = section("DetectSection", DetectConfig,
-                        ["detectors", "k", "neighbours", "cdd_samples", "max_samples", "shift"],
-                        STUDY_DEFAULTS["detect"], own=[
-    ("enabled", bool, field(default=False, metadata={
-        "help": "Run the contamination detectors (lab detect) on every pre-trained model: "
-                "published detectors judged on the study's known members; a contaminated or "
-                "placebo model gets its seed's control model as the reference."})),
-    ("epochs", list[int], field(default_factory=list, metadata={
-        "help": "Also score the fine-tuned GPT-2 of these fine-tuning epochs (each one of "
-                "finetune.epochs; its first train size): does fine-tuning hide pre-training "
-                "contamination?"})),
-])
 
 
 @dataclass
@@ -279,15 +132,24 @@ def overridden(recipe: Recipe, model: str) -> list[str]:
 
 
 def stage_sections() -> list[str]:
-    """The recipe's sections made of a stage config's fields (`section` above)."""
+    """The recipe's sections made of a stage config's fields (lab.recipe_sections.section)."""
     hints = typing.get_type_hints(Recipe)
     return [f.name for f in dataclasses.fields(Recipe)
             if hasattr(hints[f.name], "stage_config")]
 
 
-# A section's fields that sweep a config field (each value makes its own stages), by section:
-# the section's field -> the config's.
-SWEEPS = {"finetune": {"epochs": "epochs", "train_sizes": "train_size"},
-          "pretrain": {"weight_decay": "weight_decay"},
-          "injection": {"contamination_form": "contamination_form",
-                        "decontaminate_with": "decontaminate_with"}}
+def _by_section(fact: str) -> dict[str, dict[str, Any]]:
+    """One fact each stage's section declares (`section`'s keyword of that name), by the
+    recipe's section name: the sections that declare none are left out."""
+    hints = typing.get_type_hints(Recipe)
+    return {name: dict(getattr(hints[name], fact)) for name in stage_sections()
+            if getattr(hints[name], fact)}
+
+
+# Where a study departs from a command's default, on purpose (every other default of a section
+# is the command's own); the fields left out of a stage's key while they hold their old values;
+# and a section's fields that sweep a config field (each value makes its own stages: the
+# section's field -> the config's). Each is declared beside its section, in the stage's module.
+STUDY_DEFAULTS = _by_section("study_defaults")
+KEY_NEUTRAL_DEFAULTS = _by_section("key_neutral")
+SWEEPS = _by_section("sweeps")

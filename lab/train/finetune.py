@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from lab.corpora import Sample, corpora_inputs, load_samples
 from lab.models import (MANIFEST, MODEL_FILES, WEIGHTS_SUBDIR, lab_cuts_itself,
                         load_weights, positions_of)
 from lab.train.artefacts import read_model
+from lab.recipe_sections import section
 from lab.tasks import Task, fine_tuning_records, get_task, train_subset
 from lab.tokenizer import fit_to_model
 from lab.train.common import (
@@ -96,6 +97,25 @@ class FinetuneConfig:
         if self.exclude_injected and not self.injected_corpora:
             raise LabError("--exclude-injected: name the corpora whose pairs are left out "
                            "(--injected-corpora)")
+
+
+# A study's `finetune` section: these fields of FinetuneConfig, and the grid of epochs and
+# training-set sizes (each value its own fine-tuning). Its key-neutral fields were added after
+# studies were made with the section: left out of a stage's key while they hold these values,
+# so an existing study folder keeps its stage keys and resumes.
+FinetuneSection = section("FinetuneSection", FinetuneConfig,
+                          ["lr", "batch_size", "select", "valid_size", "bf16", "decoder_layers",
+                           "decoder_init", "group_by_length"],
+                          own=[
+    ("epochs", list[int], field(default_factory=lambda: [0], metadata={
+        "expect": "int >= 0", "help": "Fine-tuning epochs of the grid; 0 = direct inference "
+                                      "(GPT-2 only)."})),
+    ("train_sizes", list[int | None], field(default_factory=lambda: [None], metadata={
+        "expect": "int >= 1 or null", "help": "Training-set sizes of the grid (null: the whole "
+                                              "train split)."})),
+], key_neutral={"bf16": False, "decoder_layers": 6, "decoder_init": "random",
+                "group_by_length": False, "valid_size": None},
+   sweeps={"epochs": "epochs", "train_sizes": "train_size"})
 
 
 SELECTIONS = ("last", "best")  # the checkpoint kept: the last, or the best on validation loss

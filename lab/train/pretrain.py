@@ -17,13 +17,14 @@ import math
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lab.common import (LabError, check_numbers, check_output, config_record, dumps_json, param,
                         share_tree, write_error, write_json_atomic)
 from lab.corpora.shards import verify_corpus
+from lab.recipe_sections import section
 from lab.train.common import (
     checkpoint_problem, checkpoints_newest_first, latest_checkpoint,
     make_guarded_trainer_class, quiet_training, TENSORBOARD_DIR,
@@ -131,6 +132,27 @@ class PretrainConfig:
             check_attention(self.attention)
         if self.loop is not None and self.loop not in LOOPS:
             raise LabError(f"--loop {self.loop}: choose from {', '.join(LOOPS)}")
+
+
+# A study's `pretrain` section: these fields of PretrainConfig, and the weight decay a study may
+# sweep as a forgetting axis. Models trained from scratch on a CPU-sized corpus learn little in
+# one epoch at 5e-4 (the study's defaults). Key-neutral: fields added after studies were made
+# with the section, left out of a stage's key while they hold these values, so an existing study
+# folder keeps its stage keys and resumes. cross_document_attention is always in the stage key
+# (not key-neutral): its default changed from cross-document to per-document attention, so
+# stages made before it get new keys.
+PretrainSection = section("PretrainSection", PretrainConfig,
+                          ["epochs", "lr", "batch_size", "block_size", "warmup_steps",
+                           "lr_scheduler", "bf16", "compile", "attention", "loop",
+                           "cross_document_attention"], own=[
+    ("weight_decay", list[float], field(default_factory=lambda: [0.01], metadata={
+        "scalar": True, "expect": "float >= 0",
+        "help": "AdamW weight decay; a list sweeps it like seeds (one model per value, arm and "
+                "seed), as a forgetting axis (recipes/timing.yaml)."})),
+], study_defaults={"epochs": 3.0, "lr": 1e-3},
+   key_neutral={"bf16": False, "compile": False, "attention": "mask", "loop": "trainer",
+                "weight_decay": 0.01},
+   sweeps={"weight_decay": "weight_decay"})
 
 
 def resolve_for_device(cfg: PretrainConfig, device: str,
