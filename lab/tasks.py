@@ -17,9 +17,9 @@ from lab.common import DataNotFound, LabError
 from lab.corpora import DATASETS, Sample, get_spec, load_samples
 from lab.corpora.base import Task
 
-__all__ = ["Task", "TASKS", "registered_tasks", "get_task", "task_for_benchmark", "of_task", "train_subset",
-           "fine_tuning_split", "has_validation_split", "fine_tuning_records", "check_sampling",
-           "Decoding"]
+__all__ = ["Task", "TASKS", "registered_tasks", "get_task", "task_for_benchmark", "of_task",
+           "train_subset", "fine_tuning_split", "has_validation_split", "has_train_split",
+           "fine_tuning_records", "check_sampling", "Decoding"]
 
 # Every registered benchmark's task, in lab.corpora.DATASETS's order (a -paper subset declares
 # none: it is fine-tuned as its base benchmark's task, task_for_benchmark).
