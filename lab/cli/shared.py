@@ -97,8 +97,8 @@ def _listed_item(text: str, kind: Any, name: str) -> Any:
 
 def _choices() -> dict[str, tuple[str, ...]]:
     """The values of the options whose values the lab's own tables name (shell completion)."""
-    from lab.contamination.settings import SETTINGS
     from lab.contamination.forms import FORMS
+    from lab.contamination.settings import SETTINGS
     from lab.corpora import DATASETS
     from lab.decontam import DECONTAMINATORS
     from lab.detect import DETECTORS
