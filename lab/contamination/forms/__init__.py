@@ -19,11 +19,5 @@ FORMS: dict[str, FormKind] = {form.name: form for form in (
     nl_reworded.FORM,
 )}
 
-__all__ = ["FORMS", "FormContext", "FormKind", "register"]
+__all__ = ["FORMS", "FormContext", "FormKind"]
 
-
-def register(form: FormKind) -> FormKind:
-    """Add a form to the registry at run time (a plugin's, or a test's); the registry line is
-    the usual way."""
-    FORMS[form.name] = form
-    return form
