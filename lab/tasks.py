@@ -1,5 +1,10 @@
 """The tasks lab models are fine-tuned and evaluated on, the samples a fine-tuning run trains
 on, and how outputs are decoded: what training, evaluation, baselines and model cards share.
+
+A task is declared by its benchmark's module (lab.corpora.codetrans's translation,
+lab.corpora.concode's generation: the DatasetSpec's `task`), so TASKS is read off the registered
+datasets and no code here names a benchmark; adding a task is one benchmark module plus its line
+in lab.corpora.DATASETS (docs/design.md, "A task").
 """
 from __future__ import annotations
 
@@ -10,22 +15,20 @@ from typing import Any
 
 from lab.common import DataNotFound, LabError
 from lab.corpora import DATASETS, Sample, get_spec, load_samples
+from lab.corpora.base import Task
+
+__all__ = ["Task", "TASKS", "registered_tasks", "get_task", "task_for_benchmark", "of_task",
+           "train_subset", "fine_tuning_split", "has_validation_split", "has_train_split",
+           "fine_tuning_records", "check_sampling", "Decoding"]
+
+# Every registered benchmark's task, in lab.corpora.DATASETS's order (a -paper subset declares
+# none: it is fine-tuned as its base benchmark's task, task_for_benchmark).
+def registered_tasks() -> dict[str, Task]:
+    """The tasks the registered benchmarks declare, by name."""
+    return {spec.task.name: spec.task for spec in DATASETS.values() if spec.task is not None}
 
 
-@dataclass(frozen=True)
-class Task:
-    name: str
-    benchmark: str
-    train_split: str
-    valid_split: str
-    test_split: str
-    target_language: str
-
-
-TASKS = {
-    "translation": Task("translation", "codetrans", "train", "valid", "test", "cs"),
-    "generation": Task("generation", "concode", "train", "dev", "test", "java"),
-}
+TASKS: dict[str, Task] = registered_tasks()
 
 
 def of_task(name: str | None, task: Task) -> bool:
@@ -63,25 +66,31 @@ def get_task(name: str) -> Task:
 
 
 def fine_tuning_split(task: Task, corpora_dir: Path | None) -> tuple[Any, dict[str, Any]]:
-    """The split a task fine-tunes on (loaded) and a note saying which; offline CONCODE has no
-    train split, so it trains on dev (and has no validation split)."""
+    """The split a task fine-tunes on (loaded) and a note saying which; a task with a fallback
+    train split (offline CONCODE has no train split) trains on it where its train split is
+    missing, and has no validation split then."""
     note: dict[str, Any] = {"train_split": task.train_split, "valid_split": task.valid_split}
     try:
         return load_samples(task.benchmark, task.train_split, corpora_dir, True), note
     except DataNotFound:
-        if task.benchmark != "concode":
+        if task.fallback_train_split is None:
             raise
-    note = {"train_split": task.valid_split, "valid_split": None,
-            "note": "CONCODE's train split is not available here: trained on dev.json, "
-                    "no validation split (--select best is unavailable)"}
-    return load_samples(task.benchmark, task.valid_split, corpora_dir, True), note
+    loaded = load_samples(task.benchmark, task.fallback_train_split, corpora_dir, True)
+    files = ", ".join(path.name for path in loaded.files) or task.fallback_train_split
+    note = {"train_split": task.fallback_train_split, "valid_split": None,
+            "note": f"{task.benchmark.upper()}'s train split is not available here: trained on "
+                    f"{files}, no validation split (--select best is unavailable)"}
+    return loaded, note
 
 
 def has_validation_split(task: Task, corpora_dir: Path | None) -> bool:
     """Whether fine-tuning on the task here has a validation split apart from its training
-    pairs (fine_tuning_split: not CONCODE without its train split)."""
-    if task.benchmark != "concode":
-        return True
+    pairs (fine_tuning_split: not a task whose train split is missing and falls back)."""
+    return task.fallback_train_split is None or has_train_split(task, corpora_dir)
+
+
+def has_train_split(task: Task, corpora_dir: Path | None) -> bool:
+    """Whether the task's train split can be found here (located, never read)."""
     try:
         get_spec(task.benchmark).locate(task.train_split, corpora_dir)
     except LabError:

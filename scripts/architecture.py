@@ -34,7 +34,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("data", ("lab.corpora", "lab.records", "lab.tasks", "lab.shards",
               "lab.contamination.settings")),
     # lab perturb's renamer (text in, text out) is also a soft-contamination form of injection
-    # (lab.contamination.soft): it sits with the injector, below the LLM arm that drives it.
+    # (lab.contamination.forms.renamed): it sits with the injector, below the LLM arm that
+    # drives it.
     # The decontaminators (text in, flags out) sit with the injector too: `lab inject
     # --decontaminate-with` runs one over the arm it builds.
     ("contamination", ("lab.contamination", "lab.llm.perturb", "lab.llm.table_i",

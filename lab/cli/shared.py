@@ -97,8 +97,8 @@ def _listed_item(text: str, kind: Any, name: str) -> Any:
 
 def _choices() -> dict[str, tuple[str, ...]]:
     """The values of the options whose values the lab's own tables name (shell completion)."""
+    from lab.contamination.forms import FORMS
     from lab.contamination.settings import SETTINGS
-    from lab.contamination.soft import FORM_NAMES
     from lab.corpora import DATASETS
     from lab.decontam import DECONTAMINATORS
     from lab.detect import DETECTORS
@@ -106,7 +106,7 @@ def _choices() -> dict[str, tuple[str, ...]]:
 
     return {"setting": tuple(SETTINGS), "model": MODELS, "preset": tuple(PRESETS),
             "benchmark": tuple(DATASETS), "detectors": tuple(DETECTORS),
-            "methods": tuple(DECONTAMINATORS), "contamination_form": FORM_NAMES}
+            "methods": tuple(DECONTAMINATORS), "contamination_form": tuple(FORMS)}
 
 
 def _completion(field: str, kind: Any) -> Callable[[str], list[str]] | None:

@@ -26,10 +26,14 @@ __all__ = [
     "dataset_table", "dataset_stats", "dataset_manifest", "verify_dataset",
 ]
 
-DATASETS: dict[str, DatasetSpec] = {
-    spec.name: spec
-    for spec in (csn.SPEC, codetrans.SPEC, concode.SPEC, codetrans.PAPER_SPEC, concode.PAPER_SPEC)
-}
+# The registry: one line per dataset (a benchmark's module also declares its task, lab.tasks).
+DATASETS: dict[str, DatasetSpec] = {spec.name: spec for spec in (
+    csn.SPEC,
+    codetrans.SPEC,
+    concode.SPEC,
+    codetrans.PAPER_SPEC,
+    concode.PAPER_SPEC,
+)}
 BENCHMARKS = tuple(name for name, spec in DATASETS.items() if spec.kind == "benchmark")
 
 

@@ -113,6 +113,32 @@ def read_json_lines(path: Path, fields: tuple[str, ...]) -> Iterator[tuple[str, 
 
 
 @dataclass(frozen=True)
+class Task:
+    """A fine-tuning task, declared by its benchmark's module (its DatasetSpec's `task`):
+    lab.tasks.TASKS is read off the registered datasets, so adding a task is its benchmark's
+    module plus its line in lab.corpora.DATASETS.
+
+    `fallback_train_split`: where the train split may be missing (offline CONCODE has none), the
+    split fine-tuning trains on instead, with no validation split (lab.tasks.fine_tuning_split);
+    None: the train split is required."""
+
+    name: str
+    benchmark: str
+    train_split: str
+    valid_split: str
+    test_split: str
+    target_language: str
+    fallback_train_split: str | None = None
+
+    def record(self) -> dict[str, str]:
+        """The task as a fine-tuned model's manifest states it: the six fields it has always
+        held (which split was trained on is the manifest's data note)."""
+        return {"name": self.name, "benchmark": self.benchmark, "train_split": self.train_split,
+                "valid_split": self.valid_split, "test_split": self.test_split,
+                "target_language": self.target_language}
+
+
+@dataclass(frozen=True)
 class DatasetSpec:
     """What the lab knows of one dataset: its splits, local layouts, hub id and sides."""
 
@@ -130,6 +156,7 @@ class DatasetSpec:
     input_language: str = "java"
     output_language: str = ""
     split_aliases: tuple[tuple[str, str], ...] = ()
+    task: Task | None = None  # the fine-tuning task a benchmark is the data of (lab.tasks)
 
     def canonical_split(self, split: str) -> str:
         aliases = dict(self.split_aliases)

@@ -7,7 +7,7 @@ from typing import Iterator
 
 from lab.common import LabError
 from lab.common import read_text_lines
-from lab.corpora.base import DatasetSpec, one_file_per_split, read_json_lines
+from lab.corpora.base import DatasetSpec, Task, one_file_per_split, read_json_lines
 
 NAME = "codetrans"
 
@@ -54,6 +54,7 @@ SPEC = DatasetSpec(
     input_language="java",
     output_language="cs",
     split_aliases=(("dev", "valid"), ("validation", "valid")),
+    task=Task("translation", NAME, "train", "valid", "test", "cs"),
 )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator
 
-from lab.corpora.base import DatasetSpec, one_file_per_split, read_json_lines
+from lab.corpora.base import DatasetSpec, Task, one_file_per_split, read_json_lines
 
 NAME = "concode"
 
@@ -32,6 +32,8 @@ SPEC = DatasetSpec(
     input_language="nl",
     output_language="java",
     split_aliases=(("valid", "dev"), ("validation", "dev")),
+    # Offline CONCODE has no train split (the shared copy holds dev and test): train on dev.
+    task=Task("generation", NAME, "train", "dev", "test", "java", fallback_train_split="dev"),
 )
 
 

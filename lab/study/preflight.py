@@ -117,7 +117,8 @@ def check_selection(pending: list[Any], corpora_dir: Path | None) -> list[str]:
         if not has_validation_split(get_task(task), corpora_dir):
             return [f"finetune.select: best needs a validation split apart from the training "
                     f"pairs, and {get_task(task).benchmark} here has none (its train split is "
-                    "missing, so it fine-tunes on its dev split): use last, or add the train "
+                    f"missing, so it fine-tunes on its {get_task(task).fallback_train_split} "
+                    "split): use last, or add the train "
                     "split to the corpora"]
     return []
 
@@ -222,7 +223,7 @@ def required_splits(pending: list[Any]) -> dict[tuple[str, str], list[str]]:
             need(inject.benchmark, inject.split, "detect")
         elif stage.kind == "finetune":
             task = get_task(cfg.task)
-            if task.benchmark != "concode":
+            if task.fallback_train_split is None:  # else it trains on the fallback if need be
                 need(task.benchmark, task.train_split, "finetune")
             need(task.benchmark, task.valid_split, "finetune")
         elif stage.kind == "evaluate":

@@ -381,15 +381,12 @@ def fine_tuned_splits(recipe: Recipe) -> tuple[str, ...]:
     """The benchmark splits (canonical names of the recipe's benchmark) whose pairs any model of
     the study fine-tunes on or selects its checkpoint with (lab.tasks.fine_tuning_split)."""
     from lab.corpora import get_spec
-    from lab.tasks import get_task, task_for_benchmark
+    from lab.tasks import get_task, has_train_split, task_for_benchmark
 
     task = get_task(task_for_benchmark(recipe.benchmark))
     used = [task.train_split]
-    if task.benchmark == "concode":
-        try:
-            get_spec(task.benchmark).locate(task.train_split, None)
-        except LabError:  # offline CONCODE fine-tunes on dev (lab.tasks.fine_tuning_split)
-            used.append(task.valid_split)
+    if task.fallback_train_split is not None and not has_train_split(task, None):
+        used.append(task.fallback_train_split)  # offline CONCODE fine-tunes on dev
     if any(for_model(recipe, model).finetune.select == "best" for model in recipe.models):
         used.append(task.valid_split)
     spec, named = get_spec(recipe.benchmark), []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -427,7 +427,7 @@ def _finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         manifest = {
             "kind": "lab-finetuned",
             "config": config_record(cfg),
-            "task": asdict(task),
+            "task": task.record(),
             "family": family,
             "architecture": "causal-lm" if family == "gpt2" else "encoder-decoder",
             "data": data_note,
