@@ -547,15 +547,15 @@ def check_seed_diversity(manifests: list[dict[str, Any]]) -> None:
     """Refuse repetitions whose seeds collapsed: runs with different seeds must differ in both
     initial weights and data order (a seed silently ignored, as under some DeepSpeed setups,
     turns five repetitions into one)."""
-    for field in ("init_weights_sha256", "first_batch_sha256"):
+    for name in ("init_weights_sha256", "first_batch_sha256"):
         seen: dict[str, int] = {}
         for manifest in manifests:
-            value, seed = manifest.get(field), manifest.get("seed")
+            value, seed = manifest.get(name), manifest.get("seed")
             if value is None:
-                raise LabError(f"pre-training manifest of seed {seed}: field '{field}' missing")
+                raise LabError(f"pre-training manifest of seed {seed}: field '{name}' missing")
             if value in seen and seen[value] != seed:
                 raise LabError(
-                    f"seeds {seen[value]} and {seed} collapsed: identical {field.replace('_sha256', '')} "
+                    f"seeds {seen[value]} and {seed} collapsed: identical {name.replace('_sha256', '')} "
                     "(the seed did not reach the model or the data order)"
                 )
             seen[value] = seed
