@@ -25,6 +25,11 @@ if [ -n "$extras" ]; then
   # ops compiled ahead of time (DS_BUILD_OPS=0; the few it needs are compiled on first use).
   pip install "setuptools>=68"
   DS_BUILD_OPS=0 pip install --no-build-isolation "deepspeed>=0.14"
+  # lm-evaluation-harness's decontamination code, which tests/test_decontam_sources.py runs
+  # beside the lab's n-gram methods (docs/decontam.md, "Faithful to which source"): installed
+  # without its dependencies (datasets, evaluate, peft, sacrebleu, an unpinned torch, ...); the
+  # one module used, lm_eval.decontamination.janitor, needs the standard library alone.
+  pip install --no-deps "lm_eval==0.4.13"
   # The HTML report's browser test drives Debian's Chromium (Selenium, chromium-driver); on a
   # machine where apt-get cannot run as root, that test is skipped with its reason.
   if ! command -v chromium > /dev/null || ! command -v chromedriver > /dev/null; then
