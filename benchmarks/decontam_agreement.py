@@ -206,20 +206,37 @@ def compare_janitor_cpp(janitor: ModuleType, util: ModuleType, texts: Sequence[s
         lab = ngram.janitor_removes(text, ours)
         every = util.clean_ngram_with_indices(text, cleaner.delete_chars, N)
         dirty = [part for part in every if part[0] in cleaner.dirt_ngrams]
+        # An ASCII text's C++ words are the Python path's unless one is over 11 characters
+        # long (the cap): a disagreement is put under the cap only where such a word exists.
+        capped = any(len(w) > 11 for w in ngram.words(text))
         reason = (BYTE_OFFSETS if not text.isascii() else
                   SHORT_TEXT if not dirty and len(text) < cleaner.minimum_slice_length else
-                  WORD_CAP)
+                  WORD_CAP if capped else OTHER)
         shipped.add(lab, cleaner.clean_cpp(text) == [],
                     NO_FILTER if len(every) > len(dirty) else reason, sample)
         filtered.add(lab, cleaner._split_chunks(text, dirty) == [], reason, sample)
-        matched.add(any_flag, bool(dirty), BYTE_OFFSETS if not text.isascii() else WORD_CAP,
-                    sample)
+        matched.add(any_flag, bool(dirty), BYTE_OFFSETS if not text.isascii() else
+                    WORD_CAP if capped else OTHER, sample)
     return shipped, filtered, matched
 
 
 def word_cap(util: ModuleType) -> list[str]:
-    """What the C++ path makes of one 26-letter word: its pieces."""
-    return util.clean_ngram("abcdefghijklmnopqrstuvwxyz", "", 1)
+    """What the C++ path makes of one 26-letter word (a space after it): its pieces."""
+    return util.clean_ngram("abcdefghijklmnopqrstuvwxyz ", "", 1)
+
+
+def last_word(util: ModuleType) -> tuple[list[str], list[str]]:
+    """The C++ path's 1-grams of `a b c` and of `a b c ` (a text's last word is emitted only
+    when whitespace follows it)."""
+    return util.clean_ngram("a b c", "", 1), util.clean_ngram("a b c ", "", 1)
+
+
+def byte_offsets(janitor: ModuleType, util: ModuleType) -> tuple[list, list]:
+    """The span of the 1-gram `a` in a text that starts with two non-ASCII characters, by the
+    C++ path and by the Python path (character offsets)."""
+    text = "\u00e9\u00e9 a b "
+    return ([(s, e) for gram, s, e in util.clean_ngram_with_indices(text, "", 1) if gram == "a"],
+            [span for gram, span in janitor.word_ngrams_indices(text, 1) if gram == "a"])
 
 
 # --- datatrove ----------------------------------------------------------------------------------
@@ -341,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.janitor_cpp:
             util = compile_janitor_cpp(args.janitor_cpp, Path(work))
             rows += compare_janitor_cpp(janitor, util, texts, reference, samples)
-            cap = word_cap(util)
+            cap, offsets, last = word_cap(util), byte_offsets(janitor, util), last_word(util)
         rows += [compare_datatrove(texts, reference, samples),
                  compare_minhash(texts, reference, samples)]
     injected = len({s for s in samples if s})
@@ -354,7 +371,9 @@ def main(argv: Sequence[str] | None = None) -> None:
               f"sides, {injected} samples injected); n = {N} throughout.\n", table(rows, injected)]
     if cap is not None:
         report.append(f"\nlm-eval's C++ path splits the 26-letter word `abcdefghijklmnopqrstuvwxyz`"
-                      f" into {cap}.")
+                      f" into {cap}. In `\u00e9\u00e9 a b ` it puts the word `a` at {offsets[0]} "
+                      f"(UTF-8 bytes), its Python path at {offsets[1]} (characters). Its 1-grams "
+                      f"of `a b c` are {last[0]}, of `a b c ` (a space after) {last[1]}.")
     report.append("\ndatatrove at its defaults, here: " + "; ".join(
         f"{name}: `{error}`" for name, error in datatrove_defaults_fail().items()) + ".")
     text = "\n".join(report) + "\n"

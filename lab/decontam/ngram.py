@@ -23,7 +23,12 @@ Departure: the Janitor's Python path normalises each n-gram of the raw text afte
 it on whitespace, so a word of punctuation alone leaves an empty word (a double space) in the
 document's n-gram, unlike the contaminant's; here both sides are normalised word by word and
 empty words are dropped before n-grams are formed, the document keeping each word's character
-offsets for the janitor rule.
+offsets for the janitor rule (on code, lm-eval's Python path matches almost nothing for this
+reason). Not applied either: `Janitor.clean` returns nothing for any clean text under 200
+characters (a length filter). What follows lm-eval exactly (the normalisation and n-grams of
+its register side; its cut, `_split_chunks`) is checked against lm-eval 0.4.13's own code, and
+each departure counted, in tests/test_decontam_sources.py (docs/decontam.md, "Faithful to which
+source, and where not").
 """
 from __future__ import annotations
 
