@@ -108,8 +108,11 @@ def load_janitor() -> ModuleType:
 
 def compile_janitor_cpp(source: Path, folder: Path) -> ModuleType:
     """lm-eval's `janitor_util` built from its own source, as its README says to build it."""
-    import pybind11
-
+    try:
+        import pybind11
+    except ImportError:
+        raise SystemExit("--janitor-cpp: needs pybind11 (pip install pybind11), as lm-eval's "
+                         "scripts/clean_training_data/README.md says") from None
     target = folder / f"janitor_util{sysconfig.get_config_var('EXT_SUFFIX')}"
     subprocess.run(["c++", "-O3", "-Wall", "-shared", "-std=c++11", "-fPIC",
                     f"-I{pybind11.get_include()}", f"-I{sysconfig.get_paths()['include']}",
@@ -364,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     injected = len({s for s in samples if s})
     arm = " ".join(f"--{k.replace('_', '-')} {','.join(map(str, v)) if isinstance(v, tuple) else v}"
                    for k, v in ARM.items())
-    report = [f"# Decontaminators beside their sources\n",
+    report = ["# Decontaminators beside their sources\n",
               f"`python benchmarks/decontam_agreement.py"
               f"{' --janitor-cpp PATH/janitor_util.cpp' if cap else ''}`: the arm of "
               f"`lab inject {arm}` ({len(texts)} documents, {len(reference.sides())} sample "
