@@ -106,9 +106,10 @@ def decontaminate_arm(cfg: InjectConfig, plan: InjectionPlan, kept: list[Documen
                       ) -> tuple[list[Document], list[dict[str, Any]], list[Document],
                                  dict[str, Any]]:
     """`--decontaminate-with METHOD` on a built arm (its kept base documents and its injected
-    ones as written, `injected`: embedded's inside their hosts): the method (lab.decontam, default options) flags documents against the arm's
-    benchmark samples (the --samples subset, as `lab decontam` reads them); every flagged one
-    goes, injected copy or base document, and as many base documents from `outside` the arm
+    ones as written, `injected`: embedded's inside their hosts): the method (lab.decontam,
+    default options) flags documents against the arm's benchmark samples (the --samples
+    subset, as `lab decontam` reads them); every flagged one goes, injected copy or base
+    document, and as many base documents from `outside` the arm
     (the base corpus's documents the --limit subset or the injection's removals left out, in
     the seeded order of random.Random(seed/refill) over the whole base corpus, skipping those
     the method flags) take their places. Returns the kept base documents, the surviving

@@ -35,9 +35,10 @@ not count):
 
 The block is indented like the line holding the boundary's `}` or `;` (at the start: like the
 host's first line; at the end of a type's body: one level deeper than its `}`) and set off from
-the host's code before it by a blank line; the host's characters are kept as they are. The manifest's `embedding` lists per injected
-document its host (document id: split and line of the base corpus) and the block's character
-offsets in the written text (`start`, `end`), so a decontaminator's matched span can be checked.
+the host's code before it by a blank line; the host's characters are kept as they are. The
+manifest's `embedding` lists per injected document its host (document id: split and line of
+the base corpus) and the block's character offsets in the written text (`start`, `end`), so a
+decontaminator's matched span can be checked.
 
 Paired and unpaired here: the setting still decides the documents. Paired embeds
 `input <SEP> output` as one block in one host; unpaired (like input-only and output-only)
