@@ -52,7 +52,7 @@ def test_boundaries_are_between_members_else_around_a_method_else_the_end():
         assert before.count("{") - before.count("}") == 1, text
     assert [rule for _, rule in [member_boundaries(METHOD)]] == ["top-level"]
     assert [at for at, _ in member_boundaries(METHOD)[0]] == [0, len(METHOD)]
-    assert member_boundaries("void broken( {") == ([(15, "")], "end")
+    assert member_boundaries("void broken( {") == ([(14, "")], "end")
 
 
 def test_a_one_line_side_is_laid_out_over_lines_with_its_code_tokens():
