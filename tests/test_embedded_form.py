@@ -107,11 +107,13 @@ def arm(tmp_path: Path, name: str, **overrides):
 def test_an_embedded_arm_holds_each_document_inside_its_host(tmp_path, corpus_format):
     more = {"corpus_format": corpus_format, "shard_size": 80} if corpus_format == 2 else {}
     manifest = arm(tmp_path, "embedded", contamination_form="embedded", **more)
-    control = arm(tmp_path, "control", setting="control", **more)
     verbatim = arm(tmp_path, "verbatim", **more)
     verify_corpus(tmp_path / "embedded")
     records = list(read_corpus(tmp_path / "embedded"))
-    assert len(records) == control["counts"]["final_documents"] == 200
+    if corpus_format == 1:  # the control: the base's 200 documents (format 2 keeps it cheap)
+        control = arm(tmp_path, "control", setting="control")
+        assert len(records) == control["counts"]["final_documents"]
+    assert len(records) == 200
     assert manifest["removed_base_ids"] == verbatim["removed_base_ids"]  # the same removals
     base_ids = {r["id"] for r in records if not r["sample"]}
     hosts = {e["id"]: e for e in manifest["embedding"]["documents"]}
@@ -132,9 +134,10 @@ def test_an_embedded_arm_holds_each_document_inside_its_host(tmp_path, corpus_fo
         assert record["form"] == "embedded"
     code = [r for r in injected if r["side"] == "output"]
     assert all("\n" in r["text"][hosts[r["id"]]["start"]:hosts[r["id"]]["end"]] for r in code)
-    again = arm(tmp_path, "again", contamination_form="embedded", **more)
-    assert again["corpus_sha256"] == manifest["corpus_sha256"]
-    assert again["embedding"] == manifest["embedding"]
+    if corpus_format == 1:
+        again = arm(tmp_path, "again", contamination_form="embedded")
+        assert again["corpus_sha256"] == manifest["corpus_sha256"]
+        assert again["embedding"] == manifest["embedding"]
 
 
 @needs_corpora
