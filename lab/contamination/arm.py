@@ -84,6 +84,9 @@ class Built:
     injected: list[dict[str, Any]] | None = None
     decontamination: dict[str, Any] | None = None
     intended_total_chars: int | None = None  # the arm's characters before it
+    # embedded: per injected document, its host and the block's offsets (the manifest's
+    # `embedding`); None for every other form.
+    embedding: list[dict[str, Any]] | None = None
 
 
 def too_few_documents(cfg: Any, injected: int, available: int) -> LabError:

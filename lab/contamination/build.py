@@ -54,7 +54,11 @@ def build_in_memory(cfg: InjectConfig, plan: InjectionPlan, tmp: Path) -> Built:
     removed = set(order[: len(plan.injected)])
     extra = soft.base_fields(cfg.contamination_form)
     kept = [d for i, d in enumerate(base) if i not in removed]
-    injected, refill, decontamination = plan.injected, [], None
+    # embedded: each injected document written inside one of the removed base documents
+    injected, embedding = soft.placed_documents(
+        plan.form, plan.injected, lambda: [(base[i].id, base[i].text) for i in removed],
+        cfg.seed)
+    refill, decontamination = [], None
     intended_chars = (sum(len(d.text) for d in kept) + sum(len(r["text"]) for r in injected))
     if cfg.decontaminate_with is not None:
         # The refill's candidates in one seeded order of the whole base corpus, so that arms
@@ -65,7 +69,11 @@ def build_in_memory(cfg: InjectConfig, plan: InjectionPlan, tmp: Path) -> Built:
         random.Random(f"{cfg.seed}/refill").shuffle(rank)
         outside = [everything[j] for j in rank
                    if everything[j].id not in in_arm and everything[j].id not in dirty]
-        kept, injected, refill, decontamination = decontaminate_arm(cfg, plan, kept, outside)
+        kept, injected, refill, decontamination = decontaminate_arm(cfg, plan, kept, outside,
+                                                                    injected)
+        if embedding is not None:  # the placements of the documents left in the arm
+            left = {r["id"] for r in injected}
+            embedding = [e for e in embedding if e["id"] in left]
     final: list[dict[str, Any]] = [
         {"id": d.id, "text": d.text, **extra} for d in kept + refill] + injected
     random.Random(f"{cfg.seed}/order").shuffle(final)
@@ -81,9 +89,11 @@ def build_in_memory(cfg: InjectConfig, plan: InjectionPlan, tmp: Path) -> Built:
     return Built([part.provenance() for part in base_parts], base_total, after_limit,
                  decontaminated, len(base), sorted(base[i].id for i in removed), shards,
                  len(final), sum(len(r["text"]) for r in final), tally,
-                 injected=injected if decontamination is not None else None,
+                 injected=(injected if decontamination is not None or embedding is not None
+                           else None),
                  decontamination=decontamination,
-                 intended_total_chars=intended_chars if decontamination is not None else None)
+                 intended_total_chars=intended_chars if decontamination is not None else None,
+                 embedding=embedding)
 
 
 # How many refill candidates a decontaminated arm flags at a time (the methods judge each
@@ -92,13 +102,14 @@ REFILL_CHUNK = 2_000
 
 
 def decontaminate_arm(cfg: InjectConfig, plan: InjectionPlan, kept: list[Document],
-                      outside: list[Document]
+                      outside: list[Document], injected: list[dict[str, Any]]
                       ) -> tuple[list[Document], list[dict[str, Any]], list[Document],
                                  dict[str, Any]]:
     """`--decontaminate-with METHOD` on a built arm (its kept base documents and its injected
-    ones): the method (lab.decontam, default options) flags documents against the arm's
-    benchmark samples (the --samples subset, as `lab decontam` reads them); every flagged one
-    goes, injected copy or base document, and as many base documents from `outside` the arm
+    ones as written, `injected`: embedded's inside their hosts): the method (lab.decontam,
+    default options) flags documents against the arm's benchmark samples (the --samples
+    subset, as `lab decontam` reads them); every flagged one goes, injected copy or base
+    document, and as many base documents from `outside` the arm
     (the base corpus's documents the --limit subset or the injection's removals left out, in
     the seeded order of random.Random(seed/refill) over the whole base corpus, skipping those
     the method flags) take their places. Returns the kept base documents, the surviving
@@ -113,12 +124,12 @@ def decontaminate_arm(cfg: InjectConfig, plan: InjectionPlan, kept: list[Documen
     options = Options()
     spec = plan.spec
     reference = Reference(plan.samples, spec.input_language, spec.output_language)
-    flags = method.flag([d.text for d in kept] + [r["text"] for r in plan.injected], reference,
+    flags = method.flag([d.text for d in kept] + [r["text"] for r in injected], reference,
                         options)
     base_flags, injected_flags = flags[:len(kept)], flags[len(kept):]
     flagged_base = sorted(d.id for d, f in zip(kept, base_flags) if f)
     clean_base = [d for d, f in zip(kept, base_flags) if not f]
-    surviving = [r for r, f in zip(plan.injected, injected_flags) if not f]
+    surviving = [r for r, f in zip(injected, injected_flags) if not f]
     needed = len(flagged_base) + sum(injected_flags)
     refill: list[Document] = []
     checked = skipped = 0

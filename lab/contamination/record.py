@@ -20,6 +20,7 @@ from lab.contamination import soft
 from lab.contamination import timing as timing_table
 from lab.contamination.arm import Built
 from lab.contamination.config import FORMATS, PLACEBO_SHARE_TOLERANCE, InjectConfig
+from lab.contamination.forms.embedded import BOUNDARY_RULE
 from lab.contamination.overlap import CODE_LANGUAGES
 from lab.contamination.placebo import PlaceboPool, form_length
 from lab.contamination.plan import InjectionPlan
@@ -57,7 +58,9 @@ def corpus_manifest(cfg: InjectConfig, plan: InjectionPlan, built: Built, guards
         gone = set(decontamination["removed_injected_ids"])
         chosen = [i for i in chosen if samples[i].id not in gone]
         sources = [s for s in sources if s.id not in gone]
-    injected_chars = sum(len(r["text"]) for r in injected)
+    # The injected characters are the samples' (embedded: the blocks, not their hosts).
+    injected_chars = (sum(e["end"] - e["start"] for e in built.embedding)
+                      if built.embedding is not None else sum(len(r["text"]) for r in injected))
     manifest: dict[str, Any] = {
         "kind": "lab-corpus",
         "corpus_format": cfg.corpus_format,
@@ -110,6 +113,8 @@ def corpus_manifest(cfg: InjectConfig, plan: InjectionPlan, built: Built, guards
         **({"contamination_form": form_record(plan.setting, plan.sources)}
            if isinstance(plan.setting, soft.FormedSetting) else {}),
         **({"decontamination": decontamination} if decontamination is not None else {}),
+        **({"embedding": embedding_record(built.embedding)}
+           if built.embedding is not None else {}),
         "pre_existing_verbatim": pre_existing,
         "guards": guards,
         "inputs": {
@@ -146,6 +151,13 @@ def form_record(setting: soft.FormedSetting, sources: list[Sample]) -> dict[str,
             unchanged.append({"id": sample.id, "reason": reason})
     return {**setting.contamination.record(), "seed": setting.seed,
             "altered_samples": len(sources) - len(unchanged), "unchanged": unchanged}
+
+
+def embedding_record(embedding: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where an embedded arm's documents went: per injected document its host (a base document
+    the arm removes) and the block's character offsets in the written text."""
+    return {"rule": BOUNDARY_RULE, "offsets": "characters of the written text, [start, end)",
+            "documents": embedding}
 
 
 def dose_record(cfg: InjectConfig, plan: InjectionPlan, injected: list[dict[str, Any]]

@@ -6,7 +6,8 @@ documents (lab.contamination.settings); the contamination form says what those s
 Each form is one module of lab.contamination.forms with one line in its registry (FORMS):
 verbatim (the default: the sample as the benchmark holds it; no other code runs, so a verbatim
 arm is byte for byte the arm made before forms existed), renamed, reformatted, partial[:F],
-cross-language and nl-reworded, each described in its module. This module holds what every
+cross-language, nl-reworded and embedded, each described in its module (embedded's documents
+are written into their hosts by the builders: `placed_documents`). This module holds what every
 form shares, read off the registry: the names and help of the option, parsing and checking a
 form, the manifest's record of it, and the entry point that dispatches to a form's
 transformation.
@@ -25,7 +26,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 from lab.common import LabError
 from lab.contamination.forms import FORMS
@@ -40,7 +41,7 @@ from lab.contamination.settings import Setting
 __all__ = ["VERBATIM", "FORM_NAMES", "FORM_HELP", "DEFAULT_FRACTION", "MIN_FRACTION", "CODE",
            "RENAME_TOLERANCE", "CONCODE_CONTEXT", "ContaminationForm", "recorded_form",
            "parse_form", "base_fields", "check_form", "FormedSetting", "length_documents",
-           "formed_documents", "renamed", "reformatted", "reworded"]
+           "formed_documents", "placed_documents", "renamed", "reformatted", "reworded"]
 
 # The registered forms' names and the option's help, in the registry's order.
 FORM_NAMES = tuple(FORMS)
@@ -158,6 +159,19 @@ def length_documents(setting: Setting, sample: Any) -> list[tuple[str, str]]:
     if isinstance(setting, FormedSetting):
         return setting.length_documents(sample)
     return setting.documents(sample)
+
+
+def placed_documents(form: ContaminationForm, injected: list[dict[str, Any]],
+                     removed: Callable[[], list[tuple[str, str]]], seed: int
+                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """The injected documents as the arm writes them, once its removals are known: a form that
+    places them inside base documents (FormKind.place: embedded) gets the removed documents'
+    (id, text) from `removed` (asked only then) and returns them placed with its record of
+    where; any other form's are the plan's, with no record."""
+    place = FORMS[form.name].place
+    if place is None:
+        return injected, None
+    return place(injected, removed(), seed)
 
 
 @lru_cache(maxsize=1 << 16)

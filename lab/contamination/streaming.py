@@ -310,7 +310,10 @@ def build_streaming(cfg: Any, plan: Any, tmp: Path) -> Any:
     if k > arm_documents:
         raise too_few_documents(cfg, k, arm_documents)
     removed = sorted(doc_id for _key, doc_id in smallest)
-    tally = ArmTally.for_plan(plan.samples, plan.injected)
+    # embedded: each injected document written inside one of the removed base documents
+    injected, embedding = soft.placed_documents(
+        plan.form, plan.injected, lambda: _removed_texts(cfg, units, removed, work), cfg.seed)
+    tally = ArmTally.for_plan(plan.samples, injected)
     arm_plan.update({
         "removed": removed, "buckets": max(1, math.ceil(arm_documents / cfg.shard_size)),
         "test_keys": sorted(key.hex() for key in tally.test_keys),
@@ -322,7 +325,7 @@ def build_streaming(cfg: Any, plan: Any, tmp: Path) -> Any:
         tally.merge(scattered["tally"])
     handles: dict[int, Any] = {}
     try:
-        for record in plan.injected:
+        for record in injected:
             _write_keyed(handles, work, len(units), seeded_key(cfg.seed, "order", record["id"]),
                          record, arm_plan["buckets"])
     finally:
@@ -341,7 +344,27 @@ def build_streaming(cfg: Any, plan: Any, tmp: Path) -> Any:
         loaded = Loaded(cfg.base, split, mine[0]["where"], [Path(u["path"]) for u in mine])
         provenance.append({**loaded.provenance(), "records": sum(u["documents"] for u in mine)})
     return Built(provenance, base_total, after_limit, dirty, arm_documents, removed, shards,
-                 sum(g["documents"] for g in gathered), sum(g["chars"] for g in gathered), tally)
+                 sum(g["documents"] for g in gathered), sum(g["chars"] for g in gathered), tally,
+                 injected=injected if embedding is not None else None, embedding=embedding)
+
+
+def removed_unit(unit: dict[str, Any]) -> dict[str, Any]:
+    """The (id, text) of one unit's documents the arm removes (an embedded arm's hosts)."""
+    removed = set(_plan_file(unit["plan"])["removed"])
+    return {"documents": [[doc_id, text] for doc_id, text in iter_unit(unit)
+                          if doc_id in removed]}
+
+
+def _removed_texts(cfg: Any, units: list[dict[str, Any]], removed: list[str], work: Path
+                   ) -> list[tuple[str, str]]:
+    """The removed documents' texts, one more pass over the units (held: one per injected
+    document, as the injected documents are)."""
+    path = work / "plan-removed.json"  # a plan file is never rewritten: workers cache it
+    path.write_bytes(orjson.dumps({"removed": removed}))
+    found = [tuple(pair) for part in iter_step(cfg, "hosts", removed_unit,
+                                               [{**u, "plan": str(path)} for u in units], work)
+             for pair in part["documents"]]
+    return sorted(found)
 
 
 def _limit_threshold(cfg: Any, units: list[dict[str, Any]], totals: list[int],

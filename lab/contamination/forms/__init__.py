@@ -6,8 +6,8 @@ transformations from this table.
 """
 from __future__ import annotations
 
-from lab.contamination.forms import (cross_language, nl_reworded, partial, reformatted, renamed,
-                                     verbatim)
+from lab.contamination.forms import (cross_language, embedded, nl_reworded, partial, reformatted,
+                                     renamed, verbatim)
 from lab.contamination.forms.base import FormContext, FormKind
 
 FORMS: dict[str, FormKind] = {form.name: form for form in (
@@ -17,6 +17,7 @@ FORMS: dict[str, FormKind] = {form.name: form for form in (
     partial.FORM,
     cross_language.FORM,
     nl_reworded.FORM,
+    embedded.FORM,
 )}
 
 __all__ = ["FORMS", "FormContext", "FormKind"]

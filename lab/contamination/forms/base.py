@@ -75,6 +75,11 @@ class FormKind:
     # Whether a length-matched placebo is measured on the formed documents (the form changes
     # what is measured) rather than the verbatim ones (lab.contamination.soft.length_documents).
     measured_formed: bool = False
+    # (the plan's injected documents, the (id, text) of the base documents the arm removes,
+    # seed) -> the documents as written and the manifest's record of where each went: a form
+    # that writes its documents inside base documents (embedded); None for every other form.
+    place: Callable[[list[dict[str, Any]], list[tuple[str, str]], int],
+                    tuple[list[dict[str, Any]], list[dict[str, Any]]]] | None = None
 
 
 def refuse(name: str, why: str) -> LabError:

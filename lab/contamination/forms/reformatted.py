@@ -30,6 +30,26 @@ def reformatted(text: str, rng: random.Random) -> tuple[str, str | None]:
     own_line_brace = rng.random() < 0.5
     blank_rate = rng.choice((0.0, 0.15, 0.3))
     comment = rng.choice(_ADDED_COMMENTS)
+    lines = token_lines(tokens, own_line_brace)
+    rendered = [indent_unit * d + join_line(toks) for d, toks in lines]
+    at = rng.randrange(len(lines))  # the added comment goes above this line
+    rendered.insert(at, indent_unit * (lines[at][0] + (lines[at][1][0] == "}")) + comment)
+    out = []
+    for line in rendered:
+        out.append(line)
+        if line.endswith(";") and rng.random() < blank_rate:
+            out.append("")
+    result = "\n".join(out).rstrip("\n")
+    if code_tokens(result) != code_tokens(text):
+        return text, "re-laid out tokens would lex differently"
+    return result, None
+
+
+def token_lines(tokens: list[str], own_line_brace: bool) -> list[tuple[int, list[str]]]:
+    """Code tokens broken into source lines, each with its brace depth: a line ends after `{`,
+    after a `;` outside parentheses and after a `}` that no else/catch/finally/while or
+    separator follows; `}` starts its own line, and so does `{` where own_line_brace (the
+    embedded form lays one-line code out with it too, lab.contamination.forms.embedded)."""
     lines: list[tuple[int, list[str]]] = []  # (depth, tokens)
     current: list[str] = []
     depth = paren = line_depth = 0
@@ -52,21 +72,10 @@ def reformatted(text: str, rng: random.Random) -> tuple[str, str | None]:
             current = []
     if current:
         lines.append((line_depth, current))
-    rendered = [indent_unit * d + _join(toks) for d, toks in lines]
-    at = rng.randrange(len(lines))  # the added comment goes above this line
-    rendered.insert(at, indent_unit * (lines[at][0] + (lines[at][1][0] == "}")) + comment)
-    out = []
-    for line in rendered:
-        out.append(line)
-        if line.endswith(";") and rng.random() < blank_rate:
-            out.append("")
-    result = "\n".join(out).rstrip("\n")
-    if code_tokens(result) != code_tokens(text):
-        return text, "re-laid out tokens would lex differently"
-    return result, None
+    return lines
 
 
-def _join(body: list[str]) -> str:
+def join_line(body: list[str]) -> str:
     """One line's tokens: spaces between them except around brackets, dots and separators."""
     text = ""
     for k, tok in enumerate(body):
