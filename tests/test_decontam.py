@@ -174,8 +174,8 @@ REFERENCE = Reference([Sample("bench:test:0", "test", 0, JAVA, "")], "java", "cs
     # single tokens: its Jaccard is 0.68 (keywords and punctuation are kept)
     ("minhash", Options(shingle=1, jaccard=0.5), [True, True, True, False]),
     # code-token fingerprints: names kept miss the renamed copy, names abstracted find it
-    ("winnow", Options(winnow_names="keep"), [True, True, False, False]),
-    ("winnow", Options(), [True, True, True, False]),
+    ("winnow", Options(), [True, True, False, False]),
+    ("winnow", Options(winnow_names="abstract"), [True, True, True, False]),
 ])
 def test_a_renamed_copy(method, options, flags):
     """Measured: every method finds the verbatim and the re-laid-out copy and none the
@@ -200,7 +200,8 @@ def test_winnow_finds_a_renamed_relaid_function_inside_a_longer_file():
     embedded = f"{host}{before}\n\n{relaid}\n\n{after}\n}}\n"
     unrelated = f"{host}{before}\n\n{OTHER}\n\n{after}\n}}\n"
     assert len(embedded) > 8 * len(JAVA)
-    assert DECONTAMINATORS["winnow"].flag([embedded, unrelated], REFERENCE, Options()) == [
+    abstract = Options(winnow_names="abstract")
+    assert DECONTAMINATORS["winnow"].flag([embedded, unrelated], REFERENCE, abstract) == [
         True, False]
     assert DECONTAMINATORS["minhash"].flag([embedded], REFERENCE, Options()) == [False]
 

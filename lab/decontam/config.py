@@ -48,7 +48,7 @@ class DecontamConfig:
     winnow_k: int = param(10, "winnow: code tokens per k-gram.")
     winnow_w: int = param(4, "winnow: k-gram hashes per window (the minimum of each is a "
                              "fingerprint).")
-    winnow_names: str = param("abstract", "winnow: keep (identifiers as written) or abstract "
+    winnow_names: str = param("keep", "winnow: keep (identifiers as written) or abstract "
                                           "(identifiers one symbol, members after `.` kept).")
     containment: float = param(0.5, "winnow: the share of a side's fingerprints a document must "
                                     "hold to be flagged, in (0, 1].")
