@@ -63,6 +63,9 @@ UNKNOWN, NAME, UNSEEN_NAME = 0, 1, 2
 FIRST_SYMBOL = 3
 SEPARATOR = "\x00"  # put between the documents of a batch: UNKNOWN, so no k-gram spans two
 BATCH_TOKENS = 1 << 20
+# The fewest k-grams a document needs to be scored as a fragment of a sample (below it, a few
+# lines of boilerplate would be "all inside" some sample): with k = 10, 20 tokens or more.
+MIN_FRAGMENT_KGRAMS = 11
 _MEMBER_OWNERS = ("this", "base")
 _IDENTIFIER = re.compile(r"(?:[^\W\d][\w$]*|\$[\w$]*)\Z")
 _MULTIPLIER = np.uint64(0x100000001B3)   # the polynomial's base (FNV-1's 64-bit prime)
@@ -107,6 +110,10 @@ class WinnowIndex:
     side_of: np.ndarray
     sizes: np.ndarray            # per side: its number of fingerprints
     sample_of: list[str]         # per side: its sample id
+    kgrams: np.ndarray           # sorted distinct hashes of every k-gram of the code sides
+    sample_start: np.ndarray     # CSR: kgrams[i] is held by samples of sample_at[start[i]:...]
+    sample_at: np.ndarray
+    sample_ids: list[str]        # per sample number: its id
     skipped_short: int           # code sides of fewer than k tokens (never matched)
     skipped_nl: int              # natural-language sides (not fingerprinted)
 
@@ -197,8 +204,13 @@ def build_index(reference: Reference, options: Options) -> WinnowIndex:
         is_name_table[symbols.names + [UNSEEN_NAME]] = True
     owners: dict[int, list[int]] = {}
     sizes, sample_of, skipped_short = [], [], 0
+    kgram_owners: dict[int, set[int]] = {}
+    sample_number: dict[str, int] = {}
     for sample_id, tokens in sides:
         hashes, _valid = kgram_hashes(symbol_array(tokens, symbols, is_name_table), k)
+        number = sample_number.setdefault(sample_id, len(sample_number))
+        for h in set(hashes.tolist()):
+            kgram_owners.setdefault(h, set()).add(number)
         fingerprints = {h for h, _position in winnow(hashes, w)}
         if not fingerprints:
             skipped_short += 1
@@ -210,12 +222,18 @@ def build_index(reference: Reference, options: Options) -> WinnowIndex:
             owners.setdefault(h, []).append(side)
     keys = sorted(owners)
     counts = [len(owners[h]) for h in keys]
+    all_keys = sorted(kgram_owners)
+    all_counts = [len(kgram_owners[h]) for h in all_keys]
     return WinnowIndex(
         k, w, symbols, is_name_table if is_name_table is not None else np.zeros(0, bool),
         np.array(keys, dtype=np.uint64),
         np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
         np.array([s for h in keys for s in owners[h]], dtype=np.int64),
-        np.array(sizes, dtype=np.float64), sample_of, skipped_short, skipped_nl)
+        np.array(sizes, dtype=np.float64), sample_of,
+        np.array(all_keys, dtype=np.uint64),
+        np.concatenate(([0], np.cumsum(all_counts))).astype(np.int64),
+        np.array([s for h in all_keys for s in sorted(kgram_owners[h])], dtype=np.int64),
+        list(sample_number), skipped_short, skipped_nl)
 
 
 def batches(documents: Sequence[str]) -> Iterator[tuple[int, list[list[str]]]]:
@@ -232,10 +250,30 @@ def batches(documents: Sequence[str]) -> Iterator[tuple[int, list[list[str]]]]:
         yield start, batch
 
 
+def expand(keys: np.ndarray, hit: np.ndarray, start: np.ndarray, owner: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """(key, owner) for every owner of every hit: hit[i] indexes a CSR row (start, owner)."""
+    held = start[hit + 1] - start[hit]
+    offsets = np.repeat(start[hit] - np.cumsum(held) + held, held)
+    return np.repeat(keys, held), owner[np.arange(int(held.sum())) + offsets]
+
+
+def best_per_document(document: np.ndarray, owner: np.ndarray, score: np.ndarray
+                      ) -> Iterator[tuple[int, int, float]]:
+    """(document, owner, score) of each document's highest score (the lowest owner on a tie)."""
+    order = np.lexsort((-owner, score, document))
+    last = np.flatnonzero(np.append(document[order][1:] != document[order][:-1], True))
+    for j in order[last]:
+        yield int(document[j]), int(owner[j]), float(score[j])
+
+
 def best_containment(documents: Sequence[str], reference: Reference, options: Options
                      ) -> list[tuple[float, str]]:
-    """Per document, the highest containment of a reference side in it, and that side's sample
-    id ((0.0, "") when no fingerprint matches)."""
+    """Per document, its highest score against a sample, and that sample's id ((0.0, "") when
+    nothing matches). The score is the higher of two containments: a code side's fingerprints
+    found in the document (a sample inside a file), and the document's k-grams found in one
+    sample's k-grams, for a document of at least MIN_FRAGMENT_KGRAMS of them (a fragment of a
+    sample standing alone: the partial form, which holds too few of the side's fingerprints)."""
     index = build_index(reference, options)
     names = index.is_name if options.winnow_names == "abstract" else None
     best: list[tuple[float, str]] = [(0.0, "")] * len(documents)
@@ -249,6 +287,7 @@ def best_containment(documents: Sequence[str], reference: Reference, options: Op
             flat.extend(tokens)
             flat.append(SEPARATOR)
         hashes, valid = kgram_hashes(symbol_array(flat, index.symbols, names), index.k)
+        fragment_scores(first, starts, hashes, valid, index, best)
         at = np.searchsorted(index.hashes, hashes).clip(max=len(index.hashes) - 1)
         hit = valid & (index.hashes[at] == hashes)
         positions = np.flatnonzero(hit)
@@ -257,19 +296,38 @@ def best_containment(documents: Sequence[str], reference: Reference, options: Op
         document = np.searchsorted(np.array(starts), positions, side="right") - 1
         pairs = np.unique(document * len(index.hashes) + at[positions])  # (document, hash)
         document, fingerprint = np.divmod(pairs, len(index.hashes))
-        held = index.side_start[fingerprint + 1] - index.side_start[fingerprint]
-        document = np.repeat(document, held)
-        offsets = np.repeat(index.side_start[fingerprint] - np.cumsum(held) + held, held)
-        side = index.side_of[np.arange(len(document)) + offsets]
+        document, side = expand(document, fingerprint, index.side_start, index.side_of)
         keys, found = np.unique(document * len(index.sizes) + side, return_counts=True)
         document, side = np.divmod(keys, len(index.sizes))
-        containment = found / index.sizes[side]
-        order = np.lexsort((-side, containment, document))  # per document, its best side last
-        last = np.flatnonzero(np.append(document[order][1:] != document[order][:-1], True))
-        for j in order[last]:
-            best[first + int(document[j])] = (float(containment[j]),
-                                              index.sample_of[int(side[j])])
+        for d, s, score in best_per_document(document, side, found / index.sizes[side]):
+            if score > best[first + d][0]:
+                best[first + d] = (score, index.sample_of[s])
     return best
+
+
+def fragment_scores(first: int, starts: list[int], hashes: np.ndarray, valid: np.ndarray,
+                    index: WinnowIndex, best: list[tuple[float, str]]) -> None:
+    """Into `best`: per document of the batch with at least MIN_FRAGMENT_KGRAMS valid k-grams,
+    the share of them that one sample's k-grams hold, where it is the document's best yet."""
+    if not len(index.kgrams) or not len(hashes):
+        return
+    at = np.searchsorted(index.kgrams, hashes).clip(max=len(index.kgrams) - 1)
+    hit = valid & (index.kgrams[at] == hashes)
+    positions = np.flatnonzero(hit)
+    if not len(positions):
+        return
+    bounds = np.array(starts + [len(hashes) + index.k], dtype=np.int64).clip(max=len(hashes))
+    counted = np.concatenate(([0], np.cumsum(valid)))
+    kgrams_in = counted[bounds[1:]] - counted[bounds[:-1]]  # valid k-grams per document
+    document = np.searchsorted(np.array(starts), positions, side="right") - 1
+    document, sample = expand(document, at[positions], index.sample_start, index.sample_at)
+    keys, found = np.unique(document * len(index.sample_ids) + sample, return_counts=True)
+    document, sample = np.divmod(keys, len(index.sample_ids))
+    total = kgrams_in[document]
+    share = np.where(total >= MIN_FRAGMENT_KGRAMS, found / np.maximum(total, 1), 0.0)
+    for d, s, score in best_per_document(document, sample, share):
+        if score > best[first + d][0]:
+            best[first + d] = (score, index.sample_ids[s])
 
 
 def flag(documents: Sequence[str], reference: Reference, options: Options) -> list[bool]:
