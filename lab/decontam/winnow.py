@@ -27,8 +27,10 @@ one of its fingerprints. A side of fewer than k tokens has no k-gram and is neve
 (counted in `index_stats`).
 
 Score: the containment of a sample side in a document, |F(side) & K(document)| / |F(side)|,
-where F is the side's fingerprints and K every k-gram hash of the document. A document is
-flagged when some side's containment reaches `--containment`. Departure from MOSS and Dolos,
+where F is the side's fingerprints and K every k-gram hash of the document; and, the other
+way, for a document of at least MIN_FRAGMENT_KGRAMS k-grams, the share of them found among one
+sample's k-grams (a fragment of a sample standing alone, the `partial` form, holds too few of
+the side's fingerprints). A document is flagged when its higher score reaches `--containment`. Departure from MOSS and Dolos,
 which winnow both texts and report the shared fingerprints of each pair: the document is not
 winnowed, every k-gram of it is looked up. Winnowing exists to shrink what is stored; here only
 the reference is stored (the index), and a document is streamed once and dropped, so selecting
