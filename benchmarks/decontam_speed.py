@@ -1,10 +1,12 @@
 """13-gram decontamination speed: the lab's lm-eval-rule n-grams (lab decontam's `ngram13`)
-against datatrove's own n-gram decontamination step (`datatrove`), over the CSN-format Java
-corpus (all splits, 120k documents) and the CodeTrans test split.
+against datatrove's own n-gram decontamination step (`datatrove`), or any other method (`winnow`),
+over the CSN-format Java corpus (all splits, 120k documents) and the CodeTrans test split (or
+CONCODE's, --benchmark concode).
 
     LAB_CORPORA=../shared/corpora HF_HUB_OFFLINE=1 nice -n 19 python benchmarks/decontam_speed.py
     ... --limit 2000 --repeats 1          # a seeded subset of N documents (a dry run)
     ... --repeats 3 --sizes 30000,60000,all  # is peak memory flat in the documents?
+    ... --methods ngram13,winnow          # winnow against ngram13 (decontam_winnow.md)
 
 Each method runs --repeats times (default 3), alternating the methods (A B A B ...), each run
 in a fresh process of its own (this script again, with --only): loading the corpus is not
@@ -30,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def load(limit: int | None):
+def load(limit: int | None, benchmark: str = "codetrans"):
     from lab.corpora import get_spec, load_documents, load_samples
     from lab.decontam.base import Reference
 
@@ -42,18 +44,18 @@ def load(limit: int | None):
     if limit is not None:
         documents = [documents[i] for i in
                      sorted(random.Random(0).sample(range(len(documents)), limit))]
-    spec = get_spec("codetrans")
-    reference = Reference(load_samples("codetrans", "test").records, spec.input_language,
+    spec = get_spec(benchmark)
+    reference = Reference(load_samples(benchmark, "test").records, spec.input_language,
                           spec.output_language)
     return documents, reference
 
 
-def only(method: str, limit: int | None, ngram_n: int) -> dict:
+def only(method: str, limit: int | None, ngram_n: int, benchmark: str) -> dict:
     from lab.decontam import DECONTAMINATORS
     from lab.decontam.base import Options
     from lab.decontam.scan import measured
 
-    documents, reference = load(limit)
+    documents, reference = load(limit, benchmark)
     flags, cost = measured(lambda: DECONTAMINATORS[method].flag(documents, reference,
                                                                 Options(ngram_n=ngram_n)))
     flagged = [i for i, f in enumerate(flags) if f]
@@ -62,9 +64,10 @@ def only(method: str, limit: int | None, ngram_n: int) -> dict:
             "flagged": flagged}
 
 
-def child(method: str, size: int | None, ngram_n: int) -> dict:
+def child(method: str, size: int | None, ngram_n: int, benchmark: str) -> dict:
     """One timed run of `method` in a fresh process (this script again, with --only)."""
-    command = [sys.executable, __file__, "--only", method, "--ngram-n", str(ngram_n)]
+    command = [sys.executable, __file__, "--only", method, "--ngram-n", str(ngram_n),
+               "--benchmark", benchmark]
     if size is not None:
         command += ["--limit", str(size)]
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
@@ -96,6 +99,8 @@ def main() -> None:
     parser.add_argument("--methods", default="ngram13,datatrove",
                         help="lab decontam methods, the first compared with the last")
     parser.add_argument("--ngram-n", type=int, default=13, help="n of the datatrove method")
+    parser.add_argument("--benchmark", default="codetrans", choices=("codetrans", "concode"),
+                        help="the reference: this benchmark's test split (default codetrans)")
     parser.add_argument("--only", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.limit is not None and args.limit < 1:
@@ -116,7 +121,7 @@ def main() -> None:
     if not methods:
         parser.error("--methods: name at least one method")
     if args.only:
-        print(json.dumps(only(args.only, args.limit, args.ngram_n)))
+        print(json.dumps(only(args.only, args.limit, args.ngram_n, args.benchmark)))
         return
 
     print(f"{'run':>3} {'method':<10} {'documents':>9} {'seconds':>8} {'peak MiB':>9} "
@@ -125,7 +130,7 @@ def main() -> None:
     for size in sizes:
         for repeat in range(1, args.repeats + 1):
             for method in methods:  # alternating: A B A B ...
-                r = child(method, size, args.ngram_n)
+                r = child(method, size, args.ngram_n, args.benchmark)
                 runs.setdefault((size, method), []).append(r)
                 print(f"{repeat:>3} {method:<10} {r['documents']:>9} {r['seconds']:>8.2f} "
                       f"{r['peak_mib']:>9.1f} {len(r['flagged']):>7}  {digest(r['flagged'])}",

@@ -17,7 +17,7 @@ from lab.decontam import DECONTAMINATORS
 from lab.decontam.base import Options, Reference
 from lab.decontam.ngram import janitor_removes, words
 
-METHODS = ("exact", "ngram13", "datatrove", "minhash", "audit")
+METHODS = ("exact", "ngram13", "datatrove", "minhash", "audit", "winnow")
 
 
 @pytest.fixture(scope="module")
@@ -173,12 +173,49 @@ REFERENCE = Reference([Sample("bench:test:0", "test", 0, JAVA, "")], "java", "cs
     ("minhash", Options(jaccard=0.3), [True, True, False, False]),
     # single tokens: its Jaccard is 0.68 (keywords and punctuation are kept)
     ("minhash", Options(shingle=1, jaccard=0.5), [True, True, True, False]),
+    # code-token fingerprints: names kept miss the renamed copy, names abstracted find it
+    ("winnow", Options(), [True, True, False, False]),
+    ("winnow", Options(winnow_names="abstract"), [True, True, True, False]),
 ])
 def test_a_renamed_copy(method, options, flags):
     """Measured: every method finds the verbatim and the re-laid-out copy and none the
     unrelated method; only MinHash over single tokens at Jaccard 0.5 finds the copy whose
     identifiers were renamed."""
     assert DECONTAMINATORS[method].flag(DOCUMENTS, REFERENCE, options) == flags
+
+
+def test_winnow_finds_a_renamed_relaid_function_inside_a_longer_file():
+    """The leak as it occurs: the sample's function, its names changed and its layout redone
+    (Allman braces, tabs, a comment), placed between two methods of a real-looking class.
+    winnow (names abstracted) scores it by the share of the sample's fingerprints found, so the
+    host's size does not dilute it; minhash's whole-document Jaccard does. An unrelated class
+    of the same size is not flagged."""
+    relaid = RENAMED.replace(" {\n", "\n{\n").replace("    ", "\t").replace(
+        "int n = 0;", "int n = 0; // start")
+    before = "\n".join(f"    public int get{i}() {{ return this.values[{i}] + offset; }}"
+                        for i in range(25))
+    after = "\n".join(f"    public void set{i}(int v) {{ this.values[{i}] = v - offset; }}"
+                       for i in range(25))
+    host = "package org.example;\n\nimport java.util.List;\n\npublic class Registry {\n"
+    embedded = f"{host}{before}\n\n{relaid}\n\n{after}\n}}\n"
+    unrelated = f"{host}{before}\n\n{OTHER}\n\n{after}\n}}\n"
+    assert len(embedded) > 8 * len(JAVA)
+    abstract = Options(winnow_names="abstract")
+    assert DECONTAMINATORS["winnow"].flag([embedded, unrelated], REFERENCE, abstract) == [
+        True, False]
+    assert DECONTAMINATORS["minhash"].flag([embedded], REFERENCE, Options()) == [False]
+
+
+def test_winnow_threshold_curve(arm, tmp_path):
+    """winnow_thresholds.csv: one point per --curve-containment threshold, recall falling as
+    the threshold rises, every verbatim copy found at the default threshold."""
+    result = decontam(arm, tmp_path / "out", methods=("winnow",), curve_containment=(0.5, 1.0))
+    with open(tmp_path / "out" / "winnow_thresholds.csv", newline="") as handle:
+        points = list(csv.DictReader(handle))
+    assert [p["containment"] for p in points] == ["0.5", "1.0"]
+    assert [p["recall"] for p in points] == ["1.0", "1.0"]
+    assert result["files"]["winnow_thresholds"] == "winnow_thresholds.csv"
+    assert row(rows_of(tmp_path / "out"), "winnow", 1)["samples_found"] == "6"
 
 
 def test_the_janitor_rule():
@@ -220,6 +257,10 @@ def lab_in_process(args: list[str], capsys) -> tuple[int, str, str]:
     (["--ngram-rule", "sometimes"], "--ngram-rule sometimes: choose from any, janitor"),
     (["--curve-n", "0,13"], "--curve-n 0,13: give distinct values >= 1"),
     (["--curve-min-count", "2,2"], "--curve-min-count 2,2: give distinct values >= 1"),
+    (["--methods", "winnow", "--winnow-names", "fuzzy"],
+     "--winnow-names fuzzy: choose from keep, abstract"),
+    (["--methods", "winnow", "--containment", "0"], "--containment 0.0: must be in (0, 1]"),
+    (["--methods", "exact", "--containment", "0.3"], "--containment 0.3: no method in --methods"),
 ])
 def test_bad_options(arm, tmp_path, capsys, extra, fragment):
     out = tmp_path / "out"

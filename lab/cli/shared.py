@@ -85,13 +85,19 @@ def options_of(config: Any) -> Callable[[Callable[[Any], None]], Callable[..., N
 
 
 def _listed_item(text: str, kind: Any, name: str) -> Any:
-    """One item of a comma-separated option, as the field's element type (str or int)."""
+    """One item of a comma-separated option, as the field's element type (str, int or
+    float)."""
     element = next((a for a in typing.get_args(_without_none(kind)) if a is not Ellipsis), str)
     if element is int:
         try:
             return int(text)
         except ValueError:
             raise LabError(f"--{name.replace('_', '-')}: '{text}' is not a whole number") from None
+    if element is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise LabError(f"--{name.replace('_', '-')}: '{text}' is not a number") from None
     return text
 
 

@@ -16,7 +16,7 @@ from functools import partial
 from typing import Callable, Sequence
 
 from lab.common import LabError
-from lab.decontam import audit, dt_ngrams, exact, minhash, ngram
+from lab.decontam import audit, dt_ngrams, exact, minhash, ngram, winnow
 from lab.decontam.base import Options, Reference
 
 
@@ -52,6 +52,11 @@ DECONTAMINATORS: dict[str, Decontaminator] = {d.name: d for d in (
     Decontaminator("audit", audit.flag, "lab audit (Allamanis 2019 / SourcererCC)",
                    summary="the lab's own audit: exact after normalisation, or near-duplicate",
                    parameters=lambda o: "set>=0.8 multiset>=0.7 min_tokens=5"),
+    Decontaminator("winnow", winnow.flag, "winnowing (Schleimer, Wilkerson & Aiken 2003; MOSS, "
+                   "Dolos)", summary="containment of a code side's winnowed token fingerprints "
+                   "in the document >= --containment (names kept or abstracted)",
+                   parameters=lambda o: f"k={o.winnow_k} w={o.winnow_w} names={o.winnow_names} "
+                                        f"containment={o.containment}"),
 )}
 
 

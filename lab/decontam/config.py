@@ -8,6 +8,7 @@ from pathlib import Path
 from lab.common import LabError, corpora_param, param, refuse_unused_options
 from lab.decontam import DECONTAMINATORS, check_methods
 from lab.decontam.base import NGRAM_RULES, NGRAM_SHORT, Options
+from lab.decontam.winnow import NAMES as WINNOW_NAMES
 
 KIND = "lab-decontam"
 DEFAULT_METHODS = ("exact", "ngram8", "ngram13", "ngram50", "datatrove", "minhash", "audit")
@@ -15,7 +16,9 @@ DEFAULT_METHODS = ("exact", "ngram8", "ngram13", "ngram50", "datatrove", "minhas
 # thresholds.csv too, so always used): one given with none of its methods chosen is refused.
 OPTION_USERS = {"ngram_n": ("ngram", "datatrove"),
                 "ngram_rule": ("ngram8", "ngram13", "ngram50", "ngram"),
-                **{name: ("minhash",) for name in ("jaccard", "num_perm", "shingle")}}
+                **{name: ("minhash",) for name in ("jaccard", "num_perm", "shingle")},
+                **{name: ("winnow",) for name in ("winnow_k", "winnow_w", "winnow_names",
+                                                  "containment", "curve_containment")}}
 
 # --num-perm's ceiling. A MinHash estimates Jaccard with standard error sqrt(J(1-J)/num_perm),
 # at most 0.5/sqrt(4096) = 0.008 here, finer than any --jaccard threshold is set; time and
@@ -42,10 +45,20 @@ class DecontamConfig:
     jaccard: float = param(0.8, "minhash: Jaccard threshold, in (0, 1].")
     num_perm: int = param(128, f"minhash: permutations per MinHash (1 to {MAX_NUM_PERM}).")
     shingle: int = param(5, "minhash: code tokens per shingle.")
+    winnow_k: int = param(10, "winnow: code tokens per k-gram.")
+    winnow_w: int = param(4, "winnow: k-gram hashes per window (the minimum of each is a "
+                             "fingerprint).")
+    winnow_names: str = param("keep", "winnow: keep (identifiers as written) or abstract "
+                                          "(identifiers one symbol, members after `.` kept).")
+    containment: float = param(0.5, "winnow: the share of a side's fingerprints a document must "
+                                    "hold to be flagged, in (0, 1].")
     curve_n: tuple[int, ...] = param((5, 8, 13, 20, 50), "thresholds.csv: the n of each point "
                                      "of the word n-gram threshold curves.")
     curve_min_count: tuple[int, ...] = param((1, 2, 5, 10), "thresholds.csv: the min-counts "
                                              "(matching n-grams a document needs to be flagged).")
+    curve_containment: tuple[float, ...] = param(
+        (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0), "winnow_thresholds.csv (with winnow "
+        "among --methods): the containment thresholds of the winnow threshold curve.")
     force: bool = param(False, "Replace an existing output directory.")
     corpora_dir: Path | None = corpora_param()
 
@@ -69,6 +82,20 @@ class DecontamConfig:
                            "with it)")
         if self.shingle < 1:
             raise LabError(f"--shingle {self.shingle}: must be >= 1")
+        if self.winnow_k < 1 or self.winnow_w < 1:
+            raise LabError(f"--winnow-k {self.winnow_k} --winnow-w {self.winnow_w}: both must "
+                           "be >= 1")
+        if self.winnow_names not in WINNOW_NAMES:
+            raise LabError(f"--winnow-names {self.winnow_names}: choose from "
+                           f"{', '.join(WINNOW_NAMES)}")
+        if not 0 < self.containment <= 1:
+            raise LabError(f"--containment {self.containment}: must be in (0, 1]")
+        self.curve_containment = tuple(self.curve_containment)
+        if (not self.curve_containment or len(set(self.curve_containment))
+                != len(self.curve_containment)
+                or not all(0 < c <= 1 for c in self.curve_containment)):
+            raise LabError(f"--curve-containment {','.join(map(str, self.curve_containment))}: "
+                           "give distinct values in (0, 1]")
         self.curve_n, self.curve_min_count = tuple(self.curve_n), tuple(self.curve_min_count)
         for option, values in (("--curve-n", self.curve_n),
                                ("--curve-min-count", self.curve_min_count)):
@@ -79,4 +106,6 @@ class DecontamConfig:
     def options(self) -> Options:
         return Options(ngram_n=self.ngram_n, ngram_rule=self.ngram_rule,
                        ngram_short=self.ngram_short, jaccard=self.jaccard,
-                       num_perm=self.num_perm, shingle=self.shingle)
+                       num_perm=self.num_perm, shingle=self.shingle,
+                       winnow_k=self.winnow_k, winnow_w=self.winnow_w,
+                       winnow_names=self.winnow_names, containment=self.containment)

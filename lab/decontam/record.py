@@ -5,6 +5,7 @@ record the rows (decontam.csv), the time and memory (decontam_timing.csv), the t
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import time
 from pathlib import Path
@@ -29,6 +30,12 @@ CURVE_COLUMNS = ["n", "min_count", "ngram_short", "setting", "form", "injected_s
                  "samples_found", "recall", "injected_documents", "document_recall",
                  "documents", "flagged_documents", "removed_share", "flagged_natural_overlap",
                  "flagged_other", "precision"]
+
+# winnow_thresholds.csv (winnow among the methods): its containment threshold as the points
+WINNOW_CURVE_COLUMNS = ["containment", "k", "w", "names", "setting", "form", "injected_samples",
+                        "samples_found", "recall", "injected_documents", "document_recall",
+                        "documents", "flagged_documents", "removed_share",
+                        "flagged_natural_overlap", "flagged_other", "precision"]
 
 
 def record_decontam(cfg: DecontamConfig, plan: DecontamPlan, scan: Scan, started: float
@@ -76,8 +83,13 @@ def record_decontam(cfg: DecontamConfig, plan: DecontamPlan, scan: Scan, started
 
 
 def write_record(folder: Path, rows: list[dict[str, Any]], timing: list[dict[str, Any]],
-                 curve: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-    """The run's four files, in the output's temporary folder."""
+                 curve: list[dict[str, Any]], summary: dict[str, Any],
+                 winnow_curve: list[dict[str, Any]] | None = None) -> None:
+    """The run's four files, in the output's temporary folder (a fifth, the winnow curve, when
+    winnow ran)."""
+    if winnow_curve:
+        write_text_atomic(folder / "winnow_thresholds.csv",
+                          csv_text(winnow_curve, WINNOW_CURVE_COLUMNS))
     write_text_atomic(folder / "decontam.csv", csv_text(rows, COLUMNS))
     write_text_atomic(folder / "decontam_timing.csv", csv_text(timing, TIMING_COLUMNS))
     write_text_atomic(folder / "thresholds.csv", csv_text(curve, CURVE_COLUMNS))
@@ -139,6 +151,25 @@ def threshold_curve(curve_flags: dict[tuple[int, int], list[bool]], samples_of: 
         judged = judge("ngram", DECONTAMINATORS["ngram"], Options(ngram_n=n, ngram_short=short),
                        flags, samples_of, natural, injected, described)[0]
         rows.append({**judged, "n": n, "min_count": min_count, "ngram_short": short,
+                     "removed_share": (judged["flagged_documents"] / judged["documents"]
+                                       if judged["documents"] else None)})
+    return rows
+
+
+def containment_curve(containment_flags: dict[float, list[bool]], samples_of: list[str],
+                      natural: set[int], levels: list[tuple[int, list[str]]],
+                      described: dict[str, Any], options: Options) -> list[dict[str, Any]]:
+    """winnow_thresholds.csv: per containment threshold, judged as threshold_curve judges an
+    n-gram point (recall over every dose > 0 level's samples pooled), so a user picks the
+    threshold by measured recall and precision."""
+    injected = [(1, [s for dose, ids in levels if dose > 0 for s in ids])]
+    rows = []
+    for threshold, flags in sorted(containment_flags.items()):
+        point = dataclasses.replace(options, containment=threshold)
+        judged = judge("winnow", DECONTAMINATORS["winnow"], point, flags, samples_of, natural,
+                       injected, described)[0]
+        rows.append({**judged, "containment": threshold, "k": options.winnow_k,
+                     "w": options.winnow_w, "names": options.winnow_names,
                      "removed_share": (judged["flagged_documents"] / judged["documents"]
                                        if judged["documents"] else None)})
     return rows

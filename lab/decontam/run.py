@@ -29,7 +29,7 @@ from lab.corpora import corpora_inputs
 from lab.corpora.shards import verify_corpus
 from lab.decontam.config import KIND, DecontamConfig
 from lab.decontam.plan import plan_decontam, read_arm
-from lab.decontam.record import record_decontam, write_record
+from lab.decontam.record import containment_curve, record_decontam, write_record
 from lab.decontam.scan import scan_arm
 
 
@@ -41,9 +41,19 @@ def run_decontam(cfg: DecontamConfig) -> dict[str, Any]:
     inputs = [corpus, *corpora_inputs(cfg.corpora_dir)]
     check_output(Path(cfg.out), cfg.force, KIND, inputs)
     plan = plan_decontam(cfg, manifest, read_arm(cfg, manifest))
-    scan = scan_arm(plan, cfg.curve_n, cfg.curve_min_count, cfg.ngram_short)
+    scan = scan_arm(plan, cfg.curve_n, cfg.curve_min_count, cfg.ngram_short,
+                    cfg.curve_containment)
     rows, curve, summary = record_decontam(cfg, plan, scan, started)
+    winnow_curve = containment_curve(scan.containment_flags, plan.samples_of, scan.natural,
+                                     plan.levels, plan.described, plan.options)
+    if winnow_curve:
+        summary["files"]["winnow_thresholds"] = "winnow_thresholds.csv"
+        summary["options"].update(winnow_k=cfg.winnow_k, winnow_w=cfg.winnow_w,
+                                  winnow_names=cfg.winnow_names, containment=cfg.containment,
+                                  curve_containment=list(cfg.curve_containment))
     with atomic_output_dir(Path(cfg.out), force=cfg.force, kind=KIND, inputs=inputs) as tmp:
-        write_record(tmp, rows, scan.timing, curve, summary)
+        write_record(tmp, rows, scan.timing, curve, summary, winnow_curve)
     summary["rows"], summary["thresholds"] = rows, curve
+    if winnow_curve:
+        summary["winnow_thresholds"] = winnow_curve
     return summary
