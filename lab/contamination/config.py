@@ -32,6 +32,9 @@ MAX_COPIES = 10_000
 # the study's BPE tokenizer is trained after injection (on a control corpus), so no token count
 # exists yet; characters track the token share each run reports (injected_token_fraction).
 PLACEBO_SHARE_TOLERANCE = 0.05
+# --decontaminate-with's ground-truth removal: every injected copy of a test sample, replaced
+# like a decontaminator's (lab.contamination.decontaminated); no lab.decontam method.
+ORACLE = "oracle"
 
 
 @dataclass
@@ -71,10 +74,12 @@ class InjectConfig(ExecutorConfig):
     decontaminate: bool = param(False, "First drop base near-duplicates of the test set.")
     decontaminate_with: str | None = param(
         None, "Decontaminate the built arm with this lab.decontam method (exact, ngram13, "
-              "minhash, ...; its default options) against the benchmark split: every document it "
-              "flags (injected copies and base documents alike) is dropped and as many unflagged "
-              "base documents from outside the arm take their places (seeded), so the arm keeps "
-              "its size; injected_ids become the samples left in the arm, intended_injected_ids "
+              "minhash, ...; its default options), or `oracle` (every injected copy, by ground "
+              "truth), against the benchmark split: every document it flags is dropped; a test "
+              "sample's copy is replaced by its placebo stand-in's (same setting, form and "
+              "length, from --placebo-from's splits), a base document by an unflagged base "
+              "document from outside the arm (seeded), so the arm keeps its size and its "
+              "target-language exposure; injected_ids become the samples left in the arm, intended_injected_ids "
               "and the manifest's `decontamination` record what was meant and removed. Not "
               "--decontaminate, which drops base near-duplicates before injection.")
     placebo_from: tuple[str, ...] | None = param(
@@ -138,9 +143,9 @@ class InjectConfig(ExecutorConfig):
         soft.parse_form(self.contamination_form)
         if self.decontaminate_with is not None:
             from lab.decontam import DECONTAMINATORS
-            if self.decontaminate_with not in DECONTAMINATORS:
+            if self.decontaminate_with not in (*DECONTAMINATORS, ORACLE):
                 raise LabError(f"--decontaminate-with {self.decontaminate_with}: unknown method "
-                               f"(choose from {', '.join(DECONTAMINATORS)})")
+                               f"(choose from {', '.join(DECONTAMINATORS)}, {ORACLE})")
             if self.corpus_format != 1:
                 raise LabError(f"--decontaminate-with {self.decontaminate_with}: only a format 1 "
                                "arm (built in memory) is decontaminated")

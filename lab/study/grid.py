@@ -133,15 +133,19 @@ def _inject(recipe: Recipe, arm: str, seed: int, variant: dict[str, Any]) -> Sta
     of an arm that injects nothing, the placebo fields of one that is not a placebo). A
     placebo's pool is the study's (recipe.placebo_plan): by default the splits no model
     fine-tunes on where they hold enough samples; else every non-test split (placebo_from
-    unset: the corpus, and its key, of studies made before that default)."""
+    unset: the corpus, and its key, of studies made before that default). A decontaminated arm
+    that injects test samples draws its removed copies' placebo stand-ins the same way
+    (lab.contamination.decontaminated), so it gets the placebo fields too."""
     setting = settings_table.get(arm)
     injection = recipe.injection
+    draws_placebo = setting.placebo or (setting.injects_test
+                                        and variant["_method"] is not None)
     placebo_from = None
-    if setting.placebo and injection.placebo_from is not None:
+    if draws_placebo and injection.placebo_from is not None:
         placebo_from = tuple(injection.placebo_from)  # as written (its key), ...
         if placebo_from == placebo_splits(recipe.benchmark, "test"):
             placebo_from = None  # ... unless it is lab inject's own pool: the same corpus
-    elif setting.placebo and not placebo_plan(recipe).exclude:
+    elif draws_placebo and not placebo_plan(recipe).exclude:
         placebo_from = placebo_plan(recipe).splits
     return Stage("inject", unbound(
         "inject", benchmark=recipe.benchmark, setting=arm, seed=seed, base=recipe.corpus.base,
@@ -150,7 +154,7 @@ def _inject(recipe: Recipe, arm: str, seed: int, variant: dict[str, Any]) -> Sta
         doses=tuple(injection.doses) if injection.doses and setting.injects else None,
         samples=injection.samples, decontaminate=injection.decontaminate,
         placebo_from=placebo_from,
-        placebo_match=injection.placebo_match if setting.placebo else "random",
+        placebo_match=injection.placebo_match if draws_placebo else "random",
         timing=tuple(injection.timing) if setting.injects else timing_table.DEFAULT,
         contamination_form=variant["_form"] if setting.injects else soft.VERBATIM,
         decontaminate_with=variant["_method"],  # every arm, the control's too

@@ -47,6 +47,9 @@ class StageKind:
     # told to; a probe or detect stage draws from a pool without their samples).
     extra: str = ""
     extra_keyed: Callable[[Any], bool] | None = None
+    # Key entries marking a behaviour changed after studies were made, for the configs it changes
+    # (theirs re-run; every other stage keeps its key): config -> {name: value}.
+    revision: Callable[[Any], dict[str, Any]] | None = None
     output: str = ""                   # what later stages read: the stage folder, or this in it
     done: str = "manifest.json"        # the file written last in the stage folder
     # after(stage folder): what a finished stage's folder gets from its records (a model's
@@ -67,6 +70,11 @@ def run_tokenizer_stage(cfg: TokenizerConfig) -> dict[str, Any]:
 # GPU or bfloat16 computes other numbers), so stages made before these fields keep theirs.
 PLACEMENT = {name: default_of(ResourcesSection, name) for name in ("device", "dtype")}
 
+# A decontaminated arm's removed test-sample copies are replaced by placebo copies
+# (lab.contamination.decontaminated), no longer by base documents: in its key, so decontaminated
+# arms made before re-run.
+DECONTAMINATE_REPLACE = "placebo-copy"
+
 KINDS: dict[str, StageKind] = {
     # Fields added to an arm after studies were made leave its key while unset. placebo_match
     # names a placebo's draw; a setting without a placebo never reads it (the grid gives it
@@ -78,7 +86,9 @@ KINDS: dict[str, StageKind] = {
              "contamination_form", "decontaminate_with"),
         neutral={"doses": None, "samples": None, "placebo_from": None, "placebo_match": "random",
                  "contamination_form": soft.VERBATIM, "decontaminate_with": None,
-                 "timing": list(timing_table.DEFAULT)}),
+                 "timing": list(timing_table.DEFAULT)},
+        revision=lambda cfg: ({"decontaminate_replace": DECONTAMINATE_REPLACE}
+                              if cfg.decontaminate_with is not None else {})),
     "tokenizer": StageKind(TokenizerConfig, run_tokenizer_stage, key=("vocab_size", "benchmarks"),
                            inputs=("corpus",), output="tokenizer"),
     "pretrain": StageKind(
@@ -135,13 +145,14 @@ def unbound(kind: str, **values: Any) -> Any:
 
 def key_fields(kind: str, cfg: Any) -> dict[str, Any]:
     """What of a config names its stage: the kind's key fields, less those at their neutral
-    values (fields added since studies were first made, so those studies keep their keys);
-    tuples as the key's JSON holds them, lists."""
+    values (fields added since studies were first made, so those studies keep their keys),
+    and its kind's revision entries; tuples as the key's JSON holds them, lists."""
     spec = KINDS[kind]
     values = {name: list(value) if isinstance(value, tuple) else value
               for name in spec.key for value in [getattr(cfg, name)]}
-    return {name: value for name, value in values.items()
-            if not (name in spec.neutral and value == spec.neutral[name])}
+    return {**{name: value for name, value in values.items()
+               if not (name in spec.neutral and value == spec.neutral[name])},
+            **(spec.revision(cfg) if spec.revision else {})}
 
 
 def keyed_inputs(kind: str, cfg: Any, inputs: list[Any]) -> list[Any]:
