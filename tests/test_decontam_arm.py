@@ -1,7 +1,9 @@
 """`lab inject --decontaminate-with METHOD` (recipe `injection.decontaminate_with`): the built
-arm decontaminated by a lab.decontam method, flagged documents replaced by clean base documents
-from outside the arm (same size), the ground truth kept true (verify_corpus), the intended
-injection recorded; a renamed arm survives `exact` in part; the bad inputs; the stage key."""
+arm decontaminated by a lab.decontam method or the ground-truth `oracle`, a removed test-sample
+copy replaced by its placebo stand-in's copy (so the C# the model sees stays) and a flagged base
+document by a clean base document from outside the arm (same size), the ground truth kept true
+(verify_corpus), the intended injection recorded; a renamed arm survives `exact` in part; the
+bad inputs; the stage key."""
 from __future__ import annotations
 
 import json
@@ -50,8 +52,9 @@ def test_exact_removes_every_verbatim_copy_keeps_the_size_and_verifies(tmp_path)
     assert record["method"] == "exact" and clean["options"]["decontaminate_with"] == "exact"
     assert record["removed_injected_ids"] == intended
     assert record["surviving_copies"] == {i: 0 for i in intended}
-    assert record["flagged_injected_documents"] == 6
-    assert record["flagged_documents"] == record["refilled"] == 6 + record["removed_base_documents"]
+    assert record["flagged_injected_documents"] == record["replaced_by_placebo"] == 6
+    assert record["flagged_documents"] == 6 + record["removed_base_documents"]
+    assert record["refilled"] == record["removed_base_documents"]
     assert clean["held_out_ids"] == plain["held_out_ids"]
     assert clean["counts"]["final_documents"] == plain["counts"]["final_documents"] == 300
     assert clean["counts"]["injected_samples"] == clean["counts"]["injected_documents"] == 0
@@ -62,6 +65,8 @@ def test_exact_removes_every_verbatim_copy_keeps_the_size_and_verifies(tmp_path)
     refilled = set(record["refilled_ids"])
     assert refilled <= {d["id"] for d in documents}
     assert not refilled & {d["id"] for d in read_corpus(tmp_path / "plain")}
+    placebo = {r["placebo_document"] for r in record["placebo_replacements"]}
+    assert placebo <= {d["id"] for d in documents}
     # Same seed, same bytes; an arm without the option is the arm made before it.
     again = arm(tmp_path / "again", decontaminate_with="exact")
     assert shard_bytes(tmp_path / "again") == shard_bytes(tmp_path / "exact")
@@ -144,7 +149,7 @@ def test_too_few_clean_documents_to_refill_is_refused(tmp_path, monkeypatch):
 
     monkeypatch.setitem(DECONTAMINATORS, "everything",
                         Decontaminator("everything", lambda t, r, o: [True] * len(t), "test"))
-    with pytest.raises(LabError, match=r"^--decontaminate-with everything: \d+ documents flagged"):
+    with pytest.raises(LabError, match=r"^--decontaminate-with everything: \d+ documents to refill"):
         arm(tmp_path / "all", decontaminate_with="everything")
     assert not (tmp_path / "all").exists()
 
@@ -163,6 +168,66 @@ def test_an_unknown_method_is_one_line_exit_2(tmp_path):
     assert not out.exists()
 
 
+def test_oracle_is_refused_as_a_lab_decontam_method():
+    from lab.decontam import check_methods
+
+    with pytest.raises(LabError, match=r"^--methods oracle: not a decontaminator"):
+        check_methods(["exact", "oracle"])
+
+
+def target_documents(out: Path) -> list[dict]:
+    """The arm's documents holding a CodeTrans pair (its only C#): injected copies and the
+    placebo copies standing in for removed ones."""
+    from lab.corpora.shards import read_corpus
+
+    return [d for d in read_corpus(out) if d["id"].startswith(("inject:", "placebo:"))]
+
+
+def test_a_decontaminated_arm_keeps_its_size_and_its_target_language_documents(tmp_path):
+    """exact removes the verbatim copies; each is replaced by its placebo stand-in's copy (a
+    benchmark pair of a non-test split, not a reference sample), so the arm keeps its size and
+    as many C# documents as it was built with, and the record says which replaced which."""
+    needs_corpora()
+    from lab.corpora.shards import verify_corpus
+
+    plain = arm(tmp_path / "plain", doses=(0, 2))
+    clean = arm(tmp_path / "exact", doses=(0, 2), decontaminate_with="exact")
+    verify_corpus(tmp_path / "exact")
+    assert clean["counts"]["final_documents"] == plain["counts"]["final_documents"] == 300
+    before, after = target_documents(tmp_path / "plain"), target_documents(tmp_path / "exact")
+    assert len(before) == len(after) == 12 and all(d["sample"] for d in before)
+    assert all("<SEP>" in d["text"] for d in after)  # paired: java <SEP> c#
+    record = clean["decontamination"]
+    references = set(plain["injected_ids"]) | set(plain["held_out_ids"])
+    replaced = record["placebo_replacements"]
+    assert len(replaced) == 12 and {r["sample"] for r in replaced} == set(plain["injected_ids"])
+    assert not {r["placebo"] for r in replaced} & references
+    assert all(not r["placebo"].startswith("codetrans:test:") for r in replaced)
+    assert {r["placebo_document"] for r in replaced} == {d["id"] for d in after}
+    assert all(not d["sample"] for d in after)  # written as base documents: nothing leaked
+    # The stand-ins are the placebo arm's draw of this seed: the same pairs, sample for sample.
+    placebo = arm(tmp_path / "placebo", setting="paired-placebo", doses=(0, 2))
+    matched = dict(zip(placebo["placebo"]["matched_test_ids"], placebo["placebo_ids"]))
+    assert all(matched[r["sample"]] == r["placebo"] for r in replaced)
+
+
+def test_an_oracle_arm_holds_no_reference_sample(tmp_path):
+    needs_corpora()
+    from lab.corpora.shards import read_corpus, verify_corpus
+
+    for form in ("verbatim", "renamed"):  # renamed hides its copies from exact, not from it
+        out = tmp_path / form
+        manifest = arm(out, decontaminate_with="oracle", contamination_form=form)
+        verify_corpus(out)
+        record = manifest["decontamination"]
+        assert record["method"] == "oracle" and record["flagged_base_documents"] == 0
+        assert manifest["injected_ids"] == [] and len(manifest["intended_injected_ids"]) == 6
+        assert record["removed_injected_ids"] == manifest["intended_injected_ids"]
+        documents = list(read_corpus(out))
+        assert len(documents) == 300 and not any(d["sample"] for d in documents)
+        assert len(target_documents(out)) == 6
+
+
 def test_the_recipe_field_keys_every_arm_only_when_set_and_is_checked():
     from lab.study.grid import expand
     from lab.study.recipe import load_recipe
@@ -176,6 +241,9 @@ def test_the_recipe_field_keys_every_arm_only_when_set_and_is_checked():
     injects = [s for s in exact if s.kind == "inject"]
     assert {s.labels["arm"] for s in injects} == {"control", "paired", "paired-placebo"}
     assert all(s.keyed["decontaminate_with"] == "exact" for s in injects)
+    # placebo copies replace removed ones: a decontaminated arm made before re-runs
+    assert all(s.keyed["decontaminate_replace"] == "placebo-copy" for s in injects)
+    assert all(s.keyed["placebo_from"] for s in injects if s.labels["arm"] != "control")
     assert not {s.key for s in injects} & {s.key for s in plain}
     with pytest.raises(LabError) as refused:
         load_recipe(recipe, ["injection.decontaminate_with=nope"])

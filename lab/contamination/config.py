@@ -32,9 +32,6 @@ MAX_COPIES = 10_000
 # the study's BPE tokenizer is trained after injection (on a control corpus), so no token count
 # exists yet; characters track the token share each run reports (injected_token_fraction).
 PLACEBO_SHARE_TOLERANCE = 0.05
-# --decontaminate-with's ground-truth removal: every injected copy of a test sample, replaced
-# like a decontaminator's (lab.contamination.decontaminated); no lab.decontam method.
-ORACLE = "oracle"
 
 
 @dataclass
@@ -142,7 +139,7 @@ class InjectConfig(ExecutorConfig):
         timing_table.check_timing(tuple(self.timing), self.doses)
         soft.parse_form(self.contamination_form)
         if self.decontaminate_with is not None:
-            from lab.decontam import DECONTAMINATORS
+            from lab.decontam import DECONTAMINATORS, ORACLE
             if self.decontaminate_with not in (*DECONTAMINATORS, ORACLE):
                 raise LabError(f"--decontaminate-with {self.decontaminate_with}: unknown method "
                                f"(choose from {', '.join(DECONTAMINATORS)}, {ORACLE})")

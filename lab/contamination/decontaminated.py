@@ -29,10 +29,12 @@ from typing import Any
 
 from lab.common import LabError
 from lab.contamination import soft
-from lab.contamination.config import ORACLE, InjectConfig
+from lab.contamination.config import InjectConfig
 from lab.contamination.placebo import choose_placebo, load_placebo_splits, placebo_pool
 from lab.contamination.plan import InjectionPlan
 from lab.corpora import Document, Sample
+from lab.decontam import DECONTAMINATORS, ORACLE
+from lab.decontam.base import Options, Reference
 
 # How many refill candidates a decontaminated arm flags at a time (the methods judge each
 # document alone, so the chunks change nothing but the work done).
@@ -58,9 +60,6 @@ def flag_documents(cfg: InjectConfig, plan: InjectionPlan, texts: list[str],
                 {"method": ORACLE, "source": "ground truth (the documents' sample field)",
                  "rule": "every injected copy of a benchmark sample", "parameters": {},
                  "options": {}})
-    from lab.decontam import DECONTAMINATORS
-    from lab.decontam.base import Options, Reference
-
     method = DECONTAMINATORS[name]
     options = Options()
     reference = Reference(plan.samples, plan.spec.input_language, plan.spec.output_language)

@@ -60,7 +60,17 @@ DECONTAMINATORS: dict[str, Decontaminator] = {d.name: d for d in (
 )}
 
 
+# Not a method: `lab inject --decontaminate-with oracle` removes every injected copy by ground
+# truth (the documents' `sample` field, which a method never sees; lab.contamination.
+# decontaminated), the floor a method's residual inflation is measured from. Named here so that
+# `lab decontam --methods oracle` is refused with the reason.
+ORACLE = "oracle"
+
+
 def check_methods(names: Sequence[str]) -> list[Decontaminator]:
+    if ORACLE in names:
+        raise LabError(f"--methods {ORACLE}: not a decontaminator (it removes by ground truth, "
+                       "which a method never sees): use lab inject --decontaminate-with oracle")
     if not names:
         raise LabError(f"--methods: give at least one method (choose from "
                        f"{', '.join(DECONTAMINATORS)})")
