@@ -157,18 +157,70 @@ def test_the_report_table_pairs_each_method_with_the_arm_as_built_seed_by_seed()
     assert [(r["form"], r["method"]) for r in rows] == [("renamed", "ngram13"),
                                                         ("verbatim", "ngram13")]
     renamed, verbatim = rows
-    assert renamed["difference"] == pytest.approx(-1.0)  # (-1, 0, -2) seed by seed
-    assert renamed["difference_low"] < -1.0 < renamed["difference_high"]
-    assert renamed["left_share"] == pytest.approx(9.0 / 10.0)
-    assert verbatim["difference"] == pytest.approx(-20.0)
-    assert verbatim["difference_low"] is None  # every seed's difference is -20: zero spread
-    assert verbatim["difference_note"] == "zero spread"
+    assert renamed["removed"] == pytest.approx(1.0)  # (1, 0, 2) seed by seed
+    assert renamed["removed_low"] < 1.0 < renamed["removed_high"]
+    assert verbatim["removed"] == pytest.approx(20.0)
+    assert verbatim["removed_low"] is None  # every seed's difference is 20: zero spread
+    assert verbatim["removed_note"] == "zero spread"
+    # no oracle arm in this study: no residual, no fraction; all removed says so, no share
+    assert renamed["residual"] is None and renamed["residual_note"] == "no oracle arm"
+    assert renamed["fraction_removed"] is None
+    assert renamed["fraction_removed_note"] == "no oracle arm"
+    assert verbatim["fraction_removed_note"] == "all removed"
     table = decontam_table(rows, descriptive=True)
     assert "| gpt2 | renamed | 0 | ngram13 | 3 of 120 | +10.00 [+9.00, +11.00] |" in table["md"]
-    assert "-20.00 [n/a (zero spread)]" in table["md"] and "Descriptive" in table["md"]
+    assert "+20.00 [n/a (zero spread)]" in table["md"] and "Descriptive" in table["md"]
+    assert "| all removed |" in table["md"] and "%" not in table["md"]
     assert table["csv"].splitlines()[0].startswith("model,form,arm,metric")
     # a study that sweeps no decontamination has no table
     assert decontam_lifts({"rows": [row("gpt2/form=renamed", {0: 1.0})]}, {}) == []
+
+
+def test_the_estimands_against_the_oracle_by_hand():
+    """Two seeds. As built (10, 10.2), oracle (0, 0.2), ngram13 after (4, 2.2): residual
+    inflation (4, 2) mean 3; removed (6, 8) mean 7; fraction 7 / 10 = 0.7, whose Fieller interval
+    (the denominator 10 on both seeds, no spread) is removed's t interval / 10:
+    7 +- 12.706 x sd(6, 8) / sqrt(2) = 7 +- 12.706. exact removed every copy: all removed, no
+    share. The oracle's row: its own lift, removed = the whole leak, no residual."""
+    from lab.analysis.decontam_lift import decontam_lifts, decontam_table, ratio_of_means
+
+    def row(method, effects):
+        return {"question": "split-half", "model": f"gpt2/form=verbatim/decontam={method}",
+                "arm": "paired", "metric": "bleu", "epochs": 0, "train_size": 100,
+                "estimate": sum(effects.values()) / 2, "ci_low": None, "ci_high": None,
+                "seed_effects": effects, "unit": "seed"}
+
+    primary = {"rows": [row("none", {0: 10.0, 1: 10.2}), row("oracle", {0: 0.0, 1: 0.2}),
+                        row("ngram13", {0: 4.0, 1: 2.2}), row("exact", {0: 0.5, 1: 0.1})]}
+    removed = {("verbatim", "ngram13"): {"intended": 80, "removed": 50},
+               ("verbatim", "exact"): {"intended": 80, "removed": 80},
+               ("verbatim", "oracle"): {"intended": 80, "removed": 80}}
+    exact, ngram, oracle = decontam_lifts(primary, removed)
+    assert (exact["method"], ngram["method"], oracle["method"]) == ("exact", "ngram13", "oracle")
+    t = 12.7062047361747  # Student t, 1 degree of freedom, 97.5%
+    assert ngram["residual"] == pytest.approx(3.0)
+    assert (ngram["residual_low"], ngram["residual_high"]) == pytest.approx((3 - t, 3 + t))
+    assert ngram["removed"] == pytest.approx(7.0)
+    assert (ngram["removed_low"], ngram["removed_high"]) == pytest.approx((7 - t, 7 + t))
+    assert ngram["fraction_removed"] == pytest.approx(0.7)
+    assert (ngram["fraction_removed_low"], ngram["fraction_removed_high"]) == pytest.approx(
+        ((7 - t) / 10, (7 + t) / 10))
+    assert ngram["lift_oracle"] == pytest.approx(0.1)
+    assert exact["residual"] == pytest.approx(0.2) and exact["fraction_removed"] is None
+    assert exact["fraction_removed_note"] == "all removed"
+    assert oracle["lift_after"] == pytest.approx(0.1) and oracle["removed"] == pytest.approx(10.0)
+    table = decontam_table([exact, ngram, oracle], descriptive=True)["md"]
+    [line] = [t for t in table.splitlines() if "| ngram13 |" in t]
+    assert line.endswith("| +0.70 [-0.57, +1.97] |") and "+3.00 [-9.71, +15.71]" in line
+    [line] = [t for t in table.splitlines() if "| exact |" in t]
+    assert line.endswith("| all removed |") and "%" not in table
+    # a denominator whose interval holds 0 gives the ratio without one; outside [0, 1] noted
+    assert ratio_of_means([6.0, 8.0], [9.0, 1.0])[1:] == (
+        None, None, "the interval of as built - oracle holds 0")
+    from lab.analysis.decontam_lift import fraction_text
+    assert fraction_text({"method": "x", "fraction_removed": 1.3, "fraction_removed_low": None,
+                          "fraction_removed_high": None, "fraction_removed_note": "1 seed"}
+                         ) == "+1.30 [n/a (1 seed)] (outside [0, 1])"
 
 
 def test_samples_removed_are_counted_from_the_samples_table_once_per_model_and_seed():

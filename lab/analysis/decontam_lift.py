@@ -1,15 +1,27 @@
 """What decontamination leaves of the lift: per contamination form, the split-half lift
-(injected vs held-out samples of one model) of the arm as built and of the same arm after each
-decontaminator (recipe `injection.decontaminate_with: [null, METHOD, ...]`, swept with
-`injection.contamination_form`; lab.study.grid.variants). STUDY/report/decontam.md and .csv.
+(injected vs held-out samples of one model) of the arm as built, of the same arm after each
+decontaminator and of its oracle arm (recipe `injection.decontaminate_with: [null, oracle,
+METHOD, ...]`, swept with `injection.contamination_form`; lab.study.grid.variants).
+STUDY/report/decontam.md and .csv.
 
 The injected group of a decontaminated arm is the samples meant to be injected, those the
-method removed too (intention to treat, lab.eval.generate.assigned_injected_ids), so the lift
-after decontamination is the score inflation the method failed to remove. The arm as built and
-the decontaminated arm of one seed split the same samples the same way (the split is seeded by
-the seed and the samples, not by the form or the method), so their difference is taken seed by
-seed, with its interval over seeds (lab.stats.seed_mean_interval); every figure is descriptive
-where the recipe says so.
+method removed too (intention to treat, lab.eval.generate.assigned_injected_ids). A removed copy
+is replaced by a placebo copy of the same form and length (lab.contamination.decontaminated), so
+every arm of a form sees as much of the target language; the oracle arm has every injected copy
+replaced so, and its lift is what an arm with nothing leaked still shows (near 0). Per seed:
+
+- residual inflation = lift(decontaminated) - lift(oracle): what the method failed to remove;
+- removed = lift(as built) - lift(decontaminated): what it removed;
+- fraction removed = removed / (lift(as built) - lift(oracle)), the ratio of the seed means,
+  with Fieller's interval (the ratios whose paired per-seed difference numerator - ratio x
+  denominator a t-test over seeds keeps), given only where the denominator's own interval
+  excludes 0 (else it is unbounded). No fraction where the method removed every copy ("all
+  removed": the arm then differs from the oracle's only in its refilled base documents).
+
+The arms of one seed split the same samples the same way (the split is seeded by the seed and
+the samples, not by the form or the method), so each difference is taken seed by seed, with its
+interval over seeds (lab.stats.seed_mean_interval); every figure is descriptive where the recipe
+says so.
 """
 from __future__ import annotations
 
@@ -18,12 +30,15 @@ import io
 from pathlib import Path
 from typing import Any
 
-from lab.stats import CLIPPED_LEGEND, bounds_text, no_interval_reason, seed_mean_interval
+from lab.stats import (CLIPPED_LEGEND, bounds_text, checked_interval, no_interval_reason,
+                       seed_mean_interval)
 from lab.analysis.collect import REMOVED, SAMPLES
 from lab.study.grid import swept_labels
 from lab.analysis.report_data import read_csv
 
 NONE = "none"  # grid.variants' label of the arm as built
+ORACLE = "oracle"  # lab inject --decontaminate-with oracle: every injected copy replaced
+LEVEL = 0.95
 INJECTED_GROUPS = ("injected", "injected_truncated")
 
 
@@ -56,8 +71,9 @@ def study_removed(study: Path) -> dict[tuple[str, str], dict[str, int]]:
 
 def decontam_lifts(primary: dict[str, Any], removed: dict[tuple[str, str], dict[str, int]]
                    ) -> list[dict[str, Any]]:
-    """One row per model, form, E, train size and decontaminator: the lift as built, after,
-    and their per-seed difference. [] for a study that does not sweep decontamination."""
+    """One row per model, form, E, train size and decontaminator (the oracle's too): the lift
+    as built, after and of the oracle, and the per-seed estimands (module docstring). [] for a
+    study that does not sweep decontamination."""
     cells: dict[tuple, dict[str, dict[str, Any]]] = {}
     for row in primary.get("rows") or []:
         if row["question"] != "split-half":
@@ -71,76 +87,175 @@ def decontam_lifts(primary: dict[str, Any], removed: dict[tuple[str, str], dict[
     out = []
     for (base, form, arm, metric, epochs, size), by_method in sorted(
             cells.items(), key=lambda item: tuple(str(k) for k in item[0])):
-        before = by_method.get(NONE)
+        before, oracle = by_method.get(NONE), by_method.get(ORACLE)
         for method, after in sorted(by_method.items()):
             if method == NONE:
                 continue
-            shared = sorted(set(after["seed_effects"]) & set((before or {}).get(
-                "seed_effects") or {}))
-            differences = [after["seed_effects"][s] - before["seed_effects"][s] for s in shared]
-            mean, low, high = seed_mean_interval(differences)
             count = removed.get((form, method), {})
             out.append({
                 "model": base, "form": form, "arm": arm, "metric": metric,
                 "epochs": epochs, "train_size": size, "method": method,
-                "lift_before": before["estimate"] if before else None,
-                "lift_before_low": before.get("ci_low") if before else None,
-                "lift_before_high": before.get("ci_high") if before else None,
-                "lift_after": after["estimate"], "lift_after_low": after.get("ci_low"),
-                "lift_after_high": after.get("ci_high"),
-                # the primary rows' cut bounds (lab.stats.clipped_side), marked in the table
-                "lift_before_clipped": before.get("ci_clipped") if before else None,
-                "lift_after_clipped": after.get("ci_clipped"),
-                "left_share": (after["estimate"] / before["estimate"]
-                               if before and before["estimate"] and after["estimate"] is not None
-                               and before["estimate"] > 0 else None),
-                "difference": mean, "difference_low": low, "difference_high": high,
-                "difference_note": no_interval_reason(differences) if differences else "no seed",
-                "seeds": len(shared),
+                **_lift("lift_before", before), **_lift("lift_after", after),
+                **_lift("lift_oracle", oracle),
+                **estimands(before, after, oracle if method != ORACLE else None,
+                            all_removed=bool(count.get("intended"))
+                            and count.get("removed") == count.get("intended")),
                 "samples_intended": count.get("intended"), "samples_removed": count.get("removed"),
                 "unit": after.get("unit"),
             })
     return out
 
 
+def _lift(name: str, row: dict[str, Any] | None) -> dict[str, Any]:
+    """A primary row's lift, its interval and the bound it cut (lab.stats.clipped_side)."""
+    return {name: row["estimate"] if row else None,
+            f"{name}_low": row.get("ci_low") if row else None,
+            f"{name}_high": row.get("ci_high") if row else None,
+            f"{name}_clipped": row.get("ci_clipped") if row else None}
+
+
+def _per_seed(minuend: dict[str, Any] | None, subtrahend: dict[str, Any] | None
+              ) -> dict[Any, float]:
+    """seed -> minuend's lift - subtrahend's, over the seeds both have."""
+    if not minuend or not subtrahend:
+        return {}
+    first, second = minuend.get("seed_effects") or {}, subtrahend.get("seed_effects") or {}
+    return {s: first[s] - second[s] for s in sorted(set(first) & set(second), key=str)
+            if first[s] is not None and second[s] is not None}
+
+
+def _mean(name: str, values: dict[Any, float], missing: str) -> dict[str, Any]:
+    """A per-seed estimand's mean over seeds, its interval, why it has none, its seeds."""
+    mean, low, high = seed_mean_interval(list(values.values()), LEVEL)
+    note = (no_interval_reason(list(values.values())) if values else missing)
+    return {name: mean, f"{name}_low": low, f"{name}_high": high, f"{name}_note": note,
+            f"{name}_seeds": len(values)}
+
+
+def estimands(before: dict[str, Any] | None, after: dict[str, Any], oracle: dict[str, Any] | None,
+              all_removed: bool) -> dict[str, Any]:
+    """Residual inflation, removed and fraction removed (module docstring) of one method's row
+    against the arm as built (`before`) and the oracle (None: the study has none, or this row is
+    the oracle's own)."""
+    residual = _per_seed(after, oracle)
+    taken = _per_seed(before, after)
+    out = {**_mean("residual", residual, "no oracle arm" if oracle is None else "no seed"),
+           **_mean("removed", taken, "no arm as built" if before is None else "no seed")}
+    if all_removed:
+        return {**out, "fraction_removed": None, "fraction_removed_low": None,
+                "fraction_removed_high": None, "fraction_removed_note": "all removed"}
+    leak = _per_seed(before, oracle)
+    seeds = [s for s in taken if s in leak]
+    fraction, low, high, note = ratio_of_means([taken[s] for s in seeds],
+                                               [leak[s] for s in seeds])
+    if oracle is None:
+        note = "no oracle arm"
+    return {**out, "fraction_removed": fraction, "fraction_removed_low": low,
+            "fraction_removed_high": high, "fraction_removed_note": note}
+
+
+def ratio_of_means(numerators: list[float], denominators: list[float], level: float = LEVEL
+                   ) -> tuple[float | None, float | None, float | None, str | None]:
+    """(mean numerator / mean denominator, low, high, why no interval) over paired seeds.
+    Fieller's interval: the ratios r for which a t-test over seeds keeps the mean of
+    numerator - r x denominator at 0; bounded exactly where the denominator's own t interval
+    excludes 0, and given only then (else its reason)."""
+    import math
+
+    from scipy.stats import t as t_distribution
+
+    n = len(numerators)
+    if not n:
+        return None, None, None, "no seed"
+    a, b = sum(numerators) / n, sum(denominators) / n
+    if b == 0:
+        return None, None, None, "as built - oracle is 0"
+    ratio = a / b
+    if n < 2:
+        return ratio, None, None, no_interval_reason(numerators)
+    q = t_distribution.ppf((1 + level) / 2, n - 1) ** 2 / n
+    s_aa = sum((x - a) ** 2 for x in numerators) / (n - 1)
+    s_bb = sum((y - b) ** 2 for y in denominators) / (n - 1)
+    s_ab = sum((x - a) * (y - b) for x, y in zip(numerators, denominators)) / (n - 1)
+    quad = b * b - q * s_bb
+    if quad <= 0:
+        return ratio, None, None, "the interval of as built - oracle holds 0"
+    linear = -2 * (a * b - q * s_ab)
+    constant = a * a - q * s_aa
+    root = math.sqrt(max(linear * linear - 4 * quad * constant, 0.0))
+    bounds = checked_interval(ratio, (-linear - root) / (2 * quad), (-linear + root) / (2 * quad))
+    if bounds is None:
+        return ratio, None, None, "zero spread"
+    return ratio, bounds[0], bounds[1], None
+
+
 def _interval(estimate: float | None, low: float | None, high: float | None,
               note: str | None = None, cut: str | None = None) -> str:
     if estimate is None:
-        return "-"
+        return "-" if note is None else f"- ({note})"
     if low is None or high is None:
         return f"{estimate:+.2f} [n/a ({note or 'no interval'})]"
     return f"{estimate:+.2f} {bounds_text(low, high, cut)}"
 
 
+def fraction_text(r: dict[str, Any]) -> str:
+    """The fraction removed as a number (never a share): 'all removed' where the method removed
+    every copy, the number and a note where it falls outside [0, 1]."""
+    if r["method"] == ORACLE:
+        return "(the floor)"
+    note = r.get("fraction_removed_note")
+    fraction = r.get("fraction_removed")
+    if note == "all removed":
+        return "all removed"
+    if fraction is None:
+        return f"n/a ({note})" if note else "-"
+    text = _interval(fraction, r.get("fraction_removed_low"), r.get("fraction_removed_high"), note)
+    return text + (" (outside [0, 1])" if not 0 <= fraction <= 1 else "")
+
+
 def decontam_table(rows: list[dict[str, Any]], descriptive: bool) -> dict[str, str]:
     """report/decontam.md (one line per form and decontaminator) and decontam.csv."""
     lines = ["| model | form | E | decontaminator | samples removed | lift as built [CI] | "
-             "lift after [CI] | after - as built, per seed [CI] | left |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "lift after [CI] | oracle lift [CI] | residual = after - oracle [CI] | "
+             "removed = as built - after [CI] | fraction removed [CI] |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         removed = ("-" if r["samples_intended"] is None else
                    f"{r['samples_removed']} of {r['samples_intended']}")
-        before_note = "1 seed" if r["seeds"] == 1 else None
+        one_seed = "1 seed" if r["removed_seeds"] == 1 else None
+        residual = ("-" if r["method"] == ORACLE else
+                    _interval(r["residual"], r["residual_low"], r["residual_high"],
+                              r["residual_note"]))
         lines.append(
             f"| {r['model']} | {r['form']} | {r['epochs']} | {r['method']} | {removed} | "
-            f"{_interval(r['lift_before'], r['lift_before_low'], r['lift_before_high'], before_note, r.get('lift_before_clipped'))}"
-            f" | {_interval(r['lift_after'], r['lift_after_low'], r['lift_after_high'], before_note, r.get('lift_after_clipped'))}"
-            f" | {_interval(r['difference'], r['difference_low'], r['difference_high'], r['difference_note'])}"
-            f" | {'-' if r['left_share'] is None else format(r['left_share'], '.0%')} |")
+            f"{_interval(r['lift_before'], r['lift_before_low'], r['lift_before_high'], one_seed, r.get('lift_before_clipped'))}"
+            f" | {_interval(r['lift_after'], r['lift_after_low'], r['lift_after_high'], one_seed, r.get('lift_after_clipped'))}"
+            f" | {_interval(r['lift_oracle'], r['lift_oracle_low'], r['lift_oracle_high'], one_seed, r.get('lift_oracle_clipped'))}"
+            f" | {residual}"
+            f" | {_interval(r['removed'], r['removed_low'], r['removed_high'], r['removed_note'])}"
+            f" | {fraction_text(r)} |")
     metric = rows[0]["metric"] if rows else "the primary metric"
     note = (f"\nLift: the injected samples' mean per-sample {metric} minus the held-out ones' in "
             "the same model (the primary table's split-half row), by intention to treat: a "
-            "sample the decontaminator removed stays in the injected group, so the lift after "
-            "is what the method failed to remove. Samples removed: those of the injected group "
-            "whose every copy the method removed, of the group's evaluated samples, summed over "
-            "seeds. Intervals over seeds (Student t); "
-            "'left' = lift after / lift as built where the latter is positive. "
+            "sample the decontaminator removed stays in the injected group. A removed copy is "
+            "replaced by a placebo copy (a non-test benchmark pair of the same form and length), "
+            "so every arm of a form sees as much of the target language; the oracle arm has "
+            "every injected copy replaced so, and its lift is what an arm with nothing leaked "
+            "still shows. Per seed: residual inflation = lift after - oracle lift (what the "
+            "method failed to remove), removed = lift as built - lift after, fraction removed = "
+            "removed / (lift as built - oracle lift), the ratio of the seed means with Fieller's "
+            "interval where the denominator's interval excludes 0; a number, not a share: "
+            "outside [0, 1] it is noise or a method that took more than the leak, and where the "
+            "method removed every copy none is given (all removed). Samples removed: those of "
+            "the injected group whose every copy the method removed, of the group's evaluated "
+            "samples, summed over seeds. Intervals over seeds (Student t). "
             + ("Descriptive: the recipe declares no test for these differences, and its seeds "
                "are too few for one to reach its alpha." if descriptive else
                "The primary table's tests (with Holm) are the confirmatory ones; this table "
                "adds no test.")
             + (f" {CLIPPED_LEGEND}." if any(r.get("lift_before_clipped") or r.get("lift_after_clipped")
-                                            for r in rows) else "") + "\n")
+                                            or r.get("lift_oracle_clipped") for r in rows) else "")
+            + "\n")
     out = io.StringIO()
     fields = list(rows[0]) if rows else ["model"]
     writer = csv.DictWriter(out, fields, lineterminator="\n")
