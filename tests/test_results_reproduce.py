@@ -28,10 +28,12 @@ def _recomputed(folder: Path) -> set[str]:
             values = [row.get("estimate"), row.get("ci_low"), row.get("ci_high"),
                       *row["seed_effects"].values()]
             found |= {f"{v:+.2f}" for v in values if v is not None}
-    for row in report["decontam"]:  # report/decontam.md: its lifts and differences
+    for row in report["decontam"]:  # report/decontam.md: its lifts and estimands
         found |= {f"{row[k]:+.2f}" for k in ("lift_before", "lift_before_low", "lift_before_high",
                                               "lift_after", "lift_after_low", "lift_after_high",
-                                              "difference", "difference_low", "difference_high")
+                                              "lift_oracle", "lift_oracle_low", "lift_oracle_high",
+                                              "residual", "residual_low", "residual_high",
+                                              "removed", "removed_low", "removed_high")
                   if row[k] is not None}
     return found
 

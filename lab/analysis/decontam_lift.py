@@ -249,6 +249,10 @@ def decontam_table(rows: list[dict[str, Any]], descriptive: bool) -> dict[str, s
             "method removed every copy none is given (all removed). Samples removed: those of "
             "the injected group whose every copy the method removed, of the group's evaluated "
             "samples, summed over seeds. Intervals over seeds (Student t). "
+            + ("This study has no oracle arm (`oracle` not among injection.decontaminate_with; "
+               "a study made before it refilled removed copies with base documents, which took "
+               "the target language away with the leak): no residual and no fraction. "
+               if not any(r["method"] == ORACLE for r in rows) else "")
             + ("Descriptive: the recipe declares no test for these differences, and its seeds "
                "are too few for one to reach its alpha." if descriptive else
                "The primary table's tests (with Holm) are the confirmatory ones; this table "
