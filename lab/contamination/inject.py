@@ -65,9 +65,11 @@ def validate(cfg: InjectConfig) -> None:
     if cfg.test_ids is not None and not Path(cfg.test_ids).is_file():
         raise LabError(f"--test-ids {cfg.test_ids}: no such file")
     if cfg.placebo_from is not None:
-        if not settings_table.get(cfg.setting).placebo:
-            raise LabError(f"--placebo-from: only a placebo setting draws from other splits, "
-                           f"not {cfg.setting}")
+        setting = settings_table.get(cfg.setting)
+        # a decontaminated arm draws its removed copies' placebo stand-ins from them too
+        if not (setting.placebo or (setting.injects_test and cfg.decontaminate_with)):
+            raise LabError(f"--placebo-from: only a placebo setting draws from other splits (and "
+                           f"a decontaminated arm, for its placebo copies), not {cfg.setting}")
         placebo_splits(cfg.benchmark, cfg.split, cfg.placebo_from)
     check_numbers(seed=cfg.seed)
     check_executor(cfg)
