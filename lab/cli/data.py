@@ -96,9 +96,8 @@ def decontam(cfg: DecontamConfig) -> None:
     result = run_decontam(cfg)
     if cfg.write_clean is not None:
         console.print(rich_table(
-            f"{result['corpus']} against {result['benchmark']}:{result['split']} "
-            f"({result['documents']} documents; kept {result['kept']}, removed "
-            f"{result['removed']})",
+            f"{result['benchmark']}:{result['split']}: kept {result['kept']} of "
+            f"{result['documents']}",
             [{"method": m, "flagged": n} for m, n in result["flagged_by_method"].items()],
             ["method", "flagged"]))
         console.print(f"kept documents and flagged.csv: {cfg.write_clean} ({result['seconds']} s, "
