@@ -11,7 +11,7 @@ comes from; docs/decontam.md says what each departs from.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Callable, Sequence
 
@@ -27,6 +27,10 @@ class Decontaminator:
     source: str  # the paper or project whose rule it follows
     summary: str = ""
     parameters: Callable[[Options], str] = lambda options: ""  # the options it uses, as text
+    # Optional, where cheap: per document, (sample id, score, (start, end)) of each matching
+    # sample, for `lab decontam --write-clean`'s flagged.csv; without it, flags alone there.
+    match: Callable[[Sequence[str], Reference, Options],
+                    list[list[tuple[str, float, tuple[int, int]]]]] | None = None
 
 
 def _ngram_parameters(n: int | None) -> Callable[[Options], str]:
@@ -58,6 +62,13 @@ DECONTAMINATORS: dict[str, Decontaminator] = {d.name: d for d in (
                    parameters=lambda o: f"k={o.winnow_k} w={o.winnow_w} names={o.winnow_names} "
                                         f"containment={o.containment}"),
 )}
+
+# The methods' richer entries (`match`), set apart from the table above so that its lines stay
+# as they are: exact and the word n-gram rules give sample, score and span cheaply.
+for _name, _match in (("exact", exact.match), ("ngram", ngram.match),
+                      *((f"ngram{n}", partial(ngram.match, n=n)) for n in (8, 13, 50))):
+    if _name in DECONTAMINATORS:
+        DECONTAMINATORS[_name] = replace(DECONTAMINATORS[_name], match=_match)
 
 
 def check_methods(names: Sequence[str]) -> list[Decontaminator]:
