@@ -89,6 +89,12 @@ def test_clean_keeps_every_other_line_byte_identical_and_flagged_csv_names_the_p
         assert row["document"].startswith("https://example.org/A")
     summary = json.loads((tmp_path / "clean" / "summary.json").read_text())
     assert summary["kind"] == "lab-decontam-clean" and summary["flagged_by_method"]["exact"] == 2
+    # winnow names the sample and its containment, with no span (its fingerprints say which)
+    _clean(folder, tmp_path / "winnow", methods=("winnow",))
+    rows = {(row["file"], int(row["line"])): row for row in _flagged(tmp_path / "winnow")}
+    assert set(rows) == set(PLANTS)
+    assert all(rows[where]["sample"] == f"codetrans:test:{index}" and rows[where]["start"] == ""
+               and float(rows[where]["score"]) >= 0.5 for where, index in PLANTS.items())
 
 
 def test_tasks_2_writes_the_same_bytes_as_tasks_1(csn_folder, tmp_path, monkeypatch):

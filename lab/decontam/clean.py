@@ -259,10 +259,12 @@ def clean_file(unit: dict[str, Any]) -> dict[str, Any]:
 def _rows(file: str, item: tuple[int, bytes, str, str], method: str,
           found: list[tuple[str, float, tuple[int, int]]]) -> list[list[Any]]:
     """flagged.csv's rows of one flagged document and method: one per matching sample, or
-    one with sample, score and span empty where the method gives none."""
+    one with sample, score and span empty where the method gives none (a span None: a method
+    that names the sample and its score but not where, winnow)."""
     lineno, _line, text, name = item
     if not found:
         return [[file, lineno, name, method, "", "", "", "", ""]]
-    return [[file, lineno, name, method, sample, score, start, end,
-             " ".join(text[start:end].split())[:MATCHED_CHARS]]
-            for sample, score, (start, end) in found]
+    return [[file, lineno, name, method, sample, score, *(
+        ("", "", "") if span is None else
+        (span[0], span[1], " ".join(text[span[0]:span[1]].split())[:MATCHED_CHARS]))]
+            for sample, score, span in found]
