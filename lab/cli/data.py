@@ -89,10 +89,20 @@ def audit(cfg: AuditConfig) -> None:
 
 @options_of(DecontamConfig)
 def decontam(cfg: DecontamConfig) -> None:
-    """Decontaminators run over an arm's corpus, judged on its injected samples per dose."""
+    """Decontaminators run over an arm's corpus, judged on its injected samples per dose (or,
+    with --write-clean, a corpus without ground truth cleaned)."""
     from lab.decontam.run import run_decontam
 
     result = run_decontam(cfg)
+    if cfg.write_clean is not None:
+        console.print(rich_table(
+            f"{result['benchmark']}:{result['split']}: kept {result['kept']} of "
+            f"{result['documents']}",
+            [{"method": m, "flagged": n} for m, n in result["flagged_by_method"].items()],
+            ["method", "flagged"]))
+        console.print(f"kept documents and flagged.csv: {cfg.write_clean} ({result['seconds']} s, "
+                      f"peak rss {result['peak_rss_mib']} MiB)", markup=False, soft_wrap=True)
+        return
     rows = [{**row, "recall": formatted(row["recall"]), "precision": formatted(row["precision"])}
             for row in result["rows"]]
     console.print(rich_table(f"{result['setting']} arm of {result['benchmark']}:{result['split']} "

@@ -27,6 +27,10 @@ class Decontaminator:
     source: str  # the paper or project whose rule it follows
     summary: str = ""
     parameters: Callable[[Options], str] = lambda options: ""  # the options it uses, as text
+    # Optional, where cheap: per document, (sample id, score, (start, end) or None) of each
+    # matching sample, for `lab decontam --write-clean`'s flagged.csv; without it, flags alone.
+    match: Callable[[Sequence[str], Reference, Options],
+                    list[list[tuple[str, float, tuple[int, int] | None]]]] | None = None
 
 
 def _ngram_parameters(n: int | None) -> Callable[[Options], str]:
@@ -35,13 +39,16 @@ def _ngram_parameters(n: int | None) -> Callable[[Options], str]:
 
 DECONTAMINATORS: dict[str, Decontaminator] = {d.name: d for d in (
     Decontaminator("exact", exact.flag, "BigCode (StarCoder) decontamination",
-                   summary="a sample side, whitespace-normalised, is a substring of the document"),
+                   summary="a sample side, whitespace-normalised, is a substring of the document",
+                   match=exact.match),
     *(Decontaminator(f"ngram{n}", partial(ngram.flag, n=n), "lm-evaluation-harness Janitor "
                      "(GPT-3 appendix C)", summary=f"shares a word {n}-gram with a sample "
-                     "(lower-cased, punctuation deleted)", parameters=_ngram_parameters(n))
+                     "(lower-cased, punctuation deleted)", parameters=_ngram_parameters(n),
+                     match=partial(ngram.match, n=n))
       for n in (8, 13, 50)),
     Decontaminator("ngram", ngram.flag, "lm-evaluation-harness Janitor (GPT-3 appendix C)",
-                   summary="ngram8/13/50 with n = --ngram-n", parameters=_ngram_parameters(None)),
+                   summary="ngram8/13/50 with n = --ngram-n", parameters=_ngram_parameters(None),
+                   match=ngram.match),
     Decontaminator("datatrove", dt_ngrams.flag, "datatrove NGramsDecontFilter",
                    summary="datatrove's own n-gram decontamination filter step, n = --ngram-n",
                    parameters=lambda o: f"n={o.ngram_n} query_ngrams=1 overlap_ngrams=1"),
@@ -56,7 +63,7 @@ DECONTAMINATORS: dict[str, Decontaminator] = {d.name: d for d in (
                    "Dolos)", summary="containment of a code side's winnowed token fingerprints "
                    "in the document >= --containment (names kept or abstracted)",
                    parameters=lambda o: f"k={o.winnow_k} w={o.winnow_w} names={o.winnow_names} "
-                                        f"containment={o.containment}"),
+                                        f"containment={o.containment}", match=winnow.match),
 )}
 
 

@@ -9,6 +9,7 @@ from lab.common import LabError, corpora_param, param, refuse_unused_options
 from lab.decontam import DECONTAMINATORS, check_methods
 from lab.decontam.base import NGRAM_RULES, NGRAM_SHORT, Options
 from lab.decontam.winnow import NAMES as WINNOW_NAMES
+from lab.executor import ExecutorConfig, check_executor
 
 KIND = "lab-decontam"
 DEFAULT_METHODS = ("exact", "ngram8", "ngram13", "ngram50", "datatrove", "minhash", "audit")
@@ -28,11 +29,21 @@ MAX_NUM_PERM = 4096
 
 
 @dataclass
-class DecontamConfig:
-    """The options of `lab decontam`, declared once."""
+class DecontamConfig(ExecutorConfig):
+    """The options of `lab decontam`, declared once (the executor's, which --write-clean reads,
+    in lab.executor). Two modes: an arm judged on its ground truth (--out), or a corpus
+    without one cleaned (--write-clean, with --benchmark: lab.decontam.clean)."""
     corpus: Path = param(help="An arm's corpus folder (made by lab inject; its manifest.json "
-                              "names the benchmark split and the dose levels).")
-    out: Path = param(help="Output folder: decontam.csv, decontam_timing.csv, summary.json.")
+                              "names the benchmark split and the dose levels); with "
+                              "--write-clean, any lab corpus or a folder in CodeSearchNet's "
+                              "jsonl.gz layout.")
+    out: Path | None = param(None, "Output folder: decontam.csv, decontam_timing.csv, "
+                                   "summary.json (an arm judged on its ground truth).")
+    write_clean: Path | None = param(None, "Clean a corpus without ground truth: write its "
+                                           "kept documents here in its own layout, with "
+                                           "flagged.csv and summary.json (needs --benchmark).")
+    benchmark: str | None = param(None, "--write-clean: the benchmark to decontaminate "
+                                        "against, NAME[:SPLIT] (split default: test).")
     methods: tuple[str, ...] = param(DEFAULT_METHODS, "Decontaminators to run: "
                                      + ", ".join(DECONTAMINATORS) + ".")
     ngram_n: int = param(13, "Words per n-gram of the `ngram` and `datatrove` methods.")
@@ -64,6 +75,7 @@ class DecontamConfig:
 
     def __post_init__(self) -> None:
         self.methods = tuple(self.methods)
+        self._check_mode()
         check_methods(self.methods)
         refuse_unused_options(self, OPTION_USERS, self.methods, "--methods")
         if self.ngram_n <= 0:
@@ -102,6 +114,34 @@ class DecontamConfig:
             if not values or min(values) < 1 or len(set(values)) != len(values):
                 raise LabError(f"{option} {','.join(map(str, values))}: give distinct values "
                                ">= 1")
+
+    def _check_mode(self) -> None:
+        """--out (ground truth) or --write-clean (none), and the options each mode reads."""
+        if self.write_clean is None:
+            if self.out is None:
+                raise LabError("--out: give the output folder (or --write-clean OUT with "
+                               "--benchmark to clean a corpus without ground truth)")
+            given = [name for name, value in (("--benchmark", self.benchmark),
+                                              ("--executor", self.executor != "local"),
+                                              ("--tasks", self.tasks != 1),
+                                              ("--slurm-partition", self.slurm_partition))
+                     if value]
+            if given:
+                raise LabError(f"{given[0]}: only with --write-clean (an arm's benchmark is "
+                               "its manifest's)")
+            return
+        if self.out is not None:
+            raise LabError(f"--out {self.out}: not with --write-clean (its folder is the "
+                           "output)")
+        if not self.benchmark:
+            raise LabError("--write-clean: give --benchmark NAME[:SPLIT] (a corpus without "
+                           "ground truth names no benchmark)")
+        fields = type(self).__dataclass_fields__
+        for name in ("curve_n", "curve_min_count"):
+            if tuple(getattr(self, name)) != fields[name].default:
+                raise LabError(f"--{name.replace('_', '-')}: not with --write-clean (the "
+                               "threshold curves need an arm's ground truth)")
+        check_executor(self)
 
     def options(self) -> Options:
         return Options(ngram_n=self.ngram_n, ngram_rule=self.ngram_rule,

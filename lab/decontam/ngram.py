@@ -66,12 +66,18 @@ def reference_ngrams(reference: Reference, n: int, short: str = "skip"
     with short="whole" each side of fewer than n (but at least one) words whole."""
     grams: dict[int, set[tuple[str, ...]]] = {}
     for _id, text in reference.sides():
-        w = words(text)
-        if len(w) >= n:
-            grams.setdefault(n, set()).update(tuple(w[i:i + n]) for i in range(len(w) - n + 1))
-        elif w and short == "whole":
-            grams.setdefault(len(w), set()).add(tuple(w))
+        for gram in one_side_ngrams(words(text), n, short):
+            grams.setdefault(len(gram), set()).add(gram)
     return grams
+
+
+def one_side_ngrams(side_words: list[str], n: int, short: str) -> set[tuple[str, ...]]:
+    """One side's word sequences to look for (reference_ngrams's rule for one side)."""
+    if len(side_words) >= n:
+        return {tuple(side_words[i:i + n]) for i in range(len(side_words) - n + 1)}
+    if side_words and short == "whole":
+        return {tuple(side_words)}
+    return set()
 
 
 def matches(spans: list[tuple[str, int, int]], grams: dict[int, set[tuple[str, ...]]],
@@ -140,3 +146,45 @@ def match_counts(documents: Sequence[str], reference: Reference, n: int, short: 
     vocabulary = {w for wanted in grams.values() for gram in wanted for w in gram}
     return [len(matches(word_spans(text), grams, vocabulary, first_only=False))
             for text in documents]
+
+
+def match(documents: Sequence[str], reference: Reference, options: Options,
+          n: int | None = None) -> list[list[tuple[str, float, tuple[int, int]]]]:
+    """`flag`'s richer form, for `lab decontam --write-clean`'s flagged.csv: per document, the
+    (sample id, score, (start, end)) of every sample one of whose sides shares a word sequence
+    (`reference_ngrams`) with it. Score: the containment of the side in the document, the
+    share of the side's n-grams found there (the best side's); span: from the first matching
+    n-gram's first character to the last one's end, in the document's own characters. Called
+    on the documents `flag` removed, whatever the rule (the janitor rule's removal is `flag`'s
+    to decide; the matches are the same n-grams)."""
+    n = n or options.ngram_n
+    owners: dict[tuple[str, ...], list[tuple[str, int]]] = {}
+    side_grams: list[int] = []
+    for side, (sample_id, text) in enumerate(reference.sides()):
+        grams = one_side_ngrams(words(text), n, options.ngram_short)
+        side_grams.append(len(grams))
+        for gram in grams:
+            owners.setdefault(gram, []).append((sample_id, side))
+    sizes = sorted({len(gram) for gram in owners})
+    found_all = []
+    for text in documents:
+        spans = word_spans(text)
+        hits: dict[tuple[str, int], set[tuple[str, ...]]] = {}
+        reach: dict[tuple[str, int], list[int]] = {}
+        for i in range(len(spans)):
+            for size in sizes:
+                gram = tuple(w for w, _s, _e in spans[i:i + size])
+                if len(gram) < size or gram not in owners:
+                    continue
+                for owner in owners[gram]:
+                    hits.setdefault(owner, set()).add(gram)
+                    first, last = reach.setdefault(owner, [spans[i][1], spans[i + size - 1][2]])
+                    reach[owner] = [min(first, spans[i][1]), max(last, spans[i + size - 1][2])]
+        best: dict[str, tuple[float, tuple[int, int]]] = {}
+        for (sample_id, side), grams in hits.items():
+            score = round(len(grams) / side_grams[side], 4)
+            first, last = reach[(sample_id, side)]
+            if sample_id not in best or score > best[sample_id][0]:
+                best[sample_id] = (score, (first, last + 1))
+        found_all.append([(sample_id, score, span) for sample_id, (score, span) in best.items()])
+    return found_all

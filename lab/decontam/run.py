@@ -16,7 +16,8 @@ memory of each method are in decontam_timing.csv.
 arm's documents, their ground truth, the reference samples, levels, methods and options,
 resolved once), the scan (lab.decontam.scan: every method's flags, time and memory) and the
 record (lab.decontam.record: the rows, curves and summary). The options are
-lab.decontam.config's.
+lab.decontam.config's. With --write-clean, a corpus without ground truth is cleaned instead
+(lab.decontam.clean).
 """
 from __future__ import annotations
 
@@ -35,6 +36,10 @@ from lab.decontam.scan import scan_arm
 
 def run_decontam(cfg: DecontamConfig) -> dict[str, Any]:
     """Entry point of `lab decontam` (plan, scan, record)."""
+    if cfg.write_clean is not None:  # a corpus without ground truth: cleaned, not judged
+        from lab.decontam.clean import run_clean
+
+        return run_clean(cfg)
     started = time.perf_counter()
     corpus = Path(cfg.corpus)
     manifest = verify_corpus(corpus)  # no manifest, a corrupt or edited one: one line, here

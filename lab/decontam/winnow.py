@@ -335,3 +335,12 @@ def fragment_scores(first: int, starts: list[int], hashes: np.ndarray, valid: np
 def flag(documents: Sequence[str], reference: Reference, options: Options) -> list[bool]:
     return [score >= options.containment
             for score, _sample in best_containment(documents, reference, options)]
+
+
+def match(documents: Sequence[str], reference: Reference, options: Options
+          ) -> list[list[tuple[str, float, None]]]:
+    """`flag`'s richer form for `lab decontam --write-clean`'s flagged.csv: per document its
+    best-scoring sample and that score where `flag` removes it (no span: the fingerprints say
+    which sample, not where its copy begins and ends)."""
+    return [[(sample, round(score, 6), None)] if score >= options.containment else []
+            for score, sample in best_containment(documents, reference, options)]
