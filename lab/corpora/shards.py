@@ -549,22 +549,29 @@ def read_corpus(folder: Path) -> Iterator[dict[str, Any]]:
         yield from read_shard(folder / shard["file"], shard.get("documents"))
 
 
-def read_shard(path: Path, listed: int | None = None) -> Iterator[dict[str, Any]]:
-    """Every document of one corpus shard; `listed` is the count its manifest gives."""
-    if not path.is_file():
-        raise LabError(f"{path}: shard listed in {MANIFEST} is missing")
+def json_lines(path: Path) -> Iterator[tuple[int, bytes, Any]]:
+    """(line number, the line's bytes, its parsed JSON) of every line of a jsonl.gz file; a
+    corrupt line, a truncated file or one that is not gzip is one LabError naming the place."""
     lineno = 0
     try:
         with gzip.open(path, "rb") as handle:
             for lineno, line in enumerate(handle, start=1):
                 try:
-                    record = orjson.loads(line)
+                    yield lineno, line, orjson.loads(line)
                 except orjson.JSONDecodeError as exc:
                     raise LabError(f"{path}:{lineno}: corrupt JSON line ({exc})") from None
-                if not isinstance(record, dict) or "text" not in record or "id" not in record:
-                    raise LabError(f"{path}:{lineno}: record needs fields 'id' and 'text'")
-                yield record
     except (OSError, EOFError, zlib.error) as exc:  # truncated or not gzip
         raise LabError(f"{path}: unreadable after line {lineno} ({exc})") from None
+
+
+def read_shard(path: Path, listed: int | None = None) -> Iterator[dict[str, Any]]:
+    """Every document of one corpus shard; `listed` is the count its manifest gives."""
+    if not path.is_file():
+        raise LabError(f"{path}: shard listed in {MANIFEST} is missing")
+    lineno = 0
+    for lineno, _line, record in json_lines(path):
+        if not isinstance(record, dict) or "text" not in record or "id" not in record:
+            raise LabError(f"{path}:{lineno}: record needs fields 'id' and 'text'")
+        yield record
     if isinstance(listed, int) and listed != lineno:
         raise LabError(f"{path}: {lineno} documents, {MANIFEST} lists {listed}")

@@ -37,7 +37,6 @@ import re
 import resource
 import shutil
 import time
-import zlib
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -45,7 +44,7 @@ import orjson
 
 from lab.common import LabError, atomic_output_dir
 from lab.corpora import corpora_inputs, get_spec, load_samples
-from lab.corpora.shards import CORPUS_SUBDIR, MANIFEST, shards_digest, verify_corpus
+from lab.corpora.shards import CORPUS_SUBDIR, MANIFEST, json_lines, shards_digest, verify_corpus
 from lab.decontam import DECONTAMINATORS
 from lab.decontam.base import Options, Reference
 from lab.decontam.config import DecontamConfig
@@ -184,20 +183,10 @@ def _lab_manifest(source: Source, summary: dict[str, Any], results: list[dict[st
 def read_lines(path: Path, text_field: str, name_field: str
                ) -> Iterator[tuple[int, bytes, str, str]]:
     """(line number, the line's bytes, its text, its name) of every line of a jsonl.gz file."""
-    lineno = 0
-    try:
-        with gzip.open(path, "rb") as handle:
-            for lineno, line in enumerate(handle, start=1):
-                try:
-                    record = orjson.loads(line)
-                except orjson.JSONDecodeError as exc:
-                    raise LabError(f"{path}:{lineno}: corrupt JSON line ({exc})") from None
-                if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
-                    raise LabError(f"{path}:{lineno}: record needs a text field "
-                                   f"'{text_field}'")
-                yield lineno, line, record[text_field], str(record.get(name_field) or "")
-    except (OSError, EOFError, zlib.error) as exc:
-        raise LabError(f"{path}: unreadable after line {lineno} ({exc})") from None
+    for lineno, line, record in json_lines(path):
+        if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
+            raise LabError(f"{path}:{lineno}: record needs a text field '{text_field}'")
+        yield lineno, line, record[text_field], str(record.get(name_field) or "")
 
 
 def _batches(lines: Iterator[tuple[int, bytes, str, str]]
