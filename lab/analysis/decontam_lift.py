@@ -21,7 +21,10 @@ replaced so, and its lift is what an arm with nothing leaked still shows (near 0
 The arms of one seed split the same samples the same way (the split is seeded by the seed and
 the samples, not by the form or the method), so each difference is taken seed by seed, with its
 interval over seeds (lab.stats.seed_mean_interval); every figure is descriptive where the recipe
-says so.
+says so. The residual is also the primary question `residual` (lab.analysis.questions): its
+exact sign-flip p over the same per-seed residuals, and Holm's over the primary family, stand
+beside it; in a descriptive study, with the power the study was planned with (study.json's
+planned_power: per test at its seeds, and the seeds that give 80%).
 """
 from __future__ import annotations
 
@@ -33,11 +36,8 @@ from typing import Any
 from lab.stats import (CLIPPED_LEGEND, bounds_text, checked_interval, no_interval_reason,
                        seed_mean_interval)
 from lab.analysis.collect import REMOVED, SAMPLES
-from lab.study.grid import swept_labels
+from lab.analysis.questions import NOT_DECONTAMINATED as NONE, ORACLE, swept_labels
 from lab.analysis.report_data import read_csv
-
-NONE = "none"  # grid.variants' label of the arm as built
-ORACLE = "oracle"  # lab inject --decontaminate-with oracle: every injected copy replaced
 LEVEL = 0.95
 INJECTED_GROUPS = ("injected", "injected_truncated")
 
@@ -75,9 +75,10 @@ def decontam_lifts(primary: dict[str, Any], removed: dict[tuple[str, str], dict[
     as built, after and of the oracle, and the per-seed estimands (module docstring). [] for a
     study that does not sweep decontamination."""
     cells: dict[tuple, dict[str, dict[str, Any]]] = {}
-    for row in primary.get("rows") or []:
-        if row["question"] != "split-half":
-            continue
+    tested = _residual_tests(primary)
+    # Every row gets the test's columns where any has them (the CSV's header is the first row's).
+    untested = dict.fromkeys(next(iter(tested.values())), None) if tested else {}
+    for row in _rows_of(primary, "split-half"):
         base, swept = swept_labels(row["model"])
         if "decontam" not in swept:
             continue
@@ -102,8 +103,29 @@ def decontam_lifts(primary: dict[str, Any], removed: dict[tuple[str, str], dict[
                             and count.get("removed") == count.get("intended")),
                 "samples_intended": count.get("intended"), "samples_removed": count.get("removed"),
                 "unit": after.get("unit"),
+                **tested.get((after["model"], arm, metric, epochs, size), untested),
             })
     return out
+
+
+def _rows_of(primary: dict[str, Any], question: str) -> list[dict[str, Any]]:
+    """The primary table's rows of one question: the family's, else (a question the study did
+    not declare) the exploratory ones."""
+    for role in ("rows", "exploratory"):
+        found = [r for r in primary.get(role) or [] if r["question"] == question]
+        if found:
+            return found
+    return []
+
+
+def _residual_tests(primary: dict[str, Any]) -> dict[tuple, dict[str, Any]]:
+    """(decontaminated model, arm, metric, E, train size) -> the residual question's test of
+    it: p, Holm's p over the primary family (None outside it) and whether it is starred."""
+    family = any(r["question"] == "residual" for r in primary.get("rows") or [])
+    return {(r["model"], r["arm"], r["metric"], r["epochs"], r["train_size"]): {
+        "residual_p": r.get("p"), "residual_p_holm": r.get("p_holm") if family else None,
+        "residual_significant": bool(r.get("significant")), "residual_primary": family,
+        "residual_floor": r.get("floor")} for r in _rows_of(primary, "residual")}
 
 
 def _lift(name: str, row: dict[str, Any] | None) -> dict[str, Any]:
@@ -198,6 +220,21 @@ def _interval(estimate: float | None, low: float | None, high: float | None,
     return f"{estimate:+.2f} {bounds_text(low, high, cut)}"
 
 
+def _residual_note(descriptive: bool, power: dict[str, Any] | None) -> str:
+    """What the residual test column is."""
+    text = ("Residual test: the primary question `residual`, the exact sign-flip test of the "
+            "per-seed residuals (lab.analysis.questions), p and Holm's p over the primary "
+            "family ('*': at most alpha). ")
+    if not descriptive:
+        return text
+    at = (f" (per test, Holm over its {power['tests']} tests, {power['alternative']} alpha "
+          f"{power['alpha']:g}, at statistics.smallest_effect {power['effect']:g} and "
+          f"planning_sd {power['sd']:g})" if power else "")
+    target = f"{power['target']:g}" if power else "0.8"
+    return (text + "Descriptive (statistics.descriptive): nothing is starred; the power is the "
+            f"study's planned power{at}, with the seeds it would take for {target}.")
+
+
 def fraction_text(r: dict[str, Any]) -> str:
     """The fraction removed as a number (never a share): 'all removed' where the method removed
     every copy, the number and a note where it falls outside [0, 1]."""
@@ -213,12 +250,44 @@ def fraction_text(r: dict[str, Any]) -> str:
     return text + (" (outside [0, 1])" if not 0 <= fraction <= 1 else "")
 
 
-def decontam_table(rows: list[dict[str, Any]], descriptive: bool) -> dict[str, str]:
-    """report/decontam.md (one line per form and decontaminator) and decontam.csv."""
+def power_text(power: dict[str, Any] | None) -> str:
+    """The power a study was planned with (lab.analysis.questions.planned_power, study.json's
+    planned_power) in a few words: 'power 0.00 at 3 seeds; 16 seeds for 0.8'."""
+    if not power:
+        return "power not recorded"
+    needed = (f"{power['seeds_for_target']} seeds for {power['target']:g}"
+              if power.get("seeds_for_target") else
+              f"more than {power.get('searched_to')} seeds for {power['target']:g}")
+    return f"power {power['power']:.2f} at {power['seeds']} seeds; {needed}"
+
+
+def residual_test_text(r: dict[str, Any], descriptive: bool,
+                       power: dict[str, Any] | None = None) -> str:
+    """The residual question's test of a row (lab.analysis.questions: `residual`): its p and
+    Holm's p over the primary family (starred where it reaches alpha), '(exploratory)' where
+    the study declared other questions; in a descriptive study the planned power beside it."""
+    if r["method"] == ORACLE or "residual_p" not in r:
+        return "-"
+    if r.get("residual_p") is None:
+        return "no test"
+    holm = r.get("residual_p_holm")
+    text = f"p {r['residual_p']:.3g}" + (
+        f", Holm {holm:.3g}{'*' if r.get('residual_significant') else ''}"
+        if holm is not None else " (exploratory)")
+    return text + (f"; descriptive: {power_text(power)}" if descriptive else "")
+
+
+def decontam_table(rows: list[dict[str, Any]], descriptive: bool,
+                   power: dict[str, Any] | None = None) -> dict[str, str]:
+    """report/decontam.md (one line per form and decontaminator) and decontam.csv. Where the
+    primary table tests the residual (the study has an oracle arm), its p stands beside it;
+    `power`: the power the study was planned with, stated where it is descriptive."""
+    tested = any("residual_p" in r for r in rows)
     lines = ["| model | form | E | decontaminator | samples removed | lift as built [CI] | "
              "lift after [CI] | oracle lift [CI] | residual = after - oracle [CI] | "
-             "removed = as built - after [CI] | fraction removed [CI] |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             + ("residual test | " if tested else "")
+             + "removed = as built - after [CI] | fraction removed [CI] |",
+             "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if tested else "")]
     for r in rows:
         removed = ("-" if r["samples_intended"] is None else
                    f"{r['samples_removed']} of {r['samples_intended']}")
@@ -232,7 +301,8 @@ def decontam_table(rows: list[dict[str, Any]], descriptive: bool) -> dict[str, s
             f" | {_interval(r['lift_after'], r['lift_after_low'], r['lift_after_high'], one_seed, r.get('lift_after_clipped'))}"
             f" | {_interval(r['lift_oracle'], r['lift_oracle_low'], r['lift_oracle_high'], one_seed, r.get('lift_oracle_clipped'))}"
             f" | {residual}"
-            f" | {_interval(r['removed'], r['removed_low'], r['removed_high'], r['removed_note'])}"
+            + (f" | {residual_test_text(r, descriptive, power)}" if tested else "")
+            + f" | {_interval(r['removed'], r['removed_low'], r['removed_high'], r['removed_note'])}"
             f" | {fraction_text(r)} |")
     metric = rows[0]["metric"] if rows else "the primary metric"
     note = (f"\nLift: the injected samples' mean per-sample {metric} minus the held-out ones' in "
@@ -253,7 +323,8 @@ def decontam_table(rows: list[dict[str, Any]], descriptive: bool) -> dict[str, s
                "a study made before it refilled removed copies with base documents, which took "
                "the target language away with the leak): no residual and no fraction. "
                if not any(r["method"] == ORACLE for r in rows) else "")
-            + ("Descriptive: the recipe declares no test for these differences, and its seeds "
+            + (_residual_note(descriptive, power) if tested else
+               "Descriptive: the recipe declares no test for these differences, and its seeds "
                "are too few for one to reach its alpha." if descriptive else
                "The primary table's tests (with Holm) are the confirmatory ones; this table "
                "adds no test.")
@@ -262,6 +333,10 @@ def decontam_table(rows: list[dict[str, Any]], descriptive: bool) -> dict[str, s
             + "\n")
     out = io.StringIO()
     fields = list(rows[0]) if rows else ["model"]
+    if power and tested:
+        rows = [{**r, "residual_power": power.get("power"),
+                 "residual_seeds_for_power": power.get("seeds_for_target")} for r in rows]
+        fields += ["residual_power", "residual_seeds_for_power"]
     writer = csv.DictWriter(out, fields, lineterminator="\n")
     writer.writeheader()
     for r in rows:

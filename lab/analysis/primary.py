@@ -96,9 +96,25 @@ def _parts(contrast: Contrast, epochs: int, clean: dict, halves: dict, task: str
     return _between(clean, where, contrast.arm, contrast.reference)
 
 
+def _residual_parts(contrast: Contrast, clean: dict, halves: dict, task: str) -> dict:
+    """Per seed, a decontaminated model's split-half parts and, sign reversed, its oracle
+    model's (contrast.baseline) on the same arm and cell: the seed's residual is the
+    difference of the two models' split-half effects, each over its own evaluated samples (as
+    report/decontam.md's residual column takes it). The seeds both models have, only."""
+    mine = _split(clean, halves, (contrast.model, task, contrast.epochs, contrast.train_size),
+                  contrast.arm, contrast.reference)
+    oracle = _split(clean, halves, (contrast.baseline, task, contrast.epochs,
+                                    contrast.train_size), contrast.arm, contrast.reference)
+    return {seed: list(parts) + [(-sign, values) for sign, values in oracle[seed]]
+            for seed, parts in mine.items() if seed in oracle}
+
+
 def _contrast_parts(contrast: Contrast, clean: dict, halves: dict, task: str) -> dict:
     """Per seed, the parts whose signed means make the contrast's effect; decay: the effect at
-    the fewest epochs minus the effect at the most (the same seeds only)."""
+    the fewest epochs minus the effect at the most (the same seeds only); residual: the
+    decontaminated model's split-half effect minus its oracle model's."""
+    if contrast.question == "residual":
+        return _residual_parts(contrast, clean, halves, task)
     first = _parts(contrast, contrast.epochs, clean, halves, task)
     if contrast.question != "decay":
         return first
@@ -147,6 +163,15 @@ def _group_counts(samples: list[dict[str, Any]]) -> dict[tuple, Counter]:
 def untestable(test: Contrast, task: str, counts: dict[tuple, Counter],
                block_size: int | None) -> str:
     """Why a declared test has no per-seed effect, in words: which samples its sides lacked."""
+    if test.question == "residual":
+        for model in (test.model, test.baseline):
+            why = untestable(Contrast("split-half", model, test.arm, test.reference, test.epochs,
+                                      test.train_size), task, counts, block_size)
+            if not why.startswith("not testable: no seed has"):
+                return f"{why} ({model})"
+        return (f"not testable: no seed has split-half effects of both {test.model} and "
+                f"{test.baseline}")
+
     def cell(epochs: int, arm: str) -> Counter:
         return counts.get((test.model, task, epochs, test.train_size, arm), Counter())
 
@@ -175,9 +200,10 @@ def untestable(test: Contrast, task: str, counts: dict[tuple, Counter],
 def _at_the_floor(test: Contrast, task: str, clean: dict) -> bool:
     """Every score of both sides is 0 (the metric's floor, where no difference can show): the
     arm's models' and the reference's, at each epoch count the test reads."""
+    models = (test.model, test.baseline) if test.baseline else (test.model,)
     values = [v for epochs in (test.epochs, test.epochs_to) if epochs is not None
               for key, scores in clean.items()
-              if key[:4] == (test.model, task, epochs, test.train_size)
+              if key[0] in models and key[1:4] == (task, epochs, test.train_size)
               and key[4] in (test.arm, test.reference) for v in scores.values()]
     return bool(values) and not any(values)
 
@@ -246,14 +272,15 @@ METRIC_SCALE = 100.0  # every metric of the lab scores 0-100 (BLEU, METEOR, EM, 
 def _net(test: Contrast) -> bool:
     """Whether the contrast's per-seed effect is a difference of differences (a split-half gap
     net of a reference's models)."""
-    return test.within_model and test.reference is not None
+    return (test.within_model or test.question == "residual") and test.reference is not None
 
 
 def effect_bounds(test: Contrast) -> tuple[float, float]:
     """What the contrast's effect can be: one difference of 0-100 scores lies in [-100, 100], a
-    difference net of a reference's in twice that, a decay (the change of an effect) in twice
-    its effect's."""
-    span = METRIC_SCALE * (2 if _net(test) else 1) * (2 if test.question == "decay" else 1)
+    difference net of a reference's in twice that, a decay (the change of an effect) and a
+    residual (one model's split-half effect minus another's) in twice their effect's."""
+    span = (METRIC_SCALE * (2 if _net(test) else 1)
+            * (2 if test.question in ("decay", "residual") else 1))
     return -span, span
 
 
@@ -276,14 +303,15 @@ def _corpus_scores(runs: list[dict[str, Any]], metric: str) -> dict[tuple, float
     return found
 
 
-def _corpus_at(test: Contrast, epochs: int, corpus: dict, task: str, compared: str
-               ) -> dict[str, float]:
-    """Per seed, the contrast's corpus-level effect at one epoch count."""
-    where = (test.model, task, epochs, test.train_size)
+def _corpus_at(test: Contrast, epochs: int, corpus: dict, task: str, compared: str,
+               model: str | None = None) -> dict[str, float]:
+    """Per seed, the contrast's corpus-level effect at one epoch count (of `model`, else the
+    contrast's own)."""
+    where = (model or test.model, task, epochs, test.train_size)
     seeds = {k[5] for k in corpus if k[:4] == where and k[4] == test.arm}
     effects = {}
     for seed in seeds:
-        if test.within_model:
+        if test.within_model or test.question == "residual":
             first, second = (corpus.get(where + (test.arm, seed, g)) for g in HALVES)
         else:
             first = corpus.get(where + (test.arm, seed, compared))
@@ -311,6 +339,9 @@ def _corpus_row(test: Contrast, task: str, metric: str, corpus: dict, compared: 
     if test.question == "decay":
         last = _corpus_at(test, test.epochs_to, corpus, task, compared)
         effects = {s: e - last[s] for s, e in effects.items() if s in last}
+    if test.question == "residual":
+        oracle = _corpus_at(test, test.epochs, corpus, task, compared, test.baseline)
+        effects = {s: e - oracle[s] for s, e in effects.items() if s in oracle}
     effects = dict(sorted(effects.items(), key=lambda item: _seed_order(item[0])))
     seeds = len(effects)
     row.update(seed_effects=effects, seeds=seeds,
@@ -419,7 +450,7 @@ def primary_table(samples: list[dict[str, Any]], runs: list[dict[str, Any]], met
         split = any(groups.get("injected") and groups.get("held_out")
                     for groups in halves.values())
     counts = _group_counts(samples)
-    possible = allowed(arms, split, epochs)
+    possible = allowed(arms, split, epochs, models)
     asked = [q for q in QUESTIONS if possible[q]] if primary is None else \
         [q for q in primary if q in QUESTIONS]
     questions = [q for q in asked if possible[q]]

@@ -42,8 +42,18 @@ QUESTIONS: dict[str, str] = {
                   "(else the control's) on the same halves of the same seed",
     "decay": "an arm's headline effect (contamination, else study, else split-half) at the "
              "fewest fine-tuning epochs minus at the most",
+    "residual": "a decontaminated model's split-half lift minus its oracle model's (same form, "
+                "arm and seed; the oracle replaced every injected copy): the inflation the "
+                "decontaminator left",
 }
 SEED_UNIT = "seed"
+# The variant labels a model's table name carries as key=value parts (lab.study.grid.model_name
+# writes them, swept_labels reads them back): declared here, below the grid, because the
+# residual question pairs each decontaminated model with its oracle model by them.
+SWEPT_NAME_LABELS = ("form", "decontam")
+NOT_DECONTAMINATED = "none"  # grid.variants' decontam label of the arm as built
+ORACLE = "oracle"  # lab.decontam.ORACLE (lab inject --decontaminate-with oracle: every injected
+#                    copy replaced by ground truth); a test holds the two names equal
 SAMPLE_UNIT = "sample (one seed: about this model)"
 
 
@@ -106,6 +116,7 @@ class Contrast:
     epochs: int
     train_size: Any
     epochs_to: int | None = None
+    baseline: str | None = None  # residual: the oracle model whose split-half effect is subtracted
 
     @property
     def within_model(self) -> bool:
@@ -122,7 +133,45 @@ class Contrast:
         if self.question == "decay":
             against = f" vs {self.reference}" if self.reference else ": injected vs held-out"
             return f"{self.arm}{against}, E = {self.epochs} minus E = {self.epochs_to}"
+        if self.question == "residual":
+            net = f" (net of {self.reference})" if self.reference else ""
+            return f"{self.arm}: injected vs held-out{net}, minus the same in {self.baseline}"
         return f"{self.arm} vs {self.reference}"
+
+
+def swept_labels(model: str) -> tuple[str, dict[str, str]]:
+    """The model name lab.study.grid.model_name writes, less its form and decontamination
+    labels, and those labels: 'gpt2/form=renamed/decontam=ngram13' -> ('gpt2', {'form':
+    'renamed', 'decontam': 'ngram13'})."""
+    base, swept = [], {}
+    for part in model.split("/"):
+        key, _, value = part.partition("=")
+        if key in SWEPT_NAME_LABELS and value:
+            swept[key] = value
+        else:
+            base.append(part)
+    return "/".join(base), swept
+
+
+def oracle_of(model: str) -> str:
+    """The name of a decontaminated model's oracle model: the same name, decontam=oracle."""
+    return "/".join(f"decontam={ORACLE}" if part.partition("=")[0] == "decontam" else part
+                    for part in model.split("/"))
+
+
+def oracle_pairs(models: Iterable[str]) -> list[tuple[str, str]]:
+    """(decontaminated model, its oracle model) for each model a decontaminator made (its
+    decontam label neither the arm as built nor the oracle) whose oracle model is among
+    `models`: the pairs the residual question compares, in the models' order."""
+    models = list(models)
+    pairs = []
+    for model in models:
+        method = swept_labels(model)[1].get("decontam")
+        if method in (None, NOT_DECONTAMINATED, ORACLE):
+            continue
+        if oracle_of(model) in models:
+            pairs.append((model, oracle_of(model)))
+    return pairs
 
 
 def _placebo_of(arm: str) -> str | None:
@@ -151,11 +200,15 @@ def headline(arm: str, arms: Iterable[str], split: bool) -> tuple[str, str | Non
     return None
 
 
-def allowed(arms: Iterable[str], split: bool, epochs: Iterable[int]
-            ) -> dict[str, list[tuple[str, str | None]]]:
+def allowed(arms: Iterable[str], split: bool, epochs: Iterable[int],
+            models: Iterable[str] = ()) -> dict[str, list[tuple[str, str | None]]]:
     """Per question, the (arm, reference) pairs the study's arms allow (empty when none).
-    `split`: the contaminated arms inject part of the samples (fraction or a dose ladder)."""
+    `split`: the contaminated arms inject part of the samples (fraction or a dose ladder).
+    `models`: the study's models as its tables name them (lab.study.grid.evaluated_models);
+    the residual question needs a decontaminated model and its oracle model among them, and
+    asks it of the split-half question's pairs."""
     arms = list(arms)
+    decontaminated = bool(oracle_pairs(models))
     contaminated = [a for a in arms if _setting(a).injects_test]
     placebos = [a for a in arms if _setting(a).placebo]
     control = "control" in arms
@@ -169,6 +222,8 @@ def allowed(arms: Iterable[str], split: bool, epochs: Iterable[int]
         if split:
             found["split-half"].append((arm, placebo if placebo in arms else
                                         "control" if control else None))
+            if decontaminated:
+                found["residual"].append(found["split-half"][-1])
         top = headline(arm, arms, split)
         if len(set(epochs)) > 1 and top:
             found["decay"].append((arm, top[1]))
@@ -178,11 +233,13 @@ def allowed(arms: Iterable[str], split: bool, epochs: Iterable[int]
 
 
 def declared(primary: list[str] | None, arms: Iterable[str], split: bool,
-             epochs: Iterable[int], where: str = "statistics.primary") -> list[str]:
+             epochs: Iterable[int], where: str = "statistics.primary",
+             models: Iterable[str] = ()) -> list[str]:
     """The primary questions: as declared (each must be one the arms allow), else every one
-    they allow. Errors name `where`."""
+    they allow (the residual question among them wherever the models hold a decontaminated
+    model and its oracle). Errors name `where`."""
     arms, epochs = list(arms), list(epochs)
-    possible = allowed(arms, split, epochs)
+    possible = allowed(arms, split, epochs, models)
     if primary is None:
         return [q for q in QUESTIONS if possible[q]]
     if len(set(primary)) != len(primary):
@@ -202,30 +259,41 @@ def _needs(question: str) -> str:
             "format": "it needs a placebo arm and the control",
             "study": "it needs a contaminated arm and the control",
             "split-half": "it needs injection.fraction or injection.doses",
-            "decay": "it needs two or more fine-tuning epoch counts and a reference"}[question]
+            "decay": "it needs two or more fine-tuning epoch counts and a reference",
+            "residual": "it needs injection.fraction or injection.doses and "
+                        "injection.decontaminate_with sweeping a decontaminator and oracle"
+            }[question]
 
 
 def family(questions: list[str], arms: Iterable[str], models: Iterable[str], split: bool,
            epochs: Iterable[int], train_sizes: Iterable[Any]) -> list[Contrast]:
     """Every primary test of a study: per question, model, (arm, reference) and fine-tuning
-    cell; decay per model, arm and train size, from the fewest epochs to the most."""
-    arms, epochs, train_sizes = list(arms), sorted(set(epochs)), list(train_sizes)
-    possible = allowed(arms, split, epochs)
+    cell; decay per model, arm and train size, from the fewest epochs to the most; residual
+    per decontaminated model (oracle_pairs), its oracle model the baseline."""
+    arms, epochs, train_sizes, models = (list(arms), sorted(set(epochs)), list(train_sizes),
+                                         list(models))
+    possible = allowed(arms, split, epochs, models)
+    oracles = dict(oracle_pairs(models))
     tests = []
     for model in models:
         for question in questions:
+            if question == "residual" and model not in oracles:
+                continue
             for arm, reference in possible[question]:
                 for size in train_sizes:
                     if question == "decay":
                         tests.append(Contrast(question, model, arm, reference, epochs[0], size,
                                               epochs[-1]))
                         continue
-                    tests += [Contrast(question, model, arm, reference, e, size) for e in epochs]
+                    tests += [Contrast(question, model, arm, reference, e, size,
+                                       baseline=oracles.get(model) if question == "residual"
+                                       else None) for e in epochs]
     return tests
 
 
 def unit(contrast: Contrast, seeds: int) -> str:
-    """What a contrast's test counts: seeds, or (a split-half question of one seed) samples."""
+    """What a contrast's test counts: seeds, or (a split-half question of one seed) samples. A
+    residual compares two models' split-half effects, so its unit is always the seed."""
     return SAMPLE_UNIT if seeds == 1 and contrast.within_model else SEED_UNIT
 
 
@@ -298,13 +366,14 @@ def power_plan(recipe: Any, simulate: bool = True, models: list[str] | None = No
     stats = recipe.statistics
     alternative = CONVENTIONS[stats.convention][0]
     split = recipe_split(recipe)
-    questions = declared(stats.primary, recipe.arms, split, recipe.finetune.epochs)
     # Each swept size is a model of its own, as the study's tables name it (gpt2/micro); so are
     # swept weight decays, forms, decontaminators and continued models, which only the grid
-    # names (lab.study.grid.evaluated_models gives `models`).
+    # names (lab.study.grid.evaluated_models gives `models`; without them no residual question).
     if models is None:
         models = ([f"{m}/{size}" for m in recipe.models for size in recipe.preset]
                   if len(recipe.preset) > 1 else list(recipe.models))
+    questions = declared(stats.primary, recipe.arms, split, recipe.finetune.epochs,
+                         models=models)
     tests = family(questions, recipe.arms, models, split, recipe.finetune.epochs,
                    recipe.finetune.train_sizes)
     seeds = len(recipe.seeds)

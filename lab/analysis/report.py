@@ -20,7 +20,7 @@ from lab.analysis.figure import (decay_figure, detect_figure, dose_figure, plott
                                  timing_figure)
 from lab.analysis.timing import timing_stats, timing_table
 from lab.analysis.html import write_html_report
-from lab.analysis.study_record import BANNER, is_smoke, marked
+from lab.analysis.study_record import BANNER, is_smoke, marked, read_summary
 from lab.analysis.primary_text import render as render_primary
 from lab.analysis.cells import WITHIN_TEST, Cell, below_baselines, study_cells, with_primary_p
 from lab.analysis.report_data import read_csv, study_page_data, study_primary, chosen_after
@@ -174,7 +174,8 @@ def run_report(study: Path, convention: str | None = None, metric: str = "bleu",
     decontam_rows = decontam_lifts(primary, study_removed(study))
     decontam_markdown = ""
     if decontam_rows:
-        found = decontam_table(decontam_rows, bool(primary.get("descriptive")))
+        found = decontam_table(decontam_rows, bool(primary.get("descriptive")),
+                               read_summary(study).get("planned_power"))
         outputs.update({f"decontam.{suffix}": text for suffix, text in found.items()})
         decontam_markdown = found["md"]
     from lab.detect.leaderboard import leaderboard_markdown

@@ -5,6 +5,7 @@ this module turns it into blocks (a table or a line) that the CLI prints as they
 command stays a thin call and another front end (a notebook) shows the same thing."""
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -57,9 +58,17 @@ def power_blocks(plan: dict[str, Any], descriptive: bool) -> list[Block]:
         return [Block("primary tests: none declared (statistics.primary: [])")]
     reach = "none can reach" if len(plan["unreachable"]) == len(rows) else (
         f"{len(plan['unreachable'])} cannot reach" if plan["unreachable"] else "all can reach")
+    # Where some cannot: the seeds with which every seed-level test could (not power: the
+    # power line below gives the seeds for that).
+    needed = (f"; {plan['seeds_needed']} seeds would let every one reach it"
+              if plan["unreachable"] and plan.get("seeds_needed") else "")
+    counts = Counter(r["question"] for r in rows)
+    per_question = ("; tests per question: " + ", ".join(f"{q} {n}" for q, n in counts.items())
+                    if len(counts) > 1 else "")
     blocks = [Block(f"primary tests ({plan['alternative']}, {plan['seeds']} seeds, Holm over "
                     f"{len(rows)}): {reach} alpha {plan['alpha']:g}"
-                    + (" (descriptive study)" if descriptive else ""), rows)]
+                    + (f" (descriptive study{needed})" if descriptive else needed)
+                    + per_question, rows)]
     if "power" in plan:
         from lab.analysis.questions import power_line, sensitivity_line
 

@@ -20,6 +20,9 @@ from lab.contamination import settings as settings_table
 from lab.contamination import soft
 from lab.contamination import timing as timing_table
 from lab.contamination.inject import placebo_splits
+# The names' variant labels (key=value parts: model_name writes them, swept_labels reads them
+# back) are declared with the questions, which pair a decontaminated model with its oracle by them.
+from lab.analysis.questions import SWEPT_NAME_LABELS, swept_labels  # noqa: F401 (re-exported)
 from lab.study.recipe import Recipe, for_model, placebo_plan
 from lab.study.stages import KINDS, UNBOUND, key_fields, keyed_inputs, unbound
 from lab.tasks import task_for_benchmark
@@ -379,10 +382,6 @@ def preset_of(stage: Stage) -> str | None:
     return next((p for p in map(preset_of, stage.inputs) if p), None)
 
 
-# The variant labels a model's table name carries as key=value parts (model_name, swept_labels).
-SWEPT_NAME_LABELS = ("form", "decontam")
-
-
 def model_name(labels: dict[str, Any]) -> str:
     """A model as the study's tables name it: its family, its size where sizes are swept
     (gpt2/micro), its weight decay, contamination form and decontamination method where those
@@ -402,20 +401,6 @@ def evaluated_models(stages: list[Stage]) -> list[str]:
     weight decay, form, decontaminator and continued model is one (what the primary family
     counts, lab.analysis.questions.power_plan)."""
     return list(dict.fromkeys(model_name(s.labels) for s in stages if s.kind == "evaluate"))
-
-
-def swept_labels(model: str) -> tuple[str, dict[str, str]]:
-    """The model name model_name writes, less its form and decontamination labels, and those
-    labels: 'gpt2/form=renamed/decontam=ngram13' -> ('gpt2', {'form': 'renamed', 'decontam':
-    'ngram13'})."""
-    base, swept = [], {}
-    for part in model.split("/"):
-        key, _, value = part.partition("=")
-        if key in SWEPT_NAME_LABELS and value:
-            swept[key] = value
-        else:
-            base.append(part)
-    return "/".join(base), swept
 
 
 def describe(stage: Stage) -> str:
