@@ -125,7 +125,7 @@ def _residual_tests(primary: dict[str, Any]) -> dict[tuple, dict[str, Any]]:
     return {(r["model"], r["arm"], r["metric"], r["epochs"], r["train_size"]): {
         "residual_p": r.get("p"), "residual_p_holm": r.get("p_holm") if family else None,
         "residual_significant": bool(r.get("significant")), "residual_primary": family,
-        "residual_floor": r.get("floor")} for r in _rows_of(primary, "residual")}
+        "residual_floor": r.get("floor"), "residual_missing": r.get("missing")} for r in _rows_of(primary, "residual")}
 
 
 def _lift(name: str, row: dict[str, Any] | None) -> dict[str, Any]:
@@ -268,8 +268,11 @@ def residual_test_text(r: dict[str, Any], descriptive: bool,
     the study declared other questions; in a descriptive study the planned power beside it."""
     if r["method"] == ORACLE or "residual_p" not in r:
         return "-"
-    if r.get("residual_p") is None:
-        return "no test"
+    if r.get("residual_missing"):  # the primary table's reason (the metric's floor, ...)
+        return r["residual_missing"]
+    if r.get("residual_p") is None:  # one seed: no test over seeds
+        seeds = r.get("residual_seeds") or 0
+        return f"no test ({seeds} seed{'' if seeds == 1 else 's'})"
     holm = r.get("residual_p_holm")
     text = f"p {r['residual_p']:.3g}" + (
         f", Holm {holm:.3g}{'*' if r.get('residual_significant') else ''}"
