@@ -114,7 +114,6 @@ def check_placements(path: Path, manifest: dict[str, Any], texts: dict[str, list
                                                  "placebo_replacements")) if "host" in row]
     for name, row, id_key, injected in placements:
         doc_id, text = _holder(path, name, row, id_key, injected, texts)
-        _check_host(path, name, row, removed, host_of, texts)
         start, end = _check_block(path, name, row, doc_id, text)
         for other_start, other_end, other in blocks.get(doc_id, ()):
             if start < other_end and other_start < end:
@@ -122,6 +121,7 @@ def check_placements(path: Path, manifest: dict[str, Any], texts: dict[str, list
                                f"{end}) overlaps {other}'s [{other_start}, {other_end}) in "
                                f"{doc_id}")
         blocks.setdefault(doc_id, []).append((start, end, name))
+        _check_host(path, name, row, removed, host_of, texts)
     if len(documents) != injected_documents:
         raise LabError(f"{path}: field 'embedding.documents' lists {len(documents)} placements; "
                        f"the shards hold {injected_documents} injected documents (one "
@@ -181,7 +181,7 @@ def _check_block(path: Path, name: str, row: dict[str, Any], doc_id: str, text: 
         raise LabError(f"{path}: field '{name}.start' is {start}, but the block sits at "
                        f"[{moved}, {moved + end - start}) of {doc_id}'s text (offsets shifted)")
     raise LabError(f"{path}: field '{name}.sha256' does not match {doc_id}'s text[{start}:{end}] "
-                   "(the host's text at its block was changed)")
+                   "(the host's text at its block was changed, or an offset moved)")
 
 
 def _find_block(text: str, length: int, digest: str) -> int | None:
