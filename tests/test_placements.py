@@ -168,3 +168,40 @@ def test_a_decontaminated_embedded_arm_verifies(tmp_path, method):
         broken = damaged(out, tmp_path / "broken", shift_stand_in)
         with pytest.raises(LabError, match=r"decontamination\.placebo_replacements\[0\]\.start"):
             verify_corpus(broken)
+
+
+def test_a_host_never_comes_back_as_a_refill(tmp_path, monkeypatch):
+    """A method that flags one base document of the arm and every candidate outside it but the
+    hosts and the last one in the refill order (Y): the refill is Y, not a host, which would
+    then be in the arm twice (around its block and as itself) and be refused."""
+    import random
+
+    from lab.contamination.inject import InjectConfig, run_inject
+    from lab.corpora import load_documents
+    from lab.corpora.shards import read_corpus
+    from lab.decontam import DECONTAMINATORS, Decontaminator
+
+    options = dict(benchmark="codetrans", setting="input-only", seed=0, base_splits=("valid",),
+                   limit=300, samples=12, doses=(0, 1), contamination_form="embedded")
+    plain = run_inject(InjectConfig(out=tmp_path / "plain", **options))
+    hosts = {e["host"] for e in plain["embedding"]["documents"]}
+    arm = list(read_corpus(tmp_path / "plain"))
+    everything = [d for part in load_documents("csn-java", ("valid",)) for d in part.records]
+    rank = list(range(len(everything)))
+    random.Random("0/refill").shuffle(rank)  # the refill order the manifest's refill_rule states
+    in_arm = {d["id"] for d in arm}
+    last = [everything[j] for j in rank if everything[j].id not in in_arm | hosts][-1]
+    host_texts = {d.text for d in everything if d.id in hosts}
+    arm_texts = {d["text"] for d in arm}
+    flagged = next(d["text"] for d in arm if not d["sample"])
+
+    def flag(texts, reference, options):
+        return [t == flagged or (t not in host_texts | arm_texts and t != last.text)
+                for t in texts]
+
+    monkeypatch.setitem(DECONTAMINATORS, "all-but-hosts", Decontaminator("all-but-hosts", flag, "t"))
+    manifest = run_inject(InjectConfig(out=tmp_path / "clean", decontaminate_with="all-but-hosts",
+                                       **options))
+    record = manifest["decontamination"]
+    assert record["flagged_documents"] == 1 and record["refilled_ids"] == [last.id]
+    verify_corpus(tmp_path / "clean")
