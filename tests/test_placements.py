@@ -199,7 +199,8 @@ def test_a_host_never_comes_back_as_a_refill(tmp_path, monkeypatch):
         return [t == flagged or (t not in host_texts | arm_texts and t != last.text)
                 for t in texts]
 
-    monkeypatch.setitem(DECONTAMINATORS, "all-but-hosts", Decontaminator("all-but-hosts", flag, "t"))
+    monkeypatch.setitem(DECONTAMINATORS, "all-but-hosts",
+                        Decontaminator("all-but-hosts", flag, "t"))
     manifest = run_inject(InjectConfig(out=tmp_path / "clean", decontaminate_with="all-but-hosts",
                                        **options))
     record = manifest["decontamination"]

@@ -79,8 +79,9 @@ def decontaminate_arm(cfg: InjectConfig, plan: InjectionPlan, kept: list[Documen
     sample's copy is replaced by its placebo stand-in's (module docstring), any other by a base
     document from `outside` the arm (the --limit subset's rest and the injection's removals but
     an embedded arm's hosts, in the seeded order of random.Random(seed/refill) over the whole
-    base corpus, skipping those the method flags). Returns the kept base documents, the surviving injected ones, the base
-    refill, the placebo copies and the manifest's `decontamination` record."""
+    base corpus, skipping those the method flags). Returns the kept base documents, the
+    surviving injected ones, the base refill, the placebo copies and the manifest's
+    `decontamination` record."""
     references = {s.id for s in plan.samples}
     flags, described = flag_documents(
         cfg, plan, [d.text for d in kept] + [r["text"] for r in injected],
