@@ -65,13 +65,12 @@ def build_in_memory(cfg: InjectConfig, plan: InjectionPlan, tmp: Path) -> Built:
     if cfg.decontaminate_with is not None:
         # The refill's candidates in one seeded order of the whole base corpus, so that arms
         # of one seed draw their refills alike (nested, like their removals).
-        dirty = set(decontaminated)
-        in_arm = {d.id for d in kept}
+        # An embedded arm's hosts are in it around their blocks: none comes back as a refill.
+        hosts = {e["host"] for e in embedding or ()}
+        taken = {d.id for d in kept} | set(decontaminated) | hosts
         rank = list(range(len(everything)))
         random.Random(f"{cfg.seed}/refill").shuffle(rank)
-        outside = [everything[j] for j in rank
-                   if everything[j].id not in in_arm and everything[j].id not in dirty]
-        hosts = {e["host"] for e in embedding or ()}
+        outside = [everything[j] for j in rank if everything[j].id not in taken]
         kept, injected, refill, placebo_copies, decontamination = decontaminate_arm(
             cfg, plan, kept, outside, injected, embedding,
             {d.id: d.text for d in everything if d.id in hosts})

@@ -77,10 +77,11 @@ def decontaminate_arm(cfg: InjectConfig, plan: InjectionPlan, kept: list[Documen
     written, `injected`: embedded's inside their hosts, whose placements are `embedding` and
     whose texts as the base corpus holds them are `host_text`): flagged documents go; a test
     sample's copy is replaced by its placebo stand-in's (module docstring), any other by a base
-    document from `outside` the arm (the --limit subset's rest and the injection's removals, in
-    the seeded order of random.Random(seed/refill) over the whole base corpus, skipping those
-    the method flags). Returns the kept base documents, the surviving injected ones, the base
-    refill, the placebo copies and the manifest's `decontamination` record."""
+    document from `outside` the arm (the --limit subset's rest and the injection's removals but
+    an embedded arm's hosts, in the seeded order of random.Random(seed/refill) over the whole
+    base corpus, skipping those the method flags). Returns the kept base documents, the
+    surviving injected ones, the base refill, the placebo copies and the manifest's
+    `decontamination` record."""
     references = {s.id for s in plan.samples}
     flags, described = flag_documents(
         cfg, plan, [d.text for d in kept] + [r["text"] for r in injected],
@@ -187,7 +188,8 @@ def placebo_replacements(cfg: InjectConfig, plan: InjectionPlan, removed: list[d
             placed, where = soft.placed_documents(plan.form, [document],
                                                   lambda: [(host, host_text[host])], cfg.seed)
             document = placed[0]
-            row.update(host=host, start=where[0]["start"], end=where[0]["end"])
+            row.update(host=host, start=where[0]["start"], end=where[0]["end"],
+                       sha256=where[0]["sha256"])
         documents.append({"id": document["id"], "text": document["text"]})
         replaced.append(row)
     return documents, replaced, pool_record

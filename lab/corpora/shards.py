@@ -26,6 +26,7 @@ import orjson
 
 from lab.common import LabError, read_text_file
 from lab.contamination import settings as settings_table  # the data layer's settings table
+from lab.corpora import placements
 
 CORPUS_SUBDIR = "corpus"
 MANIFEST = "manifest.json"
@@ -116,7 +117,8 @@ def verify_corpus(folder: Path) -> dict[str, Any]:
     documents' own sample fields say (check_membership). One read of every shard per process
     (a 97,000-document CSN arm: about 2 s, most of it gunzip; a hash alone took 0.05 s);
     anything else trusting corpus_sha256 (the token cache is keyed by it) would otherwise train
-    on another arm's tokens, and pre-training would copy an edited membership into the model."""
+    on another arm's tokens, and pre-training would copy an edited membership into the model.
+    An embedded arm's placements are checked in the same read (lab.corpora.placements)."""
     folder = Path(folder)
     manifest = read_manifest(folder)
     path = folder / MANIFEST
@@ -137,13 +139,15 @@ def verify_corpus(folder: Path) -> dict[str, Any]:
     key = (str(folder.resolve()), path.read_bytes(), tuple(stats))
     if key in _VERIFIED:
         return manifest
+    watch = placements.watched(manifest)  # an embedded arm's: the texts its check needs
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # zlib frees the GIL
-        found = list(pool.map(lambda shard: _read_injected(folder / shard["file"], shard, path),
-                              shards))
+        found = list(pool.map(
+            lambda shard: _read_injected(folder / shard["file"], shard, path, watch), shards))
     if shards_digest(shards) != manifest["corpus_sha256"]:
         raise LabError(f"{path}: corpus_sha256 does not match the shards it lists (manifest of "
                        "another corpus?)")
     injected = Injected.joined(found)
+    placements.check_placements(path, manifest, injected.texts, injected.injected_documents)
     check_membership(path, manifest, injected)
     check_claims(path, manifest, injected)
     _VERIFIED[key] = True
@@ -155,12 +159,14 @@ class Injected:
     """What a corpus's documents themselves say was injected: per sample id (the documents'
     `sample` field), the copies of it; per copy (sample, copy), its documents' `side` fields;
     the `form` fields of the injected documents (None: a line without one, as a verbatim arm
-    writes them); and the documents in all."""
+    writes them); the documents in all; and the texts an embedded arm's check needs, by id
+    (placements.Watched: none for another arm)."""
     copies: dict[str, set[int]] = field(default_factory=dict)
     sides: dict[tuple[str, int], list[str]] = field(default_factory=dict)
     forms: set[str | None] = field(default_factory=set)
     documents: int = 0
     injected_documents: int = 0
+    texts: dict[str, list[str]] = field(default_factory=dict)
 
     @staticmethod
     def joined(parts: list["Injected"]) -> "Injected":
@@ -173,17 +179,20 @@ class Injected:
             whole.forms |= part.forms
             whole.documents += part.documents
             whole.injected_documents += part.injected_documents
+            for doc_id, texts in part.texts.items():
+                whole.texts.setdefault(doc_id, []).extend(texts)
         return whole
 
 
 BASE_SAMPLE = b'"sample":""'  # how corpus_line writes a base document's sample field
 
 
-def _read_injected(shard_path: Path, shard: dict[str, Any], manifest_path: Path) -> Injected:
+def _read_injected(shard_path: Path, shard: dict[str, Any], manifest_path: Path,
+                   watch: placements.Watched | None = None) -> Injected:
     """One read of a shard: its bytes against the sha256 `manifest_path` lists, then its
     documents' sample fields. A base line (nearly all of them) is recognised by its bytes
     (corpus_line writes `"sample":""` before the text, and an unescaped quote cannot occur
-    inside a JSON string); any other line is parsed."""
+    inside a JSON string); any other line is parsed. `watch`: the texts to keep (embedded)."""
     data = shard_path.read_bytes()
     if hashlib.sha256(data).hexdigest() != shard.get("sha256"):
         raise LabError(f"{shard_path}: sha256 differs from the one listed in {manifest_path} "
@@ -202,6 +211,8 @@ def _read_injected(shard_path: Path, shard: dict[str, Any], manifest_path: Path)
     found = Injected(documents=len(lines))
     for lineno, line in enumerate(lines, start=1):
         if BASE_SAMPLE in line:
+            if watch is not None:
+                watch.note(line, None, found.texts)
             continue
         try:
             record = orjson.loads(line)
@@ -214,6 +225,8 @@ def _read_injected(shard_path: Path, shard: dict[str, Any], manifest_path: Path)
             found.sides.setdefault((str(sample), record.get("copy", 0)), []).append(
                 str(record.get("side")))
             found.forms.add(record.get("form"))
+            if watch is not None:
+                watch.note(line, record, found.texts)
     if shard.get("documents") != found.documents:
         raise LabError(f"{shard_path}: {found.documents} documents, {manifest_path} lists "
                        f"{shard.get('documents')}")

@@ -37,8 +37,9 @@ The block is indented like the line holding the boundary's `}` or `;` (at the st
 host's first line; at the end of a type's body: one level deeper than its `}`) and set off from
 the host's code before it by a blank line; the host's characters are kept as they are. The
 manifest's `embedding` lists per injected document its host (document id: split and line of
-the base corpus) and the block's character offsets in the written text (`start`, `end`), so a
-decontaminator's matched span can be checked.
+the base corpus), the block's character offsets in the written text (`start`, `end`) and its
+`sha256` there, so a decontaminator's matched span can be checked, and the corpus reader checks
+each placement (lab.corpora.placements).
 
 Paired and unpaired here: the setting still decides the documents. Paired embeds
 `input <SEP> output` as one block in one host; unpaired (like input-only and output-only)
@@ -62,6 +63,7 @@ from lab.contamination.forms.base import (CODE, FormContext, Formed, FormKind, r
                                           rewritten_documents)
 from lab.contamination.forms.reformatted import join_line, token_lines
 from lab.contamination.settings import Setting
+from lab.corpora.placements import block_sha256
 
 NAME = "embedded"
 INDENT = "    "  # one indent level of a laid-out side
@@ -202,7 +204,8 @@ def embed_documents(injected: list[dict[str, Any]], hosts: list[tuple[str, str]]
                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The injected documents (the plan's, laid out) each written inside a host: `hosts` are
     the (id, text) of the base documents the arm removes, as many as the documents. Returns
-    the documents as written and the manifest's record of each (id, host, start, end, rule)."""
+    the documents as written and the manifest's record of each (id, host, start, end, rule, and
+    the block's sha256 as written, by which lab.corpora.placements checks the offsets)."""
     if len(hosts) != len(injected):
         raise LabError(f"internal guard: {len(injected)} documents to embed in {len(hosts)} hosts")
     free = sorted(hosts)
@@ -220,7 +223,7 @@ def embed_documents(injected: list[dict[str, Any]], hosts: list[tuple[str, str]]
             raise LabError(f"internal guard: {document['id']} is not whole inside {host_id}")
         written.append({**document, "text": text})
         record.append({"id": document["id"], "host": host_id, "start": start, "end": end,
-                       "boundary": rule})
+                       "boundary": rule, "sha256": block_sha256(text[start:end])})
     return written, record
 
 
