@@ -173,14 +173,15 @@ REFERENCE = Reference([Sample("bench:test:0", "test", 0, JAVA, "")], "java", "cs
     ("minhash", Options(jaccard=0.3), [True, True, False, False]),
     # single tokens: its Jaccard is 0.68 (keywords and punctuation are kept)
     ("minhash", Options(shingle=1, jaccard=0.5), [True, True, True, False]),
-    # code-token fingerprints: names kept miss the renamed copy, names abstracted find it
-    ("winnow", Options(), [True, True, False, False]),
-    ("winnow", Options(winnow_names="abstract"), [True, True, True, False]),
+    # code-token fingerprints: names kept miss the renamed copy, names abstracted (the
+    # default) find it
+    ("winnow", Options(winnow_names="keep"), [True, True, False, False]),
+    ("winnow", Options(), [True, True, True, False]),
 ])
 def test_a_renamed_copy(method, options, flags):
     """Measured: every method finds the verbatim and the re-laid-out copy and none the
-    unrelated method; only MinHash over single tokens at Jaccard 0.5 finds the copy whose
-    identifiers were renamed."""
+    unrelated method; only winnow with names abstracted, and MinHash over single tokens at
+    Jaccard 0.5, find the copy whose identifiers were renamed."""
     assert DECONTAMINATORS[method].flag(DOCUMENTS, REFERENCE, options) == flags
 
 
@@ -204,6 +205,42 @@ def test_winnow_finds_a_renamed_relaid_function_inside_a_longer_file():
     assert DECONTAMINATORS["winnow"].flag([embedded, unrelated], REFERENCE, abstract) == [
         True, False]
     assert DECONTAMINATORS["minhash"].flag([embedded], REFERENCE, Options()) == [False]
+
+
+def test_winnow_renaming_must_be_consistent_and_whole():
+    """A renamed match is verified token by token: two of the sample's names read as one name
+    of the document break the run (a shape, not a renaming), and a sample shorter than
+    ABSTRACT_MIN_TOKENS is never matched abstracted (a getter's shape is every getter's)."""
+    from lab.decontam import winnow
+    winnow_flag = DECONTAMINATORS["winnow"].flag
+    merged = re.sub(r"\bhead\b", "v", RENAMED)  # prefix and item both read as v
+    assert winnow.best_containment([RENAMED], REFERENCE, Options())[0][0] == 1.0
+    assert winnow.best_containment([merged], REFERENCE, Options())[0][0] < 0.8
+    getter = "public int getSize() { return size; }"
+    short = Reference([Sample("bench:test:1", "test", 1, getter, "")], "java", "cs")
+    assert winnow_flag([getter, "public int getCount() { return count; }"], short,
+                       Options()) == [True, False]
+
+
+def test_winnow_short_sides_and_fragments():
+    """A side shorter than k is matched whole, as written; a fragment of a sample standing alone
+    (its first and last tokens cut by characters) scores by the share of its own k-grams one
+    sample holds, across the paired setting's `<SEP>` too; a whole method that merely shares
+    some of a sample's k-grams does not."""
+    short_side = "int f(int x) { return x; }"   # 10 tokens: one k-gram at k = 10; 9 below
+    tiny = "return x + y;"                      # 5 tokens: below MIN_SHORT_TOKENS
+    reference = Reference([Sample("bench:test:0", "test", 0, JAVA, "int g(){return 1;}"),
+                           Sample("bench:test:1", "test", 1, tiny, "")], "java", "cs")
+    flags = DECONTAMINATORS["winnow"].flag
+    host = "class A { void h() { log(); } int g(){return 1;} }"
+    assert flags([host, "class B { int g() { return 2; } }", "z = return x + y;"],
+                 reference, Options()) == [True, False, False]
+    fragment = JAVA[40:len(JAVA) // 2 + 40]
+    paired = JAVA[len(JAVA) // 2:] + " <SEP> int g(){ret"
+    unrelated = OTHER + "\n" + JAVA[:60]
+    assert flags([fragment, paired, unrelated], reference, Options()) == [True, True, False]
+    assert flags([short_side], Reference([Sample("b:t:0", "test", 0, short_side, "")],
+                                         "java", "cs"), Options(winnow_names="keep")) == [True]
 
 
 def test_winnow_threshold_curve(arm, tmp_path):

@@ -36,5 +36,5 @@ class Options:
     seed: int = 1              # minhash: the permutations' seed (datasketch's default)
     winnow_k: int = 10         # winnow: code tokens per k-gram
     winnow_w: int = 4          # winnow: k-gram hashes per window (one fingerprint kept each)
-    winnow_names: str = "keep"  # winnow: keep identifiers, or abstract them (one symbol)
-    containment: float = 0.5   # winnow: share of a side's fingerprints a flagged document holds
+    winnow_names: str = "abstract"  # winnow: keep identifiers, or also match them abstracted
+    containment: float = 0.8   # winnow: the score a flagged document reaches

@@ -59,10 +59,14 @@ class DecontamConfig(ExecutorConfig):
     winnow_k: int = param(10, "winnow: code tokens per k-gram.")
     winnow_w: int = param(4, "winnow: k-gram hashes per window (the minimum of each is a "
                              "fingerprint).")
-    winnow_names: str = param("keep", "winnow: keep (identifiers as written) or abstract "
-                                          "(identifiers one symbol, members after `.` kept).")
-    containment: float = param(0.5, "winnow: the share of a side's fingerprints a document must "
-                                    "hold to be flagged, in (0, 1].")
+    winnow_names: str = param("abstract", "winnow: keep (identifiers as written) or abstract "
+                                          "(also scored with the names a renaming may change "
+                                          "made one symbol, each match verified as a consistent "
+                                          "renaming; code sides of 12 tokens or more).")
+    containment: float = param(0.8, "winnow: the score a document must reach to be flagged, in "
+                                    "(0, 1]: the share of a side's fingerprints it holds, of a "
+                                    "side's tokens it holds renamed, or of its own k-grams "
+                                    "one sample holds.")
     curve_n: tuple[int, ...] = param((5, 8, 13, 20, 50), "thresholds.csv: the n of each point "
                                      "of the word n-gram threshold curves.")
     curve_min_count: tuple[int, ...] = param((1, 2, 5, 10), "thresholds.csv: the min-counts "

@@ -1,76 +1,100 @@
 """Winnowed code-token fingerprints scored by containment (Schleimer, Wilkerson & Aiken 2003,
 "Winnowing: local algorithms for document fingerprinting", the algorithm of MOSS and Dolos).
 
-Why: a benchmark function leaks inside a real source file (a method among others), re-laid out
-and often with its names changed. Whole-document similarity (MinHash) sinks under the host's
-size, exact substrings break on a renamed variable, word n-grams on a line wrap. Fingerprints of
-the code tokens ignore layout and comments; with `--winnow-names abstract` they ignore the
-names a renaming changes; scoring the share of the *sample's* fingerprints found in the
-document (containment) does not care how much else the document holds.
+Why: a benchmark function leaks inside a real source file (a method among others), re-laid out,
+often with its names changed, or in part. Whole-document similarity (MinHash) sinks under the
+host's size, exact substrings break on a renamed variable, word n-grams on a line wrap. Tokens
+ignore layout and comments; abstracting the names a renaming may change ignores the renaming;
+scoring the share of the *sample's* fingerprints found in the document (containment) does not
+care how much else the document holds.
 
-Tokens: the lab's code tokenizer (lab.codetokens.code_tokens: lexical tokens, comments
-dropped, whitespace never a token), the same for Java and C#. Names (`--winnow-names`):
+Tokens: the lab's code tokenizer (lab.codetokens.code_tokens: lexical tokens, comments dropped,
+whitespace never a token), the same for Java, C# and the NL side (words and punctuation). The
+paired setting's `<SEP>` is a boundary: no k-gram spans it.
+
+Names (`--winnow-names`):
 - keep: every token as written.
-- abstract: every identifier becomes one symbol, except a member reached through `.` on
-  anything but `this`/`base` (`items.startsWith`: `startsWith` stays). Those are other types'
-  names, which a consistent renaming of the function cannot change without breaking the call
-  (lab perturb's renamer keeps them too), and they are what keeps an abstracted short function
-  from matching every function of its shape. Keywords (with true, false, null) and literals are
-  kept: renaming does not touch them and, once the names are gone, they carry what is left of
-  the text's identity.
+- abstract (default): scored twice, as written and with the *renamable* names made one symbol;
+  the document's score is the higher. Renamable is what lab perturb's renamer may change (the
+  `renamed` form; lab.llm.perturb): an identifier that is not a keyword, not a JDK/.NET name of
+  its api_names list, not a member reached through `.`, `::` or `@` (unless on `this`/`base`),
+  and either starts in lower case (locals, parameters, fields, Java methods) or is called (`Name(`
+  but not `new Name(`: C# methods). Types, API calls, members, keywords and literals are kept:
+  they anchor an abstracted function to its own text, so that a getter does not match every
+  getter. Only code sides of at least ABSTRACT_MIN_TOKENS tokens are matched abstracted (a
+  shorter one, abstracted, is a shape thousands of methods share); natural-language sides never.
 
-Fingerprints (the paper's algorithm): the hash of every k consecutive symbols (`--winnow-k`);
-in every window of w consecutive k-gram hashes (`--winnow-w`) the minimum is selected (the
-rightmost one on a tie), with its position; a side keeps the distinct selected hashes (its
-fingerprints). Any run of at least w + k - 1 tokens shared with a side is guaranteed to share
-one of its fingerprints. A side of fewer than k tokens has no k-gram and is never matched
-(counted in `index_stats`).
+Direction 1, a sample inside a document: the hash of every k consecutive symbols
+(`--winnow-k`); in every window of w consecutive k-gram hashes (`--winnow-w`) the minimum is
+selected (the rightmost on a tie): the side's fingerprints. Any run of at least w + k - 1
+tokens shared with a side shares one of them. Score: the containment of a side in a document,
+|F(side) & K(document)| / |F(side)|, where K is every k-gram hash of the document. A side of
+fewer than k tokens (but at least MIN_SHORT_TOKENS) is one fingerprint, itself whole: matched
+(score 1) where the document holds it as written.
 
-Score: the containment of a sample side in a document, |F(side) & K(document)| / |F(side)|,
-where F is the side's fingerprints and K every k-gram hash of the document; and, the other
-way, for a document of at least MIN_FRAGMENT_KGRAMS k-grams, the share of them found among one
-sample's k-grams (a fragment of a sample standing alone, the `partial` form, holds too few of
-the side's fingerprints). A document is flagged when its higher score reaches `--containment`. Departure from MOSS and Dolos,
-which winnow both texts and report the shared fingerprints of each pair: the document is not
-winnowed, every k-gram of it is looked up. Winnowing exists to shrink what is stored; here only
-the reference is stored (the index), and a document is streamed once and dropped, so selecting
-its k-grams would save nothing and would lose the side's fingerprints whose windows run into
-the host around an embedded copy. The result equals winnowing the document with w = 1.
+Direction 2, a fragment of a sample standing alone (the `partial` form: too few of the side's
+fingerprints to reach a share): the document's FRAGMENT_K-grams as written, its first and last
+token left out (a cut by characters may split them), and the share of them that one sample's
+FRAGMENT_K-grams hold; scored for a document of at least MIN_FRAGMENT_TOKENS tokens so left.
+A real source file is a whole method or more: its k-grams lie inside one benchmark sample only
+when it is (a piece of) that sample.
 
-Natural-language sides (CONCODE's input, a side whose language is `nl`) are not fingerprinted:
-the code tokenizer makes nothing of prose that layout and renaming leave alone, and an
-abstracted sentence is a row of one symbol. A leak of the NL side alone is the word n-gram
-methods' to find; CONCODE's code side (its output) is fingerprinted.
+Departures from MOSS and Dolos, which winnow both texts and report the shared fingerprints of a
+pair: the document is not winnowed, every k-gram of it is looked up (the result equals
+winnowing it with w = 1; selecting its k-grams would save nothing, since only the reference is
+stored, and would lose the side's fingerprints whose windows run into the host around an
+embedded copy); and the second direction and the short sides are the lab's own.
 
-Memory: the index holds the reference's fingerprints; documents are tokenised and hashed in
-batches of about BATCH_TOKENS tokens (numpy, 64-bit polynomial hashes over integer symbols, a
-token the reference never has being a symbol no k-gram of the reference holds), so memory does
-not grow with the corpus. Deterministic: no seed, no Python `hash`.
+Hashes: a 64-bit polynomial of the symbols (integer ids of the reference's tokens; a token the
+reference never has is a symbol no reference k-gram holds) over any window length, from one
+prefix sum per batch (the base is odd, so it is invertible modulo 2^64), then mixed
+(splitmix64). Memory: the index holds the reference's hashes; documents are tokenised and hashed
+in batches of about BATCH_TOKENS tokens, so memory does not grow with the corpus. Deterministic:
+no seed, no Python `hash`.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Iterator, Sequence
 
 import numpy as np
 
 from lab.codetokens import KEYWORDS, code_tokens
+from lab.contamination import SEP_MARKER
 from lab.decontam.base import Options, Reference
+from lab.llm.perturb import API_NAMES
 
 NAMES = ("keep", "abstract")
-# Reserved symbols: a token the reference never has (no reference k-gram holds it), an
-# abstracted name, a name the reference never has (abstract: a name, unless a kept member).
-UNKNOWN, NAME, UNSEEN_NAME = 0, 1, 2
+# Reserved symbols: a token the reference never has (no reference k-gram holds it), a
+# renamable name once abstracted, and the boundary between two documents of a batch or the two
+# sides of a `<SEP>` document (no k-gram spans it).
+UNKNOWN, NAME, BOUNDARY = 0, 1, 2
 FIRST_SYMBOL = 3
-SEPARATOR = "\x00"  # put between the documents of a batch: UNKNOWN, so no k-gram spans two
+SEPARATOR = "\x00"  # the boundary's token
 BATCH_TOKENS = 1 << 20
-# The fewest k-grams a document needs to be scored as a fragment of a sample (below it, a few
-# lines of boilerplate would be "all inside" some sample): with k = 10, 20 tokens or more.
-MIN_FRAGMENT_KGRAMS = 11
+# A side shorter than k is matched whole from this many tokens (below, `int f() {}` is anyone's).
+MIN_SHORT_TOKENS = 6
+# Abstracted matching from this many tokens of a code side: shorter ones abstracted are shapes
+# thousands of methods share (`int NAME() {return NAME;}`; benchmarks/decontam_winnow.md).
+ABSTRACT_MIN_TOKENS = 12
+# The second direction: k of the fragment's k-grams, and the fewest tokens a document needs,
+# its first and last left out, to be scored as a fragment.
+FRAGMENT_K = 4
+MIN_FRAGMENT_TOKENS = 4
+# Renamed matching: pairs whose abstracted containment reaches VERIFY_FROM are verified (and
+# scored) token by token at the VERIFIED_OFFSETS alignments most of their k-grams agree on.
+VERIFY_FROM = 0.3
+VERIFIED_OFFSETS = 2
+# A renamed copy is the side whole, in one run; a run short of this share of the side counts
+# nothing (ordinary code of a like shape reaches half of a short side: measured).
+RENAMED_RUN = 0.9
+_MEMBER_OPERATORS = (".", "::", "@")
 _MEMBER_OWNERS = ("this", "base")
 _IDENTIFIER = re.compile(r"(?:[^\W\d][\w$]*|\$[\w$]*)\Z")
-_MULTIPLIER = np.uint64(0x100000001B3)   # the polynomial's base (FNV-1's 64-bit prime)
+_MULTIPLIER = 0x100000001B3                 # the polynomial's base (FNV-1's 64-bit prime): odd
+_INVERSE = pow(_MULTIPLIER, -1, 1 << 64)
 _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)  # splitmix64
 
 
@@ -79,83 +103,91 @@ def is_name(token: str) -> bool:
     return token not in KEYWORDS and _IDENTIFIER.match(token) is not None
 
 
-class Symbols(dict):
-    """token -> integer symbol, built from the reference's tokens; a token it never saw maps to
-    UNKNOWN (or UNSEEN_NAME when names are abstracted), without being stored: a lookup of the
-    corpus's tokens never grows the table."""
+class Symbols:
+    """token -> integer symbol, built from the reference's tokens (and the words abstraction
+    reads: keywords, member operators, `(`, the API names); a token it never saw is UNKNOWN,
+    without being stored: a lookup of the corpus's tokens never grows the table. Per symbol:
+    whether it is a name that abstraction may make NAME, and whether it starts in lower case."""
 
-    def __init__(self, abstract: bool) -> None:
-        super().__init__()
-        self.abstract = abstract
-        self.names: list[int] = []  # the symbols of names (abstract: what may become NAME)
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
 
     def add(self, token: str) -> None:
-        if token not in self:
-            self[token] = FIRST_SYMBOL + len(self)
-            if is_name(token):
-                self.names.append(self[token])
+        self.ids.setdefault(token, FIRST_SYMBOL + len(self.ids))
 
-    def __missing__(self, token: str) -> int:
-        return UNSEEN_NAME if self.abstract and is_name(token) else UNKNOWN
+    def freeze(self) -> None:
+        size = FIRST_SYMBOL + len(self.ids)
+        self.renamable_name, self.lower = np.zeros(size, bool), np.zeros(size, bool)
+        for token, symbol in self.ids.items():
+            self.renamable_name[symbol] = is_name(token) and token not in API_NAMES
+            self.lower[symbol] = token[:1].islower() or token[:1] in "_$"
+        get = self.ids.get
+        self.dot = [get(t, -1) for t in _MEMBER_OPERATORS]
+        self.owners = [get(t, -1) for t in _MEMBER_OWNERS]
+        self.paren, self.new = get("("), get("new")
+        self.ids[SEPARATOR] = BOUNDARY
 
+    def concrete(self, tokens: list[str]) -> np.ndarray:
+        return np.fromiter(map(self.ids.get, tokens, repeat(UNKNOWN)), np.int64, len(tokens))
 
-@dataclass(frozen=True)
-class WinnowIndex:
-    """The reference's fingerprints: the distinct hashes (sorted) and which sides hold each."""
-
-    k: int
-    w: int
-    symbols: Symbols
-    is_name: np.ndarray          # per symbol: a name to abstract (abstract mode)
-    hashes: np.ndarray           # sorted distinct fingerprint hashes, uint64
-    side_start: np.ndarray       # CSR: hashes[i] is held by sides side_of[start[i]:start[i+1]]
-    side_of: np.ndarray
-    sizes: np.ndarray            # per side: its number of fingerprints
-    sample_of: list[str]         # per side: its sample id
-    kgrams: np.ndarray           # sorted distinct hashes of every k-gram of the code sides
-    sample_start: np.ndarray     # CSR: kgrams[i] is held by samples of sample_at[start[i]:...]
-    sample_at: np.ndarray
-    sample_ids: list[str]        # per sample number: its id
-    skipped_short: int           # code sides of fewer than k tokens (never matched)
-    skipped_nl: int              # natural-language sides (not fingerprinted)
-
-
-def symbol_array(tokens: list[str], symbols: Symbols, is_name_table: np.ndarray | None
-                 ) -> np.ndarray:
-    """The tokens as symbols; with abstraction, names made NAME (a kept member stays itself,
-    or UNKNOWN when the reference never has it)."""
-    ids = np.fromiter(map(symbols.__getitem__, tokens), dtype=np.int64, count=len(tokens))
-    if is_name_table is None or not len(ids):
-        return ids
-    name = is_name_table[ids]
-    dot, owner = symbols["."], [symbols[t] for t in _MEMBER_OWNERS]
-    after_dot = np.zeros(len(ids), bool)
-    after_dot[1:] = ids[:-1] == dot
-    owned = np.zeros(len(ids), bool)
-    owned[2:] = np.isin(ids[:-2], owner)
-    member = name & after_dot & ~owned
-    out = np.where(name & ~member, NAME, ids)
-    out[member & (ids == UNSEEN_NAME)] = UNKNOWN
-    return out
+    def abstract(self, tokens: list[str], ids: np.ndarray) -> np.ndarray:
+        """`ids` (concrete) with the renamable names made NAME (module docstring). A token the
+        reference never has is judged by its first character: an identifier starting in lower
+        case, or called, is renamable (the API names are all in the table)."""
+        if not len(ids):
+            return ids
+        first = np.array(tokens, dtype="U1").view(np.uint32)
+        known = ids != UNKNOWN
+        wordlike = ((first >= 97) & (first <= 122)) | (first == 95) | (first == 36)
+        unknown_name = ~known & (wordlike | ((first >= 65) & (first <= 90)) | (first > 127))
+        name = np.where(known, self.renamable_name[ids], unknown_name)
+        lower = np.where(known, self.lower[ids], wordlike)
+        before, before2, after = (np.full(len(ids), -2, np.int64) for _ in range(3))
+        before[1:], before2[2:], after[:-1] = ids[:-1], ids[:-2], ids[1:]
+        member = np.isin(before, self.dot) & ~np.isin(before2, self.owners)
+        called = (after == self.paren) & (before != self.new)
+        return np.where(name & ~member & (lower | called), NAME, ids)
 
 
-def kgram_hashes(ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The 64-bit hash of every k consecutive symbols, and whether it holds no UNKNOWN."""
-    n = len(ids) - k + 1
-    if n <= 0:
+_POWERS: list[np.ndarray] = []
+
+
+def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """B^j and B^-j modulo 2^64 for j < n at least (kept, and grown, between calls)."""
+    if not _POWERS or len(_POWERS[0]) < n:
+        size = max(n, 2 * len(_POWERS[0]) if _POWERS else 1 << 16)
+        pair = []
+        for base in (_MULTIPLIER, _INVERSE):
+            values = np.ones(size, np.uint64)
+            np.cumprod(np.full(size - 1, base, np.uint64), out=values[1:])
+            pair.append(values)
+        _POWERS[:] = pair
+    return _POWERS[0], _POWERS[1]
+
+
+def window_hashes(ids: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
+    """The 64-bit hash of every `length` consecutive symbols (position-independent: the window
+    hashes alike wherever it stands), and whether it holds neither UNKNOWN nor BOUNDARY."""
+    n = len(ids) - length + 1
+    if n <= 0 or length <= 0:
         return np.zeros(0, np.uint64), np.zeros(0, bool)
-    u = ids.astype(np.uint64) + np.uint64(1)
-    h = np.zeros(n, np.uint64)
-    for j in range(k):
-        np.multiply(h, _MULTIPLIER, out=h)
-        np.add(h, u[j:j + n], out=h)
+    powers, inverse = _powers(len(ids))
+    weighted = np.zeros(len(ids) + 1, np.uint64)
+    np.cumsum((ids.astype(np.uint64) + np.uint64(1)) * inverse[:len(ids)], out=weighted[1:])
+    h = (weighted[length:] - weighted[:n]) * powers[length - 1:len(ids)]
     h ^= h >> np.uint64(30)
-    np.multiply(h, _MIX1, out=h)
+    h *= _MIX1
     h ^= h >> np.uint64(27)
-    np.multiply(h, _MIX2, out=h)
+    h *= _MIX2
     h ^= h >> np.uint64(31)
-    unknown = np.concatenate(([0], np.cumsum(ids == UNKNOWN)))
-    return h, (unknown[k:] - unknown[:n]) == 0
+    return h, spans(ids, (UNKNOWN, BOUNDARY), length) == 0
+
+
+def spans(ids: np.ndarray, symbols: tuple[int, ...], length: int) -> np.ndarray:
+    """Per window of `length` symbols, how many of them are among `symbols`."""
+    n = len(ids) - length + 1
+    counted = np.concatenate(([0], np.cumsum(np.isin(ids, symbols))))
+    return counted[length:length + n] - counted[:n]
 
 
 def winnow(hashes: np.ndarray, w: int) -> list[tuple[int, int]]:
@@ -173,76 +205,128 @@ def winnow(hashes: np.ndarray, w: int) -> list[tuple[int, int]]:
     return [(int(hashes[p]), int(p)) for p in positions]
 
 
+@dataclass(frozen=True)
+class Table:
+    """Sorted distinct hashes and, per hash (CSR), the owners holding it."""
+
+    keys: np.ndarray
+    start: np.ndarray
+    owner: np.ndarray
+
+    @classmethod
+    def of(cls, owners: dict[int, set[int]]) -> "Table":
+        keys = sorted(owners)
+        counts = [len(owners[h]) for h in keys]
+        return cls(np.array(keys, dtype=np.uint64),
+                   np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
+                   np.array([o for h in keys for o in sorted(owners[h])], dtype=np.int64))
+
+    def hits(self, hashes: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(positions of `hashes` this table holds, their rows)."""
+        if not len(self.keys) or not len(hashes):
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        at = np.searchsorted(self.keys, hashes).clip(max=len(self.keys) - 1)
+        positions = np.flatnonzero(valid & (self.keys[at] == hashes))
+        return positions, at[positions]
+
+    def expand(self, source: np.ndarray, row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(source, owner) for every owner of every row."""
+        held = self.start[row + 1] - self.start[row]
+        offsets = np.repeat(self.start[row] - np.cumsum(held) + held, held)
+        return np.repeat(source, held), self.owner[np.arange(int(held.sum())) + offsets]
+
+
+@dataclass(frozen=True)
+class WinnowIndex:
+    """The reference, hashed: per side its sample; the tables of the two directions."""
+
+    k: int
+    abstract: bool
+    symbols: Symbols
+    sample_of: list[str]        # per side: its sample id
+    concrete: Table             # fingerprints as written -> sides
+    concrete_size: np.ndarray   # per side: its number of fingerprints as written
+    renamed: Table              # fingerprints abstracted -> sides (abstract, long code sides)
+    renamed_size: np.ndarray
+    renamed_sides: dict[int, "AbstractSide"]  # per side in `renamed`: what verification reads
+    short: dict[int, Table]     # length -> whole-side hashes of the short sides -> sides
+    fragments: Table            # every FRAGMENT_K-gram as written -> sample numbers
+    sample_ids: list[str]       # per sample number: its id
+    unmatched: int              # sides too short for any fingerprint
+
+
 def check_options(options: Options) -> None:
     if options.winnow_names not in NAMES:
         raise ValueError(f"winnow_names {options.winnow_names!r}: choose from {NAMES}")
 
 
-def build_index(reference: Reference, options: Options) -> WinnowIndex:
-    """Fingerprint every code side of the reference (NL sides and sides of fewer than k tokens
-    skipped, and counted)."""
-    check_options(options)
-    k, w = options.winnow_k, options.winnow_w
-    abstract = options.winnow_names == "abstract"
-    symbols = Symbols(abstract)
-    for token in (*sorted(KEYWORDS), "."):
-        symbols.add(token)
-    sides, skipped_nl = [], 0
+def side_tokens(reference: Reference) -> list[tuple[str, bool, list[str]]]:
+    """(sample id, is code, tokens) of every non-empty side."""
+    sides = []
     for sample in reference.samples:
         for text, language in ((sample.input, reference.input_language),
                                (sample.output, reference.output_language)):
-            if not text.strip():
-                continue
-            if language == "nl":
-                skipped_nl += 1
-                continue
-            tokens = code_tokens(text)
-            for token in tokens:
-                symbols.add(token)
-            sides.append((sample.id, tokens))
-    is_name_table = None
-    if abstract:
-        is_name_table = np.zeros(FIRST_SYMBOL + len(symbols), bool)
-        is_name_table[symbols.names + [UNSEEN_NAME]] = True
-    owners: dict[int, list[int]] = {}
-    sizes, sample_of, skipped_short = [], [], 0
-    kgram_owners: dict[int, set[int]] = {}
-    sample_number: dict[str, int] = {}
-    for sample_id, tokens in sides:
-        hashes, _valid = kgram_hashes(symbol_array(tokens, symbols, is_name_table), k)
-        number = sample_number.setdefault(sample_id, len(sample_number))
-        for h in set(hashes.tolist()):
-            kgram_owners.setdefault(h, set()).add(number)
-        fingerprints = {h for h, _position in winnow(hashes, w)}
-        if not fingerprints:
-            skipped_short += 1
-            continue
-        side = len(sizes)
-        sizes.append(len(fingerprints))
+            if text.strip():
+                sides.append((sample.id, language != "nl", code_tokens(text)))
+    return sides
+
+
+def build_index(reference: Reference, options: Options) -> WinnowIndex:
+    """Hash every side of the reference for both directions (module docstring)."""
+    check_options(options)
+    k, w, abstract = options.winnow_k, options.winnow_w, options.winnow_names == "abstract"
+    sides = side_tokens(reference)
+    symbols = Symbols()
+    for token in (*sorted(KEYWORDS), *_MEMBER_OPERATORS, "(", *sorted(API_NAMES)):
+        symbols.add(token)
+    for _sample, _code, tokens in sides:
+        for token in tokens:
+            symbols.add(token)
+    symbols.freeze()
+    concrete: dict[int, set[int]] = {}
+    renamed: dict[int, set[int]] = {}
+    short: dict[int, dict[int, set[int]]] = {}
+    fragments: dict[int, set[int]] = {}
+    concrete_size, renamed_size, sample_of, sample_number = [], [], [], {}
+    renamed_sides: dict[int, AbstractSide] = {}
+    unmatched = 0
+    for sample_id, code, tokens in sides:
+        side, ids = len(sample_of), symbols.concrete(tokens)
         sample_of.append(sample_id)
+        number = sample_number.setdefault(sample_id, len(sample_number))
+        for h in window_hashes(ids, FRAGMENT_K)[0].tolist():
+            fragments.setdefault(h, set()).add(number)
+        fingerprints = {h for h, _at in winnow(window_hashes(ids, k)[0], w)}
+        concrete_size.append(len(fingerprints) or (1 if len(tokens) >= MIN_SHORT_TOKENS else 0))
         for h in fingerprints:
-            owners.setdefault(h, []).append(side)
-    keys = sorted(owners)
-    counts = [len(owners[h]) for h in keys]
-    all_keys = sorted(kgram_owners)
-    all_counts = [len(kgram_owners[h]) for h in all_keys]
-    return WinnowIndex(
-        k, w, symbols, is_name_table if is_name_table is not None else np.zeros(0, bool),
-        np.array(keys, dtype=np.uint64),
-        np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
-        np.array([s for h in keys for s in owners[h]], dtype=np.int64),
-        np.array(sizes, dtype=np.float64), sample_of,
-        np.array(all_keys, dtype=np.uint64),
-        np.concatenate(([0], np.cumsum(all_counts))).astype(np.int64),
-        np.array([s for h in all_keys for s in sorted(kgram_owners[h])], dtype=np.int64),
-        list(sample_number), skipped_short, skipped_nl)
+            concrete.setdefault(h, set()).add(side)
+        if not fingerprints and len(tokens) >= MIN_SHORT_TOKENS:
+            whole = int(window_hashes(ids, len(tokens))[0][0])
+            short.setdefault(len(tokens), {}).setdefault(whole, set()).add(side)
+        unmatched += concrete_size[-1] == 0
+        abstracted = set()
+        if abstract and code and len(tokens) >= ABSTRACT_MIN_TOKENS:
+            abstract_ids = symbols.abstract(tokens, ids)
+            hashes = window_hashes(abstract_ids, k)[0]
+            abstracted = {h for h, _at in winnow(hashes, w)}
+        renamed_size.append(len(abstracted))
+        for h in abstracted:
+            renamed.setdefault(h, set()).add(side)
+        if abstracted:
+            renamed_sides[side] = AbstractSide.of(tokens, abstract_ids, hashes)
+    return WinnowIndex(k, abstract, symbols, sample_of, Table.of(concrete),
+                       np.array(concrete_size, np.float64), Table.of(renamed),
+                       np.array(renamed_size, np.float64), renamed_sides,
+                       {n: Table.of(t) for n, t in sorted(short.items())}, Table.of(fragments),
+                       list(sample_number), unmatched)
 
 
 def batches(documents: Sequence[str]) -> Iterator[tuple[int, list[list[str]]]]:
-    """(index of the first document, the documents' code tokens), about BATCH_TOKENS a batch."""
+    """(index of the first document, the documents' tokens), about BATCH_TOKENS a batch."""
     start, batch, size = 0, [], 0
     for i, text in enumerate(documents):
-        tokens = code_tokens(text)
+        tokens = code_tokens(text.replace(SEP_MARKER, f" {SEPARATOR} ")
+                             if SEP_MARKER in text else text)
         batch.append(tokens)
         size += len(tokens) + 1
         if size >= BATCH_TOKENS:
@@ -252,35 +336,37 @@ def batches(documents: Sequence[str]) -> Iterator[tuple[int, list[list[str]]]]:
         yield start, batch
 
 
-def expand(keys: np.ndarray, hit: np.ndarray, start: np.ndarray, owner: np.ndarray
-           ) -> tuple[np.ndarray, np.ndarray]:
-    """(key, owner) for every owner of every hit: hit[i] indexes a CSR row (start, owner)."""
-    held = start[hit + 1] - start[hit]
-    offsets = np.repeat(start[hit] - np.cumsum(held) + held, held)
-    return np.repeat(keys, held), owner[np.arange(int(held.sum())) + offsets]
-
-
-def best_per_document(document: np.ndarray, owner: np.ndarray, score: np.ndarray
-                      ) -> Iterator[tuple[int, int, float]]:
-    """(document, owner, score) of each document's highest score (the lowest owner on a tie)."""
+def keep_best(best: list[tuple[float, str]], first: int, document: np.ndarray,
+              owner: np.ndarray, score: np.ndarray, names: list[str]) -> None:
+    """Into `best`: each document's highest score (the lowest owner on a tie), where it beats
+    the document's best yet."""
+    if not len(document):
+        return
     order = np.lexsort((-owner, score, document))
-    last = np.flatnonzero(np.append(document[order][1:] != document[order][:-1], True))
-    for j in order[last]:
-        yield int(document[j]), int(owner[j]), float(score[j])
+    last = order[np.flatnonzero(np.append(document[order][1:] != document[order][:-1], True))]
+    for d, o, s in zip(document[last].tolist(), owner[last].tolist(), score[last].tolist()):
+        if s > best[first + d][0]:
+            best[first + d] = (s, names[o])
+
+
+def contained(document: np.ndarray, table: Table, row: np.ndarray, sizes: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(document, side, share of the side's fingerprints the document holds), each distinct
+    fingerprint of a document counted once."""
+    width = np.int64(len(table.keys))
+    pairs = np.unique(document * width + row)
+    document, side = table.expand(*np.divmod(pairs, width))
+    keys, found = np.unique(document * np.int64(len(sizes)) + side, return_counts=True)
+    document, side = np.divmod(keys, np.int64(len(sizes)))
+    return document, side, found / sizes[side]
 
 
 def best_containment(documents: Sequence[str], reference: Reference, options: Options
                      ) -> list[tuple[float, str]]:
-    """Per document, its highest score against a sample, and that sample's id ((0.0, "") when
-    nothing matches). The score is the higher of two containments: a code side's fingerprints
-    found in the document (a sample inside a file), and the document's k-grams found in one
-    sample's k-grams, for a document of at least MIN_FRAGMENT_KGRAMS of them (a fragment of a
-    sample standing alone: the partial form, which holds too few of the side's fingerprints)."""
+    """Per document, its highest score against a sample (either direction, names as written
+    or abstracted), and that sample's id ((0.0, "") when nothing matches)."""
     index = build_index(reference, options)
-    names = index.is_name if options.winnow_names == "abstract" else None
     best: list[tuple[float, str]] = [(0.0, "")] * len(documents)
-    if not len(index.hashes):
-        return best
     for first, batch in batches(documents):
         flat: list[str] = []
         starts = []
@@ -288,48 +374,131 @@ def best_containment(documents: Sequence[str], reference: Reference, options: Op
             starts.append(len(flat))
             flat.extend(tokens)
             flat.append(SEPARATOR)
-        hashes, valid = kgram_hashes(symbol_array(flat, index.symbols, names), index.k)
-        fragment_scores(first, starts, hashes, valid, index, best)
-        at = np.searchsorted(index.hashes, hashes).clip(max=len(index.hashes) - 1)
-        hit = valid & (index.hashes[at] == hashes)
-        positions = np.flatnonzero(hit)
-        if not len(positions):
-            continue
-        document = np.searchsorted(np.array(starts), positions, side="right") - 1
-        pairs = np.unique(document * len(index.hashes) + at[positions])  # (document, hash)
-        document, fingerprint = np.divmod(pairs, len(index.hashes))
-        document, side = expand(document, fingerprint, index.side_start, index.side_of)
-        keys, found = np.unique(document * len(index.sizes) + side, return_counts=True)
-        document, side = np.divmod(keys, len(index.sizes))
-        for d, s, score in best_per_document(document, side, found / index.sizes[side]):
-            if score > best[first + d][0]:
-                best[first + d] = (score, index.sample_of[s])
+        starts_array = np.array(starts, dtype=np.int64)
+        ids = index.symbols.concrete(flat)
+
+        def owner_document(positions: np.ndarray) -> np.ndarray:
+            return np.searchsorted(starts_array, positions, side="right") - 1
+
+        hashes, valid = window_hashes(ids, index.k)
+        positions, row = index.concrete.hits(hashes, valid)
+        keep_best(best, first, *contained(owner_document(positions), index.concrete, row,
+                                          index.concrete_size), index.sample_of)
+        for length, table in index.short.items():
+            positions, row = table.hits(*window_hashes(ids, length))
+            document, side = table.expand(owner_document(positions), row)
+            keep_best(best, first, document, side, np.ones(len(side)), index.sample_of)
+        if index.abstract and len(index.renamed.keys):
+            abstract_ids = index.symbols.abstract(flat, ids)
+            hashes, valid = window_hashes(abstract_ids, index.k)
+            positions, row = index.renamed.hits(hashes, valid)
+            document, side, share = contained(owner_document(positions), index.renamed, row,
+                                              index.renamed_size)
+            keep = share >= VERIFY_FROM
+            document, side = document[keep], side[keep]
+            verified = verify_renamed(document, side, positions, row, hashes, flat, abstract_ids,
+                                      starts_array, index)
+            keep_best(best, first, document, side, verified, index.sample_of)
+        fragment_scores(first, starts_array, ids, index, best)
     return best
 
 
-def fragment_scores(first: int, starts: list[int], hashes: np.ndarray, valid: np.ndarray,
-                    index: WinnowIndex, best: list[tuple[float, str]]) -> None:
-    """Into `best`: per document of the batch with at least MIN_FRAGMENT_KGRAMS valid k-grams,
-    the share of them that one sample's k-grams hold, where it is the document's best yet."""
-    if not len(index.kgrams) or not len(hashes):
-        return
-    at = np.searchsorted(index.kgrams, hashes).clip(max=len(index.kgrams) - 1)
-    hit = valid & (index.kgrams[at] == hashes)
-    positions = np.flatnonzero(hit)
+@dataclass(frozen=True)
+class AbstractSide:
+    """A side as verification reads it: its tokens, abstracted symbols, and where each of its
+    abstracted k-grams starts."""
+
+    tokens: list[str]
+    ids: np.ndarray
+    at: dict[int, list[int]]
+
+    @classmethod
+    def of(cls, tokens: list[str], ids: np.ndarray, hashes: np.ndarray) -> "AbstractSide":
+        at: dict[int, list[int]] = {}
+        for position, h in enumerate(hashes.tolist()):
+            at.setdefault(h, []).append(position)
+        return cls(tokens, ids, at)
+
+
+def verify_renamed(document: np.ndarray, side: np.ndarray, positions: np.ndarray,
+                   row: np.ndarray, hashes: np.ndarray, flat: list[str], abstract_ids: np.ndarray,
+                   starts: np.ndarray, index: WinnowIndex) -> np.ndarray:
+    """Per (document, side) pair, the share of the side's tokens that the document holds, in
+    order, at the offset most of their shared k-grams agree on, as a consistent renaming: the
+    abstracted symbols equal, and each name of the side read as one name of the document and no
+    two as the same one (first come, first kept; a token breaking the map does not count)."""
+    scores = np.zeros(len(document))
+    if not len(document):
+        return scores
+    owner = np.searchsorted(starts, positions, side="right") - 1
+    wanted = {(int(d), int(s)): n for n, (d, s) in enumerate(zip(document, side))}
+    hit_positions: dict[int, list[int]] = {}
+    for position, d, r in zip(positions.tolist(), owner.tolist(), row.tolist()):
+        for s in index.renamed.owner[index.renamed.start[r]:index.renamed.start[r + 1]].tolist():
+            n = wanted.get((d, s))
+            if n is not None:
+                hit_positions.setdefault(n, []).append(position)
+    for n, found in hit_positions.items():
+        reference = index.renamed_sides[int(side[n])]
+        offsets: dict[int, int] = {}
+        for position in found:
+            for at in reference.at.get(int(hashes[position]), ()):
+                offsets[position - at] = offsets.get(position - at, 0) + 1
+        begin = int(starts[document[n]])
+        end = int(starts[document[n] + 1]) if document[n] + 1 < len(starts) else len(flat)
+        best = 0
+        for offset in sorted(offsets, key=lambda o: (-offsets[o], o))[:VERIFIED_OFFSETS]:
+            best = max(best, renamed_agreement(reference, flat, abstract_ids, offset, begin, end))
+        scores[n] = best / len(reference.tokens)
+    return np.where(scores >= RENAMED_RUN, scores, 0.0)
+
+
+def renamed_agreement(reference: "AbstractSide", flat: list[str], abstract_ids: np.ndarray,
+                      offset: int, begin: int, end: int) -> int:
+    """The longest run of the side's tokens that the document (flat[begin:end]) holds at
+    `offset` as a consistent renaming (verify_renamed): a renamed copy is one run, the whole
+    side; ordinary code of a like shape breaks it where it differs."""
+    lo, hi = max(0, begin - offset), min(len(reference.tokens), end - offset)
+    if lo >= hi:
+        return 0
+    same = (reference.ids[lo:hi] == abstract_ids[offset + lo:offset + hi]).tolist()
+    forward: dict[str, str] = {}
+    backward: dict[str, str] = {}
+    longest = run = 0
+    for j, agrees in enumerate(same, lo):
+        if agrees and reference.ids[j] == NAME:
+            old, new = reference.tokens[j], flat[offset + j]
+            agrees = forward.setdefault(old, new) == new and backward.setdefault(new, old) == old
+        run = run + 1 if agrees else 0
+        longest = max(longest, run)
+    return longest
+
+
+def fragment_scores(first: int, starts: np.ndarray, ids: np.ndarray, index: WinnowIndex,
+                    best: list[tuple[float, str]]) -> None:
+    """Into `best`: per document of at least MIN_FRAGMENT_TOKENS tokens (its first and last left
+    out), the share of its FRAGMENT_K-grams that one sample's hold, where it is its best yet."""
+    hashes, valid = window_hashes(ids, FRAGMENT_K)
+    ends = np.append(starts[1:] - 1, len(ids) - 1)  # each document's SEPARATOR
+    inner_start, inner_end = starts + 1, ends - 1    # [start, end) of the tokens left in
+    scored = inner_end - inner_start >= MIN_FRAGMENT_TOKENS
+    inside = np.zeros(len(hashes) + 1, np.int64)     # +1 where a document's inner k-grams start
+    np.add.at(inside, inner_start[scored], 1)
+    np.add.at(inside, (inner_end[scored] - FRAGMENT_K + 1).clip(min=0), -1)
+    valid = valid & (np.cumsum(inside)[:len(hashes)] > 0)
+    positions, row = index.fragments.hits(hashes, valid)
     if not len(positions):
         return
-    bounds = np.array(starts + [len(hashes) + index.k], dtype=np.int64).clip(max=len(hashes))
-    counted = np.concatenate(([0], np.cumsum(valid)))
-    kgrams_in = counted[bounds[1:]] - counted[bounds[:-1]]  # valid k-grams per document
-    document = np.searchsorted(np.array(starts), positions, side="right") - 1
-    document, sample = expand(document, at[positions], index.sample_start, index.sample_at)
-    keys, found = np.unique(document * len(index.sample_ids) + sample, return_counts=True)
-    document, sample = np.divmod(keys, len(index.sample_ids))
-    total = kgrams_in[document]
-    share = np.where(total >= MIN_FRAGMENT_KGRAMS, found / np.maximum(total, 1), 0.0)
-    for d, s, score in best_per_document(document, sample, share):
-        if score > best[first + d][0]:
-            best[first + d] = (score, index.sample_ids[s])
+    # The share's denominator: every k-gram of the document's tokens left in (one with a token
+    # the reference never has is one no sample holds), but none across a `<SEP>`.
+    counted = np.concatenate(([0], np.cumsum(spans(ids, (BOUNDARY,), FRAGMENT_K) == 0)))
+    document = np.searchsorted(starts, positions, side="right") - 1
+    document, sample = index.fragments.expand(document, row)
+    width = np.int64(len(index.sample_ids))
+    keys, found = np.unique(document * width + sample, return_counts=True)
+    document, sample = np.divmod(keys, width)
+    total = counted[inner_end[document] - FRAGMENT_K + 1] - counted[inner_start[document]]
+    keep_best(best, first, document, sample, found / np.maximum(total, 1), index.sample_ids)
 
 
 def flag(documents: Sequence[str], reference: Reference, options: Options) -> list[bool]:
