@@ -64,6 +64,7 @@ import numpy as np
 from lab.codetokens import KEYWORDS, code_tokens
 from lab.contamination import SEP_MARKER
 from lab.decontam.base import Options, Reference
+from lab.decontam.renaming import AbstractSide, verify_renamed
 from lab.llm.perturb import API_NAMES
 
 NAMES = ("keep", "abstract")
@@ -83,13 +84,9 @@ ABSTRACT_MIN_TOKENS = 12
 # its first and last left out, to be scored as a fragment.
 FRAGMENT_K = 4
 MIN_FRAGMENT_TOKENS = 4
-# Renamed matching: pairs whose abstracted containment reaches VERIFY_FROM are verified (and
-# scored) token by token at the VERIFIED_OFFSETS alignments most of their k-grams agree on.
+# Renamed matching: pairs whose abstracted containment reaches VERIFY_FROM are verified and
+# scored token by token (lab.decontam.renaming).
 VERIFY_FROM = 0.3
-VERIFIED_OFFSETS = 2
-# A renamed copy is the side whole, in one run; a run short of this share of the side counts
-# nothing (ordinary code of a like shape reaches half of a short side: measured).
-RENAMED_RUN = 0.9
 _MEMBER_OPERATORS = (".", "::", "@")
 _MEMBER_OWNERS = ("this", "base")
 _IDENTIFIER = re.compile(r"(?:[^\W\d][\w$]*|\$[\w$]*)\Z")
@@ -248,7 +245,7 @@ class WinnowIndex:
     concrete_size: np.ndarray   # per side: its number of fingerprints as written
     renamed: Table              # fingerprints abstracted -> sides (abstract, long code sides)
     renamed_size: np.ndarray
-    renamed_sides: dict[int, "AbstractSide"]  # per side in `renamed`: what verification reads
+    renamed_sides: dict[int, AbstractSide]  # per side in `renamed`: what verification reads
     short: dict[int, Table]     # length -> whole-side hashes of the short sides -> sides
     fragments: Table            # every FRAGMENT_K-gram as written -> sample numbers
     sample_ids: list[str]       # per sample number: its id
@@ -397,81 +394,10 @@ def best_containment(documents: Sequence[str], reference: Reference, options: Op
             keep = share >= VERIFY_FROM
             document, side = document[keep], side[keep]
             verified = verify_renamed(document, side, positions, row, hashes, flat, abstract_ids,
-                                      starts_array, index)
+                                      starts_array, index.renamed, index.renamed_sides, NAME)
             keep_best(best, first, document, side, verified, index.sample_of)
         fragment_scores(first, starts_array, ids, index, best)
     return best
-
-
-@dataclass(frozen=True)
-class AbstractSide:
-    """A side as verification reads it: its tokens, abstracted symbols, and where each of its
-    abstracted k-grams starts."""
-
-    tokens: list[str]
-    ids: np.ndarray
-    at: dict[int, list[int]]
-
-    @classmethod
-    def of(cls, tokens: list[str], ids: np.ndarray, hashes: np.ndarray) -> "AbstractSide":
-        at: dict[int, list[int]] = {}
-        for position, h in enumerate(hashes.tolist()):
-            at.setdefault(h, []).append(position)
-        return cls(tokens, ids, at)
-
-
-def verify_renamed(document: np.ndarray, side: np.ndarray, positions: np.ndarray,
-                   row: np.ndarray, hashes: np.ndarray, flat: list[str], abstract_ids: np.ndarray,
-                   starts: np.ndarray, index: WinnowIndex) -> np.ndarray:
-    """Per (document, side) pair, the share of the side's tokens that the document holds, in
-    order, at the offset most of their shared k-grams agree on, as a consistent renaming: the
-    abstracted symbols equal, and each name of the side read as one name of the document and no
-    two as the same one (first come, first kept; a token breaking the map does not count)."""
-    scores = np.zeros(len(document))
-    if not len(document):
-        return scores
-    owner = np.searchsorted(starts, positions, side="right") - 1
-    wanted = {(int(d), int(s)): n for n, (d, s) in enumerate(zip(document, side))}
-    hit_positions: dict[int, list[int]] = {}
-    for position, d, r in zip(positions.tolist(), owner.tolist(), row.tolist()):
-        for s in index.renamed.owner[index.renamed.start[r]:index.renamed.start[r + 1]].tolist():
-            n = wanted.get((d, s))
-            if n is not None:
-                hit_positions.setdefault(n, []).append(position)
-    for n, found in hit_positions.items():
-        reference = index.renamed_sides[int(side[n])]
-        offsets: dict[int, int] = {}
-        for position in found:
-            for at in reference.at.get(int(hashes[position]), ()):
-                offsets[position - at] = offsets.get(position - at, 0) + 1
-        begin = int(starts[document[n]])
-        end = int(starts[document[n] + 1]) if document[n] + 1 < len(starts) else len(flat)
-        best = 0
-        for offset in sorted(offsets, key=lambda o: (-offsets[o], o))[:VERIFIED_OFFSETS]:
-            best = max(best, renamed_agreement(reference, flat, abstract_ids, offset, begin, end))
-        scores[n] = best / len(reference.tokens)
-    return np.where(scores >= RENAMED_RUN, scores, 0.0)
-
-
-def renamed_agreement(reference: "AbstractSide", flat: list[str], abstract_ids: np.ndarray,
-                      offset: int, begin: int, end: int) -> int:
-    """The longest run of the side's tokens that the document (flat[begin:end]) holds at
-    `offset` as a consistent renaming (verify_renamed): a renamed copy is one run, the whole
-    side; ordinary code of a like shape breaks it where it differs."""
-    lo, hi = max(0, begin - offset), min(len(reference.tokens), end - offset)
-    if lo >= hi:
-        return 0
-    same = (reference.ids[lo:hi] == abstract_ids[offset + lo:offset + hi]).tolist()
-    forward: dict[str, str] = {}
-    backward: dict[str, str] = {}
-    longest = run = 0
-    for j, agrees in enumerate(same, lo):
-        if agrees and reference.ids[j] == NAME:
-            old, new = reference.tokens[j], flat[offset + j]
-            agrees = forward.setdefault(old, new) == new and backward.setdefault(new, old) == old
-        run = run + 1 if agrees else 0
-        longest = max(longest, run)
-    return longest
 
 
 def fragment_scores(first: int, starts: np.ndarray, ids: np.ndarray, index: WinnowIndex,
