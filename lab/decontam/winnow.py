@@ -86,10 +86,15 @@ FRAGMENT_K = 4
 MIN_FRAGMENT_TOKENS = 4
 # Renamed matching: pairs whose abstracted containment reaches VERIFY_FROM are verified and
 # scored token by token (lab.decontam.renaming).
-VERIFY_FROM = 0.3
+VERIFY_FROM = 0.5
+# The fragment direction scores a document sample by sample only where this share of its
+# k-grams or more is in some sample (below it, it scores 0 in that direction).
+FRAGMENT_FROM = 0.5
 _MEMBER_OPERATORS = (".", "::", "@")
 _MEMBER_OWNERS = ("this", "base")
 _IDENTIFIER = re.compile(r"(?:[^\W\d][\w$]*|\$[\w$]*)\Z")
+FILTER_BITS = 22  # Table.hits's bit table: 4 MiB a table, a few keys in a million bits
+_FILTER_MASK = np.uint64((1 << FILTER_BITS) - 1)
 _MULTIPLIER = 0x100000001B3                 # the polynomial's base (FNV-1's 64-bit prime): odd
 _INVERSE = pow(_MULTIPLIER, -1, 1 << 64)
 _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)  # splitmix64
@@ -209,22 +214,27 @@ class Table:
     keys: np.ndarray
     start: np.ndarray
     owner: np.ndarray
+    seen: np.ndarray  # per value of a hash's low FILTER_BITS bits: whether a key has it
 
     @classmethod
     def of(cls, owners: dict[int, set[int]]) -> "Table":
-        keys = sorted(owners)
-        counts = [len(owners[h]) for h in keys]
-        return cls(np.array(keys, dtype=np.uint64),
-                   np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
-                   np.array([o for h in keys for o in sorted(owners[h])], dtype=np.int64))
+        keys = np.array(sorted(owners), dtype=np.uint64)
+        counts = [len(owners[h]) for h in keys.tolist()]
+        seen = np.zeros(1 << FILTER_BITS, bool)
+        seen[keys & _FILTER_MASK] = True
+        return cls(keys, np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
+                   np.array([o for h in keys.tolist() for o in sorted(owners[h])],
+                            dtype=np.int64), seen)
 
     def hits(self, hashes: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(positions of `hashes` this table holds, their rows)."""
+        """(positions of `hashes` this table holds, their rows). The bit table answers most
+        of them (a hash whose low bits no key has is not held); the rest are searched."""
         if not len(self.keys) or not len(hashes):
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        at = np.searchsorted(self.keys, hashes).clip(max=len(self.keys) - 1)
-        positions = np.flatnonzero(valid & (self.keys[at] == hashes))
-        return positions, at[positions]
+        candidates = np.flatnonzero(valid & self.seen[hashes & _FILTER_MASK])
+        at = np.searchsorted(self.keys, hashes[candidates]).clip(max=len(self.keys) - 1)
+        held = self.keys[at] == hashes[candidates]
+        return candidates[held], at[held]
 
     def expand(self, source: np.ndarray, row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(source, owner) for every owner of every row."""
@@ -249,6 +259,7 @@ class WinnowIndex:
     short: dict[int, Table]     # length -> whole-side hashes of the short sides -> sides
     fragments: Table            # every FRAGMENT_K-gram as written -> sample numbers
     sample_ids: list[str]       # per sample number: its id
+    side_sample: np.ndarray     # per side: its sample number
     unmatched: int              # sides too short for any fingerprint
 
 
@@ -315,7 +326,8 @@ def build_index(reference: Reference, options: Options) -> WinnowIndex:
                        np.array(concrete_size, np.float64), Table.of(renamed),
                        np.array(renamed_size, np.float64), renamed_sides,
                        {n: Table.of(t) for n, t in sorted(short.items())}, Table.of(fragments),
-                       list(sample_number), unmatched)
+                       list(sample_number), np.array([sample_number[s] for s in sample_of],
+                                                     np.int64), unmatched)
 
 
 def batches(documents: Sequence[str]) -> Iterator[tuple[int, list[list[str]]]]:
@@ -333,17 +345,25 @@ def batches(documents: Sequence[str]) -> Iterator[tuple[int, list[list[str]]]]:
         yield start, batch
 
 
-def keep_best(best: list[tuple[float, str]], first: int, document: np.ndarray,
-              owner: np.ndarray, score: np.ndarray, names: list[str]) -> None:
-    """Into `best`: each document's highest score (the lowest owner on a tie), where it beats
-    the document's best yet."""
-    if not len(document):
-        return
-    order = np.lexsort((-owner, score, document))
-    last = order[np.flatnonzero(np.append(document[order][1:] != document[order][:-1], True))]
-    for d, o, s in zip(document[last].tolist(), owner[last].tolist(), score[last].tolist()):
-        if s > best[first + d][0]:
-            best[first + d] = (s, names[o])
+class Best:
+    """A batch's documents' best scores yet, and the sample number of each."""
+
+    def __init__(self, documents: int) -> None:
+        self.score = np.zeros(documents)
+        self.sample = np.full(documents, -1, np.int64)
+
+    def keep(self, document: np.ndarray, sample: np.ndarray, score: np.ndarray) -> None:
+        """Each document's highest score (the lowest sample on a tie), where it beats the
+        document's best yet."""
+        if not len(document):
+            return
+        order = np.lexsort((-sample, score, document))
+        last = order[np.flatnonzero(np.append(document[order][1:] != document[order][:-1],
+                                              True))]
+        document, sample, score = document[last], sample[last], score[last]
+        better = score > self.score[document]
+        self.score[document[better]] = score[better]
+        self.sample[document[better]] = sample[better]
 
 
 def contained(document: np.ndarray, table: Table, row: np.ndarray, sizes: np.ndarray
@@ -363,8 +383,10 @@ def best_containment(documents: Sequence[str], reference: Reference, options: Op
     """Per document, its highest score against a sample (either direction, names as written
     or abstracted), and that sample's id ((0.0, "") when nothing matches)."""
     index = build_index(reference, options)
-    best: list[tuple[float, str]] = [(0.0, "")] * len(documents)
+    side_sample = index.side_sample
+    out: list[tuple[float, str]] = []
     for first, batch in batches(documents):
+        best = Best(len(batch))
         flat: list[str] = []
         starts = []
         for tokens in batch:
@@ -379,12 +401,13 @@ def best_containment(documents: Sequence[str], reference: Reference, options: Op
 
         hashes, valid = window_hashes(ids, index.k)
         positions, row = index.concrete.hits(hashes, valid)
-        keep_best(best, first, *contained(owner_document(positions), index.concrete, row,
-                                          index.concrete_size), index.sample_of)
+        document, side, share = contained(owner_document(positions), index.concrete, row,
+                                          index.concrete_size)
+        best.keep(document, side_sample[side], share)
         for length, table in index.short.items():
             positions, row = table.hits(*window_hashes(ids, length))
             document, side = table.expand(owner_document(positions), row)
-            keep_best(best, first, document, side, np.ones(len(side)), index.sample_of)
+            best.keep(document, side_sample[side], np.ones(len(side)))
         if index.abstract and len(index.renamed.keys):
             abstract_ids = index.symbols.abstract(flat, ids)
             hashes, valid = window_hashes(abstract_ids, index.k)
@@ -395,13 +418,15 @@ def best_containment(documents: Sequence[str], reference: Reference, options: Op
             document, side = document[keep], side[keep]
             verified = verify_renamed(document, side, positions, row, hashes, flat, abstract_ids,
                                       starts_array, index.renamed, index.renamed_sides, NAME)
-            keep_best(best, first, document, side, verified, index.sample_of)
-        fragment_scores(first, starts_array, ids, index, best)
-    return best
+            best.keep(document, side_sample[side], verified)
+        fragment_scores(starts_array, ids, index, best)
+        out.extend((score, index.sample_ids[sample]) if sample >= 0 else (0.0, "")
+                   for score, sample in zip(best.score.tolist(), best.sample.tolist()))
+    return out
 
 
-def fragment_scores(first: int, starts: np.ndarray, ids: np.ndarray, index: WinnowIndex,
-                    best: list[tuple[float, str]]) -> None:
+def fragment_scores(starts: np.ndarray, ids: np.ndarray, index: WinnowIndex, best: Best
+                    ) -> None:
     """Into `best`: per document of at least MIN_FRAGMENT_TOKENS tokens (its first and last left
     out), the share of its FRAGMENT_K-grams that one sample's hold, where it is its best yet."""
     hashes, valid = window_hashes(ids, FRAGMENT_K)
@@ -418,13 +443,18 @@ def fragment_scores(first: int, starts: np.ndarray, ids: np.ndarray, index: Winn
     # The share's denominator: every k-gram of the document's tokens left in (one with a token
     # the reference never has is one no sample holds), but none across a `<SEP>`.
     counted = np.concatenate(([0], np.cumsum(spans(ids, (BOUNDARY,), FRAGMENT_K) == 0)))
+    total = counted[inner_end - FRAGMENT_K + 1] - counted[inner_start]
     document = np.searchsorted(starts, positions, side="right") - 1
-    document, sample = index.fragments.expand(document, row)
+    # A document's share for one sample is at most its share for all of them: only documents
+    # of which FRAGMENT_FROM or more is in some sample are scored sample by sample.
+    some = np.bincount(document, minlength=len(starts)) >= FRAGMENT_FROM * np.maximum(total, 1)
+    kept = some[document]
+    document, sample = index.fragments.expand(document[kept], row[kept])
     width = np.int64(len(index.sample_ids))
     keys, found = np.unique(document * width + sample, return_counts=True)
     document, sample = np.divmod(keys, width)
-    total = counted[inner_end[document] - FRAGMENT_K + 1] - counted[inner_start[document]]
-    keep_best(best, first, document, sample, found / np.maximum(total, 1), index.sample_ids)
+    total = total[document]
+    best.keep(document, sample, found / np.maximum(total, 1))
 
 
 def flag(documents: Sequence[str], reference: Reference, options: Options) -> list[bool]:
