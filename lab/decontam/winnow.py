@@ -84,17 +84,18 @@ ABSTRACT_MIN_TOKENS = 12
 # its first and last left out, to be scored as a fragment.
 FRAGMENT_K = 4
 MIN_FRAGMENT_TOKENS = 4
-# Renamed matching: pairs whose abstracted containment reaches VERIFY_FROM are verified and
-# scored token by token (lab.decontam.renaming).
-VERIFY_FROM = 0.5
+# Renamed matching: a renamed copy holds every abstracted fingerprint of the side, so only the
+# pairs that hold them all are verified and scored token by token (lab.decontam.renaming).
+VERIFY_FROM = 1.0
 # The fragment direction scores a document sample by sample only where this share of its
 # k-grams or more is in some sample (below it, it scores 0 in that direction).
 FRAGMENT_FROM = 0.5
 _MEMBER_OPERATORS = (".", "::", "@")
 _MEMBER_OWNERS = ("this", "base")
 _IDENTIFIER = re.compile(r"(?:[^\W\d][\w$]*|\$[\w$]*)\Z")
-FILTER_BITS = 22  # Table.hits's bit table: 4 MiB a table, a few keys in a million bits
-_FILTER_MASK = np.uint64((1 << FILTER_BITS) - 1)
+# Table.hits's bit table: about 64 bits a key (a hash missing the table passes it once in 64),
+# at most 2^FILTER_BITS (16 MiB).
+FILTER_BITS = 24
 _MULTIPLIER = 0x100000001B3                 # the polynomial's base (FNV-1's 64-bit prime): odd
 _INVERSE = pow(_MULTIPLIER, -1, 1 << 64)
 _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)  # splitmix64
@@ -167,29 +168,45 @@ def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
     return _POWERS[0], _POWERS[1]
 
 
+class Windows:
+    """A symbol sequence's windows of any length: their hashes, from one prefix sum (module
+    docstring), and how many UNKNOWN or BOUNDARY symbols each holds, from another."""
+
+    def __init__(self, ids: np.ndarray) -> None:
+        self.size = len(ids)
+        powers, inverse = _powers(len(ids))
+        self.powers = powers
+        self.weighted = np.zeros(len(ids) + 1, np.uint64)
+        np.cumsum((ids.astype(np.uint64) + np.uint64(1)) * inverse[:len(ids)],
+                  out=self.weighted[1:])
+        boundary = ids == BOUNDARY
+        self.boundaries = np.concatenate(([0], np.cumsum(boundary)))
+        self.unusable = np.concatenate(([0], np.cumsum(boundary | (ids == UNKNOWN))))
+
+    def hashes(self, length: int) -> tuple[np.ndarray, np.ndarray]:
+        """The 64-bit hash of every `length` consecutive symbols (position-independent: the
+        window hashes alike wherever it stands), and whether it holds neither UNKNOWN nor
+        BOUNDARY."""
+        n = self.size - length + 1
+        if n <= 0 or length <= 0:
+            return np.zeros(0, np.uint64), np.zeros(0, bool)
+        h = (self.weighted[length:] - self.weighted[:n]) * self.powers[length - 1:self.size]
+        h ^= h >> np.uint64(30)
+        h *= _MIX1
+        h ^= h >> np.uint64(27)
+        h *= _MIX2
+        h ^= h >> np.uint64(31)
+        return h, self.unusable[length:] == self.unusable[:n]
+
+    def across_boundary(self, length: int) -> np.ndarray:
+        """Per window of `length` symbols, whether it spans a BOUNDARY."""
+        n = self.size - length + 1
+        return self.boundaries[length:length + n] != self.boundaries[:n]
+
+
 def window_hashes(ids: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
-    """The 64-bit hash of every `length` consecutive symbols (position-independent: the window
-    hashes alike wherever it stands), and whether it holds neither UNKNOWN nor BOUNDARY."""
-    n = len(ids) - length + 1
-    if n <= 0 or length <= 0:
-        return np.zeros(0, np.uint64), np.zeros(0, bool)
-    powers, inverse = _powers(len(ids))
-    weighted = np.zeros(len(ids) + 1, np.uint64)
-    np.cumsum((ids.astype(np.uint64) + np.uint64(1)) * inverse[:len(ids)], out=weighted[1:])
-    h = (weighted[length:] - weighted[:n]) * powers[length - 1:len(ids)]
-    h ^= h >> np.uint64(30)
-    h *= _MIX1
-    h ^= h >> np.uint64(27)
-    h *= _MIX2
-    h ^= h >> np.uint64(31)
-    return h, spans(ids, (UNKNOWN, BOUNDARY), length) == 0
-
-
-def spans(ids: np.ndarray, symbols: tuple[int, ...], length: int) -> np.ndarray:
-    """Per window of `length` symbols, how many of them are among `symbols`."""
-    n = len(ids) - length + 1
-    counted = np.concatenate(([0], np.cumsum(np.isin(ids, symbols))))
-    return counted[length:length + n] - counted[:n]
+    """Windows(ids).hashes(length): for one length of one sequence."""
+    return Windows(ids).hashes(length)
 
 
 def winnow(hashes: np.ndarray, w: int) -> list[tuple[int, int]]:
@@ -214,24 +231,36 @@ class Table:
     keys: np.ndarray
     start: np.ndarray
     owner: np.ndarray
-    seen: np.ndarray  # per value of a hash's low FILTER_BITS bits: whether a key has it
+    seen: np.ndarray  # per value of a hash's low bits: whether a key has it
 
     @classmethod
     def of(cls, owners: dict[int, set[int]]) -> "Table":
-        keys = np.array(sorted(owners), dtype=np.uint64)
-        counts = [len(owners[h]) for h in keys.tolist()]
-        seen = np.zeros(1 << FILTER_BITS, bool)
-        seen[keys & _FILTER_MASK] = True
-        return cls(keys, np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
-                   np.array([o for h in keys.tolist() for o in sorted(owners[h])],
-                            dtype=np.int64), seen)
+        pairs = [(h, o) for h, held in owners.items() for o in held]
+        return cls.of_pairs(np.array([h for h, _o in pairs], np.uint64),
+                            np.array([o for _h, o in pairs], np.int64))
+
+    @classmethod
+    def of_pairs(cls, hashes: np.ndarray, owners: np.ndarray) -> "Table":
+        """From (hash, owner) pairs, repeats allowed."""
+        order = np.lexsort((owners, hashes))
+        hashes, owners = hashes[order], owners[order]
+        distinct = np.ones(len(hashes), bool)
+        distinct[1:] = (hashes[1:] != hashes[:-1]) | (owners[1:] != owners[:-1])
+        hashes, owners = hashes[distinct], owners[distinct]
+        keys, counts = np.unique(hashes, return_counts=True)
+        bits = min(FILTER_BITS, max(12, int(len(keys)).bit_length() + 6))
+        seen = np.zeros(1 << bits, bool)
+        seen[keys & np.uint64((1 << bits) - 1)] = True
+        return cls(keys, np.concatenate(([0], np.cumsum(counts))).astype(np.int64), owners,
+                   seen)
 
     def hits(self, hashes: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(positions of `hashes` this table holds, their rows). The bit table answers most
         of them (a hash whose low bits no key has is not held); the rest are searched."""
         if not len(self.keys) or not len(hashes):
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        candidates = np.flatnonzero(valid & self.seen[hashes & _FILTER_MASK])
+        mask = np.uint64(len(self.seen) - 1)
+        candidates = np.flatnonzero(valid & self.seen[hashes & mask])
         at = np.searchsorted(self.keys, hashes[candidates]).clip(max=len(self.keys) - 1)
         held = self.keys[at] == hashes[candidates]
         return candidates[held], at[held]
@@ -294,7 +323,8 @@ def build_index(reference: Reference, options: Options) -> WinnowIndex:
     concrete: dict[int, set[int]] = {}
     renamed: dict[int, set[int]] = {}
     short: dict[int, dict[int, set[int]]] = {}
-    fragments: dict[int, set[int]] = {}
+    fragment_hashes: list[np.ndarray] = []
+    fragment_owners: list[np.ndarray] = []
     concrete_size, renamed_size, sample_of, sample_number = [], [], [], {}
     renamed_sides: dict[int, AbstractSide] = {}
     unmatched = 0
@@ -302,14 +332,15 @@ def build_index(reference: Reference, options: Options) -> WinnowIndex:
         side, ids = len(sample_of), symbols.concrete(tokens)
         sample_of.append(sample_id)
         number = sample_number.setdefault(sample_id, len(sample_number))
-        for h in window_hashes(ids, FRAGMENT_K)[0].tolist():
-            fragments.setdefault(h, set()).add(number)
-        fingerprints = {h for h, _at in winnow(window_hashes(ids, k)[0], w)}
+        windows = Windows(ids)
+        fragment_hashes.append(windows.hashes(FRAGMENT_K)[0])
+        fragment_owners.append(np.full(len(fragment_hashes[-1]), number, np.int64))
+        fingerprints = {h for h, _at in winnow(windows.hashes(k)[0], w)}
         concrete_size.append(len(fingerprints) or (1 if len(tokens) >= MIN_SHORT_TOKENS else 0))
         for h in fingerprints:
             concrete.setdefault(h, set()).add(side)
         if not fingerprints and len(tokens) >= MIN_SHORT_TOKENS:
-            whole = int(window_hashes(ids, len(tokens))[0][0])
+            whole = int(windows.hashes(len(tokens))[0][0])
             short.setdefault(len(tokens), {}).setdefault(whole, set()).add(side)
         unmatched += concrete_size[-1] == 0
         abstracted = set()
@@ -325,7 +356,9 @@ def build_index(reference: Reference, options: Options) -> WinnowIndex:
     return WinnowIndex(k, abstract, symbols, sample_of, Table.of(concrete),
                        np.array(concrete_size, np.float64), Table.of(renamed),
                        np.array(renamed_size, np.float64), renamed_sides,
-                       {n: Table.of(t) for n, t in sorted(short.items())}, Table.of(fragments),
+                       {n: Table.of(t) for n, t in sorted(short.items())},
+                       Table.of_pairs(np.concatenate([np.zeros(0, np.uint64), *fragment_hashes]),
+                                      np.concatenate([np.zeros(0, np.int64), *fragment_owners])),
                        list(sample_number), np.array([sample_number[s] for s in sample_of],
                                                      np.int64), unmatched)
 
@@ -399,13 +432,14 @@ def best_containment(documents: Sequence[str], reference: Reference, options: Op
         def owner_document(positions: np.ndarray) -> np.ndarray:
             return np.searchsorted(starts_array, positions, side="right") - 1
 
-        hashes, valid = window_hashes(ids, index.k)
+        windows = Windows(ids)
+        hashes, valid = windows.hashes(index.k)
         positions, row = index.concrete.hits(hashes, valid)
         document, side, share = contained(owner_document(positions), index.concrete, row,
                                           index.concrete_size)
         best.keep(document, side_sample[side], share)
         for length, table in index.short.items():
-            positions, row = table.hits(*window_hashes(ids, length))
+            positions, row = table.hits(*windows.hashes(length))
             document, side = table.expand(owner_document(positions), row)
             best.keep(document, side_sample[side], np.ones(len(side)))
         if index.abstract and len(index.renamed.keys):
@@ -419,18 +453,18 @@ def best_containment(documents: Sequence[str], reference: Reference, options: Op
             verified = verify_renamed(document, side, positions, row, hashes, flat, abstract_ids,
                                       starts_array, index.renamed, index.renamed_sides, NAME)
             best.keep(document, side_sample[side], verified)
-        fragment_scores(starts_array, ids, index, best)
+        fragment_scores(starts_array, windows, index, best)
         out.extend((score, index.sample_ids[sample]) if sample >= 0 else (0.0, "")
                    for score, sample in zip(best.score.tolist(), best.sample.tolist()))
     return out
 
 
-def fragment_scores(starts: np.ndarray, ids: np.ndarray, index: WinnowIndex, best: Best
+def fragment_scores(starts: np.ndarray, windows: Windows, index: WinnowIndex, best: Best
                     ) -> None:
     """Into `best`: per document of at least MIN_FRAGMENT_TOKENS tokens (its first and last left
     out), the share of its FRAGMENT_K-grams that one sample's hold, where it is its best yet."""
-    hashes, valid = window_hashes(ids, FRAGMENT_K)
-    ends = np.append(starts[1:] - 1, len(ids) - 1)  # each document's SEPARATOR
+    hashes, valid = windows.hashes(FRAGMENT_K)
+    ends = np.append(starts[1:] - 1, windows.size - 1)  # each document's SEPARATOR
     inner_start, inner_end = starts + 1, ends - 1    # [start, end) of the tokens left in
     scored = inner_end - inner_start >= MIN_FRAGMENT_TOKENS
     inside = np.zeros(len(hashes) + 1, np.int64)     # +1 where a document's inner k-grams start
@@ -442,7 +476,7 @@ def fragment_scores(starts: np.ndarray, ids: np.ndarray, index: WinnowIndex, bes
         return
     # The share's denominator: every k-gram of the document's tokens left in (one with a token
     # the reference never has is one no sample holds), but none across a `<SEP>`.
-    counted = np.concatenate(([0], np.cumsum(spans(ids, (BOUNDARY,), FRAGMENT_K) == 0)))
+    counted = np.concatenate(([0], np.cumsum(~windows.across_boundary(FRAGMENT_K))))
     total = counted[inner_end - FRAGMENT_K + 1] - counted[inner_start]
     document = np.searchsorted(starts, positions, side="right") - 1
     # A document's share for one sample is at most its share for all of them: only documents
