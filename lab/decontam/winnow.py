@@ -15,14 +15,15 @@ paired setting's `<SEP>` is a boundary: no k-gram spans it.
 Names (`--winnow-names`):
 - keep: every token as written.
 - abstract (default): scored twice, as written and with the *renamable* names made one symbol;
-  the document's score is the higher. Renamable is what lab perturb's renamer may change (the
-  `renamed` form; lab.llm.perturb): an identifier that is not a keyword, not a JDK/.NET name of
-  its api_names list, not a member reached through `.`, `::` or `@` (unless on `this`/`base`),
-  and either starts in lower case (locals, parameters, fields, Java methods) or is called (`Name(`
-  but not `new Name(`: C# methods). Types, API calls, members, keywords and literals are kept:
-  they anchor an abstracted function to its own text, so that a getter does not match every
-  getter. Only code sides of at least ABSTRACT_MIN_TOKENS tokens are matched abstracted (a
-  shorter one, abstracted, is a shape thousands of methods share); natural-language sides never.
+  the document's score is the higher. Renamable, what a consistent renaming of a function
+  changes (lab perturb's renamer, the `renamed` form, among others): an identifier that is not a
+  keyword, not a member reached through `.`, `::` or `@` (unless on `this`/`base`), and either
+  starts in lower case (locals, parameters, fields, Java methods) or is called (`Name(` but not
+  `new Name(`: C# methods). A JDK/.NET name is renamable too: the renamer keeps a local called
+  `size` but may rename `len` to `size`. Types, members, keywords and literals are kept: they
+  anchor an abstracted function to its own text. Only code sides of at least
+  ABSTRACT_MIN_TOKENS tokens are matched abstracted (a shorter one, abstracted, is a shape
+  thousands of methods share); natural-language sides never.
 
 Direction 1, a sample inside a document: the hash of every k consecutive symbols
 (`--winnow-k`); in every window of w consecutive k-gram hashes (`--winnow-w`) the minimum is
@@ -65,7 +66,6 @@ from lab.codetokens import KEYWORDS, code_tokens
 from lab.contamination import SEP_MARKER
 from lab.decontam.base import Options, Reference
 from lab.decontam.renaming import AbstractSide, verify_renamed
-from lab.llm.perturb import API_NAMES
 
 NAMES = ("keep", "abstract")
 # Reserved symbols: a token the reference never has (no reference k-gram holds it), a
@@ -108,7 +108,7 @@ def is_name(token: str) -> bool:
 
 class Symbols:
     """token -> integer symbol, built from the reference's tokens (and the words abstraction
-    reads: keywords, member operators, `(`, the API names); a token it never saw is UNKNOWN,
+    reads: keywords, member operators, `(`, `new`); a token it never saw is UNKNOWN,
     without being stored: a lookup of the corpus's tokens never grows the table. Per symbol:
     whether it is a name that abstraction may make NAME, and whether it starts in lower case."""
 
@@ -122,7 +122,7 @@ class Symbols:
         size = FIRST_SYMBOL + len(self.ids)
         self.renamable_name, self.lower = np.zeros(size, bool), np.zeros(size, bool)
         for token, symbol in self.ids.items():
-            self.renamable_name[symbol] = is_name(token) and token not in API_NAMES
+            self.renamable_name[symbol] = is_name(token)
             self.lower[symbol] = token[:1].islower() or token[:1] in "_$"
         get = self.ids.get
         self.dot = [get(t, -1) for t in _MEMBER_OPERATORS]
@@ -135,8 +135,7 @@ class Symbols:
 
     def abstract(self, tokens: list[str], ids: np.ndarray) -> np.ndarray:
         """`ids` (concrete) with the renamable names made NAME (module docstring). A token the
-        reference never has is judged by its first character: an identifier starting in lower
-        case, or called, is renamable (the API names are all in the table)."""
+        reference never has is judged by its first character, as a known one is."""
         if not len(ids):
             return ids
         first = np.array(tokens, dtype="U1").view(np.uint32)
@@ -314,7 +313,7 @@ def build_index(reference: Reference, options: Options) -> WinnowIndex:
     k, w, abstract = options.winnow_k, options.winnow_w, options.winnow_names == "abstract"
     sides = side_tokens(reference)
     symbols = Symbols()
-    for token in (*sorted(KEYWORDS), *_MEMBER_OPERATORS, "(", *sorted(API_NAMES)):
+    for token in (*sorted(KEYWORDS), *_MEMBER_OPERATORS, "(", "new"):
         symbols.add(token)
     for _sample, _code, tokens in sides:
         for token in tokens:

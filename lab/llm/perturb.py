@@ -68,7 +68,6 @@ _GENERIC_INNER = frozenset({",", ".", "?", "[", "]", ">", "extends", "super"})
 _NOT_FIELDS = _words("not_fields.txt")
 _KEEP_WORDS = _words("keep_words.txt")
 _API = _words("api_names.txt")
-API_NAMES = _API  # what the renamer never renames (lab.decontam.winnow keeps them too)
 
 
 
