@@ -51,14 +51,15 @@ def verify_renamed(document: np.ndarray, side: np.ndarray, positions: np.ndarray
     scores = np.zeros(len(document))
     if not len(document):
         return scores
-    owner = np.searchsorted(starts, positions, side="right") - 1
-    wanted = {(int(d), int(s)): n for n, (d, s) in enumerate(zip(document, side))}
+    position, hit_side = table.expand(positions, row)
+    width = np.int64(int(side.max()) + 1)
+    pair = (np.searchsorted(starts, position, side="right") - 1) * width + hit_side
+    wanted = document * width + side  # distinct pairs, ascending (np.unique's order)
+    at = np.searchsorted(wanted, pair).clip(max=len(wanted) - 1)
+    kept = wanted[at] == pair
     hit_positions: dict[int, list[int]] = {}
-    for position, d, r in zip(positions.tolist(), owner.tolist(), row.tolist()):
-        for s in table.owner[table.start[r]:table.start[r + 1]].tolist():
-            n = wanted.get((d, s))
-            if n is not None:
-                hit_positions.setdefault(n, []).append(position)
+    for n, found in zip(at[kept].tolist(), position[kept].tolist()):
+        hit_positions.setdefault(n, []).append(found)
     for n, found in hit_positions.items():
         reference = sides[int(side[n])]
         offsets: dict[int, int] = {}
@@ -69,7 +70,8 @@ def verify_renamed(document: np.ndarray, side: np.ndarray, positions: np.ndarray
         end = int(starts[document[n] + 1]) if document[n] + 1 < len(starts) else len(flat)
         best = 0
         for offset in sorted(offsets, key=lambda o: (-offsets[o], o))[:VERIFIED_OFFSETS]:
-            best = max(best, renamed_agreement(reference, flat, abstract_ids, offset, begin, end, name))
+            best = max(best, renamed_agreement(reference, flat, abstract_ids, offset, begin, end,
+                                               name))
         scores[n] = best / len(reference.tokens)
     return np.where(scores >= RENAMED_RUN, scores, 0.0)
 
