@@ -73,10 +73,37 @@ def measure(work: Path, benchmark: str, setting: str, form: str, limit: int | No
         return next(r for r in decontam if r["method"] == method and r["dose"] == "1")
 
     return {"arm": name, "documents": dose1("winnow")["documents"],
+            "long": long_side_recall(arm),
             "injected": dose1("winnow")["injected_samples"],
             "winnow": dose1("winnow"), "ngram13": dose1("ngram13"),
             "curve": rows(out / "winnow_thresholds.csv"),
             "seconds": {t["method"]: t["seconds"] for t in summary["timing"]}}
+
+
+def long_side_recall(arm: Path) -> str:
+    """Found / injected over the arm's injected samples with a code side of at least
+    ABSTRACT_MIN_TOKENS tokens (the shorter ones are never matched with names abstracted), by
+    winnow at its defaults in this process."""
+    from lab.codetokens import code_tokens
+    from lab.decontam.base import Options
+    from lab.decontam.config import DecontamConfig
+    from lab.decontam.plan import plan_decontam, read_arm
+    from lab.decontam.winnow import ABSTRACT_MIN_TOKENS, best_containment
+
+    manifest = json.loads((arm / "manifest.json").read_text())
+    cfg = DecontamConfig(corpus=arm, out=arm.parent / "unused", methods=("winnow",))
+    plan = plan_decontam(cfg, manifest, read_arm(cfg, manifest))
+    options = Options()
+    best = best_containment(plan.texts, plan.reference, options)
+    found = {plan.samples_of[i] for i, (score, _sample) in enumerate(best)
+             if score >= options.containment and plan.samples_of[i]}
+    languages = (plan.reference.input_language, plan.reference.output_language)
+    long = [sample.id for sample in plan.reference.samples
+            if any(language != "nl" and len(code_tokens(text)) >= ABSTRACT_MIN_TOKENS
+                   for text, language in zip((sample.input, sample.output), languages))]
+    injected = {i for dose, level in plan.levels if dose > 0 for i in level}
+    long = [i for i in long if i in injected]
+    return f"{sum(i in found for i in long)}/{len(long)}"
 
 
 def holds_renamed(side: list[str], document: list[str]) -> bool:
@@ -200,8 +227,9 @@ def main() -> None:
              for s in ([EMBEDDED_SETTING[b]] if f == "embedded" else args.settings.split(","))])
     print("| arm | documents | injected | winnow found | recall | ngram13 recall | "
           "winnow flagged | other (false pos.) | precision | recall at containment "
-          "0.2 / 0.3 / ... / 1.0 | seconds winnow / ngram13 |")
-    print("|---" * 11 + "|")
+          "0.2 / 0.3 / ... / 1.0 | seconds winnow / ngram13 | found / injected, samples with "
+          "a code side of 12+ tokens |")
+    print("|---" * 12 + "|")
     for benchmark, setting, form in grid:
         r = measure(args.work, benchmark, setting, form, None if args.full else args.limit,
                     args.samples, extra)
@@ -210,7 +238,8 @@ def main() -> None:
         print(f"| {r['arm']} | {r['documents']} | {r['injected']} | {w['samples_found']} | "
               f"{float(w['recall']):.3f} | {float(n['recall']):.3f} | "
               f"{w['flagged_documents']} | {w['flagged_other']} | {w['precision']} | {curve} | "
-              f"{r['seconds']['winnow']} / {r['seconds']['ngram13']} |", flush=True)
+              f"{r['seconds']['winnow']} / {r['seconds']['ngram13']} | {r['long']} |",
+              flush=True)
 
 
 if __name__ == "__main__":
