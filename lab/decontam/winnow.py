@@ -82,8 +82,8 @@ MIN_SHORT_TOKENS = 6
 ABSTRACT_MIN_TOKENS = 12
 # The second direction: k of the fragment's k-grams, and the fewest tokens a document needs,
 # its first and last left out, to be scored as a fragment.
-FRAGMENT_K = 4
-MIN_FRAGMENT_TOKENS = 4
+FRAGMENT_K = 3
+MIN_FRAGMENT_TOKENS = 3
 # Renamed matching: a renamed copy holds every abstracted fingerprint of the side, so only the
 # pairs that hold them all are verified and scored token by token (lab.decontam.renaming).
 VERIFY_FROM = 1.0
