@@ -58,8 +58,8 @@ def test_residual_is_asked_of_each_decontaminated_model_that_has_its_oracle():
 
 
 def test_the_decontam_recipes_power_plan_declares_the_residual_family():
-    """recipes/decontam.yaml declares `residual`: 8 tests (4 forms x ngram13, exact), none can
-    reach alpha with its 3 seeds (descriptive), 9 seeds could; without the oracle in its sweep
+    """recipes/decontam.yaml declares `residual`: 6 tests (3 forms x ngram13, winnow), none can
+    reach alpha with its 3 seeds (descriptive), 8 seeds could; without the oracle in its sweep
     the question is refused."""
     from lab.analysis.questions import power_plan, power_problem
     from lab.study.grid import evaluated_models, expand
@@ -67,8 +67,8 @@ def test_the_decontam_recipes_power_plan_declares_the_residual_family():
 
     recipe = load_recipe(RECIPE)
     plan = power_plan(recipe, simulate=False, models=evaluated_models(expand(recipe)))
-    assert plan["questions"] == ["residual"] and len(plan["tests"]) == 8
-    assert len(plan["unreachable"]) == 8 and plan["seeds_needed"] == 9
+    assert plan["questions"] == ["residual"] and len(plan["tests"]) == 6
+    assert len(plan["unreachable"]) == 6 and plan["seeds_needed"] == 8
     assert all(r["floor"] == 0.25 and r["unit"] == "seed" for r in plan["tests"])
     assert recipe.statistics.descriptive and power_problem(
         recipe, evaluated_models(expand(recipe))) is None

@@ -34,9 +34,9 @@ fewer than k tokens (but at least MIN_SHORT_TOKENS) is one fingerprint, itself w
 (score 1) where the document holds it as written.
 
 Direction 2, a fragment of a sample standing alone (the `partial` form: too few of the side's
-fingerprints to reach a share): the document's FRAGMENT_K-grams as written, its first and last
-token left out (a cut by characters may split them), and the share of them that one sample's
-FRAGMENT_K-grams hold; scored for a document of at least MIN_FRAGMENT_TOKENS tokens so left.
+fingerprints to reach a share): the document's k-grams as written, its first and last token
+left out (a cut by characters may split them), and the share of them that one sample's k-grams
+hold; k is 3 for a document of 3 to 7 tokens so left, 4 for a longer one (FRAGMENT_GRAMS).
 A real source file is a whole method or more: its k-grams lie inside one benchmark sample only
 when it is (a piece of) that sample.
 
@@ -80,10 +80,11 @@ MIN_SHORT_TOKENS = 6
 # Abstracted matching from this many tokens of a code side: shorter ones abstracted are shapes
 # thousands of methods share (`int NAME() {return NAME;}`; benchmarks/decontam_winnow.md).
 ABSTRACT_MIN_TOKENS = 12
-# The second direction: k of the fragment's k-grams, and the fewest tokens a document needs,
-# its first and last left out, to be scored as a fragment.
-FRAGMENT_K = 3
-MIN_FRAGMENT_TOKENS = 3
+# The second direction: (k, fewest tokens, most tokens + 1) of the documents scored by their
+# k-grams, counting a document's tokens with its first and last left out. A document of 3 to 7
+# tokens (half of a one-line function) is read by its 3-grams; a longer one by its 4-grams,
+# which are rarer in code: looking every 3-gram of the corpus up would cost a tenth more time.
+FRAGMENT_GRAMS = ((3, 3, 8), (4, 8, None))
 # Renamed matching: a renamed copy holds every abstracted fingerprint of the side, so only the
 # pairs that hold them all are verified and scored token by token (lab.decontam.renaming).
 VERIFY_FROM = 1.0
@@ -285,7 +286,7 @@ class WinnowIndex:
     renamed_size: np.ndarray
     renamed_sides: dict[int, AbstractSide]  # per side in `renamed`: what verification reads
     short: dict[int, Table]     # length -> whole-side hashes of the short sides -> sides
-    fragments: Table            # every FRAGMENT_K-gram as written -> sample numbers
+    fragments: dict[int, Table]  # k -> every k-gram as written (FRAGMENT_GRAMS) -> samples
     sample_ids: list[str]       # per sample number: its id
     side_sample: np.ndarray     # per side: its sample number
     unmatched: int              # sides too short for any fingerprint
@@ -322,8 +323,8 @@ def build_index(reference: Reference, options: Options) -> WinnowIndex:
     concrete: dict[int, set[int]] = {}
     renamed: dict[int, set[int]] = {}
     short: dict[int, dict[int, set[int]]] = {}
-    fragment_hashes: list[np.ndarray] = []
-    fragment_owners: list[np.ndarray] = []
+    fragment_hashes: dict[int, list[np.ndarray]] = {size: [] for size, *_ in FRAGMENT_GRAMS}
+    fragment_owners: dict[int, list[np.ndarray]] = {size: [] for size, *_ in FRAGMENT_GRAMS}
     concrete_size, renamed_size, sample_of, sample_number = [], [], [], {}
     renamed_sides: dict[int, AbstractSide] = {}
     unmatched = 0
@@ -332,8 +333,10 @@ def build_index(reference: Reference, options: Options) -> WinnowIndex:
         sample_of.append(sample_id)
         number = sample_number.setdefault(sample_id, len(sample_number))
         windows = Windows(ids)
-        fragment_hashes.append(windows.hashes(FRAGMENT_K)[0])
-        fragment_owners.append(np.full(len(fragment_hashes[-1]), number, np.int64))
+        for size, *_bounds in FRAGMENT_GRAMS:
+            fragment_hashes[size].append(windows.hashes(size)[0])
+            fragment_owners[size].append(np.full(len(fragment_hashes[size][-1]), number,
+                                                 np.int64))
         fingerprints = {h for h, _at in winnow(windows.hashes(k)[0], w)}
         concrete_size.append(len(fingerprints) or (1 if len(tokens) >= MIN_SHORT_TOKENS else 0))
         for h in fingerprints:
@@ -356,8 +359,10 @@ def build_index(reference: Reference, options: Options) -> WinnowIndex:
                        np.array(concrete_size, np.float64), Table.of(renamed),
                        np.array(renamed_size, np.float64), renamed_sides,
                        {n: Table.of(t) for n, t in sorted(short.items())},
-                       Table.of_pairs(np.concatenate([np.zeros(0, np.uint64), *fragment_hashes]),
-                                      np.concatenate([np.zeros(0, np.int64), *fragment_owners])),
+                       {size: Table.of_pairs(
+                           np.concatenate([np.zeros(0, np.uint64), *fragment_hashes[size]]),
+                           np.concatenate([np.zeros(0, np.int64), *fragment_owners[size]]))
+                        for size, *_bounds in FRAGMENT_GRAMS},
                        list(sample_number), np.array([sample_number[s] for s in sample_of],
                                                      np.int64), unmatched)
 
@@ -452,37 +457,42 @@ def best_containment(documents: Sequence[str], reference: Reference, options: Op
             verified = verify_renamed(document, side, positions, row, hashes, flat, abstract_ids,
                                       starts_array, index.renamed, index.renamed_sides, NAME)
             best.keep(document, side_sample[side], verified)
-        fragment_scores(starts_array, windows, index, best)
+        for size, fewest, most in FRAGMENT_GRAMS:
+            fragment_scores(starts_array, windows, index, size, fewest, most, best)
         out.extend((score, index.sample_ids[sample]) if sample >= 0 else (0.0, "")
                    for score, sample in zip(best.score.tolist(), best.sample.tolist()))
     return out
 
 
-def fragment_scores(starts: np.ndarray, windows: Windows, index: WinnowIndex, best: Best
-                    ) -> None:
-    """Into `best`: per document of at least MIN_FRAGMENT_TOKENS tokens (its first and last left
-    out), the share of its FRAGMENT_K-grams that one sample's hold, where it is its best yet."""
-    hashes, valid = windows.hashes(FRAGMENT_K)
+def fragment_scores(starts: np.ndarray, windows: Windows, index: WinnowIndex, size: int,
+                    fewest: int, most: int | None, best: Best) -> None:
+    """Into `best`: per document of `fewest` to `most` - 1 tokens (its first and last left out),
+    the share of its `size`-grams that one sample's hold, where it is its best yet."""
+    hashes, valid = windows.hashes(size)
     ends = np.append(starts[1:] - 1, windows.size - 1)  # each document's SEPARATOR
     inner_start, inner_end = starts + 1, ends - 1    # [start, end) of the tokens left in
-    scored = inner_end - inner_start >= MIN_FRAGMENT_TOKENS
+    length = inner_end - inner_start
+    scored = (length >= fewest) & (length < most if most is not None else True)
+    if not scored.any():
+        return
     inside = np.zeros(len(hashes) + 1, np.int64)     # +1 where a document's inner k-grams start
     np.add.at(inside, inner_start[scored], 1)
-    np.add.at(inside, (inner_end[scored] - FRAGMENT_K + 1).clip(min=0), -1)
+    np.add.at(inside, (inner_end[scored] - size + 1).clip(min=0), -1)
     valid = valid & (np.cumsum(inside)[:len(hashes)] > 0)
-    positions, row = index.fragments.hits(hashes, valid)
+    table = index.fragments[size]
+    positions, row = table.hits(hashes, valid)
     if not len(positions):
         return
     # The share's denominator: every k-gram of the document's tokens left in (one with a token
     # the reference never has is one no sample holds), but none across a `<SEP>`.
-    counted = np.concatenate(([0], np.cumsum(~windows.across_boundary(FRAGMENT_K))))
-    total = counted[inner_end - FRAGMENT_K + 1] - counted[inner_start]
+    counted = np.concatenate(([0], np.cumsum(~windows.across_boundary(size))))
+    total = counted[(inner_end - size + 1).clip(min=0)] - counted[inner_start]
     document = np.searchsorted(starts, positions, side="right") - 1
     # A document's share for one sample is at most its share for all of them: only documents
     # of which FRAGMENT_FROM or more is in some sample are scored sample by sample.
     some = np.bincount(document, minlength=len(starts)) >= FRAGMENT_FROM * np.maximum(total, 1)
     kept = some[document]
-    document, sample = index.fragments.expand(document[kept], row[kept])
+    document, sample = table.expand(document[kept], row[kept])
     width = np.int64(len(index.sample_ids))
     keys, found = np.unique(document * width + sample, return_counts=True)
     document, sample = np.divmod(keys, width)
