@@ -198,6 +198,16 @@ class Windows:
         h ^= h >> np.uint64(31)
         return h, self.unusable[length:] == self.unusable[:n]
 
+    def hashes_at(self, length: int, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`hashes(length)` at the window starts `at` only."""
+        h = (self.weighted[at + length] - self.weighted[at]) * self.powers[at + length - 1]
+        h ^= h >> np.uint64(30)
+        h *= _MIX1
+        h ^= h >> np.uint64(27)
+        h *= _MIX2
+        h ^= h >> np.uint64(31)
+        return h, self.unusable[at + length] == self.unusable[at]
+
     def across_boundary(self, length: int) -> np.ndarray:
         """Per window of `length` symbols, whether it spans a BOUNDARY."""
         n = self.size - length + 1
@@ -468,19 +478,20 @@ def fragment_scores(starts: np.ndarray, windows: Windows, index: WinnowIndex, si
                     fewest: int, most: int | None, best: Best) -> None:
     """Into `best`: per document of `fewest` to `most` - 1 tokens (its first and last left out),
     the share of its `size`-grams that one sample's hold, where it is its best yet."""
-    hashes, valid = windows.hashes(size)
     ends = np.append(starts[1:] - 1, windows.size - 1)  # each document's SEPARATOR
     inner_start, inner_end = starts + 1, ends - 1    # [start, end) of the tokens left in
     length = inner_end - inner_start
     scored = (length >= fewest) & (length < most if most is not None else True)
     if not scored.any():
         return
-    inside = np.zeros(len(hashes) + 1, np.int64)     # +1 where a document's inner k-grams start
+    windows_count = windows.size - size + 1
+    inside = np.zeros(windows_count + 1, np.int64)   # +1 where a document's inner k-grams start
     np.add.at(inside, inner_start[scored], 1)
     np.add.at(inside, (inner_end[scored] - size + 1).clip(min=0), -1)
-    valid = valid & (np.cumsum(inside)[:len(hashes)] > 0)
+    at = np.flatnonzero(np.cumsum(inside)[:windows_count] > 0)  # only those are hashed
     table = index.fragments[size]
-    positions, row = table.hits(hashes, valid)
+    held, row = table.hits(*windows.hashes_at(size, at))
+    positions = at[held]
     if not len(positions):
         return
     # The share's denominator: every k-gram of the document's tokens left in (one with a token
