@@ -330,51 +330,58 @@ def build_index(reference: Reference, options: Options) -> WinnowIndex:
         for token in tokens:
             symbols.add(token)
     symbols.freeze()
+    # Every side at once, as a batch of documents is (one prefix sum per window length), then
+    # each side's own slice of the hashes.
+    flat: list[str] = []
+    starts = []
+    for _sample, _code, tokens in sides:
+        starts.append(len(flat))
+        flat.extend(tokens)
+        flat.append(SEPARATOR)
+    ids = symbols.concrete(flat)
+    windows = Windows(ids)
+    sample_of = [sample_id for sample_id, _code, _tokens in sides]
+    sample_number: dict[str, int] = {}
+    numbers = np.array([sample_number.setdefault(s, len(sample_number)) for s in sample_of]
+                       + [0], np.int64)
+    side_at = np.searchsorted(np.array(starts, np.int64), np.arange(len(ids)), side="right") - 1
+    fragments = {}
+    for size, *_bounds in FRAGMENT_GRAMS:
+        hashes, valid = windows.hashes(size)
+        fragments[size] = Table.of_pairs(hashes[valid], numbers[side_at[:len(hashes)][valid]])
+    concrete_hashes = windows.hashes(k)[0]
+    abstract_ids = symbols.abstract(flat, ids) if abstract else ids
+    renamed_hashes = Windows(abstract_ids).hashes(k)[0] if abstract else concrete_hashes
     concrete: dict[int, set[int]] = {}
     renamed: dict[int, set[int]] = {}
     short: dict[int, dict[int, set[int]]] = {}
-    fragment_hashes: dict[int, list[np.ndarray]] = {size: [] for size, *_ in FRAGMENT_GRAMS}
-    fragment_owners: dict[int, list[np.ndarray]] = {size: [] for size, *_ in FRAGMENT_GRAMS}
-    concrete_size, renamed_size, sample_of, sample_number = [], [], [], {}
+    concrete_size, renamed_size = [], []
     renamed_sides: dict[int, AbstractSide] = {}
     unmatched = 0
-    for sample_id, code, tokens in sides:
-        side, ids = len(sample_of), symbols.concrete(tokens)
-        sample_of.append(sample_id)
-        number = sample_number.setdefault(sample_id, len(sample_number))
-        windows = Windows(ids)
-        for size, *_bounds in FRAGMENT_GRAMS:
-            fragment_hashes[size].append(windows.hashes(size)[0])
-            fragment_owners[size].append(np.full(len(fragment_hashes[size][-1]), number,
-                                                 np.int64))
-        fingerprints = {h for h, _at in winnow(windows.hashes(k)[0], w)}
+    for side, (start, (_sample, code, tokens)) in enumerate(zip(starts, sides)):
+        windows_in = slice(start, start + max(0, len(tokens) - k + 1))
+        fingerprints = {h for h, _at in winnow(concrete_hashes[windows_in], w)}
         concrete_size.append(len(fingerprints) or (1 if len(tokens) >= MIN_SHORT_TOKENS else 0))
         for h in fingerprints:
             concrete.setdefault(h, set()).add(side)
         if not fingerprints and len(tokens) >= MIN_SHORT_TOKENS:
-            whole = int(windows.hashes(len(tokens))[0][0])
+            whole = int(windows.hashes_at(len(tokens), np.array([start]))[0][0])
             short.setdefault(len(tokens), {}).setdefault(whole, set()).add(side)
         unmatched += concrete_size[-1] == 0
         abstracted = set()
         if abstract and code and len(tokens) >= ABSTRACT_MIN_TOKENS:
-            abstract_ids = symbols.abstract(tokens, ids)
-            hashes = window_hashes(abstract_ids, k)[0]
-            abstracted = {h for h, _at in winnow(hashes, w)}
+            abstracted = {h for h, _at in winnow(renamed_hashes[windows_in], w)}
         renamed_size.append(len(abstracted))
         for h in abstracted:
             renamed.setdefault(h, set()).add(side)
         if abstracted:
-            renamed_sides[side] = AbstractSide.of(tokens, abstract_ids, hashes)
+            renamed_sides[side] = AbstractSide.of(
+                tokens, abstract_ids[start:start + len(tokens)], renamed_hashes[windows_in])
     return WinnowIndex(k, abstract, symbols, sample_of, Table.of(concrete),
                        np.array(concrete_size, np.float64), Table.of(renamed),
                        np.array(renamed_size, np.float64), renamed_sides,
-                       {n: Table.of(t) for n, t in sorted(short.items())},
-                       {size: Table.of_pairs(
-                           np.concatenate([np.zeros(0, np.uint64), *fragment_hashes[size]]),
-                           np.concatenate([np.zeros(0, np.int64), *fragment_owners[size]]))
-                        for size, *_bounds in FRAGMENT_GRAMS},
-                       list(sample_number), np.array([sample_number[s] for s in sample_of],
-                                                     np.int64), unmatched)
+                       {n: Table.of(t) for n, t in sorted(short.items())}, fragments,
+                       list(sample_number), numbers[:len(sample_of)], unmatched)
 
 
 def batches(documents: Sequence[str]) -> Iterator[tuple[int, list[list[str]]]]:
