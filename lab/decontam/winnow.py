@@ -15,7 +15,9 @@ paired setting's `<SEP>` is a boundary: no k-gram spans it.
 Names (`--winnow-names`):
 - keep: every token as written.
 - abstract (default): scored twice, as written and with the *renamable* names made one symbol;
-  the document's score is the higher. Renamable, what a consistent renaming of a function
+  the document's score is the higher. Abstracted, a document that holds every fingerprint of a
+  side is read token by token (lab.decontam.renaming): it scores 1 where it holds the side
+  whole as a consistent renaming, else nothing in this path. Renamable, what a consistent renaming of a function
   changes (lab perturb's renamer, the `renamed` form, among others): an identifier that is not a
   keyword, not a member reached through `.`, `::` or `@` (unless on `this`/`base`), and either
   starts in lower case (locals, parameters, fields, Java methods) or is called (`Name(` but not
