@@ -170,6 +170,16 @@ def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
     return _POWERS[0], _POWERS[1]
 
 
+def _mixed(h: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, in place: the polynomial's low bits spread over all 64."""
+    h ^= h >> np.uint64(30)
+    h *= _MIX1
+    h ^= h >> np.uint64(27)
+    h *= _MIX2
+    h ^= h >> np.uint64(31)
+    return h
+
+
 class Windows:
     """A symbol sequence's windows of any length: their hashes, from one prefix sum (module
     docstring), and how many UNKNOWN or BOUNDARY symbols each holds, from another."""
@@ -193,22 +203,12 @@ class Windows:
         if n <= 0 or length <= 0:
             return np.zeros(0, np.uint64), np.zeros(0, bool)
         h = (self.weighted[length:] - self.weighted[:n]) * self.powers[length - 1:self.size]
-        h ^= h >> np.uint64(30)
-        h *= _MIX1
-        h ^= h >> np.uint64(27)
-        h *= _MIX2
-        h ^= h >> np.uint64(31)
-        return h, self.unusable[length:] == self.unusable[:n]
+        return _mixed(h), self.unusable[length:] == self.unusable[:n]
 
     def hashes_at(self, length: int, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """`hashes(length)` at the window starts `at` only."""
         h = (self.weighted[at + length] - self.weighted[at]) * self.powers[at + length - 1]
-        h ^= h >> np.uint64(30)
-        h *= _MIX1
-        h ^= h >> np.uint64(27)
-        h *= _MIX2
-        h ^= h >> np.uint64(31)
-        return h, self.unusable[at + length] == self.unusable[at]
+        return _mixed(h), self.unusable[at + length] == self.unusable[at]
 
     def across_boundary(self, length: int) -> np.ndarray:
         """Per window of `length` symbols, whether it spans a BOUNDARY."""
