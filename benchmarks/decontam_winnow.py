@@ -4,6 +4,7 @@ the way a user would: arms built by `lab inject` from $LAB_CORPORA, judged by `l
     LAB_CORPORA=../shared/corpora HF_HUB_OFFLINE=1 nice -n 19 python benchmarks/decontam_winnow.py --work /tmp/winnow
     ... --limit 2000 --samples 200      # base documents and benchmark samples per arm (default)
     ... --extra "--winnow-names keep"   # any other lab decontam options
+    ... --seed 2                        # arms of other samples and hosts (the bounds were chosen on seed 1)
 
 For each benchmark (codetrans, concode), setting (paired, output-only) and form (verbatim,
 reformatted, renamed, partial:0.5): one arm (`lab inject --seed 1 --base-splits valid --limit N
@@ -56,11 +57,12 @@ def rows(path: Path) -> list[dict[str, str]]:
 
 
 def measure(work: Path, benchmark: str, setting: str, form: str, limit: int | None,
-            samples: int, extra: list[str]) -> dict:
-    name = f"{benchmark}-{setting}-{form.replace(':', '')}" + ("-full" if limit is None else "")
+            samples: int, extra: list[str], seed: int = 1) -> dict:
+    name = (f"{benchmark}-{setting}-{form.replace(':', '')}" + ("-full" if limit is None else "")
+            + ("" if seed == 1 else f"-seed{seed}"))
     arm, out = work / "arms" / name, work / "decontam" / name
     if not (arm / "manifest.json").exists():
-        lab("inject", "--benchmark", benchmark, "--setting", setting, "--seed", "1",
+        lab("inject", "--benchmark", benchmark, "--setting", setting, "--seed", str(seed),
             "--samples", str(samples), "--doses", "0,1", "--contamination-form", form,
             "--out", str(arm), "--force",
             *(["--base-splits", "valid", "--limit", str(limit)] if limit else []))
@@ -212,6 +214,9 @@ def main() -> None:
     parser.add_argument("--full", action="store_true",
                         help="one paired verbatim arm per benchmark over the whole corpus")
     parser.add_argument("--extra", default="", help="more lab decontam options")
+    parser.add_argument("--seed", type=int, default=1,
+                        help="the arms' injection seed: winnow's bounds were chosen on seed 1's "
+                             "arms, so another seed measures it on samples and hosts held out")
     args = parser.parse_args()
     extra = shlex.split(args.extra)
     if args.full:
@@ -232,7 +237,7 @@ def main() -> None:
     print("|---" * 12 + "|")
     for benchmark, setting, form in grid:
         r = measure(args.work, benchmark, setting, form, None if args.full else args.limit,
-                    args.samples, extra)
+                    args.samples, extra, args.seed)
         w, n = r["winnow"], r["ngram13"]
         curve = " / ".join(f"{float(p['recall']):.2f}" for p in r["curve"])
         print(f"| {r['arm']} | {r['documents']} | {r['injected']} | {w['samples_found']} | "
