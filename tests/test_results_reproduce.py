@@ -128,16 +128,19 @@ def test_the_decontam_study_recomputes_its_table_and_compares_the_same_samples(t
     assert (folder / "report" / "decontam.md").read_text() == \
         (ROOT / "results" / "decontam" / "report" / "decontam.md").read_text()
     assert {(r["form"], r["method"], r["samples_removed"]) for r in report["decontam"]} == {
-        ("verbatim", "ngram13", 35), ("renamed", "ngram13", 3), ("reformatted", "ngram13", 3),
-        ("partial:0.5", "ngram13", 18), ("verbatim", "exact", 120), ("renamed", "exact", 14),
-        ("reformatted", "exact", 0), ("partial:0.5", "exact", 0)}
+        ("verbatim", "ngram13", 35), ("renamed", "ngram13", 3), ("partial:0.5", "ngram13", 18),
+        ("verbatim", "winnow", 120), ("renamed", "winnow", 114), ("partial:0.5", "winnow", 116),
+        ("verbatim", "oracle", 120), ("renamed", "oracle", 120), ("partial:0.5", "oracle", 120)}
+    assert all(r["fraction_removed"] is None or 0 <= r["fraction_removed"] <= 1
+               for r in report["decontam"])
     groups: dict[tuple, dict[str, str]] = collections.defaultdict(dict)
     with open(folder / "samples.csv", newline="", encoding="utf-8") as handle:
         for row in csv.DictReader(handle):
             groups[(row["model"], row["seed"])][row["id"]] = row["group"]
     pairs = [(key, (key[0].replace("/decontam=none", f"/decontam={method}"), key[1]))
-             for key in groups if key[0].endswith("/decontam=none") for method in ("ngram13", "exact")]
-    assert len(pairs) == 24
+             for key in groups if key[0].endswith("/decontam=none")
+             for method in ("ngram13", "winnow", "oracle")]
+    assert len(pairs) == 27
     for built, after in pairs:
         assert len(groups[built]) == 60 and groups[built] == groups[after], built
 

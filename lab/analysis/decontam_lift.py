@@ -178,10 +178,12 @@ def estimands(before: dict[str, Any] | None, after: dict[str, Any], oracle: dict
 
 def ratio_of_means(numerators: list[float], denominators: list[float], level: float = LEVEL
                    ) -> tuple[float | None, float | None, float | None, str | None]:
-    """(mean numerator / mean denominator, low, high, why no interval) over paired seeds.
+    """(mean numerator / mean denominator, low, high, why none) over paired seeds.
     Fieller's interval: the ratios r for which a t-test over seeds keeps the mean of
     numerator - r x denominator at 0; bounded exactly where the denominator's own t interval
-    excludes 0, and given only then (else its reason)."""
+    excludes 0. Where it holds 0 the seeds cannot tell the leak's lift from none, so no ratio is
+    given at all (a point estimate there is a quotient of noise: 1.14, -1.91 in the study of
+    2026-12-02), only the reason."""
     import math
 
     from scipy.stats import t as t_distribution
@@ -201,7 +203,7 @@ def ratio_of_means(numerators: list[float], denominators: list[float], level: fl
     s_ab = sum((x - a) * (y - b) for x, y in zip(numerators, denominators)) / (n - 1)
     quad = b * b - q * s_bb
     if quad <= 0:
-        return ratio, None, None, "the interval of as built - oracle holds 0"
+        return None, None, None, "the interval of as built - oracle holds 0"
     linear = -2 * (a * b - q * s_ab)
     constant = a * a - q * s_aa
     root = math.sqrt(max(linear * linear - 4 * quad * constant, 0.0))
@@ -317,7 +319,8 @@ def decontam_table(rows: list[dict[str, Any]], descriptive: bool,
             "still shows. Per seed: residual inflation = lift after - oracle lift (what the "
             "method failed to remove), removed = lift as built - lift after, fraction removed = "
             "removed / (lift as built - oracle lift), the ratio of the seed means with Fieller's "
-            "interval where the denominator's interval excludes 0; a number, not a share: "
+            "interval, given only where the denominator's interval excludes 0 (else the seeds "
+            "cannot tell the leak's lift from none, and n/a says so); a number, not a share: "
             "outside [0, 1] it is noise or a method that took more than the leak, and where the "
             "method removed every copy none is given (all removed). Samples removed: those of "
             "the injected group whose every copy the method removed, of the group's evaluated "
