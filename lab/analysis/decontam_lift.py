@@ -182,8 +182,7 @@ def ratio_of_means(numerators: list[float], denominators: list[float], level: fl
     Fieller's interval: the ratios r for which a t-test over seeds keeps the mean of
     numerator - r x denominator at 0; bounded exactly where the denominator's own t interval
     excludes 0. Where it holds 0 the seeds cannot tell the leak's lift from none, so no ratio is
-    given at all (a point estimate there is a quotient of noise: 1.14, -1.91 in the study of
-    2026-12-02), only the reason."""
+    given at all (a point estimate there is a quotient of noise), only the reason."""
     import math
 
     from scipy.stats import t as t_distribution
