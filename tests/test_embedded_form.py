@@ -51,7 +51,15 @@ def test_boundaries_are_between_members_else_around_a_method_else_the_end():
         before = code_tokens(text[:start])
         assert before.count("{") - before.count("}") == 1, text
     assert [rule for _, rule in [member_boundaries(METHOD)]] == ["top-level"]
-    assert [at for at, _ in member_boundaries(METHOD)[0]] == [0, len(METHOD)]
+    # before the method: the block in the host's first tokens, which pre-training keeps
+    assert [at for at, _ in member_boundaries(METHOD)[0]] == [0]
+    literal = "boolean is(Object o) {\n    if (o.getClass() == Foo.class) {\n        f(o);\n    }\n}"
+    assert member_boundaries(literal) == ([(0, "")], "top-level")  # `Foo.class` declares no type
+    # a parameter named `record` declares no type, nor does a class local to the method
+    local = ("void f(Record record) {\n    class Local {\n        int x;\n        void g() {}\n"
+             "    }\n    record.use();\n}")
+    assert member_boundaries(local) == ([(0, "")], "top-level")
+    assert member_boundaries("record P(int x) {\n    int y() { return x; }\n}")[1] == "member"
     assert member_boundaries("void broken( {") == ([(14, "")], "end")
 
 

@@ -208,21 +208,22 @@ def test_a_decontaminated_arm_judges_the_samples_it_removed_by_the_block_rule(tm
     assert saved["truncation"] == {"rule": "verbatim documents", "tokens_kept": 18,
                                    "checked_on_trained_samples": 2, "differ_from_recorded": []}
 
-    # What pre-training recorded wins for a sample it trained on, and a rule that disagrees
-    # with it is reported.
+    # A rule that disagrees with what pre-training recorded for a sample it trained on would
+    # judge the two halves differently: the evaluation refuses, naming the sample, and writes
+    # nothing.
     record["corpus"]["truncated_ids"] = [ids[0], ids[4]]
-    generate_mod.run_evaluate(tmp_path / "m", "translation", corpora_dir=corpora,
-                              metrics=("bleu",), out=tmp_path / "e2")
-    assert rows_of(tmp_path / "e2")[ids[0]]["group"] == "injected_truncated"
-    again = json.loads((tmp_path / "e2" / "metrics.json").read_text())["groups"]["truncation"]
-    assert again["differ_from_recorded"] == [ids[0]]
+    with pytest.raises(LabError, match=rf"judges 1 of 2 trained samples .*: {ids[0]};"):
+        generate_mod.run_evaluate(tmp_path / "m", "translation", corpora_dir=corpora,
+                                  metrics=("bleu",), out=tmp_path / "e2")
+    assert not (tmp_path / "e2").exists()
 
 
 def test_the_block_rule_writes_documents_in_the_arms_form_with_its_seed(tmp_path, monkeypatch):
     """A partial arm's documents are half as long: a held-out sample whose verbatim document
     would not fit but whose partial one does stays held out, as its injected twins do. The
     form is seeded by the arm's seed (corpus.seed; else the arm's manifest, only if its corpus
-    sha256 is the recorded one); without it, the rule falls back to verbatim and says so."""
+    sha256 is the recorded one); without it, the rule falls back to verbatim, which here
+    disagrees with what pre-training recorded, and the evaluation refuses."""
     from lab.contamination import soft, settings
 
     test = [(_java(i), _cs(i)) for i in range(3)] + [(_long_java(i), _cs(i)) for i in range(3, 6)]
@@ -262,11 +263,11 @@ def test_the_block_rule_writes_documents_in_the_arms_form_with_its_seed(tmp_path
     (arm / "manifest.json").write_text(json.dumps({"shards": shards, "seed": 3,
                                                    "corpus_sha256": digest}))
     record["corpus"].update(path=str(arm), sha256="a" * 64)  # another corpus at that path now
-    generate_mod.run_evaluate(tmp_path / "m", "translation", corpora_dir=corpora,
-                              metrics=("bleu",), out=tmp_path / "e2")
-    fallback = json.loads((tmp_path / "e2" / "metrics.json").read_text())["groups"]["truncation"]
-    assert fallback["rule"].startswith("verbatim documents: the arm's seed is unknown")
-    assert rows_of(tmp_path / "e2")[ids[4]]["group"] == "held_out_truncated"
+    # The verbatim fallback cuts what the arm's partial documents kept: refused, not reported.
+    with pytest.raises(LabError, match=r"verbatim documents: the arm's seed is unknown.*"
+                                       rf"judges 1 of 2 trained samples .*: {ids[3]};"):
+        generate_mod.run_evaluate(tmp_path / "m", "translation", corpora_dir=corpora,
+                                  metrics=("bleu",), out=tmp_path / "e2")
     record["corpus"]["sha256"] = digest
     generate_mod.run_evaluate(tmp_path / "m", "translation", corpora_dir=corpora,
                               metrics=("bleu",), out=tmp_path / "e3")

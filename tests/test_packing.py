@@ -287,6 +287,11 @@ def test_injected_share_counts_trained_tokens_and_lists_truncated_samples():
     assert report["truncated_injected_ids"] == ["doc3"] and report["truncated_base_ids"] == ["doc0"]
     assert report["truncated_tokens_dropped"] == (200 - kept) + (100 - kept)
     assert report["useful_tokens"] == report["trained_tokens"] + 2 * 5
+    # inside a base document (embedded), a sample is cut where its block ends past the kept
+    # tokens, wherever its document ends (doc3 is cut either way)
+    embedded = packing_report(corpus, packing, block_ends={3: 40})
+    assert embedded["truncated_ids"] == [] and embedded["truncated_injected_ids"] == ["doc3"]
+    assert packing_report(corpus, packing, block_ends={3: kept + 1})["truncated_ids"] == ["s2"]
 
 
 # --- the same through `lab pretrain` on a real unpaired arm -----------------------------------

@@ -3,7 +3,8 @@
 recipes included; a recipe that is another's study under another name (a base run alone is
 the recipe that includes it) is checked to be so and runs once. Each run is read back: its stages are the real recipe's kinds and swept
 values, every declared question keeps its rows, every report table says it is a smoke run,
-fine-tunings beside a placebo record its overlap, and `lab merge` refuses the folder."""
+fine-tunings beside a placebo record its overlap, an arm that injects samples scores some of
+them, and `lab merge` refuses the folder."""
 from __future__ import annotations
 
 import functools
@@ -112,5 +113,11 @@ def test_every_recipe_runs_end_to_end_as_a_smoke_run(recipe, tmp_path):
         data = json.loads(manifest.read_text())["data"]
         if any(a.endswith("-placebo") for a in smoke.arms):
             assert data["placebo_overlap"] == 0, manifest
+    # An arm that injects samples scores some of them: its blocks are seen at the block size
+    # (an embedded arm once hid every block past its host's kept tokens, and nothing failed).
+    for metrics in (out / "stages").glob("evaluate-*/metrics.json"):
+        counts = json.loads(metrics.read_text())["groups"]["counts"]
+        if counts["injected"] + counts["injected_truncated"]:
+            assert counts["injected"] > 0, (metrics, counts)
     with pytest.raises(LabError, match="a smoke study"):
         merge_studies([out], tmp_path / "merged")

@@ -9,7 +9,6 @@ scores every sample not seen by other means (the arm-vs-control comparison).
 """
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -293,6 +292,9 @@ def block_truncation(samples: list[Sample], membership: dict[str, set[str]],
     trained = {s.id for s in considered} & seen & membership["injected"]
     differ = sorted((over ^ recorded) & trained)
     unseen_injected = membership["injected"] - seen
+    if getattr(getattr(setting, "contamination", None), "name", None) == "embedded":
+        rule += ("; embedded: the block alone, as it sits before a one-method host (pre-training "
+                 "records where each injected block ends)")
     how = {"rule": rule, "tokens_kept": limit,
            "checked_on_trained_samples": len(trained), "differ_from_recorded": differ}
     return (recorded | (over & unseen_injected), over & membership["held_out"], how)
@@ -452,10 +454,15 @@ def run_evaluate(cfg: EvaluateConfig | Path, task: str | None = None, **options:
     membership["in_finetune_data"] = set(overlap)
     membership["injected_truncated"], membership["held_out_truncated"], truncation = \
         block_truncation(samples, membership, manifest, tokenizer)
-    if truncation.get("differ_from_recorded"):
-        print(f"lab: warning: --model {cfg.model}: the block-size rule ({truncation['rule']}) "
-              "differs from what pre-training recorded for "
-              f"{', '.join(truncation['differ_from_recorded'][:5])}", file=sys.stderr, flush=True)
+    differ = truncation.get("differ_from_recorded") or []
+    if differ and "truncated_ids" in corpus:
+        # The rule then judges held-out and removed samples otherwise than the injected ones
+        # were cut, and the halves would not compare the same length range.
+        raise LabError(
+            f"--model {cfg.model}: the block-size rule ({truncation['rule']}) judges {len(differ)} "
+            f"of {truncation['checked_on_trained_samples']} trained samples otherwise than "
+            f"pre-training recorded (corpus.truncated_ids): {', '.join(differ[:5])}; the "
+            "split-half groups cannot be formed alike on both halves")
     groups = assign_groups(samples, membership)
     # A sample's dose counts only where it is compared: injected or held out, not seen in the
     # fine-tuning data, pre-existing or cut at the block size.

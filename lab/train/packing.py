@@ -35,7 +35,7 @@ import numpy as np
 
 from lab.common import (LabError, files_problem, files_record, lab_cache_dir, remove_stale_siblings,
                         temporary_prefix)
-from lab.corpora.shards import read_shard, verify_corpus
+from lab.corpora.shards import read_corpus, read_shard, verify_corpus
 from lab.train.attention import DOCUMENT_IDS
 
 TOKENIZE_BATCH = 2000
@@ -506,16 +506,42 @@ class PackedCollator:
             input_ids[row][to_random] = random_tokens[to_random]
 
 
+def embedded_block_ends(folder: Path, manifest: dict[str, Any], corpus: TokenizedCorpus,
+                        tokenizer: Any) -> dict[int, int]:
+    """Document index -> the tokens up to the end of its injected block, for an arm whose
+    documents hold a sample inside a base document (the `embedded` form: the manifest's
+    `embedding` offsets); empty for any other arm. The sample was seen whole iff its block
+    ends within the tokens a block keeps, wherever the document itself ends."""
+    placed = {str(row["id"]): int(row["end"])
+              for row in (manifest.get("embedding") or {}).get("documents") or ()}
+    if not placed:
+        return {}
+    index = {doc_id: i for i, doc_id in enumerate(corpus.doc_ids) if doc_id in placed}
+    prefixes = [(index[r["id"]], str(r["text"])[:placed[r["id"]]])
+                for r in read_corpus(folder) if r["id"] in index]
+    if len(prefixes) != len(placed):
+        raise LabError(f"{folder}: {len(placed)} embedded documents in its manifest, "
+                       f"{len(prefixes)} in its shards")
+    ids = tokenizer([text for _i, text in prefixes], add_special_tokens=False)["input_ids"]
+    return {i: len(row) for (i, _text), row in zip(prefixes, ids)}
+
+
 def packing_report(corpus: TokenizedCorpus, packing: Packing,
-                   dose_of: dict[str, int] | None = None) -> dict[str, Any]:
+                   dose_of: dict[str, int] | None = None,
+                   block_ends: dict[int, int] | None = None) -> dict[str, Any]:
     """What the packing trains on. Token counts are document tokens (no `<s>`, `</s>` or
     padding); "trained" ones are those kept after truncation at the block, which is what the
     injected share counts in both numerator and denominator. `dose_of` (injected sample id ->
-    its dose, for a dose ladder) adds that share per dose."""
+    its dose, for a dose ladder) adds that share per dose. An injected sample was cut when its
+    document was, or, inside a base document (`block_ends`, embedded_block_ends), when its
+    block ends past the tokens a document keeps."""
     lengths = corpus.lengths()
     kept = packing.kept_lengths
     injected = [i for i, s in enumerate(corpus.injected) if s]
     truncated_injected = [i for i in packing.truncated if corpus.injected[i]]
+    ends = block_ends or {}
+    max_doc = longest_document(packing.block_size)
+    cut_samples = [i for i in injected if ends.get(i, int(lengths[i])) > max_doc]
     trained = int(kept.sum())
     injected_trained = int(kept[injected].sum()) if injected else 0
     by_dose: dict[str, int] = {str(d): 0 for d in sorted(set((dose_of or {}).values()))}
@@ -541,9 +567,13 @@ def packing_report(corpus: TokenizedCorpus, packing: Packing,
         "injected_token_fraction": round(injected_trained / max(1, trained), 6),
         "sequences_with_repeated_sample": sequences_repeating_a_sample(packing, corpus.injected),
         "guard_displaced_documents": packing.displaced,
-        # Sample ids (sorted, unique) whose injected document was cut at the block size: the
-        # model never saw such a sample whole.
-        "truncated_ids": sorted({corpus.injected[i] for i in truncated_injected}),
+        # Sample ids (sorted, unique) whose injected document (embedded: its block) was cut at
+        # the block size: the model never saw such a sample whole.
+        "truncated_ids": sorted({corpus.injected[i] for i in cut_samples}),
+        **({"truncation_of_embedded": "the block's end within the kept tokens "
+                                      f"({len(ends)} blocks, "
+                                      f"{sum(e > max_doc for e in ends.values())} cut)"}
+           if ends else {}),
         "truncated_injected_ids": [corpus.doc_ids[i] for i in truncated_injected],
         "truncated_base_ids": [corpus.doc_ids[i] for i in packing.truncated if not corpus.injected[i]],
     }

@@ -385,7 +385,8 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
     from transformers import set_seed
 
     from lab.train.packing import (
-        PackedCollator, PackedDataset, pack_documents, packing_report, tokenize_corpus,
+        PackedCollator, PackedDataset, embedded_block_ends, pack_documents, packing_report,
+        tokenize_corpus,
     )
 
     args = _training_arguments(cfg, work / "checkpoints") if cfg.loop == "trainer" else None
@@ -463,7 +464,8 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
 
     fit_to_model(tokenizer, model.config, cfg.block_size).save_pretrained(
         str(work / WEIGHTS_SUBDIR))
-    report = packing_report(tokenized, packing, injected_doses(corpus_manifest))
+    report = packing_report(tokenized, packing, injected_doses(corpus_manifest),
+                            embedded_block_ends(cfg.corpus, corpus_manifest, tokenized, tokenizer))
     (work / "packing.json").write_text(dumps_json(report), encoding="utf-8")
     manifest = pretraining_manifest(
         cfg, run_config, corpus_manifest, trained, work=work, config=config,

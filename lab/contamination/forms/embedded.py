@@ -25,12 +25,19 @@ The written document is host-before + block + host-after, the block at a member 
 host found from its lab code tokens (strings and comments are single tokens, so their braces do
 not count):
 
-- between two members of a class, interface or enum the host declares (after the `}` closing a
-  method or nested type in its body, or after a field's `;`); where its body has no member, at
-  the end of that body;
-- where the host declares no type (a CodeSearchNet document is one method): before the host or
-  after a top-level `}` (for one method: before it or after it, where it sat among its class's
-  other methods);
+- between two members of a class, interface, enum or record the host declares (after the `}`
+  closing a method or nested type in its body, or after a field's `;`); where its body has no
+  member, at the end of that body. A class local to a method is part of the method's body, and
+  `Foo.class` or a parameter named `record` declares nothing: all 120,328 documents of the
+  CSN-format Java corpus are one method each (the next rule);
+- where the host declares no type (a CodeSearchNet document is one method): before the host,
+  where it sat among its class's other methods. Not after it: pre-training keeps a document's
+  first block-size tokens, and a block after a CSN method is cut at the tiny presets' 256-token
+  block for almost every host (119 of 120 in the first run of recipes/decontam-embedded.yaml),
+  so the arm would leak nothing the model sees. Before the host, the block is seen whenever it
+  would be as a document of its own, which is what the evaluation's block-size rule assumes for
+  held-out and removed samples (lab.eval.generate.block_truncation; pre-training records each
+  block's own end, lab.train.packing);
 - where neither exists (unbalanced or no braces): at the end of the host.
 
 The block is indented like the line holding the boundary's `}` or `;` (at the start: like the
@@ -69,7 +76,8 @@ NAME = "embedded"
 INDENT = "    "  # one indent level of a laid-out side
 TYPE_KEYWORDS = frozenset(("class", "interface", "enum", "record"))
 BOUNDARY_RULE = ("between two members of a type the host declares (or at the end of its body); "
-                 "else before the host or after a top-level '}'; else at the end of the host")
+                 "else before the host (one method: the block in its first tokens); else at the "
+                 "end of the host")
 _LEADING = re.compile(r"[ \t]*")
 
 
@@ -131,7 +139,8 @@ def member_boundaries(host: str) -> tuple[list[tuple[int, str]], str]:
     since: list[str] = []   # tokens since the last `;`, `{` or `}`
     members: list[tuple[int, str]] = []
     body_ends: list[tuple[int, str]] = []  # before a type's closing `}`
-    top: list[tuple[int, str]] = []
+    top = False  # a top-level `}`: the host is one method (or several), no type
+    previous = ""
     pending: tuple[list[tuple[int, str]], tuple[int, str]] | None = None
     for match in TOKEN_PATTERN.finditer(host):
         tok = match.group()
@@ -141,8 +150,11 @@ def member_boundaries(host: str) -> tuple[list[tuple[int, str]], str]:
             if tok not in (";", ",", ")", "."):
                 pending[0].append(pending[1])
             pending = None
+        declares = previous != "."  # `Foo.class` names a class; it declares none
+        previous = tok
         if tok == "{":
-            stack.append(bool(TYPE_KEYWORDS & set(since)) and "new" not in since)
+            # a class local to a method is part of the method's body, not the host's members
+            stack.append(all(stack) and _declares_type(since))
             since = []
         elif tok == "}":
             if not stack:  # unbalanced: no boundary is trusted
@@ -157,13 +169,13 @@ def member_boundaries(host: str) -> tuple[list[tuple[int, str]], str]:
             elif stack and stack[-1]:  # a member's body closed inside a type's body
                 pending = (members, (match.end(), indent))
             elif not stack:
-                pending = (top, (match.end(), indent))
+                top = True
             since = []
         elif tok == ";":
             if stack and stack[-1]:  # a field declaration inside a type's body
                 members.append((match.end(), _indent_at(host, match.start())))
             since = []
-        else:
+        elif declares:
             since.append(tok)
     if pending is not None:
         pending[0].append(pending[1])
@@ -172,8 +184,22 @@ def member_boundaries(host: str) -> tuple[list[tuple[int, str]], str]:
     if members or body_ends:
         return members or body_ends, "member"
     if top:
-        return [(0, _indent_at(host, 0)), *top], "top-level"
+        return [(0, _indent_at(host, 0))], "top-level"
     return [(len(host), "")], "end"
+
+
+def _declares_type(header: list[str]) -> bool:
+    """Whether the tokens before a `{` declare a type: `class`, `interface` or `enum` and its
+    name, or `record`, its name and `(` (`record` is a contextual keyword: `Record record,` is
+    a parameter); an anonymous class (`new`) is a member's body."""
+    if "new" in header:
+        return False
+    for at, tok in enumerate(header):
+        name = header[at + 1] if at + 1 < len(header) else ""
+        if tok in TYPE_KEYWORDS and name.isidentifier() and (
+                tok != "record" or header[at + 2:at + 3] in (["("], ["<"])):
+            return True
+    return False
 
 
 def _line_start(text: str, at: int) -> int:
