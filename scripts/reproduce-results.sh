@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-for study in mini-rq5-epoch-sweep mini-rq4-paired decontam; do
+for study in mini-rq5-epoch-sweep mini-rq4-paired decontam decontam-embedded; do
   cp -r "results/$study" "$work/$study"
   echo "== results/$study"
   .venv/bin/lab report "$work/$study" --no-html

@@ -14,7 +14,7 @@ from lab.analysis.report import run_report
 
 ROOT = Path(__file__).resolve().parents[1]
 SIGNED = re.compile(r"(?<![\w.])[+-]\d+\.\d\d(?!\d)")
-STUDIES = ["mini-rq5-epoch-sweep", "mini-rq4-paired", "decontam"]
+STUDIES = ["mini-rq5-epoch-sweep", "mini-rq4-paired", "decontam", "decontam-embedded"]
 
 
 def _recomputed(folder: Path) -> set[str]:
