@@ -477,4 +477,29 @@ def place_model(model: Any, device: str, dtype: str) -> Any:
     where = check_placement(device, dtype)
     if (where, dtype) == ("cpu", "float32"):
         return model
+    if where == "cpu":
+        cpu_bfloat16_attention(model)
     return model.to(device=where, dtype=getattr(torch, dtype))
+
+
+def cpu_bfloat16_attention(model: Any) -> None:
+    """Eager attention for a model that computes in bfloat16 on a CPU whose bfloat16
+    instructions (AVX-512 BF16, AMX) torch's flash kernel would use under the AVX2 kernels lab
+    pins (lab.PINNED_CPU_CAPABILITY): there torch 2.13 refuses every sequence of 64 tokens or
+    more ("pack_vnni2 is only supported when avx512 is supported"). Elsewhere nothing changes."""
+    import os
+
+    import torch
+
+    from lab import PINNED_CPU_CAPABILITY
+
+    if os.environ.get("ATEN_CPU_CAPABILITY") != PINNED_CPU_CAPABILITY:
+        return
+    probes = [getattr(torch.cpu, name, None)
+              for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    if not any(probe is not None and probe() for probe in probes):
+        return
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation("eager")
+    else:  # transformers 4.x
+        model.config._attn_implementation = "eager"

@@ -20,8 +20,8 @@ from lab.common import (LabError, atomic_output_dir, check_numbers, check_output
                         write_json_atomic)
 from lab.contamination import SEP_MARKER
 from lab.corpora import Sample, corpora_inputs, load_samples
-from lab.models import (MANIFEST, MODEL_FILES, WEIGHTS_SUBDIR, lab_cuts_itself,
-                        load_weights, positions_of)
+from lab.models import (MANIFEST, MODEL_FILES, WEIGHTS_SUBDIR, cpu_bfloat16_attention,
+                        lab_cuts_itself, load_weights, positions_of)
 from lab.train.artefacts import read_model
 from lab.recipe_sections import section
 from lab.tasks import Task, fine_tuning_records, get_task, train_subset
@@ -31,6 +31,7 @@ from lab.train.common import (
     make_guarded_trainer_class, quiet_training, report_targets, report_to_param, state_sha256,
     training_arguments,
 )
+from lab.train.speed import training_device
 
 
 @dataclass
@@ -386,6 +387,8 @@ def _finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         model = load_weights(AutoModelForCausalLM, model_dir, "--pretrained")
     else:
         model = build_seq2seq(model_dir, tokenizer, cfg.decoder_layers, cfg.decoder_init)
+    if cfg.bf16 and training_device() == "cpu":
+        cpu_bfloat16_attention(model)
     init_sha = state_sha256(model)
     history: list[dict[str, Any]] = []
     with atomic_output_dir(Path(cfg.out), force=cfg.force, kind="lab-finetuned",

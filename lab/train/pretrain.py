@@ -49,7 +49,7 @@ from lab.train.speed import (
 )
 from lab.models import (
     WEIGHTS_SUBDIR, build_config, build_model, check_block_size, count_parameters,
-    position_offset,
+    cpu_bfloat16_attention, position_offset,
 )
 
 @dataclass
@@ -421,6 +421,8 @@ def _train(cfg: PretrainConfig, tokenizer: Any, corpus_manifest: dict[str, Any],
 
     set_seed(cfg.seed)
     model = build_model(cfg.model, config)
+    if cfg.bf16 and not flex and training_device() == "cpu":
+        cpu_bfloat16_attention(model)
     if init is not None:  # the weights training starts from; a resume then loads its checkpoint's
         load_init_weights(model, init)
     init_sha = state_sha256(model)
