@@ -365,6 +365,14 @@ def load_weights(loader: Any, folder: Path, option: str = "", **kwargs: Any) -> 
     """`loader.from_pretrained(folder)` the one way the lab loads weights: damaged files are one
     LabError naming the folder (and `option`), weights left out by design are not reported
     (EXPECTED_AT_LOAD), and GPT-2's loss is named (with_named_loss)."""
+    import torch
+    import transformers
+
+    # In float32 whatever precision the files hold (transformers 5 otherwise keeps theirs: a
+    # bf16 pre-training's bfloat16 files were evaluated in bfloat16 where float32 was asked);
+    # a computation in another precision asks for it (place_model, bf16 autocast).
+    precision = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+    kwargs.setdefault(precision, torch.float32)
     with loading(folder, option), expected_at_load(loader):
         return with_named_loss(loader.from_pretrained(str(folder), **kwargs))
 
@@ -475,11 +483,12 @@ def place_model(model: Any, device: str, dtype: str) -> Any:
     import torch
 
     where = check_placement(device, dtype)
-    if (where, dtype) == ("cpu", "float32"):
-        return model
-    if where == "cpu":
+    precision = getattr(torch, dtype)
+    if where == "cpu" and precision != torch.float32:
         cpu_bfloat16_attention(model)
-    return model.to(device=where, dtype=getattr(torch, dtype))
+    if where == "cpu" and getattr(model, "dtype", precision) == precision:
+        return model
+    return model.to(device=where, dtype=precision)
 
 
 def cpu_bfloat16_attention(model: Any) -> None:
