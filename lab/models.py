@@ -508,7 +508,8 @@ def cpu_bfloat16_attention(model: Any) -> None:
               for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
     if not any(probe is not None and probe() for probe in probes):
         return
-    if hasattr(model, "set_attn_implementation"):
-        model.set_attn_implementation("eager")
-    else:  # transformers 4.x
-        model.config._attn_implementation = "eager"
+    # every model inside it too: an encoder-decoder's encoder and decoder keep configs of their own
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if config is not None and hasattr(config, "_attn_implementation"):
+            config._attn_implementation = "eager"
