@@ -266,3 +266,20 @@ def test_every_command_reads_a_corpus_through_verify_corpus():
     assert offenders == {}, f"read a corpus with lab.corpora.shards.verify_corpus: {offenders}"
     assert unverified_corpus_reads("from lab.corpora import shards\nshards.read_manifest(p)\n"
                                    "read_manifest(q)\nverify_corpus(r)\n") == [2, 3]
+
+
+def test_weights_saved_in_bfloat16_are_read_and_placed_in_the_precision_asked(tmp_path):
+    """A bf16 pre-training may save bfloat16 files; the lab reads them in float32 and computes
+    in what the command asks (a float32 evaluation ran in bfloat16 before: its record lied)."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from lab.models import load_weights, place_model
+
+    saved = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64,
+                                       n_positions=32)).to(torch.bfloat16)
+    saved.save_pretrained(str(tmp_path / "m"))
+    loaded = load_weights(GPT2LMHeadModel, tmp_path / "m")
+    assert loaded.dtype == torch.float32
+    assert place_model(loaded.to(torch.bfloat16), "cpu", "float32").dtype == torch.float32
+    assert place_model(loaded, "cpu", "bfloat16").dtype == torch.bfloat16
