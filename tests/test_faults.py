@@ -101,7 +101,10 @@ def test_damaged_model_files_are_one_line_for_every_command(world, file, data):
                 del manifest["model_files"]  # and its membership hash: a legacy record
                 (manifest.get("pretrained") or manifest).pop("membership_sha256")
                 (folder / "manifest.json").write_text(json.dumps(manifest))
-        for args in commands:
+        # The recorded sizes are checked by one function before any loader runs: every command
+        # meets it on the first file, one command on the others (the loaders differ per file).
+        every = not recorded or file == "model/model.safetensors"
+        for args in commands if every else commands[1:2]:
             line = error_line(lab(args, world), name)
             if recorded:
                 assert f"{file} has {len(data)} bytes" in line, line

@@ -113,11 +113,13 @@ def test_every_recipe_runs_end_to_end_as_a_smoke_run(recipe, tmp_path):
         data = json.loads(manifest.read_text())["data"]
         if any(a.endswith("-placebo") for a in smoke.arms):
             assert data["placebo_overlap"] == 0, manifest
-    # An arm that injects samples scores some of them: its blocks are seen at the block size
-    # (an embedded arm once hid every block past its host's kept tokens, and nothing failed).
-    for metrics in (out / "stages").glob("evaluate-*/metrics.json"):
-        counts = json.loads(metrics.read_text())["groups"]["counts"]
-        if counts["injected"] + counts["injected_truncated"]:
-            assert counts["injected"] > 0, (metrics, counts)
+    # A study that injects samples scores some of them: blocks are seen at the block size (an
+    # embedded arm once hid every block past its host's kept tokens, and nothing failed). Per
+    # study, not per arm: CONCODE's inputs are longer than a smoke block, so an arm carrying
+    # them can have every copy cut, as its real run would at a smaller block size.
+    injecting = [json.loads(m.read_text())["groups"]["counts"]
+                 for m in (out / "stages").glob("evaluate-*/metrics.json")]
+    injecting = [c for c in injecting if c["injected"] + c["injected_truncated"]]
+    assert not injecting or any(c["injected"] > 0 for c in injecting), injecting
     with pytest.raises(LabError, match="a smoke study"):
         merge_studies([out], tmp_path / "merged")
