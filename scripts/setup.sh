@@ -15,6 +15,16 @@ if [ ! -x .venv/bin/python ]; then
 fi
 pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
 
+# What this set-up installs from: a second run with the same inputs (CI's second test command)
+# checks nothing again (28 s of pip resolving otherwise).
+stamp=".venv/.lab-setup"
+inputs="$(cat pyproject.toml scripts/setup.sh scripts/install_wordnet.sh | sha256sum | cut -c1-16) ${extras:-plain} ${LAB_TORCH_SPEC:-torch==2.13.0}"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$inputs" ] && .venv/bin/python -c "import lab" 2> /dev/null; then
+  echo "lab installed in $(pwd)/.venv (set up already from these inputs: $stamp)"
+  exit 0
+fi
+rm -f "$stamp"
+
 # torch is pinned before anything can ask for it: an unpinned 'torch' resolves to a multi-GB
 # CUDA build. GPU users may set LAB_TORCH_SPEC (for example "torch==2.13.0" from their index).
 pip install "${LAB_TORCH_SPEC:-torch==2.13.0}"
@@ -45,4 +55,5 @@ fi
 
 # WordNet 3.0 for METEOR, offline, into .venv/nltk_data (the Docker image runs the same script).
 bash scripts/install_wordnet.sh .venv/bin/python
+echo "$inputs" > "$stamp"
 echo "lab installed in $(pwd)/.venv: activate with '. .venv/bin/activate'"

@@ -149,12 +149,40 @@ def _train_sizes(sizes: list[Any]) -> list[int]:
 @_rule("finetune.train_sizes")
 def _train(data: dict[str, Any], recipe: Recipe, corpora: Path | None) -> None:
     """8, 16, ... pairs in the recipe's order of size (null, the whole split, the largest);
-    by_model's too. The epochs are kept."""
+    by_model's too."""
     data["finetune"]["train_sizes"] = _train_sizes(recipe.finetune.train_sizes)
     for override in data.get("by_model", {}).values():
         sizes = (override.get("finetune") or {}).get("train_sizes")
         if sizes is not None:
             override["finetune"]["train_sizes"] = _train_sizes(sizes)
+
+
+def _epoch_ranks(data: dict[str, Any]) -> dict[int, int]:
+    """Every fine-tuning epoch count the recipe names, to its rank among them (0 stays 0)."""
+    named = set(_as_list(data["finetune"]["epochs"]))
+    for override in data.get("by_model", {}).values():
+        named.update(_as_list((override.get("finetune") or {}).get("epochs") or []))
+    named.update(data.get("detect", {}).get("epochs") or [])
+    return {e: rank for rank, e in enumerate(sorted(named | {0}))}
+
+
+@_rule("finetune.epochs")
+def _epochs(data: dict[str, Any], recipe: Recipe, corpora: Path | None) -> None:
+    """each count named (here, by_model's and detect.epochs) becomes its rank among them, 0
+    staying 0: [0, 1, 5, 10, 25, 50] runs as [0, 1, 2, 3, 4, 5], [50] as [1]. Every count and
+    its order are kept (direct inference, the decay from the fewest to the most), not the
+    minutes a 50-epoch fine-tuning of a toy model spends checkpointing each epoch."""
+    ranks = _epoch_ranks(data)
+
+    def shrink(value: Any) -> Any:
+        return [ranks[e] for e in value] if isinstance(value, list) else ranks[value]
+
+    data["finetune"]["epochs"] = shrink(data["finetune"]["epochs"])
+    for override in data.get("by_model", {}).values():
+        if (override.get("finetune") or {}).get("epochs") is not None:
+            override["finetune"]["epochs"] = shrink(override["finetune"]["epochs"])
+    if data.get("detect", {}).get("epochs"):
+        data["detect"]["epochs"] = shrink(data["detect"]["epochs"])
 
 
 @_rule("finetune.select")
@@ -215,8 +243,8 @@ def _resources(data: dict[str, Any], recipe: Recipe, corpora: Path | None) -> No
         launch["deepspeed"] = None
 
 
-KEPT = ("benchmark, arms, models, fine-tuning epochs, doses, repeat, fraction, timing levels, "
-        "contamination forms, decontaminators, weight decays, continued pre-training, "
+KEPT = ("benchmark, arms, models, fine-tuning epoch counts (as ranks), doses, repeat, fraction, "
+        "timing levels, contamination forms, decontaminators, weight decays, continued pre-training, "
         "decoding, metrics, detectors and statistics")
 
 
