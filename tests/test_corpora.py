@@ -145,6 +145,15 @@ def test_codexglue_single_file_csn_layout(tmp_path):
     assert valid.files == [folder / "valid.jsonl.gz"] and len(valid.records) == 1
     with pytest.raises(LabError, match="csn-java split 'test' not found locally"):
         load_documents("csn-java", ["test"], tmp_path / "cx")
+    # A second read (a study's next arm) is the first one's, in lists of its own, until a file
+    # changes: then the file is read again.
+    again = load_documents("csn-java", ["train", "valid"], tmp_path / "cx")[0]
+    assert again.records == train.records and again.records is not train.records
+    again.records.clear()
+    assert len(load_documents("csn-java", ["train", "valid"], tmp_path / "cx")[0].records) == 7
+    (folder / "train.jsonl").write_text(json.dumps(rows[3]) + "\n", encoding="utf-8")
+    changed = load_documents("csn-java", ["train", "valid"], tmp_path / "cx")[0]
+    assert [d.text for d in changed.records] == [rows[3]["code"]]
 
 
 def test_csn_shards_are_read_in_numeric_order(tmp_path):

@@ -94,12 +94,15 @@ def load_documents(name: str, splits: tuple[str, ...] | list[str], corpora_dir: 
             read.append((split, where, files,
                          [Document(sample_id(name, split, i), text) for i, text in enumerate(texts)]))
         _READ.clear()  # one corpus held: a study's arms read the same base one after another
-        _READ[key] = read
+        if all(files for _split, _where, files, _docs in read):  # the hub's rows: not kept
+            _READ[key] = read
+    else:
+        read = _READ[key]
     return [Loaded(name, split, where, list(files), list(docs))
-            for split, where, files, docs in _READ[key]]
+            for split, where, files, docs in read]
 
 
-# The splits read last, by their files' identity and state: each arm of a study reads the same
+# The local splits read last, by their files' identity and state: each arm of a study reads the same
 # base corpus (CSN Java's 120,328 documents took 9 s a read); Documents are frozen, and each
 # caller gets lists of its own.
 _READ: dict[tuple, list[tuple[str, str, list[Path], list[Document]]]] = {}
