@@ -29,11 +29,18 @@ def quiet_libraries() -> None:
     `showing()` too; called once per command, before it runs."""
     if showing():
         return
-    from huggingface_hub.utils import disable_progress_bars
-    from transformers.utils import logging as transformers_logging
+    # Read by the hub and by transformers when they are imported: a command that never imports
+    # them (most refusals, `lab score`) does not pay their 2 s import for it, and its ranks
+    # inherit it. Libraries already imported are told directly.
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
 
-    disable_progress_bars()
-    transformers_logging.disable_progress_bar()
+        disable_progress_bars()
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
 
 
 def steps(iterable: Iterable[Any], description: str, total: int | None = None,

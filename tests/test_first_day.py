@@ -92,6 +92,24 @@ def test_progress_shows_on_a_terminal_only(monkeypatch):
     assert not progress.showing()
 
 
+def test_library_bars_are_off_in_a_log_without_importing_the_libraries():
+    """In a log, the hub's and transformers' bars are off once they are imported, and a command
+    that never needs them (most refusals) does not import them to say so (2 s a command)."""
+    script = (
+        "import io, os, sys\n"
+        "os.environ.pop('HF_HUB_DISABLE_PROGRESS_BARS', None)\n"
+        "sys.stderr = io.StringIO()\n"
+        "from lab.progress import quiet_libraries\n"
+        "quiet_libraries()\n"
+        "imported = 'transformers' in sys.modules\n"
+        "from transformers.utils import logging\n"
+        "from huggingface_hub.utils import are_progress_bars_disabled\n"
+        "print(imported, logging.is_progress_bar_enabled(), are_progress_bars_disabled())\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120)
+    assert done.stdout.split() == ["False", "False", "True"], done.stdout + done.stderr
+
+
 def test_quiet_flag_reaches_the_environment(capsys, monkeypatch):
     """`lab --quiet CMD` is quiet in this process and in every stage or rank it starts."""
     on_terminal(monkeypatch)
