@@ -91,8 +91,8 @@ def load_documents(name: str, splits: tuple[str, ...] | list[str], corpora_dir: 
         read = []
         for split in splits:
             where, files, texts = _rows(spec, split, corpora_dir)
-            read.append((split, where, files,
-                         [Document(sample_id(name, split, i), text) for i, text in enumerate(texts)]))
+            documents = [Document(sample_id(name, split, i), text) for i, text in enumerate(texts)]
+            read.append((split, where, files, documents))
         _READ.clear()  # one corpus held: a study's arms read the same base one after another
         if all(files for _split, _where, files, _docs in read):  # the hub's rows: not kept
             _READ[key] = read
@@ -102,9 +102,9 @@ def load_documents(name: str, splits: tuple[str, ...] | list[str], corpora_dir: 
             for split, where, files, docs in read]
 
 
-# The local splits read last, by their files' identity and state: each arm of a study reads the same
-# base corpus (CSN Java's 120,328 documents took 9 s a read); Documents are frozen, and each
-# caller gets lists of its own.
+# The local splits read last, by their files' identity and state: each arm of a study reads the
+# same base corpus (CSN Java's 120,328 documents took 9 s a read); Documents are frozen, and
+# each caller gets lists of its own.
 _READ: dict[tuple, list[tuple[str, str, list[Path], list[Document]]]] = {}
 
 

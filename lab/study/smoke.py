@@ -244,8 +244,8 @@ def _resources(data: dict[str, Any], recipe: Recipe, corpora: Path | None) -> No
 
 
 KEPT = ("benchmark, arms, models, fine-tuning epoch counts (as ranks), doses, repeat, fraction, "
-        "timing levels, contamination forms, decontaminators, weight decays, continued pre-training, "
-        "decoding, metrics, detectors and statistics")
+        "timing levels, contamination forms, decontaminators, weight decays, continued "
+        "pre-training, decoding, metrics, detectors and statistics")
 
 
 def smoke_recipe(recipe: Recipe, corpora_dir: Path | None = None) -> Recipe:
