@@ -209,8 +209,9 @@ def test_winnow_finds_a_renamed_relaid_function_inside_a_longer_file():
 
 def test_winnow_renaming_must_be_consistent_and_whole():
     """A renamed match is verified token by token: two of the sample's names read as one name
-    of the document break the run (a shape, not a renaming), and a sample shorter than
-    ABSTRACT_MIN_TOKENS is never matched abstracted (a getter's shape is every getter's)."""
+    of the document break the run (a shape, not a renaming). A side shorter than
+    ABSTRACT_MIN_TOKENS is matched abstracted only where it is all a document holds: inside a
+    larger class, a getter's shape is every getter's."""
     from lab.decontam import winnow
     winnow_flag = DECONTAMINATORS["winnow"].flag
     merged = re.sub(r"\bhead\b", "v", RENAMED)  # prefix and item both read as v
@@ -218,8 +219,13 @@ def test_winnow_renaming_must_be_consistent_and_whole():
     assert winnow.best_containment([merged], REFERENCE, Options())[0][0] < 0.8
     getter = "public int getSize() { return size; }"
     short = Reference([Sample("bench:test:1", "test", 1, getter, "")], "java", "cs")
-    assert winnow_flag([getter, "public int getCount() { return count; }"], short,
-                       Options()) == [True, False]
+    renamed = "public int getCount()\n{\n    return count;\n}"
+    inside = "class A {\n  void f() { g(); }\n  " + renamed + "\n}"
+    merged_short = "public int size() { return size; }"  # getSize and size read as one name
+    paired = "int n = 0; <SEP> " + renamed
+    assert winnow_flag([getter, renamed, inside, merged_short, paired], short,
+                       Options()) == [True, True, False, False, True]
+    assert winnow_flag([renamed], short, Options(winnow_names="keep")) == [False]
 
 
 def test_winnow_short_sides_and_fragments():

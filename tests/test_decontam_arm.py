@@ -245,6 +245,11 @@ def test_the_recipe_field_keys_every_arm_only_when_set_and_is_checked():
     assert all(s.keyed["decontaminate_replace"] == "placebo-copy" for s in injects)
     assert all(s.keyed["placebo_from"] for s in injects if s.labels["arm"] != "control")
     assert not {s.key for s in injects} & {s.key for s in plain}
+    # a method whose flags changed since (winnow's revision) re-runs its arms only
+    assert all("method_revision" not in s.keyed for s in injects)
+    winnow = [s for s in expand(load_recipe(recipe, ["injection.decontaminate_with=winnow"]))
+              if s.kind == "inject"]
+    assert all(s.keyed["method_revision"] == "short-renamed-whole" for s in winnow)
     with pytest.raises(LabError) as refused:
         load_recipe(recipe, ["injection.decontaminate_with=nope"])
     message = str(refused.value)

@@ -65,7 +65,8 @@ def flag_documents(cfg: InjectConfig, plan: InjectionPlan, texts: list[str],
     reference = Reference(plan.samples, plan.spec.input_language, plan.spec.output_language)
     return (method.flag(texts, reference, options),
             {"method": name, "source": method.source, "rule": method.summary,
-             "parameters": method.parameters(options), "options": asdict(options)})
+             "parameters": method.parameters(options), "options": asdict(options),
+             **({"revision": method.revision} if method.revision else {})})
 
 
 def decontaminate_arm(cfg: InjectConfig, plan: InjectionPlan, kept: list[Document],

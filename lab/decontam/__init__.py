@@ -31,6 +31,10 @@ class Decontaminator:
     # matching sample, for `lab decontam --write-clean`'s flagged.csv; without it, flags alone.
     match: Callable[[Sequence[str], Reference, Options],
                     list[list[tuple[str, float, tuple[int, int] | None]]]] | None = None
+    # Set when what the method flags changed after studies were made: a decontaminated arm's
+    # manifest records it and its stage key carries it, so a resumed study builds that arm
+    # again (lab.study.stages) and keeps every other stage.
+    revision: str = ""
 
 
 def _ngram_parameters(n: int | None) -> Callable[[Options], str]:
@@ -63,7 +67,8 @@ DECONTAMINATORS: dict[str, Decontaminator] = {d.name: d for d in (
                    "Dolos)", summary="containment of a code side's winnowed token fingerprints "
                    "in the document >= --containment (names kept or abstracted)",
                    parameters=lambda o: f"k={o.winnow_k} w={o.winnow_w} names={o.winnow_names} "
-                                        f"containment={o.containment}", match=winnow.match),
+                                        f"containment={o.containment}", match=winnow.match,
+                   revision=winnow.REVISION),
 )}
 
 

@@ -23,9 +23,13 @@ Names (`--winnow-names`):
   starts in lower case (locals, parameters, fields, Java methods) or is called (`Name(` but not
   `new Name(`: C# methods). A JDK/.NET name is renamable too: the renamer keeps a local called
   `size` but may rename `len` to `size`. Types, members, keywords and literals are kept: they
-  anchor an abstracted function to its own text. Only code sides of at least
-  ABSTRACT_MIN_TOKENS tokens are matched abstracted (a shorter one, abstracted, is a shape
-  thousands of methods share); natural-language sides never.
+  anchor an abstracted function to its own text. A code side of at least ABSTRACT_MIN_TOKENS
+  tokens is matched abstracted wherever it occurs. A shorter one (from MIN_SHORT_TOKENS) is
+  matched abstracted only where it is all a document holds, or all of one side of a `<SEP>`:
+  inside a larger method its shape (`int NAME() {return NAME;}`) is one thousands of methods
+  share, while a document that is nothing but the shape is the sample renamed (the whole
+  CSN-format corpus has no document under 12 tokens). Natural-language sides are never
+  abstracted.
 
 Direction 1, a sample inside a document: the hash of every k consecutive symbols
 (`--winnow-k`); in every window of w consecutive k-gram hashes (`--winnow-w`) the minimum is
@@ -67,7 +71,7 @@ import numpy as np
 from lab.codetokens import KEYWORDS, code_tokens
 from lab.contamination import SEP_MARKER
 from lab.decontam.base import Options, Reference
-from lab.decontam.renaming import AbstractSide, verify_renamed
+from lab.decontam.renaming import AbstractSide, renamed_agreement, verify_renamed
 
 NAMES = ("keep", "abstract")
 # Reserved symbols: a token the reference never has (no reference k-gram holds it), a
@@ -79,9 +83,12 @@ SEPARATOR = "\x00"  # the boundary's token
 BATCH_TOKENS = 1 << 20
 # A side shorter than k is matched whole from this many tokens (below, `int f() {}` is anyone's).
 MIN_SHORT_TOKENS = 6
-# Abstracted matching from this many tokens of a code side: shorter ones abstracted are shapes
-# thousands of methods share (`int NAME() {return NAME;}`; benchmarks/decontam_winnow.md).
+# Abstracted matching inside a document from this many tokens of a code side: shorter ones
+# abstracted are shapes thousands of methods share (`int NAME() {return NAME;}`), matched
+# abstracted only as a whole document (benchmarks/decontam_winnow.md).
 ABSTRACT_MIN_TOKENS = 12
+# Decontaminator.revision: "" before short code sides were matched renamed as whole documents.
+REVISION = "short-renamed-whole"
 # The second direction: (k, fewest tokens, most tokens + 1) of the documents scored by their
 # k-grams, counting a document's tokens with its first and last left out. A document of 3 to 7
 # tokens (half of a one-line function) is read by its 3-grams; a longer one by its 4-grams,
@@ -216,11 +223,6 @@ class Windows:
         return self.boundaries[length:length + n] != self.boundaries[:n]
 
 
-def window_hashes(ids: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
-    """Windows(ids).hashes(length): for one length of one sequence."""
-    return Windows(ids).hashes(length)
-
-
 def winnow(hashes: np.ndarray, w: int) -> list[tuple[int, int]]:
     """(hash, position) selected: the minimum of every window of w hashes, the rightmost on a
     tie, each position once (a sequence shorter than a window is one window)."""
@@ -296,8 +298,9 @@ class WinnowIndex:
     concrete_size: np.ndarray   # per side: its number of fingerprints as written
     renamed: Table              # fingerprints abstracted -> sides (abstract, long code sides)
     renamed_size: np.ndarray
-    renamed_sides: dict[int, AbstractSide]  # per side in `renamed`: what verification reads
+    renamed_sides: dict[int, AbstractSide]  # per side in `renamed` or `renamed_whole`
     short: dict[int, Table]     # length -> whole-side hashes of the short sides -> sides
+    renamed_whole: dict[int, Table]  # length -> abstracted hashes of the short code sides
     fragments: dict[int, Table]  # k -> every k-gram as written (FRAGMENT_GRAMS) -> samples
     sample_ids: list[str]       # per sample number: its id
     side_sample: np.ndarray     # per side: its sample number
@@ -353,10 +356,12 @@ def build_index(reference: Reference, options: Options) -> WinnowIndex:
         fragments[size] = Table.of_pairs(hashes[valid], numbers[side_at[:len(hashes)][valid]])
     concrete_hashes = windows.hashes(k)[0]
     abstract_ids = symbols.abstract(flat, ids) if abstract else ids
-    renamed_hashes = Windows(abstract_ids).hashes(k)[0] if abstract else concrete_hashes
+    abstract_windows = Windows(abstract_ids) if abstract else windows
+    renamed_hashes = abstract_windows.hashes(k)[0] if abstract else concrete_hashes
     concrete: dict[int, set[int]] = {}
     renamed: dict[int, set[int]] = {}
     short: dict[int, dict[int, set[int]]] = {}
+    renamed_whole: dict[int, dict[int, set[int]]] = {}
     concrete_size, renamed_size = [], []
     renamed_sides: dict[int, AbstractSide] = {}
     unmatched = 0
@@ -373,6 +378,11 @@ def build_index(reference: Reference, options: Options) -> WinnowIndex:
         abstracted = set()
         if abstract and code and len(tokens) >= ABSTRACT_MIN_TOKENS:
             abstracted = {h for h, _at in winnow(renamed_hashes[windows_in], w)}
+        elif abstract and code and len(tokens) >= MIN_SHORT_TOKENS:
+            whole = int(abstract_windows.hashes_at(len(tokens), np.array([start]))[0][0])
+            renamed_whole.setdefault(len(tokens), {}).setdefault(whole, set()).add(side)
+            renamed_sides[side] = AbstractSide.of(tokens, abstract_ids[start:start + len(tokens)],
+                                                  np.zeros(0, np.uint64))
         renamed_size.append(len(abstracted))
         for h in abstracted:
             renamed.setdefault(h, set()).add(side)
@@ -382,7 +392,8 @@ def build_index(reference: Reference, options: Options) -> WinnowIndex:
     return WinnowIndex(k, abstract, symbols, sample_of, Table.of(concrete),
                        np.array(concrete_size, np.float64), Table.of(renamed),
                        np.array(renamed_size, np.float64), renamed_sides,
-                       {n: Table.of(t) for n, t in sorted(short.items())}, fragments,
+                       {n: Table.of(t) for n, t in sorted(short.items())},
+                       {n: Table.of(t) for n, t in sorted(renamed_whole.items())}, fragments,
                        list(sample_number), numbers[:len(sample_of)], unmatched)
 
 
@@ -465,9 +476,13 @@ def best_containment(documents: Sequence[str], reference: Reference, options: Op
             positions, row = table.hits(*windows.hashes(length))
             document, side = table.expand(owner_document(positions), row)
             best.keep(document, side_sample[side], np.ones(len(side)))
-        if index.abstract and len(index.renamed.keys):
+        if index.abstract:
             abstract_ids = index.symbols.abstract(flat, ids)
-            hashes, valid = window_hashes(abstract_ids, index.k)
+            abstract_windows = Windows(abstract_ids)
+            whole_renamed_scores(flat, ids, abstract_ids, abstract_windows, owner_document,
+                                 index, best)
+        if index.abstract and len(index.renamed.keys):
+            hashes, valid = abstract_windows.hashes(index.k)
             positions, row = index.renamed.hits(hashes, valid)
             document, side, share = contained(owner_document(positions), index.renamed, row,
                                               index.renamed_size)
@@ -481,6 +496,28 @@ def best_containment(documents: Sequence[str], reference: Reference, options: Op
         out.extend((score, index.sample_ids[sample]) if sample >= 0 else (0.0, "")
                    for score, sample in zip(best.score.tolist(), best.sample.tolist()))
     return out
+
+
+def whole_renamed_scores(flat: list[str], ids: np.ndarray, abstract_ids: np.ndarray,
+                         windows: Windows, owner_document, index: WinnowIndex, best: Best
+                         ) -> None:
+    """Into `best`: 1 for a document whose whole code tokens, or one `<SEP>` side of it, are a
+    short code side as a consistent renaming. A short side's shape abstracted occurs inside
+    larger methods by chance (module docstring), not as all a document holds."""
+    ends = np.flatnonzero(ids == BOUNDARY)  # each part ends at a SEPARATOR
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    lengths = ends - starts
+    for length, table in index.renamed_whole.items():
+        at = starts[lengths == length]
+        if not len(at):
+            continue
+        held, row = table.hits(*windows.hashes_at(length, at))
+        part, side = table.expand(at[held], row)
+        whole = [renamed_agreement(index.renamed_sides[s], flat, abstract_ids, p, p, p + length,
+                                   NAME) == length for p, s in zip(part.tolist(), side.tolist())]
+        keep = np.array(whole, bool)
+        best.keep(owner_document(part[keep]), index.side_sample[side[keep]],
+                  np.ones(int(keep.sum())))
 
 
 def fragment_scores(starts: np.ndarray, windows: Windows, index: WinnowIndex, size: int,

@@ -22,6 +22,7 @@ from lab.modelcard import write_model_card
 from lab.study.evaluate import EvaluateStageConfig, run_evaluate_stage
 from lab.contamination import soft
 from lab.contamination import timing as timing_table
+from lab.decontam import DECONTAMINATORS
 from lab.study.recipe import KEY_NEUTRAL_DEFAULTS, ResourcesSection
 from lab.tokenizer import TokenizerConfig, run_tokenizer
 from lab.train.finetune import FinetuneConfig, run_finetune
@@ -75,6 +76,16 @@ PLACEMENT = {name: default_of(ResourcesSection, name) for name in ("device", "dt
 # arms made before re-run.
 DECONTAMINATE_REPLACE = "placebo-copy"
 
+def _decontamination_revision(method: str | None) -> dict[str, str]:
+    """A decontaminated arm's key entries: how a removed copy is replaced, and the method's
+    revision where it has one (lab.decontam.Decontaminator.revision)."""
+    if method is None:
+        return {}
+    revision = DECONTAMINATORS[method].revision if method in DECONTAMINATORS else ""
+    return {"decontaminate_replace": DECONTAMINATE_REPLACE,
+            **({"method_revision": revision} if revision else {})}
+
+
 KINDS: dict[str, StageKind] = {
     # Fields added to an arm after studies were made leave its key while unset. placebo_match
     # names a placebo's draw; a setting without a placebo never reads it (the grid gives it
@@ -87,8 +98,7 @@ KINDS: dict[str, StageKind] = {
         neutral={"doses": None, "samples": None, "placebo_from": None, "placebo_match": "random",
                  "contamination_form": soft.VERBATIM, "decontaminate_with": None,
                  "timing": list(timing_table.DEFAULT)},
-        revision=lambda cfg: ({"decontaminate_replace": DECONTAMINATE_REPLACE}
-                              if cfg.decontaminate_with is not None else {})),
+        revision=lambda cfg: _decontamination_revision(cfg.decontaminate_with)),
     "tokenizer": StageKind(TokenizerConfig, run_tokenizer_stage, key=("vocab_size", "benchmarks"),
                            inputs=("corpus",), output="tokenizer"),
     "pretrain": StageKind(
