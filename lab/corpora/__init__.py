@@ -71,8 +71,10 @@ class Loaded:
         }
 
 
-def _rows(spec: DatasetSpec, split: str, corpora_dir: Path | None) -> tuple[str, list[Path], list]:
-    where, files = spec.locate(split, corpora_dir)
+def _rows(spec: DatasetSpec, split: str, corpora_dir: Path | None,
+          located: tuple[str, list[Path] | None] | None = None) -> tuple[str, list[Path], list]:
+    """A split's rows, from where `spec.locate` finds it (or `located`, its answer already)."""
+    where, files = located or spec.locate(split, corpora_dir)
     if files is None:
         hub_rows = load_hub_split(spec.hub_id, spec.hub_config, spec.hub_splits[split])
         return where, [], [spec.read_hub_row(row) for row in hub_rows]
@@ -86,11 +88,13 @@ def load_documents(name: str, splits: tuple[str, ...] | list[str], corpora_dir: 
     if spec.kind != "corpus":
         raise LabError(f"{name} is a benchmark, not a pre-training corpus")
     splits = [spec.canonical_split(split) for split in splits]
-    key = (name, tuple(_split_state(spec, split, corpora_dir) for split in splits))
+    located = [spec.locate(split, corpora_dir) for split in splits]
+    key = (name, tuple((split, where, tuple(_file_state(path) for path in files or ()))
+                       for split, (where, files) in zip(splits, located)))
     if key not in _READ:
         read = []
-        for split in splits:
-            where, files, texts = _rows(spec, split, corpora_dir)
+        for split, found in zip(splits, located):
+            where, files, texts = _rows(spec, split, corpora_dir, found)
             documents = [Document(sample_id(name, split, i), text) for i, text in enumerate(texts)]
             read.append((split, where, files, documents))
         _READ.clear()  # one corpus held: a study's arms read the same base one after another
@@ -106,11 +110,6 @@ def load_documents(name: str, splits: tuple[str, ...] | list[str], corpora_dir: 
 # same base corpus (CSN Java's 120,328 documents took 9 s a read); Documents are frozen, and
 # each caller gets lists of its own.
 _READ: dict[tuple, list[tuple[str, str, list[Path], list[Document]]]] = {}
-
-
-def _split_state(spec: DatasetSpec, split: str, corpora_dir: Path | None) -> tuple:
-    where, files = spec.locate(split, corpora_dir)
-    return (split, where, tuple(_file_state(path) for path in files or ()))
 
 
 def _file_state(path: Path) -> tuple[str, int, int, int]:
