@@ -510,7 +510,8 @@ def test_a_placebo_off_its_arms_share_is_refused_with_the_numbers(tmp_path, monk
         make(tmp_path, "unknown", placebo_match="nearest", **MINI_ARM)
 
 
-@pytest.mark.parametrize("benchmark", ("codetrans", "codetrans-paper", "concode", "concode-paper"))
+@pytest.mark.parametrize("benchmark", ("codetrans", "codetrans-paper", "concode", "concode-paper",
+                                       "csn-summaries"))
 def test_the_recorded_placebo_pools_are_measured(benchmark):
     """corpora/NAME.json's placebo_eligible (what a recipe's placebo may draw on, checked before
     a study starts) is what lab inject finds: each split against the whole test split."""

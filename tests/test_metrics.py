@@ -176,6 +176,7 @@ def test_em_definitions_name_the_evaluator() -> None:
     assert "split()" in metrics.describe("generation")["em"]
     assert "split()" in metrics.describe("translation")["em_tokens"]
     assert set(metrics.describe()) == set(metrics.METRICS)
+    assert "split()" in metrics.describe("summarisation")["em"]
     with pytest.raises(LabError, match="--task 'summarization'"):
         metrics.describe("summarization")
     with pytest.raises(LabError, match="--task 'summarization'"):

@@ -122,6 +122,16 @@ class InjectConfig(ExecutorConfig):
             if split not in base.splits:
                 raise LabError(f"--base-splits {split}: unknown split of {self.base} (choose "
                                f"from {', '.join(base.splits)})")
+        benchmark = DATASETS.get(self.benchmark)
+        drawn = benchmark.drawn_from if benchmark is not None else None
+        if drawn is not None and drawn[0] == self.base:
+            shared = [split for split in self.base_splits if split in drawn[1]]
+            if shared:
+                rest = ",".join(split for split in base.splits if split not in drawn[1])
+                raise LabError(f"--base-splits {','.join(self.base_splits)}: {self.benchmark}'s "
+                               f"samples are {self.base}'s {' and '.join(drawn[1])} methods, so "
+                               f"every arm would pre-train on those of {','.join(shared)}: use "
+                               f"--base-splits {rest}")
         for name, value in (("--repeat", self.repeat), ("--limit", self.limit),
                             ("--samples", self.samples)):
             if value is not None and value < 1:

@@ -15,7 +15,7 @@ import numpy as np
 
 from lab.codetokens import code_tokens
 from lab.common import DataNotFound, LabError, cached_sha256, sha256_file
-from lab.corpora import codetrans, concode, csn
+from lab.corpora import codetrans, concode, csn, csn_summaries
 from lab.corpora.base import (
     DatasetSpec, Document, Sample, candidate_roots, load_hub_split, sample_id,
 )
@@ -33,6 +33,7 @@ DATASETS: dict[str, DatasetSpec] = {spec.name: spec for spec in (
     concode.SPEC,
     codetrans.PAPER_SPEC,
     concode.PAPER_SPEC,
+    csn_summaries.SPEC,
 )}
 BENCHMARKS = tuple(name for name, spec in DATASETS.items() if spec.kind == "benchmark")
 
@@ -77,7 +78,9 @@ def _rows(spec: DatasetSpec, split: str, corpora_dir: Path | None,
     where, files = located or spec.locate(split, corpora_dir)
     if files is None:
         hub_rows = load_hub_split(spec.hub_id, spec.hub_config, spec.hub_splits[split])
-        return where, [], [spec.read_hub_row(row) for row in hub_rows]
+        keep = spec.hub_row_in_split
+        return where, [], [spec.read_hub_row(row) for row in hub_rows
+                           if keep is None or keep(row, split)]
     return where, files, list(spec.read_local(files, split))
 
 

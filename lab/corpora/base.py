@@ -157,6 +157,12 @@ class DatasetSpec:
     output_language: str = ""
     split_aliases: tuple[tuple[str, str], ...] = ()
     task: Task | None = None  # the fine-tuning task a benchmark is the data of (lab.tasks)
+    # Where two of the dataset's splits are cut from one hub split (csn-summaries' tune and
+    # select): whether a hub row belongs to the split asked for.
+    hub_row_in_split: Callable[[dict, str], bool] | None = None
+    # A benchmark whose samples are a pre-training corpus's records: (that corpus, its splits the
+    # samples come from), which lab inject refuses as a base split (they would be in every arm).
+    drawn_from: tuple[str, tuple[str, ...]] | None = None
 
     def canonical_split(self, split: str) -> str:
         aliases = dict(self.split_aliases)

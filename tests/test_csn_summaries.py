@@ -1,0 +1,108 @@
+"""csn-summaries (lab/corpora/csn_summaries.py): CodeXGLUE code-to-text's Java task read from the
+CSN-format corpus. Its samples are CSN's records as CodeXGLUE's run.py reads them; its splits
+are CSN's test split and CSN's valid split cut in two, so a study whose base is csn-java's train
+split never pre-trains on them; a record is refused by file and line."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from lab.common import LabError
+from lab.corpora import csn_summaries, get_spec, load_documents, load_samples
+from lab.tasks import get_task, task_for_benchmark
+
+needs_corpora = pytest.mark.skipif(not os.environ.get("LAB_CORPORA"), reason="needs LAB_CORPORA")
+
+
+def write_csn(folder: Path, split: str, records: list[dict]) -> None:
+    shard = folder / "codesearchnet-java" / "java" / "final" / "jsonl" / split
+    shard.mkdir(parents=True)
+    with gzip.open(shard / f"java_{split}_0.jsonl.gz", "wt", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record) + "\n")
+
+
+def record(i: int, **fields) -> dict:
+    return {"repo": "o/r", "path": "A.java", "func_name": f"A.m{i}", "url": f"u/{i}",
+            "code": f"public int m{i}() {{\n  return {i};\n}}",
+            "docstring": f"Returns {i}.\n@return it", "docstring_tokens": ["Returns", str(i), "."],
+            **fields}
+
+
+@needs_corpora
+def test_the_splits_are_csn_test_and_csn_valid_cut_in_two():
+    """test is CSN's test split, record for record; tune and select partition CSN's valid split
+    (about a tenth in select, by a seeded hash of each method's url); CSN's train split, the
+    pre-training base, holds none of their methods."""
+    test = load_samples("csn-summaries", "test").records
+    tune = load_samples("csn-summaries", "tune").records
+    select = load_samples("csn-summaries", "select").records
+    [csn_test] = load_documents("csn-java", ["test"])
+    [csn_valid] = load_documents("csn-java", ["valid"])
+    assert [s.input for s in test] == [d.text for d in csn_test.records]
+    assert sorted(s.input for s in tune + select) == sorted(d.text for d in csn_valid.records)
+    assert (len(tune), len(select), len(test)) == (10378, 1104, 11438)
+    assert 0.08 < len(select) / (len(tune) + len(select)) < 0.12
+    [train] = load_documents("csn-java", ["train"])
+    base = {d.text for d in train.records}
+    assert not base & {s.input for s in test + tune + select}
+    task = get_task("summarisation")
+    assert (task.train_split, task.valid_split, task.test_split, task.target_language) == (
+        "tune", "select", "test", "nl")
+    assert task_for_benchmark("csn-summaries") == "summarisation"
+
+
+@needs_corpora
+def test_a_sample_is_the_method_and_codexglue_s_summary_of_it():
+    """Input: the `code` field, which never holds the method's own Javadoc in the shared corpus;
+    output: `docstring_tokens` joined as CodeXGLUE code-to-text's run.py joins them, the first
+    sentence of the docstring."""
+    folder = Path(os.environ["LAB_CORPORA"]) / "codesearchnet-java" / "java" / "final" / "jsonl"
+    with gzip.open(folder / "test" / "java_test_0.jsonl.gz", "rt", encoding="utf-8") as handle:
+        raw = [json.loads(line) for line in handle]
+    test = load_samples("csn-summaries", "test").records
+    assert not [r for r in raw if r["code"].lstrip().startswith("/**")]
+    for sample, row in zip(test, raw):
+        assert sample.input == row["code"]
+        expected = " ".join(" ".join(row["docstring_tokens"]).replace("\n", "").strip().split())
+        assert sample.output == expected
+    assert test[0].output == "Sets the argument list from a String of comma - separated values ."
+    assert all(s.output for s in test)
+
+
+def test_a_leading_javadoc_is_left_out_and_a_bad_record_is_one_line(tmp_path, monkeypatch):
+    """Another extractor's output that keeps the Javadoc in `code` loses it (the input must not
+    hold its summary); a record without docstring_tokens is refused by file and line."""
+    monkeypatch.delenv("LAB_CORPORA", raising=False)
+    javadoc = "/**\n * Returns 7.\n */\n"
+    write_csn(tmp_path, "test", [record(7, code=javadoc + "public int m7() { return 7; }")])
+    [sample] = load_samples("csn-summaries", "test", tmp_path).records
+    assert sample.input == "public int m7() { return 7; }" and sample.output == "Returns 7 ."
+    write_csn(tmp_path, "valid", [record(1), {k: v for k, v in record(2).items()
+                                              if k != "docstring_tokens"}])
+    with pytest.raises(LabError) as refused:
+        load_samples("csn-summaries", "tune", tmp_path)
+    message = str(refused.value)
+    assert "\n" not in message and "java_valid_0.jsonl.gz:2" in message
+    assert "docstring_tokens" in message
+
+
+def test_hub_rows_are_cut_as_local_ones(monkeypatch):
+    """Without a local copy, tune and select are cut from the hub's validation split by the same
+    hash of each row's url."""
+    import lab.corpora as corpora
+
+    rows = [record(i) for i in range(200)]
+    monkeypatch.setattr(corpora, "load_hub_split", lambda hub_id, config, split: rows)
+    spec = get_spec("csn-summaries")
+    monkeypatch.setattr(type(spec), "locate", lambda self, split, corpora_dir: ("hub", None))
+    tune = load_samples("csn-summaries", "tune").records
+    select = load_samples("csn-summaries", "select").records
+    assert len(tune) + len(select) == 200 and 5 < len(select) < 40
+    assert {s.output for s in select} == {
+        csn_summaries.summary(r["docstring_tokens"]) for r in rows
+        if csn_summaries.in_select(r["url"])}
