@@ -519,8 +519,9 @@ def test_the_recorded_placebo_pools_are_measured(benchmark):
     tests = load_samples(benchmark, "test").records
     setting = settings_table.get("input-only-placebo")
     for split, count in recorded.items():
+        base = {"base_splits": ("train",)} if get_spec(benchmark).drawn_from else {}
         cfg = InjectConfig(benchmark=benchmark, setting=setting.name, seed=0,
-                           out=Path("unused"), placebo_from=(split,))
+                           out=Path("unused"), placebo_from=(split,), **base)
         pool = placebo_pool(cfg, get_spec(benchmark), setting, tests, load_placebo_splits(cfg))
         assert pool.record["eligible"] == count, split
 

@@ -16,7 +16,8 @@ import sys
 
 import pytest
 
-from lab.eval.metrics import score, smooth_bleu_per_sample, smooth_bleu_sample
+from lab.eval.metrics import score
+from lab.eval.smooth_bleu import smooth_bleu_per_sample, smooth_bleu_sample
 
 
 def evaluator_words(line: str) -> list[str]:
