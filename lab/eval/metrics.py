@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from lab.common import LabError, read_jsonl, read_text_file
-from lab.eval.smooth_bleu import smooth_bleu_per_sample
+from lab.eval.smooth_bleu import MAX_ORDER, _ngram_counts, smooth_bleu_per_sample
 
-MAX_ORDER = 4
 METRICS = ("bleu", "bleu_sentence", "smooth_bleu", "meteor", "em", "em_tokens", "codebleu")
 # The EM definition of each task's CodeXGLUE evaluator: code-to-code-trans/evaluator/evaluator.py
 # (`r == p` on stripped lines: strict) and text-to-code/evaluator/evaluator.py
@@ -30,14 +29,6 @@ METRICS = ("bleu", "bleu_sentence", "smooth_bleu", "meteor", "em", "em_tokens", 
 EM_DEFINITIONS = {"translation": "strict", "generation": "tokens", "summarisation": "tokens"}
 DEFAULT_TASK = "translation"
 CODEBLEU_LANGUAGES = {"java": "java", "cs": "c_sharp"}
-
-
-def _ngram_counts(tokens: Sequence[str]) -> Counter:
-    counts: Counter = Counter()
-    for n in range(1, MAX_ORDER + 1):
-        for start in range(len(tokens) - n + 1):
-            counts[tuple(tokens[start:start + n])] += 1
-    return counts
 
 
 def _bleu_from_stats(matches: list[int], possible: list[int], hyp_len: int, ref_len: int) -> float:
