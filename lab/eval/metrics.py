@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import os
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
