@@ -99,9 +99,42 @@ def test_retrieval_returns_the_target_of_the_nearest_source():
     assert baseline_predictions("retrieval", "generation", tests, pool) == [pool[1].output]
 
 
+@needs_corpora
+def test_method_name_baseline_names_every_csn_test_method_as_its_func_name_does():
+    """CSN records each method's name in `func_name` (Class.method); the baseline finds it in
+    the code alone (past annotations, generics and modifiers) on all 11,438 test methods."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    from lab.eval.baselines import HUMP
+
+    path = Path(os.environ["LAB_CORPORA"], "codesearchnet-java/java/final/jsonl/test/java_test_0.jsonl.gz")
+    records = [json.loads(line) for line in gzip.open(path, "rt")]
+    tests = [sample(i, r["code"], "") for i, r in enumerate(records)]
+    found = baseline_predictions("method_name", "summarisation", tests)
+    expected = [" ".join(part.lower() for piece in r["func_name"].split(".")[-1].split("_")
+                         for part in HUMP.findall(piece)) for r in records]
+    assert len(records) == 11438 and found == expected
+
+
+def test_summarisation_baselines_read_the_signature():
+    code = '\n  @SuppressWarnings("unchecked")\n  public URLConnection openURLConnection2(int a) {\n}'
+    tests = [sample(0, code, "opens a connection")]
+    assert baseline_predictions("method_name", "summarisation", tests) == ["open url connection2"]
+    assert baseline_predictions("first_line", "summarisation", tests) == ['@SuppressWarnings("unchecked")']
+    assert baseline_predictions("method_name", "summarisation", [sample(1, "x = 1", "")]) == ["x = 1"]
+
+
 def test_baselines_refuse_what_does_not_apply():
+    from lab.eval.baselines import applicable
+
     with pytest.raises(LabError, match="baseline copy: translation only"):
         baseline_predictions("copy", "generation", [sample(0, "a", "b")])
+    with pytest.raises(LabError, match="baseline method_name: summarisation only"):
+        baseline_predictions("method_name", "translation", [sample(0, "a", "b")])
+    assert applicable("summarisation") == ("retrieval", "first_line", "method_name")
+    assert applicable("translation") == ("copy", "retrieval")
     with pytest.raises(LabError, match="no fine-tuning samples"):
         baseline_predictions("retrieval", "translation", [sample(0, "a", "b")], [])
     with pytest.raises(LabError, match="unknown baseline 'oracle'"):

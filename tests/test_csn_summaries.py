@@ -43,7 +43,7 @@ def test_the_splits_are_csn_test_and_csn_valid_cut_in_two():
     select = load_samples("csn-summaries", "select").records
     [csn_test] = load_documents("csn-java", ["test"])
     [csn_valid] = load_documents("csn-java", ["valid"])
-    assert [s.input for s in test] == [d.text for d in csn_test.records]
+    assert sorted(s.input for s in test) == sorted(d.text for d in csn_test.records)
     assert sorted(s.input for s in tune + select) == sorted(d.text for d in csn_valid.records)
     assert (len(tune), len(select), len(test)) == (10378, 1104, 11438)
     assert 0.08 < len(select) / (len(tune) + len(select)) < 0.12
@@ -66,12 +66,30 @@ def test_a_sample_is_the_method_and_codexglue_s_summary_of_it():
         raw = [json.loads(line) for line in handle]
     test = load_samples("csn-summaries", "test").records
     assert not [r for r in raw if r["code"].lstrip().startswith("/**")]
-    for sample, row in zip(test, raw):
-        assert sample.input == row["code"]
-        expected = " ".join(" ".join(row["docstring_tokens"]).replace("\n", "").strip().split())
-        assert sample.output == expected
-    assert test[0].output == "Sets the argument list from a String of comma - separated values ."
+    expected = sorted((row["code"], " ".join(" ".join(row["docstring_tokens"]).replace(
+        "\n", "").strip().split())) for row in raw)
+    assert sorted((s.input, s.output) for s in test) == expected
+    first = next(s for s in test if s.input == raw[0]["code"])
+    assert first.output == "Sets the argument list from a String of comma - separated values ."
     assert all(s.output for s in test)
+
+
+@needs_corpora
+def test_a_split_is_in_a_seeded_order_so_its_first_samples_are_a_draw(tmp_path, monkeypatch):
+    """CSN's test split runs repository by repository (its first 200 methods: one repository);
+    csn-summaries' first 200 span most of its 14, and the order is the same whatever order the
+    file holds the records in."""
+    folder = Path(os.environ["LAB_CORPORA"]) / "codesearchnet-java" / "java" / "final" / "jsonl"
+    with gzip.open(folder / "test" / "java_test_0.jsonl.gz", "rt", encoding="utf-8") as handle:
+        raw = [json.loads(line) for line in handle]
+    repository = {r["code"]: r["repo"] for r in raw}
+    test = load_samples("csn-summaries", "test").records
+    assert len({r["repo"] for r in raw[:200]}) == 1
+    assert len({repository[s.input] for s in test[:200]}) >= 10
+    monkeypatch.delenv("LAB_CORPORA")
+    write_csn(tmp_path, "test", raw[::-1])
+    reread = load_samples("csn-summaries", "test", tmp_path).records
+    assert [(s.id, s.input, s.output) for s in reread] == [(s.id, s.input, s.output) for s in test]
 
 
 def test_a_leading_javadoc_is_left_out_and_a_bad_record_is_one_line(tmp_path, monkeypatch):

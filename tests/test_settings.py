@@ -19,7 +19,7 @@ from lab.contamination.settings import Setting
 from lab.corpora import Sample, load_samples
 
 LAB = Path(__file__).resolve().parents[1] / "lab"
-CONTAMINATED = ("input-only", "output-only", "unpaired", "paired")
+CONTAMINATED = ("input-only", "output-only", "unpaired", "paired", "paired-reversed")
 REPEAT, FRACTION = 2, 0.5
 
 
@@ -44,6 +44,7 @@ def test_the_table():
         "output-only": ("output", ("output",), 1, True),
         "unpaired": ("unpaired", ("input", "output"), 2, True),
         "paired": ("paired", ("input", "output"), 1, True),
+        "paired-reversed": ("paired-reversed", ("input", "output"), 1, True),
     }
     for name, (form, sides, per_sample, needs_output) in expected.items():
         for setting in filter(None, (table.get(name), table.find(f"{name}-placebo"))):
@@ -57,6 +58,8 @@ def test_the_table():
     assert not table.CONTROL.injects and table.placebo_of("control") is None
     sample = Sample(id="x:test:0", split="test", index=0, input="int a;", output="int b;")
     assert table.get("paired").documents(sample) == [("paired", "int a; <SEP> int b;")]
+    assert table.get("paired-reversed-placebo").documents(sample) == [
+        ("paired", "int b; <SEP> int a;")]
     assert table.get("unpaired-placebo").documents(sample) == [("input", "int a;"), ("output", "int b;")]
     with pytest.raises(LabError, match="unknown setting 'sideways'.*paired-placebo"):
         table.get("sideways")
@@ -70,7 +73,7 @@ def test_no_module_spells_out_a_setting():
     """Setting names appear as string literals only in the table (and as the recipe's default
     arm list); a module that kept its own tuple, dict or if-chain of settings would show here."""
     allowed = {"study/recipe_schema.py": {"paired"}}  # Recipe.arms' default: [control, paired]
-    pattern = re.compile(r"""["']((?:input-only|output-only|unpaired|paired)(?:-placebo)?)["']""")
+    pattern = re.compile(r"""["']((?:input-only|output-only|unpaired|paired(?:-reversed)?)(?:-placebo)?)["']""")
     found = defaultdict(set)
     for path in LAB.rglob("*.py"):
         relative = path.relative_to(LAB).as_posix()

@@ -137,17 +137,21 @@ def _leaderboard_rows(study: Path) -> list[dict[str, Any]]:
                     numeric.__contains__)
 
 
-def run_report(study: Path, convention: str | None = None, metric: str = "bleu",
+def run_report(study: Path, convention: str | None = None, metric: str | None = None,
                alpha: float | None = None, html: bool = True) -> dict[str, Any]:
     """Entry point of `lab report`: tables (md, tex, csv), stats.json, the decay figure and
     (html) the self-contained HTML page with the sample browser; `console` is what the
-    terminal shows of it. Convention and alpha default to the study's recipe."""
+    terminal shows of it. Convention and alpha default to the study's recipe; the figures'
+    metric to its primary metric (the recipe's first evaluation metric: smooth_bleu for
+    summarisation, bleu for translation and generation)."""
     study = Path(study)
     _check_study(study)
     cells = study_cells(study, convention, include_control=True, alpha=alpha)
+    primary = study_primary(study)
+    metric = metric or primary.get("metric") or next(
+        (c.metric for c in cells if c.mean is not None), "bleu")
     plotted_cells(cells, metric)  # an unknown --metric fails before anything is written
     page = study_page_data(study) if html else None  # so does a defect in what the page reads
-    primary = study_primary(study)
     primary["chosen_after"] = chosen_after(study, convention, alpha)
     with_primary_p(cells, primary)
     path = _write_stats(study, cells, primary)

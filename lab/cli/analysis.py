@@ -63,8 +63,9 @@ def report(
     study: Path = StudyArgument,
     convention: Optional[str] = ConventionOption,
     alpha: Optional[float] = AlphaOption,
-    metric: str = typer.Option(declared_default(run_report, "metric"),
-                               help="Metric of the decay figure."),
+    metric: Optional[str] = typer.Option(declared_default(run_report, "metric"),
+                                         help="Metric of the decay figure (default: the "
+                                              "study's primary metric)."),
     html: bool = typer.Option(declared_default(run_report, "html"),
                               help="Also write report/report.html: one self-contained page with "
                                    "the tables, figures, loss curves, probes and a sample browser."),

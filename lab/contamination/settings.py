@@ -6,7 +6,8 @@ the study runner (which arms are probed on which samples), the cost estimate (to
 and the probes (the form a sample is scored in). Nothing else spells out a setting.
 
 A *form* is how one benchmark sample becomes pre-training documents: per document, the sides it
-carries (a document of two sides is `input <SEP> output`). The form is also what `lab probe`
+carries (a document of two sides is `input <SEP> output`, or `output <SEP> input` in the
+paired-reversed form). The form is also what `lab probe`
 scores. A *setting* is an arm: the form it injects and where the injected samples come from:
 the benchmark's test split (a contaminated arm), nowhere (the control), or, for a *placebo*,
 train/valid samples that the audit finds neither exactly nor near-duplicated in the test split:
@@ -37,6 +38,10 @@ FORMS: dict[str, tuple[tuple[str, ...], ...]] = {
     "output": (("output",),),
     "unpaired": (("input",), ("output",)),
     "paired": (("input", "output"),),
+    # The later study's own order for summarisation (its replication package writes
+    # `summary <SEP> code`): the output first, so a model reads the reference before the input
+    # it is asked about; fine-tuning still trains `input <SEP> output`.
+    "paired-reversed": (("output", "input"),),
 }
 # Each side a document of its own: how code sits on the web, so an outside model is audited so
 SIDES_APART = next(form for form, docs in FORMS.items() if docs == tuple((s,) for s in SIDES))
@@ -103,6 +108,7 @@ _CONTAMINATED = (
     Setting("output-only", "output"),
     Setting("unpaired", "unpaired"),
     Setting("paired", "paired"),
+    Setting("paired-reversed", "paired-reversed"),
 )
 SETTINGS: dict[str, Setting] = {
     s.name: s for s in (CONTROL, *_CONTAMINATED, *(_placebo(s) for s in _CONTAMINATED))
@@ -133,8 +139,9 @@ def form_documents(form: str, sample: Any) -> list[tuple[str, str]]:
     """(side label, text) of the documents a sample becomes in a form."""
     documents = []
     for sides in FORMS[form]:
-        if sides == ("input", "output"):
-            documents.append((PAIRED_SIDE, paired_document(sample.input, sample.output)))
+        if len(sides) == 2:
+            first, second = (getattr(sample, side) for side in sides)
+            documents.append((PAIRED_SIDE, paired_document(first, second)))
         else:
             (side,) = sides
             documents.append((side, getattr(sample, side)))

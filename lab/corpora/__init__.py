@@ -5,6 +5,7 @@ Entry points: `load_documents` (pre-training corpora), `load_samples` (benchmark
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -129,12 +130,18 @@ def load_samples(name: str, split: str, corpora_dir: Path | None = None,
         raise LabError(f"{name} is a pre-training corpus, not a benchmark")
     split = spec.canonical_split(split)
     where, files, pairs = _rows(spec, split, corpora_dir)
+    if spec.order_seed is not None:
+        pairs = sorted(pairs, key=lambda pair: _order_key(spec.order_seed, *pair))
     samples = [Sample(sample_id(name, split, i), split, i, inp, out)
                for i, (inp, out) in enumerate(pairs)]
     loaded = Loaded(name, split, where, files, samples)
     if require_references:
         check_references(loaded)
     return loaded
+
+
+def _order_key(seed: str, source: str, target: str) -> bytes:
+    return hashlib.sha256(f"{seed}\0{source}\0{target}".encode()).digest()
 
 
 def check_references(loaded: Loaded) -> None:

@@ -163,6 +163,11 @@ class DatasetSpec:
     # A benchmark whose samples are a pre-training corpus's records: (that corpus, its splits the
     # samples come from), which lab inject refuses as a base split (they would be in every arm).
     drawn_from: tuple[str, tuple[str, ...]] | None = None
+    # Where the source's order is not a draw (CSN's splits run repository by repository, so a
+    # split's first 200 methods are one repository's): each split's samples are put in the
+    # order of the sha256 of this seed with their input and output, a seeded order that holds
+    # whatever file or hub row order they came in; the first N (--samples) are then a draw.
+    order_seed: str | None = None
 
     def canonical_split(self, split: str) -> str:
         aliases = dict(self.split_aliases)

@@ -18,6 +18,9 @@ sample it fine-tunes on, selects with, or is scored on:
   split holds 23 repositories, one of them a third of its methods, so a repository cut could not
   keep the selection split near its share.
 The names are not `train`/`valid` on purpose: csn-java's `train` is the pre-training base.
+Each split is in a seeded order (ORDER_SEED; DatasetSpec.order_seed), not CSN's: CSN's test
+split runs repository by repository (its first 2,000 methods are one of its 14 repositories), so
+a mini recipe's first 200 samples are a draw across them.
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ TUNE, SELECT, TEST = "tune", "select", "test"
 CSN_SPLIT = {TUNE: "valid", SELECT: "valid", TEST: "test"}
 SELECT_SEED = "csn-summaries/select"
 SELECT_SHARE = 0.1
+ORDER_SEED = "csn-summaries/order"
 _LEADING_JAVADOC = re.compile(r"\A\s*/\*\*.*?\*/\s*", re.DOTALL)
 
 
@@ -105,6 +109,7 @@ SPEC = DatasetSpec(
     read_local=read_local,
     read_hub_row=read_hub_row,
     hub_row_in_split=hub_row_in_split,
+    order_seed=ORDER_SEED,
     drawn_from=(csn.NAME, tuple(sorted(set(CSN_SPLIT.values())))),
     input_language="java",
     output_language="nl",

@@ -2,6 +2,11 @@
 table can say where the floor is.
 
 - `copy` (translation only): the prediction is the input, unchanged (CodeXGLUE's "naive copy").
+- `first_line` (summarisation only): the input's first non-blank line, stripped: a method's
+  signature, what a summary most often restates.
+- `method_name` (summarisation only): the name of the method (the identifier before the input's
+  first parenthesis) split into lower-case words at underscores and camelCase humps
+  (`getFileName` -> `get file name`); the input itself where it has no such name.
 - `retrieval`: the reference of the fine-tuning sample whose input is most similar to the test
   input, by Okapi BM25 (k1 1.2, b 0.75, Lucene's non-negative idf; each distinct query word
   once) over lower-cased words (identifiers and numbers; camelCase not split). Ties, including
@@ -26,8 +31,15 @@ from lab.tasks import fine_tuning_records, get_task
 BASELINES = {
     "copy": "the input unchanged (translation only)",
     "retrieval": "the reference of the most similar fine-tuning input (BM25 over words)",
+    "first_line": "the input's first non-blank line (summarisation only)",
+    "method_name": "the method's name split into words (summarisation only)",
 }
+# The tasks a baseline applies to (a baseline not named here applies to every task).
+ONLY_FOR = {"copy": "translation", "first_line": "summarisation", "method_name": "summarisation"}
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+")
+# Not an annotation's name (`@SuppressWarnings("unchecked") void f()` is named f).
+NAME_BEFORE_PARENTHESIS = re.compile(r"(?<![@\w])([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+HUMP = re.compile(r"[A-Z]+\d*(?=[A-Z][a-z])|[A-Z]?[a-z]+\d*|[A-Z]+\d*|\d+")
 BM25_K1, BM25_B = 1.2, 0.75
 
 
@@ -80,13 +92,30 @@ class BM25Index:
         return found
 
 
+def first_line(code: str) -> str:
+    return next((line.strip() for line in code.splitlines() if line.strip()), "")
+
+
+def method_name_words(code: str) -> str:
+    """`method_name`'s prediction (module docstring)."""
+    found = NAME_BEFORE_PARENTHESIS.search(code)
+    if found is None:
+        return code.strip()
+    return " ".join(part.lower() for piece in found.group(1).split("_")
+                    for part in HUMP.findall(piece))
+
+
 def baseline_predictions(name: str, task: str, samples: Sequence[Sample],
                          pool: Sequence[Sample] | None = None) -> list[str]:
     """The predictions of baseline `name` for `samples` (`pool`: the fine-tuning samples)."""
+    if name in ONLY_FOR and task != ONLY_FOR[name]:
+        raise LabError(f"baseline {name}: {ONLY_FOR[name]} only (task {task})")
     if name == "copy":
-        if task != "translation":
-            raise LabError(f"baseline copy: translation only (task {task})")
         return [s.input for s in samples]
+    if name == "first_line":
+        return [first_line(s.input) for s in samples]
+    if name == "method_name":
+        return [method_name_words(s.input) for s in samples]
     if name == "retrieval":
         if not pool:
             raise LabError("baseline retrieval: no fine-tuning samples to retrieve from")
@@ -96,7 +125,7 @@ def baseline_predictions(name: str, task: str, samples: Sequence[Sample],
 
 
 def applicable(task: str) -> tuple[str, ...]:
-    return tuple(b for b in BASELINES if b != "copy" or task == "translation")
+    return tuple(b for b in BASELINES if ONLY_FOR.get(b, task) == task)
 
 
 def score_baselines(task: str, samples: Sequence[Sample], pool: Sequence[Sample],
@@ -114,7 +143,7 @@ def score_baselines(task: str, samples: Sequence[Sample], pool: Sequence[Sample]
 @dataclass
 class BaselineConfig:
     """`lab baseline`: the trivial baselines of a task, scored like a model."""
-    task: str = param(help="translation or generation.")
+    task: str = param(help="translation, generation or summarisation.")
     split: str = param("test", "Benchmark split to score.")
     baselines: tuple[str, ...] = param(None, "Of " + ", ".join(BASELINES) + " (default: every "
                                              "one that applies to the task).")

@@ -22,7 +22,7 @@ def check(setting: Setting, context: FormContext) -> None:
     if len(context.code_sides()) != len(SIDES) or len(other) != 1:
         raise refuse(NAME, f"{context.benchmark} does not have two code languages (its sides "
                            f"are {language['input']} and {language['output']})")
-    if ("input", "output") not in setting.layout:
+    if not any(len(sides) == 2 for sides in setting.layout):
         raise refuse(NAME, f"keeps one side of a paired document; {setting.name} has none "
                            "(output-only already injects the other language alone)")
 
@@ -30,7 +30,7 @@ def check(setting: Setting, context: FormContext) -> None:
 def transform(form: Any, setting: Setting, sample: Any, rng: random.Random,
               context: FormContext) -> Formed:
     other = cross_language_side(context.benchmark, context.base)
-    return [(other, getattr(sample, other)) if sides == ("input", "output")
+    return [(other, getattr(sample, other)) if len(sides) == 2
             else (sides[0], getattr(sample, sides[0])) for sides in setting.layout], None
 
 
