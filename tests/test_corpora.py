@@ -192,6 +192,13 @@ def test_search_order_corpora_then_env_then_cwd(tmp_path, monkeypatch, offline_a
     loaded = load_samples("concode", "test", flag)
     assert (loaded.where, len(loaded.records)) == (str(env / "concode"), 2)
 
+    # LAB_CORPORA may list several folders (os.pathsep), searched in order: a split found in
+    # none of the earlier ones comes from a later one
+    second = _concode_root(tmp_path / "second", 4, splits=("dev", "train"))
+    monkeypatch.setenv("LAB_CORPORA", os.pathsep.join([str(env), str(second)]))
+    assert load_samples("concode", "dev").where == str(env / "concode")
+    assert load_samples("concode", "train").where == str(second / "concode")
+
     monkeypatch.delenv("LAB_CORPORA")
     loaded = load_samples("concode", "dev")
     assert (loaded.where, len(loaded.records)) == (str(Path("corpora") / "concode"), 3)
@@ -207,6 +214,9 @@ def test_missing_corpora_or_env_directory_is_an_error(tmp_path, monkeypatch, tin
     with pytest.raises(LabError, match=r"LAB_CORPORA=.*gone: no such directory"):
         load_documents("csn-java", ["test"], tiny_corpora)
     with pytest.raises(LabError, match=r"LAB_CORPORA=.*gone: no such directory"):
+        dataset_table()
+    monkeypatch.setenv("LAB_CORPORA", os.pathsep.join([str(tmp_path), str(tmp_path / "gone")]))
+    with pytest.raises(LabError, match=r"LAB_CORPORA=.*: no such directory '.*gone'"):
         dataset_table()
 
 

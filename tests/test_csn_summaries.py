@@ -124,3 +124,31 @@ def test_hub_rows_are_cut_as_local_ones(monkeypatch):
     assert {s.output for s in select} == {
         csn_summaries.summary(r["docstring_tokens"]) for r in rows
         if csn_summaries.in_select(r["url"])}
+
+
+def test_the_python_benchmarks_leave_the_docstring_out_of_the_code(tmp_path, monkeypatch):
+    """csn-python-summaries reads CSN's Python layout: the input is the function without its
+    docstring (CSN's Python `code` holds it), decorators, comments and the rest kept;
+    csn-python-generation is the same pair the other way round; both tasks key EM and the
+    baselines on their family."""
+    monkeypatch.delenv("LAB_CORPORA", raising=False)
+    method = ('@property\n    def size(self):\n        """Returns the size.\n\n        More.\n'
+              '        """\n        # counted once\n        return len(self.items)')
+    one_line = 'def f(x):\n    """Doubles x."""\n    return 2 * x\n'
+    only_doc = 'def g():\n    """Nothing else."""'
+    shard = tmp_path / "codesearchnet-python" / "python" / "final" / "jsonl" / "test"
+    shard.mkdir(parents=True)
+    with gzip.open(shard / "python_test_0.jsonl.gz", "wt", encoding="utf-8") as handle:
+        for i, code in enumerate((method, one_line, only_doc)):
+            handle.write(json.dumps(record(i, code=code, docstring_tokens=["Does", str(i)])) + "\n")
+    samples = {s.output: s.input for s in load_samples("csn-python-summaries", "test", tmp_path).records}
+    assert samples == {
+        "Does 0": '@property\n    def size(self):\n        # counted once\n        return len(self.items)',
+        "Does 1": "def f(x):\n    return 2 * x\n",
+        "Does 2": only_doc}
+    generation = load_samples("csn-python-generation", "test", tmp_path).records
+    assert {s.input: s.output for s in generation} == samples
+    python, generate = get_task("python-summarisation"), get_task("python-generation")
+    assert (python.family, python.target_language, generate.family, generate.target_language) == (
+        "summarisation", "nl", "generation", "python")
+    assert task_for_benchmark("csn-python-generation") == "python-generation"

@@ -18,7 +18,7 @@ from lab.codetokens import code_tokens
 from lab.common import DataNotFound, LabError, cached_sha256, sha256_file
 from lab.corpora import codetrans, concode, csn, csn_summaries
 from lab.corpora.base import (
-    DatasetSpec, Document, Sample, candidate_roots, load_hub_split, sample_id,
+    DatasetSpec, Document, Sample, candidate_roots, lab_corpora_folders, load_hub_split, sample_id,
 )
 from lab.corpora.shards import MANIFEST, verify_corpus
 
@@ -35,6 +35,9 @@ DATASETS: dict[str, DatasetSpec] = {spec.name: spec for spec in (
     codetrans.PAPER_SPEC,
     concode.PAPER_SPEC,
     csn_summaries.SPEC,
+    csn.PYTHON_SPEC,
+    csn_summaries.PYTHON_SPEC,
+    csn_summaries.PYTHON_GENERATION_SPEC,
 )}
 BENCHMARKS = tuple(name for name, spec in DATASETS.items() if spec.kind == "benchmark")
 
@@ -248,8 +251,7 @@ def corpora_inputs(corpora_dir: Path | None) -> list[Path]:
     LAB_CORPORA and ./corpora): inputs that no output may be, hold or lie inside
     (lab.common.check_output). Outputs beside them, in the same root, are the user's to make."""
     roots = [Path(corpora_dir)] if corpora_dir is not None else []
-    if os.environ.get("LAB_CORPORA"):
-        roots.append(Path(os.environ["LAB_CORPORA"]))
+    roots += lab_corpora_folders()
     roots.append(Path("corpora"))
     subdirs = dict.fromkeys(spec.subdir for spec in DATASETS.values())
     return [root / subdir for root in roots for subdir in subdirs]

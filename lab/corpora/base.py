@@ -54,19 +54,28 @@ def read_sample_ids(path: Path, option: str, samples: list[Sample]) -> list[int]
     return sorted(chosen)
 
 
+def lab_corpora_folders() -> list[Path]:
+    """LAB_CORPORA's folders: one, or several separated by os.pathsep as PATH lists them (the
+    shared corpora and a corpus built here, such as the standard library's Python corpus that
+    scripts/test.sh extracts), searched in that order."""
+    return [Path(folder) for folder in os.environ.get("LAB_CORPORA", "").split(os.pathsep)
+            if folder]
+
+
 def candidate_roots(corpora_dir: Path | None) -> list[tuple[str, Path]]:
-    """Where local data is looked for, in order: --corpora, LAB_CORPORA, ./corpora."""
+    """Where local data is looked for, in order: --corpora, LAB_CORPORA (one folder, or several
+    separated by os.pathsep), ./corpora."""
     roots: list[tuple[str, Path]] = []
     if corpora_dir is not None:
         corpora_dir = Path(corpora_dir)
         if not corpora_dir.is_dir():
             raise LabError(f"--corpora {corpora_dir}: no such directory")
         roots.append(("--corpora", corpora_dir))
-    env = os.environ.get("LAB_CORPORA")
-    if env:
-        if not Path(env).is_dir():
-            raise LabError(f"LAB_CORPORA={env}: no such directory")
-        roots.append(("LAB_CORPORA", Path(env)))
+    for folder in lab_corpora_folders():
+        if not folder.is_dir():
+            raise LabError(f"LAB_CORPORA={os.environ['LAB_CORPORA']}: no such directory "
+                           f"'{folder}'")
+        roots.append(("LAB_CORPORA", folder))
     roots.append(("./corpora", Path("corpora")))
     return roots
 
@@ -129,6 +138,13 @@ class Task:
     test_split: str
     target_language: str
     fallback_train_split: str | None = None
+    # translation, generation or summarisation where the name is not one of them (a second
+    # language's task, python-summarisation): what EM's definition and the baselines key on.
+    kind: str | None = None
+
+    @property
+    def family(self) -> str:
+        return self.kind or self.name
 
     def record(self) -> dict[str, str]:
         """The task as a fine-tuned model's manifest states it: the six fields it has always

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import textwrap
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -67,51 +68,105 @@ def method_code(code: str) -> str:
     return _LEADING_JAVADOC.sub("", code, count=1)
 
 
-def pair(record: dict[str, Any], where: str) -> tuple[str, str]:
-    """(input, output) of one CSN record; a record without its fields is refused at `where`."""
+def _parsed_function(code: str):
+    """The function a method's source holds (its first line unindented, the rest as in its
+    file), or None where it does not parse."""
+    import ast
+
+    lines = code.splitlines()
+    indent = next((line[:len(line) - len(line.lstrip())] for line in lines[1:] if line.strip()),
+                  "")
+    for text in (code, "\n".join(indent + line if i == 0 else line
+                                 for i, line in enumerate(lines))):
+        try:
+            body = ast.parse(textwrap.dedent(text)).body
+        except SyntaxError:
+            continue
+        if len(body) == 1 and isinstance(body[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return body[0]
+    return None
+
+
+def python_code(code: str) -> str:
+    """A Python function's `code` less its docstring (CSN's Python `code` holds it): the lines
+    of the body's first statement where it is a string literal on lines of its own; the code as
+    it is where it does not parse or the docstring is all of the body."""
+    import ast
+
+    function = _parsed_function(code)
+    if function is None or len(function.body) < 2:
+        return code
+    first = function.body[0]
+    if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str)) or first.lineno <= function.lineno \
+            or first.end_lineno >= function.body[1].lineno:
+        return code
+    lines = code.splitlines(keepends=True)
+    return "".join(lines[:first.lineno - 1] + lines[first.end_lineno:])
+
+
+CODE_OF = {"java": method_code, "python": python_code}
+
+
+def pair(record: dict[str, Any], where: str, language: str = "java") -> tuple[str, str]:
+    """(code, summary) of one CSN record; a record without its fields is refused at `where`."""
     code, tokens = record.get("code"), record.get("docstring_tokens")
     if not isinstance(code, str):
         raise LabError(f"{where}: field 'code' is missing or not a string")
     if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
         raise LabError(f"{where}: field 'docstring_tokens' is missing or not a list of strings")
-    return method_code(code), summary(tokens)
+    return CODE_OF[language](code), summary(tokens)
 
 
-def find_local(folder: Path, split: str) -> list[Path] | None:
-    return csn.find_local(folder, CSN_SPLIT[split])
+def benchmark_spec(corpus: DatasetSpec, name: str, task: str, generate: bool = False,
+                   kind: str | None = None) -> DatasetSpec:
+    """The benchmark of a CSN corpus's methods: (code, summary) pairs, or (summary, code) where
+    `generate` (NL -> code), split as the module docstring says."""
+    language = corpus.input_language
+
+    def oriented(record: dict[str, Any], where: str) -> tuple[str, str]:
+        code, text = pair(record, where, language)
+        return (text, code) if generate else (code, text)
+
+    def find_local(folder: Path, split: str) -> list[Path] | None:
+        return corpus.find_local(folder, CSN_SPLIT[split])
+
+    def read_local(files: list[Path], split: str) -> Iterator[tuple[str, str]]:
+        for path in files:
+            for number, record in read_jsonl(path):
+                if in_split(record, split):
+                    yield oriented(record, f"{path}:{number}")
+
+    def read_hub_row(row: dict) -> tuple[str, str]:
+        return oriented(row, f"hub {corpus.hub_id}")
+
+    sides = ("nl", language) if generate else (language, "nl")
+    return DatasetSpec(
+        name=name,
+        kind="benchmark",
+        splits=(TUNE, SELECT, TEST),
+        subdir=corpus.subdir,
+        hub_id=corpus.hub_id,
+        hub_config=corpus.hub_config,
+        hub_splits={split: corpus.hub_splits[csn_split] for split, csn_split in CSN_SPLIT.items()},
+        layout_help=corpus.layout_help + " with fields code, docstring_tokens and url",
+        find_local=find_local,
+        read_local=read_local,
+        read_hub_row=read_hub_row,
+        hub_row_in_split=in_split,
+        order_seed=ORDER_SEED,
+        drawn_from=(corpus.name, tuple(sorted(set(CSN_SPLIT.values())))),
+        input_language=sides[0],
+        output_language=sides[1],
+        task=Task(task, name, TUNE, SELECT, TEST, sides[1], kind=kind),
+    )
 
 
-def read_local(files: list[Path], split: str) -> Iterator[tuple[str, str]]:
-    for path in files:
-        for number, record in read_jsonl(path):
-            if in_split(record, split):
-                yield pair(record, f"{path}:{number}")
-
-
-def read_hub_row(row: dict) -> tuple[str, str]:
-    return pair(row, f"hub {csn.SPEC.hub_id}")
-
-
-def hub_row_in_split(row: dict, split: str) -> bool:
-    return in_split(row, split)
-
-
-SPEC = DatasetSpec(
-    name=NAME,
-    kind="benchmark",
-    splits=(TUNE, SELECT, TEST),
-    subdir=csn.SPEC.subdir,
-    hub_id=csn.SPEC.hub_id,
-    hub_config=csn.SPEC.hub_config,
-    hub_splits={split: csn.SPEC.hub_splits[csn_split] for split, csn_split in CSN_SPLIT.items()},
-    layout_help=csn.SPEC.layout_help + " with fields code, docstring_tokens and url",
-    find_local=find_local,
-    read_local=read_local,
-    read_hub_row=read_hub_row,
-    hub_row_in_split=hub_row_in_split,
-    order_seed=ORDER_SEED,
-    drawn_from=(csn.NAME, tuple(sorted(set(CSN_SPLIT.values())))),
-    input_language="java",
-    output_language="nl",
-    task=Task("summarisation", NAME, TUNE, SELECT, TEST, "nl"),
-)
+SPEC = benchmark_spec(csn.SPEC, NAME, "summarisation")
+# The Python track (issue 73): the same benchmark on a CSN-layout Python corpus (CodeSearchNet
+# Python, or `lab corpora extract --language python`), and NL -> Python generation on its methods
+# (input the summary, output the code without its docstring).
+PYTHON_SPEC = benchmark_spec(csn.PYTHON_SPEC, "csn-python-summaries", "python-summarisation",
+                             kind="summarisation")
+PYTHON_GENERATION_SPEC = benchmark_spec(csn.PYTHON_SPEC, "csn-python-generation",
+                                        "python-generation", generate=True, kind="generation")

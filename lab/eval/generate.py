@@ -408,8 +408,8 @@ def _baseline_scores(task: Task, samples: list[Sample], seen: list[Sample],
                              "seen: the whole fine-tuning split)", "samples": len(pool)}
     metrics = [m for m in cfg.metrics if m != "codebleu"]
     scores: dict[str, Any] = {"retrieval_pool": pool_note}
-    for name in applicable(task.name):
-        made = breakdown(baseline_predictions(name, task.name, samples, pool), metrics)
+    for name in applicable(task.family):
+        made = breakdown(baseline_predictions(name, task.family, samples, pool), metrics)
         scores[name] = {"definition": BASELINES[name], "metrics": made["metrics"],
                         "by_group": made["by_group"]}
     return scores
@@ -493,11 +493,11 @@ def run_evaluate(cfg: EvaluateConfig | Path, task: str | None = None, **options:
     def breakdown(made: list[str], metrics: list[str]) -> dict[str, Any]:
         """Scores of predictions `made`: overall, per sample, per group and per dose."""
         overall, per_sample = metric_fns.score(references, made, metrics, task.target_language,
-                                               task.name)  # task.name: em of its CodeXGLUE evaluator
+                                               task.family)  # em of its CodeXGLUE evaluator
 
         def scored(chosen: list[int], names: list[str]) -> dict[str, float]:
             return metric_fns.score([references[i] for i in chosen], [made[i] for i in chosen],
-                                    names, task.target_language, task.name)[0]
+                                    names, task.target_language, task.family)[0]
 
         plain = [m for m in metrics if m != "codebleu"]
         by_group: dict[str, dict[str, Any]] = {}
@@ -548,7 +548,7 @@ def run_evaluate(cfg: EvaluateConfig | Path, task: str | None = None, **options:
         "placement": {"device": device, "dtype": cfg.dtype},
         "lengths": {"position_limit": limit, "max_source_length": max_source,
                     "max_new_tokens": max_new},
-        "metric_definitions": {m: metric_fns.describe(task.name)[m] for m in cfg.metrics},
+        "metric_definitions": {m: metric_fns.describe(task.family)[m] for m in cfg.metrics},
         "generation_seconds": round(gen_seconds, 2), "seed": cfg.seed,
         "wall_seconds": round(time.perf_counter() - started, 2),
         "environment": environment_record(),

@@ -170,13 +170,15 @@ def data_problem(study: Path, summary: dict[str, Any], now: dict[str, dict[str, 
 def resume_corpora(corpora_dir: Path | None) -> Path | None:
     """The --corpora of the command that resumes a study: the one given, else LAB_CORPORA's
     folder (absolute): resumed in a shell without LAB_CORPORA, the study would find its data
-    missing. None where the data came from ./corpora or the hub, which a resume finds again."""
-    import os
+    missing. None where the data came from ./corpora or the hub, which a resume finds again, or
+    where LAB_CORPORA lists several folders (--corpora takes one: the resume needs the same
+    LAB_CORPORA)."""
+    from lab.corpora.base import lab_corpora_folders
 
     if corpora_dir is not None:
         return Path(corpora_dir)
-    value = os.environ.get("LAB_CORPORA")
-    return Path(value).resolve() if value else None
+    folders = lab_corpora_folders()
+    return folders[0].resolve() if len(folders) == 1 else None
 
 
 def check_start(recipe: Recipe, study: Path, corpora_dir: Path | None = None,
