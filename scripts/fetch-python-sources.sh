@@ -21,7 +21,8 @@ mkdir "$work/sources"
 while read -r spec sha; do
   [[ -z "$spec" || "$spec" == \#* ]] && continue
   mkdir "$work/$spec"
-  "$pip" download --quiet --no-deps --no-binary :all: --dest "$work/$spec" "$spec"
+  # the package's sdist (its build tools, which pip runs for its metadata, may be wheels)
+  "$pip" download --quiet --no-deps --no-binary "${spec%%==*}" --dest "$work/$spec" "$spec"
   file=("$work/$spec"/*)
   if [ "${#file[@]}" != 1 ] || ! echo "$sha  ${file[0]}" | sha256sum --check --quiet; then
     echo "fetch-python-sources: $list: $spec: the download's sha256 is not $sha" >&2
