@@ -1,6 +1,6 @@
-"""`lab`'s data commands: the corpora it reads (lab corpora), an arm's corpus (lab inject), the
-overlap already in a corpus (lab audit), the decontaminators judged on an arm (lab decontam), the
-identifier renamer (lab perturb) and the shared tokenizer (lab tokenizer)."""
+"""`lab`'s data commands: the corpora it reads or extracts (lab corpora), an arm's corpus (lab
+inject), the overlap already in a corpus (lab audit), the decontaminators judged on an arm (lab
+decontam), the identifier renamer (lab perturb) and the shared tokenizer (lab tokenizer)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,6 +11,7 @@ import typer
 from lab.cli.shared import CorporaOption, console, formatted, options_of, rich_table
 from lab.contamination.audit import AuditConfig, run_audit
 from lab.contamination.inject import InjectConfig  # the configs declare their commands' options
+from lab.corpora.extract import ExtractConfig
 from lab.decontam.run import DecontamConfig
 from lab.llm.perturb import PerturbConfig
 from lab.tokenizer import TokenizerConfig
@@ -58,6 +59,24 @@ def corpora_verify(name: str = typer.Argument(..., help="csn-java, codetrans, co
 
     rows = verify_dataset(name, corpora)
     console.print(rich_table(f"{name}: checksums", rows, ["split", "file", "status"]))
+
+
+@corpora_app.command("extract")
+@options_of(ExtractConfig)
+def corpora_extract(cfg: ExtractConfig) -> None:
+    """A CodeSearchNet-style corpus (CSN's layout and fields) from a folder of repositories, by
+    the shared CSN Java corpus's rules (docs/data.md)."""
+    from lab.corpora.extract import run_extract
+
+    manifest = run_extract(cfg)
+    console.print(rich_table(f"{cfg.language}: {len(manifest['repositories'])} repositories",
+                             [{"split": s, **block} for s, block in manifest["splits"].items()],
+                             ["split", "records", "repositories"]))
+    removed = {**manifest["files"], **manifest["filters"]}
+    console.print("removed: " + ", ".join(f"{k} {v}" for k, v in removed.items() if k != "files")
+                  + f"\n{manifest['files']['files']} files, {manifest['seconds']} s; corpus and "
+                  f"extract-manifest.json: {cfg.out}", markup=False, soft_wrap=True)
+
 
 @options_of(InjectConfig)
 def inject(cfg: InjectConfig) -> None:
