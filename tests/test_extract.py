@@ -491,13 +491,18 @@ def test_a_failed_run_leaves_nothing_half_written(tmp_path, monkeypatch):
 
 @pytest.mark.long
 def test_the_standard_library_extracts(tmp_path):
-    """The running interpreter's standard library, each top-level module or package one
-    repository (extract_python.standard_library_tree): ~25 s on two cores."""
+    """`--from stdlib`: the running interpreter's standard library, each top-level module or
+    package one repository (extract_python.standard_library_tree): ~25 s on two cores; named
+    so in the manifest, not by the temporary tree it was copied to; Python's only."""
     from lab.corpora.extract_python import standard_library_tree
 
     tree = standard_library_tree(tmp_path / "stdlib")
     assert (tree / "json" / "json" / "decoder.py").is_file() and not (tree / "test").exists()
-    manifest = run_extract(ExtractConfig(language="python", from_dir=tree, out=tmp_path / "out"))
+    manifest = run_extract(ExtractConfig(language="python", from_dir=Path("stdlib"),
+                                         out=tmp_path / "out"))
+    assert manifest["input"].startswith("stdlib: ") and "lab-stdlib-" not in manifest["input"]
     assert manifest["records"] > 1000
     assert all(manifest["splits"][s]["records"] > 0 for s in SPLITS)
     assert manifest["files"]["file_syntax_error"] == 0
+    with pytest.raises(LabError, match="--from stdlib: the standard library is Python's"):
+        run_extract(ExtractConfig(language="java", from_dir=Path("stdlib"), out=tmp_path / "j"))

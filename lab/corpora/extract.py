@@ -12,6 +12,7 @@ docs/data.md lists the rules and what differs for Python.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gzip
 import hashlib
 import importlib
@@ -69,7 +70,9 @@ class ExtractConfig:
     """One extraction. Every option of `lab corpora extract` is declared here, once."""
     language: str = param("java", "java or python.")
     from_dir: Path | None = param(None, "A folder whose sub-folders are each one repository "
-                                        "(the sub-folder's name is the repository's).",
+                                        "(the sub-folder's name is the repository's); `stdlib`: "
+                                        "this interpreter's standard library (python), each "
+                                        "top-level module or package one repository.",
                                   option="--from")
     out: Path | None = param(None, "Output folder: LANGUAGE/final/jsonl/{train,valid,test}/ "
                                    "shards and extract-manifest.json.")
@@ -80,9 +83,30 @@ class ExtractConfig:
                                "extract output).")
 
 
+STDLIB = "stdlib"
+
+
 def run_extract(cfg: ExtractConfig) -> dict[str, Any]:
     """Extract, filter, deduplicate and split the methods of every repository under
-    cfg.from_dir; write the corpus to cfg.out whole or not at all. Returns the manifest."""
+    cfg.from_dir (or of the standard library); write the corpus to cfg.out whole or not at all.
+    Returns the manifest."""
+    if str(cfg.from_dir) != STDLIB:
+        return _extract(cfg, str(Path(cfg.from_dir).resolve()) if cfg.from_dir else "")
+    if cfg.language != "python":
+        raise LabError(f"--from {STDLIB}: the standard library is Python's (--language python)")
+    import sysconfig
+    import tempfile
+
+    from lab.corpora.extract_python import standard_library_tree
+
+    library = sysconfig.get_paths()["stdlib"]
+    with tempfile.TemporaryDirectory(prefix="lab-stdlib-") as tree:
+        standard_library_tree(Path(tree))
+        return _extract(dataclasses.replace(cfg, from_dir=Path(tree)),
+                        f"{STDLIB}: {library} (Python {sys.version.split()[0]})")
+
+
+def _extract(cfg: ExtractConfig, source: str) -> dict[str, Any]:
     started = time.perf_counter()
     language = _checked(cfg)
     out = Path(cfg.out)
@@ -96,7 +120,7 @@ def run_extract(cfg: ExtractConfig) -> dict[str, Any]:
     kept = _near_unique(_exact_unique(records, counts), counts)
     partition = assign_splits(Counter(r["repo"] for r in kept), cfg.shares, cfg.seed)
     manifest = {
-        "kind": KIND, "language": cfg.language, "input": str(Path(cfg.from_dir).resolve()),
+        "kind": KIND, "language": cfg.language, "input": source,
         "seed": cfg.seed, "shares": dict(zip(SPLITS, cfg.shares)),
         "splits": {s: {"records": sum(partition[r["repo"]] == s for r in kept),
                        "repositories": sum(v == s for v in partition.values())} for s in SPLITS},
