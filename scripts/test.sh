@@ -18,17 +18,6 @@ fi
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --dev
 export HF_HUB_OFFLINE=1  # a hub look-up otherwise hangs for most of a minute without network
-# The Python track's tests and smoke run read a Python corpus in CodeSearchNet's layout: this
-# interpreter's standard library, extracted once into build/corpora (git-ignored) and searched
-# after the shared corpora (LAB_CORPORA lists both).
-if [ -n "${LAB_CORPORA:-}" ]; then
-  if [ ! -d build/corpora/codesearchnet-python ]; then
-    mkdir -p build/corpora
-    .venv/bin/lab corpora extract --language python --from stdlib \
-      --out build/corpora/codesearchnet-python
-  fi
-  export LAB_CORPORA="$LAB_CORPORA:$PWD/build/corpora"
-fi
 # One pytest worker per core (pytest-xdist), each kept to its core by tests/conftest.py: every
 # torch in it then runs one thread, and no two threads wait on a core another process holds
 # (a micro pre-training took 11x longer on two threads beside a busy core). worksteal: the

@@ -84,6 +84,21 @@ def test_a_recipe_not_run_is_the_same_study_as_one_that_is():
             {s.key for s in expand(smoke_recipe(load_recipe(twin)))}, (recipe, twin)
 
 
+def _own_corpora(recipe, tmp_path: Path) -> list[str]:
+    """A recipe on the Python track reads a corpus no shared folder holds: this interpreter's
+    standard library, extracted here (`lab corpora extract --from stdlib`), is its --corpora
+    (searched before LAB_CORPORA, which still gives the rest)."""
+    from lab.corpora import csn
+    from lab.corpora.extract import ExtractConfig, run_extract
+
+    if recipe.corpus.base != csn.PYTHON_NAME:
+        return []
+    folder = tmp_path / "corpora"
+    run_extract(ExtractConfig(language="python", from_dir=Path("stdlib"),
+                              out=folder / csn.PYTHON_SPEC.subdir))
+    return ["--corpora", str(folder)]
+
+
 @pytest.mark.parametrize("recipe", _distinct(_studies())[0],
                          ids=lambda p: str(p.relative_to(RECIPES)))
 def test_every_recipe_runs_end_to_end_as_a_smoke_run(recipe, tmp_path):
@@ -97,7 +112,7 @@ def test_every_recipe_runs_end_to_end_as_a_smoke_run(recipe, tmp_path):
     out = tmp_path / "smoke"
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "lab.cli", "study", str(recipe), "--smoke",
-                           "--out", str(out), "--workers", "1"],
+                           "--out", str(out), "--workers", "1", *_own_corpora(real, tmp_path)],
                           capture_output=True, text=True, timeout=900)
     took = time.perf_counter() - started
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -340,6 +340,10 @@ def _check_placebo_pool(recipe: Recipe, injected: int | None) -> None:
                         if settings_table.get(arm).placebo), None)
     if placebo_arm is None or not injected:
         return
+    from lab.corpora import dataset_manifest
+
+    if not (dataset_manifest(recipe.benchmark) or {}).get("expected_records"):
+        return  # no counts known before reading it (a corpus `lab corpora extract` wrote)
     plan = placebo_plan(recipe, injected)
     if plan.needed > plan.available:
         field_name = ("injection.placebo_from" if recipe.injection.placebo_from is not None
