@@ -152,3 +152,15 @@ def test_the_python_benchmarks_leave_the_docstring_out_of_the_code(tmp_path, mon
     assert (python.family, python.target_language, generate.family, generate.target_language) == (
         "summarisation", "nl", "generation", "python")
     assert task_for_benchmark("csn-python-generation") == "python-generation"
+    # lab baseline on the Python task: summarisation's baselines, retrieving from tune
+    from lab.eval.baselines import BaselineConfig, run_baseline
+
+    valid = shard.parent / "valid"
+    valid.mkdir()
+    with gzip.open(valid / "python_valid_0.jsonl.gz", "wt", encoding="utf-8") as handle:
+        for i in range(20):
+            handle.write(json.dumps(record(100 + i, code=one_line, docstring_tokens=["Does", "1"])) + "\n")
+    result = run_baseline(BaselineConfig(task="python-summarisation", metrics=("em",),
+                                         corpora_dir=tmp_path))
+    assert list(result["baselines"]) == ["retrieval", "first_line", "method_name"]
+    assert 0 < result["baselines"]["retrieval"]["em"] < 100

@@ -143,7 +143,8 @@ def score_baselines(task: str, samples: Sequence[Sample], pool: Sequence[Sample]
 @dataclass
 class BaselineConfig:
     """`lab baseline`: the trivial baselines of a task, scored like a model."""
-    task: str = param(help="translation, generation or summarisation.")
+    task: str = param(help="A task: translation, generation, summarisation, python-summarisation "
+                                "or python-generation.")
     split: str = param("test", "Benchmark split to score.")
     baselines: tuple[str, ...] = param(None, "Of " + ", ".join(BASELINES) + " (default: every "
                                              "one that applies to the task).")
@@ -162,12 +163,13 @@ def run_baseline(cfg: BaselineConfig) -> dict[str, Any]:
     from lab.eval.metrics import ensure_wordnet, parse_metrics
 
     task = get_task(cfg.task)
-    names = tuple(cfg.baselines or applicable(cfg.task))
+    family = task.family  # python-summarisation: summarisation's baselines and EM
+    names = tuple(cfg.baselines or applicable(family))
     for name in names:
         if name not in BASELINES:
             raise LabError(f"--baselines: unknown baseline '{name}' (choose from "
                            f"{', '.join(BASELINES)})")
-        if name not in applicable(cfg.task):
+        if name not in applicable(family):
             raise LabError(f"--baselines {name}: does not apply to task {cfg.task}")
     metrics = parse_metrics(",".join(cfg.metrics), None)
     if cfg.out is not None:  # before any work; never over a dataset file or another output
@@ -177,7 +179,7 @@ def run_baseline(cfg: BaselineConfig) -> dict[str, Any]:
         ensure_wordnet()
     samples = load_samples(task.benchmark, cfg.split, cfg.corpora_dir, True).records
     pool, note = fine_tuning_records(task, cfg.corpora_dir, cfg.train_size, cfg.seed)
-    scored = score_baselines(cfg.task, samples, pool, metrics, None, names)
+    scored = score_baselines(family, samples, pool, metrics, None, names)
     result = {"kind": "lab-baselines", "task": cfg.task, "benchmark": task.benchmark,
               "split": cfg.split, "samples": len(samples),
               "retrieval_pool": {k: v for k, v in note.items() if k != "train_files"},
