@@ -52,8 +52,8 @@ def test_valid_recipe_and_defaults(recipe_file):
     ("seeds=[]", "seeds: needs at least one seed"),
     ("arms=[control, pared]", "arms[1]: unknown arm 'pared'"),
     ("arms=[control, placebo]", "(choose from control, input-only, output-only, unpaired, paired, "
-                                "input-only-placebo, output-only-placebo, unpaired-placebo, "
-                                "paired-placebo)"),
+                                "paired-reversed, input-only-placebo, output-only-placebo, "
+                                "unpaired-placebo, paired-placebo, paired-reversed-placebo)"),
     ("arms=[control, paired-placebo]",
      "arms[1]: 'paired-placebo' is the placebo of 'paired': list 'paired' in arms too"),
     ("arms=[control, paired, unpaired-placebo]", "arms[2]: 'unpaired-placebo' is the placebo of "
@@ -230,8 +230,8 @@ def test_non_utf8_recipe_is_one_error(tmp_path):
     ("models=[gpt2, gpt2]", "models: values repeat"),
     ("arms=[control, paired, paired]", "arms: values repeat"),
     ("corpus.base=codetrans", "corpus.base: codetrans is a benchmark, not a pre-training corpus "
-                              "(choose from csn-java), got 'codetrans'"),
-    ("corpus.base=nothing", "corpus.base: not a pre-training corpus (choose from csn-java), got 'nothing'"),
+                              "(choose from csn-java, csn-python), got 'codetrans'"),
+    ("corpus.base=nothing", "corpus.base: not a pre-training corpus (choose from csn-java, csn-python), got 'nothing'"),
     ("corpus.base_splits=[]", "corpus.base_splits: give at least one split"),
     ("corpus.base_splits=[train, bogus]", "corpus.base_splits[1]: unknown split of csn-java (choose from train, valid, test), got 'bogus'"),
     ("evaluation.metrics=[]", "evaluation.metrics: give at least one metric"),
