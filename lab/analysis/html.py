@@ -119,11 +119,10 @@ def write_html_report(study: Path, report: dict[str, Any], page: dict[str, Any])
 
 
 def study_arms() -> tuple[str, str, str]:
-    """The three arms of a full study: the control, the study's paired setting (the last
-    contaminated setting of the table) and its placebo."""
-    contaminated = [n for n in settings_table.names()
-                    if settings_table.get(n).injects_test and settings_table.placebo_of(n)]
-    return settings_table.CONTROL.name, contaminated[-1], settings_table.placebo_of(contaminated[-1])
+    """The three arms of a full study: the control, the study's paired setting and its
+    placebo."""
+    paired = settings_table.PAIRED.name
+    return settings_table.CONTROL.name, paired, settings_table.placebo_of(paired)
 
 
 def synthetic_study_data(samples: int, arms: tuple[str, ...] | None = None, seeds: int = 5,

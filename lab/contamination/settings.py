@@ -110,6 +110,8 @@ _CONTAMINATED = (
     Setting("paired", "paired"),
     Setting("paired-reversed", "paired-reversed"),
 )
+# The study's own paired setting (`input <SEP> output`): what a made-up study shows.
+PAIRED = next(s for s in _CONTAMINATED if s.layout == (SIDES,))
 SETTINGS: dict[str, Setting] = {
     s.name: s for s in (CONTROL, *_CONTAMINATED, *(_placebo(s) for s in _CONTAMINATED))
 }
