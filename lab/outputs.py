@@ -90,7 +90,7 @@ def write_jsonl(path: Path, rows: Any, sort_keys: bool = True) -> None:
 
 # Files in which a lab output folder records the `kind` of the command that wrote it.
 KIND_FILES = ("manifest.json", "summary.json", "metrics.json", "results.json", "lab_tokenizer.json",
-              "lab_export.json", "merged.json")
+              "lab_export.json", "merged.json", "extract-manifest.json")
 
 
 # Outputs written before their command recorded a kind, recognised by their fields.

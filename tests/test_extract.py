@@ -328,10 +328,15 @@ class Store:
         return len(self.items)
 '''
 
+def _span(text, first, last):
+    """`text` from the first `first` to the end of the first `last` after it."""
+    start = text.index(first)
+    return text[start:text.index(last, start) + len(last)]
+
+
 PYTHON_EXPECTED = [
     {"repo": "pkg-1.0", "path": "pkg/core.py", "func_name": "join_paths",
-     "original_string": PYTHON_CORE[PYTHON_CORE.index("def join_paths"):
-                                    PYTHON_CORE.index("*kept)") + 6],
+     "original_string": _span(PYTHON_CORE, "def join_paths", "*kept)"),
      "language": "python",
      "code": "def join_paths(base, *parts):\n    # skip the empty ones\n"
              "    kept = [part for part in parts if part]\n\n    def inner(x):\n"
@@ -346,8 +351,7 @@ PYTHON_EXPECTED = [
      "docstring_tokens": ["Join", "path", "parts", "onto", "a", "base", "folder", "."],
      "url": "pkg-1.0/pkg/core.py#L5-L17", "partition": "train"},
     {"repo": "pkg-1.0", "path": "pkg/core.py", "func_name": "Store.get_value",
-     "original_string": PYTHON_CORE[PYTHON_CORE.index("def get_value"):
-                                    PYTHON_CORE.index("return value") + 12],
+     "original_string": _span(PYTHON_CORE, "def get_value", "return value"),
      "language": "python",
      "code": "def get_value(self, key, default=None):\n"
              "        value = self.items.get(key, default)\n"
@@ -463,7 +467,7 @@ def test_bad_options_are_one_line_errors(tmp_path):
     run_extract(ExtractConfig(**good, force=True))  # its own earlier output: replaced
     foreign = tmp_path / "foreign"
     foreign.mkdir()
-    with pytest.raises(LabError, match="not a previous lab corpora extract output"):
+    with pytest.raises(LabError, match="not a previous lab-corpora-extract output"):
         run_extract(ExtractConfig(**{**good, "out": foreign}, force=True))
 
     result = subprocess.run([sys.executable, "-m", "lab.cli", "corpora", "extract", "--language",

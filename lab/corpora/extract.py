@@ -11,7 +11,6 @@ docs/data.md lists the rules and what differs for Python.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import gzip
 import hashlib
@@ -20,7 +19,6 @@ import json
 import math
 import os
 import re
-import shutil
 import sys
 import tempfile
 import time
@@ -30,8 +28,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Iterator
 
-from lab.common import (LabError, check_apart, dumps_json, param, remove_stale_siblings,
-                        share_tree, temporary_prefix, write_error)
+from lab.common import LabError, atomic_output_dir, check_output, dumps_json, param
 
 LANGUAGES = {"java": "lab.corpora.extract_java", "python": "lab.corpora.extract_python"}
 SPLITS = ("train", "valid", "test")
@@ -95,7 +92,6 @@ def run_extract(cfg: ExtractConfig) -> dict[str, Any]:
     if cfg.language != "python":
         raise LabError(f"--from {STDLIB}: the standard library is Python's (--language python)")
     import sysconfig
-    import tempfile
 
     from lab.corpora.extract_python import standard_library_tree
 
@@ -137,7 +133,7 @@ def _extract(cfg: ExtractConfig, source: str) -> dict[str, Any]:
     for record in kept:
         record["partition"] = partition[record["repo"]]
         manifest["repositories"][record["repo"]]["records"] += 1
-    with _output_folder(out) as tmp:
+    with atomic_output_dir(out, force=cfg.force, kind=KIND, inputs=[cfg.from_dir]) as tmp:
         for split in SPLITS:
             _write_split(tmp / cfg.language / "final" / "jsonl" / split, cfg.language, split,
                          [r for r in kept if r["partition"] == split])
@@ -163,22 +159,8 @@ def _checked(cfg: ExtractConfig) -> Any:
         raise LabError(f"--shares {shares}: the shares sum to {sum(cfg.shares):g}, not 1")
     if not _repositories(Path(cfg.from_dir)):
         raise LabError(f"--from {cfg.from_dir}: no sub-folders (each sub-folder is one repository)")
-    out = Path(cfg.out)
-    check_apart(out, [cfg.from_dir])
-    if os.path.lexists(out):
-        if not cfg.force:
-            raise LabError(f"{out}: output directory exists (use --force to replace it)")
-        if not (out / MANIFEST).is_file() or _kind(out / MANIFEST) != KIND:
-            raise LabError(f"{out}: --force refused: not a previous lab corpora extract output "
-                           f"(no {MANIFEST}); --force replaces only this command's own output")
+    check_output(Path(cfg.out), cfg.force, KIND, [cfg.from_dir])
     return importlib.import_module(LANGUAGES[cfg.language])
-
-
-def _kind(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8")).get("kind")
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 def _repositories(folder: Path) -> list[str]:
@@ -365,25 +347,3 @@ def _write_split(folder: Path, language: str, split: str, records: list[dict[str
                 name, mode="wb", fileobj=raw, mtime=0, compresslevel=6) as shard:
             for record in records[start:start + SHARD_RECORDS]:
                 shard.write((json.dumps({f: record[f] for f in FIELDS}) + "\n").encode("utf-8"))
-
-
-@contextlib.contextmanager
-def _output_folder(out: Path) -> Iterator[Path]:
-    """A temporary sibling of `out` that replaces it when the block completes (nothing
-    half-written: a failure or a kill leaves `out` as it was)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_siblings(out)
-    tmp = Path(tempfile.mkdtemp(prefix=temporary_prefix(out), dir=out.parent))
-    try:
-        yield tmp
-    except BaseException as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise write_error(exc, out) or exc
-    share_tree(tmp)
-    if os.path.lexists(out):
-        trash = Path(tempfile.mkdtemp(prefix=temporary_prefix(out, "old"), dir=out.parent))
-        os.replace(out, trash / "old")
-        os.replace(tmp, out)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.replace(tmp, out)
