@@ -164,3 +164,22 @@ def test_the_python_benchmarks_leave_the_docstring_out_of_the_code(tmp_path, mon
                                          corpora_dir=tmp_path))
     assert list(result["baselines"]) == ["retrieval", "first_line", "method_name"]
     assert 0 < result["baselines"]["retrieval"]["em"] < 100
+
+
+def test_inject_refuses_a_base_holding_the_samples_or_of_another_language():
+    """A csn-java base with its valid or test split would hold every arm's test methods; a
+    Python benchmark on a Java base would leak Python into a Java corpus."""
+    from lab.contamination.config import InjectConfig
+
+    def refusal(**change):
+        with pytest.raises(LabError) as refused:
+            InjectConfig(**{"benchmark": "csn-summaries", "setting": "paired", "seed": 0,
+                            "out": Path("unused"), **change})
+        return str(refused.value)
+
+    assert refusal(base_splits=("train", "test")) == (
+        "--base-splits train,test: csn-summaries's samples are csn-java's test and valid methods, "
+        "so every arm would pre-train on those of test: use --base-splits train")
+    assert refusal(benchmark="csn-python-summaries", base_splits=("train",)) == (
+        "--base csn-java: csn-python-summaries's samples are csn-python's python methods and "
+        "csn-java is java: use --base csn-python")

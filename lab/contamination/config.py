@@ -124,6 +124,11 @@ class InjectConfig(ExecutorConfig):
                                f"from {', '.join(base.splits)})")
         benchmark = DATASETS.get(self.benchmark)
         drawn = benchmark.drawn_from if benchmark is not None else None
+        source = DATASETS.get(drawn[0]) if drawn is not None else None
+        if source is not None and source.input_language != base.input_language:
+            raise LabError(f"--base {self.base}: {self.benchmark}'s samples are {drawn[0]}'s "
+                           f"{source.input_language} methods and {self.base} is "
+                           f"{base.input_language}: use --base {drawn[0]}")
         if drawn is not None and drawn[0] == self.base:
             shared = [split for split in self.base_splits if split in drawn[1]]
             if shared:
