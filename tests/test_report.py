@@ -728,15 +728,18 @@ def test_baselines_are_shown_beside_the_arms_and_cells_below_them_flagged(tmp_pa
     for row in rows:  # copy 6.5 BLEU: above both arms at epochs 1 (means 3.9, 6.0), below the
         # paired arm at epochs 0 (7.0); retrieval lower still
         row.update(baseline_copy_bleu=6.5, baseline_retrieval_bleu=4.0,
-                   baseline_copy_em=1.0, baseline_retrieval_em=0.5)
+                   baseline_copy_em=1.0, baseline_retrieval_em=0.5,
+                   # names holding underscores (summarisation's baselines, smooth_bleu)
+                   baseline_method_name_bleu=5.0, baseline_retrieval_smooth_bleu=9.0)
     _write_tables(study, rows, [])
     report = run_report(study, "replication-package")
     at0, at1 = _cell(report["cells"], epochs=0), _cell(report["cells"], epochs=1)
-    assert at0["baselines"] == {"copy": 6.5, "retrieval": 4.0} and at0["baseline_best"] == 6.5
+    assert at0["baselines"] == {"copy": 6.5, "method_name": 5.0, "retrieval": 4.0}
+    assert at0["baseline_best"] == 6.5
     assert at0["below_baseline"] is False and at1["below_baseline"] is True
     assert "baseline_copy_bleu" not in {c["metric"] for c in report["cells"]}
-    assert "copy 6.50 / retrieval 4.00 |" in report["markdown"]  # epochs 0: not flagged
-    assert "copy 6.50 / retrieval 4.00 ‡" in report["markdown"]
+    assert "copy 6.50 / method_name 5.00 / retrieval 4.00 |" in report["markdown"]  # not flagged
+    assert "copy 6.50 / method_name 5.00 / retrieval 4.00 ‡" in report["markdown"]
     assert "‡ the arm (and the control, if any) below the best trivial baseline" in report["markdown"]
     # Without a control arm the arm alone decides.
     alone = write_study(tmp_path / "alone", {"paired": PAIRED})

@@ -460,12 +460,16 @@ def below_baselines(cells: list["Cell"]) -> str | None:
 def baseline_means(runs: list[dict[str, Any]], metric: str) -> dict[str, float]:
     """Each trivial baseline's score on a cell's samples (results.csv's baseline_NAME_METRIC
     columns), averaged over the cell's evaluations."""
+    from lab.eval.baselines import BASELINES
+
+    # By whole column name: baseline and metric names hold underscores themselves
+    # (method_name, smooth_bleu), so the column cannot be split at one.
+    names = {f"{BASELINE_PREFIX}{name}_{metric}": name for name in BASELINES}
     found: dict[str, list[float]] = defaultdict(list)
     for run in runs:
         for column, value in run.items():
-            name, _, of = column[len(BASELINE_PREFIX):].partition("_")
-            if column.startswith(BASELINE_PREFIX) and of == metric and value is not None:
-                found[name].append(value)
+            if column in names and value is not None:
+                found[names[column]].append(value)
     return {name: sum(v) / len(v) for name, v in sorted(found.items())}
 
 
