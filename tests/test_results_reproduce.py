@@ -14,7 +14,8 @@ from lab.analysis.report import run_report
 
 ROOT = Path(__file__).resolve().parents[1]
 SIGNED = re.compile(r"(?<![\w.])[+-]\d+\.\d\d(?!\d)")
-STUDIES = ["mini-rq5-epoch-sweep", "mini-rq4-paired", "decontam", "decontam-embedded"]
+STUDIES = ["mini-rq5-epoch-sweep", "mini-rq4-paired", "decontam", "decontam-embedded",
+           "mini-summarisation"]
 
 
 def _recomputed(folder: Path) -> set[str]:
