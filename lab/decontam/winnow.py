@@ -64,7 +64,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -499,8 +499,8 @@ def best_containment(documents: Sequence[str], reference: Reference, options: Op
 
 
 def whole_renamed_scores(flat: list[str], ids: np.ndarray, abstract_ids: np.ndarray,
-                         windows: Windows, owner_document, index: WinnowIndex, best: Best
-                         ) -> None:
+                         windows: Windows, owner_document: Callable[[np.ndarray], np.ndarray],
+                         index: WinnowIndex, best: Best) -> None:
     """Into `best`: 1 for a document whose whole code tokens, or one `<SEP>` side of it, are a
     short code side as a consistent renaming. A short side's shape abstracted occurs inside
     larger methods by chance (module docstring), not as all a document holds."""
