@@ -28,7 +28,8 @@ from lab.eval.generate import EXCLUDED_FROM_CLEAN
 from lab.stats import (PAIRED_SAMPLES_TEST, compare, holm, membership_auc,
                        paired_sample_differences, paired_within_model, signed_rank_test,
                        within_model_net_of, within_model_seeds)
-from lab.analysis.collect import BASELINE_PREFIX, PROBE_COLUMNS, PROBES, RESULTS, SAMPLES
+from lab.analysis.collect import (BASELINE_PREFIX, PROBE_COLUMNS, PROBES, RESULTS, SAMPLES,
+                                  baseline_column)
 from lab.analysis.report_data import (LABELS, NOT_METRICS, RUN_NUMBERS, SAMPLE_LABELS,
                                       convention_and_alpha, read_csv, train_size_order)
 
@@ -464,7 +465,7 @@ def baseline_means(runs: list[dict[str, Any]], metric: str) -> dict[str, float]:
 
     # By whole column name: baseline and metric names hold underscores themselves
     # (method_name, smooth_bleu), so the column cannot be split at one.
-    names = {f"{BASELINE_PREFIX}{name}_{metric}": name for name in BASELINES}
+    names = {baseline_column(name, metric): name for name in BASELINES}
     found: dict[str, list[float]] = defaultdict(list)
     for run in runs:
         for column, value in run.items():

@@ -184,6 +184,11 @@ def detection_rows(recipe: Recipe, stages: list[Stage], study: Path) -> list[dic
 BASELINE_PREFIX = "baseline_"  # results.csv: baseline_<name>_<metric>, on the row's samples
 
 
+def baseline_column(name: str, metric: str) -> str:
+    """results.csv's column of a trivial baseline's score in one metric."""
+    return f"{BASELINE_PREFIX}{name}_{metric}"
+
+
 def baseline_columns(baselines: dict[str, Any], group: str) -> dict[str, float]:
     """A results row's baseline scores: each trivial baseline's, on the same group of samples."""
     columns = {}
@@ -191,7 +196,7 @@ def baseline_columns(baselines: dict[str, Any], group: str) -> dict[str, float]:
         if not isinstance(scores, dict) or "metrics" not in scores:
             continue  # the retrieval pool's note
         values = scores["metrics"] if group == "all" else scores["by_group"].get(group, {})
-        columns.update({f"{BASELINE_PREFIX}{name}_{metric}": value
+        columns.update({baseline_column(name, metric): value
                         for metric, value in values.items() if metric != "samples"})
     return columns
 
