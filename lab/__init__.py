@@ -13,6 +13,12 @@ __version__ = "0.1.0"
 # the variable at its first computation, so it is set when lab is imported, and every stage,
 # worker and rank inherits it; an ATEN_CPU_CAPABILITY set by the user (avx512, default) is kept.
 PINNED_CPU_CAPABILITY = "avx2"
+# The libraries torch hands matrix products to choose their kernels by CPU themselves: MKL's
+# conditional-numerical-reproducibility branch and oneDNN's instruction-set cap hold them to AVX2
+# too. With the kernels alone pinned, the quickstart at 52f525d scored one of its 160 samples
+# 8.84 BLEU on one 2-core EPYC and 14.11 on another (docs/design.md). Like the kernels' pin: set
+# at import, inherited, and left alone where the user set the variable or ATEN_CPU_CAPABILITY.
+PINNED_LIBRARY_ISA = {"MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 
 
 def cpu_info(field: str) -> str | None:
@@ -33,6 +39,8 @@ def _pin_cpu_capability() -> None:
         return
     if PINNED_CPU_CAPABILITY in (cpu_info("flags") or "").split():
         _os.environ["ATEN_CPU_CAPABILITY"] = PINNED_CPU_CAPABILITY
+        for variable, value in PINNED_LIBRARY_ISA.items():
+            _os.environ.setdefault(variable, value)
 
 
 _pin_cpu_capability()

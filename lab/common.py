@@ -215,6 +215,10 @@ def git_commit() -> str | None:
     return commit + ("-dirty" if dirty.stdout.strip() else "")
 
 
+VECTOR_EXTENSIONS = frozenset({"avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni",
+                               "amx_bf16", "amx_tile", "asimd", "sve"})
+
+
 def environment_record() -> dict[str, Any]:
     """Versions that a result depends on; every manifest carries it."""
     record: dict[str, Any] = {
@@ -223,6 +227,8 @@ def environment_record() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu": cpu_model(),
+        # a model name ("AMD EPYC") can hide which vector extensions the libraries may use
+        "cpu_extensions": sorted(set((cpu_info("flags") or "").split()) & VECTOR_EXTENSIONS),
     }
     for module in ("numpy", "torch", "transformers", "tokenizers", "datasets"):
         mod = sys.modules.get(module)
@@ -233,6 +239,8 @@ def environment_record() -> dict[str, Any]:
         record["torch_threads"] = torch.get_num_threads()
         # ... and on the vector instructions the kernels use (AVX2 and AVX-512 sum differently)
         record["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+        for variable in lab.PINNED_LIBRARY_ISA:  # ... and of the matrix-product libraries
+            record[variable.lower()] = os.environ.get(variable)
     return record
 
 

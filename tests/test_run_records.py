@@ -156,6 +156,12 @@ def test_torch_cpu_kernels_are_pinned_to_one_instruction_set_and_recorded():
     flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
     if platform.machine().lower() not in ("x86_64", "amd64") or "avx2" not in flags:
         pytest.skip("not an x86-64 CPU with AVX2")
-    pinned = _capability({"ATEN_CPU_CAPABILITY": None})
-    assert pinned["cpu_capability"] == "AVX2" and pinned["cpu"]
-    assert _capability({"ATEN_CPU_CAPABILITY": "default"})["cpu_capability"] == "DEFAULT"
+    unset = {"ATEN_CPU_CAPABILITY": None, "MKL_CBWR": None, "ONEDNN_MAX_CPU_ISA": None}
+    pinned = _capability(unset)
+    assert pinned["cpu_capability"] == "AVX2" and pinned["cpu"] and "avx2" in pinned["cpu_extensions"]
+    # the matrix-product libraries are held to the same instruction set, and recorded
+    assert (pinned["mkl_cbwr"], pinned["onednn_max_cpu_isa"]) == ("AVX2", "AVX2")
+    chosen = _capability({**unset, "ATEN_CPU_CAPABILITY": "default"})
+    assert chosen["cpu_capability"] == "DEFAULT"
+    assert (chosen["mkl_cbwr"], chosen["onednn_max_cpu_isa"]) == (None, None)  # the user's choice
+    assert _capability({**unset, "MKL_CBWR": "COMPATIBLE"})["mkl_cbwr"] == "COMPATIBLE"
