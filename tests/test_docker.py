@@ -327,3 +327,31 @@ def test_image_runs_as_a_user_and_has_wordnet():
     assert re.search(r"bash scripts/install_wordnet\.sh /opt/venv/bin/python", text)
     assert "bash scripts/install_wordnet.sh" in (REPO / "scripts" / "setup.sh").read_text()
     assert "wordnet" in (REPO / "scripts" / "install_wordnet.sh").read_text().lower()
+
+
+def _setup_plan(*options: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("LAB_TORCH_SPEC", "LAB_TORCH_INDEX_URL")}
+    return subprocess.run(["bash", str(REPO / "scripts" / "setup.sh"), *options, "--dry-run"],
+                          capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_setup_on_a_gpu_node_takes_the_cuda_build_and_installs_nothing_in_a_dry_run():
+    """`setup.sh --cuda X.Y` installs torch's CUDA X.Y build by its local version (a plain ==2.13.0
+    would be met by a CPU build already in .venv) from PyTorch's index, the rest as on CPU; the
+    Dockerfile's TORCH_INDEX_URL is the same option; bad options fail in one line."""
+    cpu, cuda = _setup_plan(), _setup_plan("--cuda", "12.8")
+    assert cpu.returncode == cuda.returncode == 0, cpu.stderr + cuda.stderr
+    torch_line = [line for line in cuda.stdout.splitlines() if "torch==" in line]
+    assert torch_line == ["pip install --index-url https://download.pytorch.org/whl/cu128 "
+                          "torch==2.13.0+cu128"]
+    assert "pip install torch==2.13.0" in cpu.stdout.splitlines()
+    # everything but torch's line is the CPU plan
+    assert ([l for l in cuda.stdout.splitlines() if "torch==" not in l]
+            == [l for l in cpu.stdout.splitlines() if "torch==" not in l])
+    assert "--index-url https://example.org/whl torch==2.13.0" in _setup_plan(
+        "--torch-index-url", "https://example.org/whl").stdout
+    assert "TORCH_INDEX_URL" in DOCKERFILE.read_text(encoding="utf-8")
+    for bad, says in ((["--cuda", "12"], "--cuda 12: give the CUDA version as X.Y"),
+                      (["--cuda"], "give the CUDA version as X.Y"), (["--gpu"], "unknown option --gpu")):
+        done = _setup_plan(*bad)
+        assert done.returncode == 2 and says in done.stderr and not done.stdout
