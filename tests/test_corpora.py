@@ -5,6 +5,8 @@ import gzip
 import importlib
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -337,6 +339,23 @@ def test_hub_rows_map_to_records_when_online_and_nothing_local(monkeypatch):
         ("google/code_x_glue_tc_text_to_code", None, "train"),
         ("google/code_x_glue_ct_code_to_text", "java", "validation"),
     ]
+
+
+def test_without_lab_corpora_or_a_reachable_hub_the_error_names_lab_corpora_at_once(tmp_path):
+    """A user who forgot LAB_CORPORA (and HF_HUB_OFFLINE) is told before the hub is tried, and the
+    error names LAB_CORPORA: an unresolvable hub host fails at once, not after datasets' five
+    retries (26 s here before)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LAB_CORPORA", "HF_HUB_OFFLINE")}
+    env["HF_ENDPOINT"] = "https://hub.invalid"  # .invalid never resolves (RFC 2606)
+    done = subprocess.run([sys.executable, "-m", "lab.cli", "inject", "--benchmark", "codetrans",
+                           "--setting", "paired", "--seed", "0", "--out", str(tmp_path / "arm")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 2, done.stderr
+    assert lines[0].startswith("lab: codetrans split 'test' has no local copy") and "HF_HUB_OFFLINE=1" in lines[0]
+    assert lines[1].startswith("lab: error: codetrans split 'test' not found locally")
+    assert "the hub (hub.invalid) cannot be reached" in lines[1] and "set LAB_CORPORA=DIR" in lines[1]
+    assert "Retrying" not in done.stderr and not (tmp_path / "arm").exists()
 
 
 def test_a_relative_lab_corpora_is_resolved_before_tests_change_folder(corpora_root):

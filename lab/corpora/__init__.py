@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,7 +82,15 @@ def _rows(spec: DatasetSpec, split: str, corpora_dir: Path | None,
     """A split's rows, from where `spec.locate` finds it (or `located`, its answer already)."""
     where, files = located or spec.locate(split, corpora_dir)
     if files is None:
-        hub_rows = load_hub_split(spec.hub_id, spec.hub_config, spec.hub_splits[split])
+        # The user who forgot LAB_CORPORA learns it now, not after the hub's retries.
+        print(f"lab: {spec.name} split '{split}' has no local copy (--corpora, LAB_CORPORA, "
+              f"./corpora): loading {spec.hub_id} from the hub (HF_HUB_OFFLINE=1 skips it)",
+              file=sys.stderr, flush=True)
+        try:
+            hub_rows = load_hub_split(spec.hub_id, spec.hub_config, spec.hub_splits[split])
+        except DataNotFound as exc:
+            raise DataNotFound(spec.missing_message(split, corpora_dir, f"the hub failed: {exc}")
+                               ) from None
         keep = spec.hub_row_in_split
         return where, [], [spec.read_hub_row(row) for row in hub_rows
                            if keep is None or keep(row, split)]

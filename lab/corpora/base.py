@@ -84,6 +84,20 @@ def hub_allowed() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0") not in ("1", "true", "True", "YES", "yes")
 
 
+def check_hub_reachable(hub_id: str) -> None:
+    """Fail at once where the hub's host has no address: `datasets` would retry for half a minute
+    (five times, 1 to 8 s apart) before saying the same."""
+    import socket
+    from urllib.parse import urlparse
+
+    host = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname or ""
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError as exc:
+        raise DataNotFound(f"hub dataset {hub_id}: the hub ({host}) cannot be reached "
+                           f"({exc.strerror or exc})") from None
+
+
 def load_hub_split(hub_id: str, config: str | None, split: str) -> Iterable[dict[str, Any]]:
     """Rows of a hub dataset split; only reached when no local copy exists."""
     try:
@@ -92,6 +106,7 @@ def load_hub_split(hub_id: str, config: str | None, split: str) -> Iterable[dict
         raise DataNotFound(
             f"hub dataset {hub_id}: the 'datasets' package is not installed (.venv/bin/pip install -e '.[hub]')"
         ) from exc
+    check_hub_reachable(hub_id)
     try:
         return datasets.load_dataset(hub_id, config, split=split)
     except Exception as exc:  # the hub raises many types; the user needs one line
@@ -203,9 +218,10 @@ class DatasetSpec:
             return "hub", None
         raise DataNotFound(self.missing_message(split, corpora_dir))
 
-    def missing_message(self, split: str, corpora_dir: Path | None) -> str:
+    def missing_message(self, split: str, corpora_dir: Path | None, why: str | None = None) -> str:
         looked = ", ".join(str(root / self.subdir) for _l, root in candidate_roots(corpora_dir))
-        why = "the hub is offline (HF_HUB_OFFLINE=1)" if self.hub_id else "it has no hub copy"
+        if why is None:
+            why = "the hub is offline (HF_HUB_OFFLINE=1)" if self.hub_id else "it has no hub copy"
         return (
             f"{self.name} split '{split}' not found locally (looked in {looked}) and {why}: put {self.layout_help} under <DIR>/{self.subdir}/ and "
             f"pass --corpora DIR or set LAB_CORPORA=DIR"
