@@ -266,6 +266,19 @@ def test_extras_are_installed_from_the_checkout_not_pypi():
     assert PYPI_LAB.search("(`pip\n  install 'lab[slurm]'`)")
 
 
+def test_the_docs_working_assumptions_are_the_safe_ones():
+    """commands.md's examples assume HF_HUB_OFFLINE=1 beside LAB_CORPORA (without it a missing
+    local split costs a hub look-up first), and the folders its examples write into (runs/ for
+    studies and models, exports/ for `lab export`) are git-ignored: no model is committed by
+    following the docs."""
+    assumption = next(line for line in (REPO / "docs" / "commands.md").read_text().splitlines()
+                      if line.startswith("All examples assume"))
+    assert "LAB_CORPORA=" in assumption and "HF_HUB_OFFLINE=1" in assumption
+    for written in ("runs/pt/gpt2-paired-s1/model.safetensors", "exports/gpt2-paired-s1/config.json"):
+        ignored = subprocess.run(["git", "check-ignore", "-q", written], cwd=REPO)
+        assert ignored.returncode == 0, f"{written} is not git-ignored"
+
+
 def test_the_checks_catch_bad_docs():
     """Each check above fails on a bad case (else a broken check would pass everything)."""
     assert parse_error("bash", "if then; fi (\n")

@@ -278,9 +278,13 @@ def test_notebook_finds_the_checkouts_study_from_the_root_or_notebooks(start, mo
     scope: dict = {}
     exec(_notebook_path_cell(), scope)
     assert scope["STUDY"] == REPO / "runs" / "quickstart"
-    monkeypatch.setenv("LAB_STUDY", "elsewhere")
+    # a relative LAB_STUDY as `lab study --out` took it, from the root, works from notebooks/ too
+    monkeypatch.setenv("LAB_STUDY", "runs/elsewhere")
     exec(_notebook_path_cell(), scope)
-    assert scope["STUDY"] == Path("elsewhere")
+    assert scope["STUDY"] == REPO / "runs" / "elsewhere"
+    monkeypatch.setenv("LAB_STUDY", "/abs/elsewhere")
+    exec(_notebook_path_cell(), scope)
+    assert scope["STUDY"] == Path("/abs/elsewhere")
 
 
 # --- the README's first commands ------------------------------------------------------------------

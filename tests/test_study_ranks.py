@@ -136,12 +136,18 @@ def test_submitit_runs_the_ranks_as_tasks_of_one_job(root, plain, backend):
 def test_job_parameters_of_a_paper_study_on_slurm_match_the_golden_file():
     from lab.study.recipe import load_recipe
     from lab.study.grid import expand
+    from lab.study.cost import stage_hours
+    from lab.study.jobs import time_limit_minutes
     from lab.study.scheduler import job_parameters
 
     recipe = load_recipe(REPO / "recipes" / "paper" / "rq5-epoch-sweep.yaml",
                          ["resources.pretrain.processes=8", "resources.pretrain.deepspeed=zero2"])
     jobs = {}
-    for stage in expand(recipe):
-        jobs.setdefault(stage.kind, job_parameters(stage, "slurm", 16, {"slurm_partition": "gpu"}))
+    for stage in expand(recipe):  # each job's time limit from the dry run's estimate of it
+        limit = time_limit_minutes(stage_hours(recipe, stage))
+        jobs.setdefault(stage.kind, job_parameters(stage, "slurm", 16, {"slurm_partition": "gpu"},
+                                                   limit))
+    # --slurm timeout_min=N is the user's, over the estimate
+    assert job_parameters(stage, "slurm", 16, {"timeout_min": 7}, 99)["timeout_min"] == 7
     golden = REPO / "tests" / "golden" / "slurm-jobs.json"
     assert jobs == json.loads(golden.read_text(encoding="utf-8"))

@@ -123,11 +123,7 @@ def _training_seconds(flops: float, kind: str, cfg: Any) -> float:
 def estimate(recipe: Recipe, stages: list[Any], study: Path) -> list[dict[str, Any]]:
     """One row per stage kind: stages, already done, tokens, FLOPs, estimated CPU seconds and
     GPU-hours on each named GPU (gpu_hours)."""
-    bench = _benchmark_sizes(recipe)
-    test_n, test_in, test_out = bench["test"]
-    train_n, train_in, train_out = bench["train"]
-    base_total = base_documents(recipe)
-    arm_documents = recipe.corpus.limit or base_total
+    sizes = _sizes(recipe)
     rows: dict[str, dict[str, Any]] = {}
     for stage in stages:
         row = rows.setdefault(stage.kind, {"kind": stage.kind, "stages": 0, "done": 0, "tokens": 0.0,
@@ -136,58 +132,86 @@ def estimate(recipe: Recipe, stages: list[Any], study: Path) -> list[dict[str, A
         if stage.done(study):
             row["done"] += 1
             continue
-        # A kind without a measured overhead or estimate below (a new one) counts nothing.
-        cfg, tokens, flops = stage.config, 0.0, 0.0
-        seconds = float(STAGE_OVERHEAD_SECONDS.get(stage.kind, 0))
-        if stage.kind == "inject":
-            seconds += INJECT_SECONDS_PER_BASE_DOCUMENT * base_total
-        elif stage.kind == "tokenizer":
-            seconds += arm_documents * CSN_DOCUMENT_CHARS * 2e-7
-        elif stage.kind == "pretrain":
-            tokens = arm_tokens(recipe, stage.labels["arm"], bench, arm_documents) * cfg.epochs
-            flops = 6 * parameters(recipe, cfg.model, cfg.preset) * tokens
-            seconds += _training_seconds(flops, "pretrain", cfg)
-        elif stage.kind == "finetune":
-            examples = min(cfg.train_size or train_n, train_n)
-            tokens = examples * (train_in + train_out) / CHARS_PER_TOKEN * cfg.epochs
-            flops = 6 * parameters(recipe, stage.labels["model"], preset_of(stage)) * tokens
-            seconds += _training_seconds(flops, "finetune", cfg)
-        elif stage.kind == "evaluate":
-            samples = min(cfg.max_samples or test_n, test_n)
-            generated = cfg.max_new_tokens or test_out / CHARS_PER_TOKEN
-            tokens = samples * (test_in / CHARS_PER_TOKEN + generated)
-            flops = 2 * parameters(recipe, stage.labels["model"], preset_of(stage)) * tokens
-            seconds += flops / GENERATE_FLOPS_PER_SECOND
-        elif stage.kind == "probe":
-            # Scoring passes over each probed sample (RoBERTa: 7 masked passes plus one per
-            # name) and, for GPT-2, a greedy extraction of each output.
-            samples = min(cfg.max_samples or test_n, test_n)
-            model = stage.labels["model"]
-            passes = 1 if model == "gpt2" else 7 + cfg.max_names // 2
-            tokens = samples * (test_in + test_out) / CHARS_PER_TOKEN
-            flops = 2 * parameters(recipe, model, preset_of(stage)) * tokens * passes
-            seconds += flops / GENERATE_FLOPS_PER_SECOND
-        elif stage.kind == "detect":
-            # Members and as many non-members: scoring passes (RoBERTa: 7 masked ones) over the
-            # samples, their renamed twins and the reference model; GPT-2 also generates each
-            # output once greedily (extraction) and the CDD samples.
-            samples = 2 * min(cfg.max_samples or test_n, test_n)
-            model, chosen = stage.labels["model"], set(cfg.detectors)
-            copies = (1 + ("reference" in chosen)
-                      + (cfg.neighbours if "neighbourhood" in chosen else 0))
-            generations = (("extraction" in chosen)
-                           + (cfg.cdd_samples + 1 if "peakedness" in chosen else 0)
-                           if model == "gpt2" else 0)
-            tokens = samples * (test_in + test_out) / CHARS_PER_TOKEN * (
-                copies * (1 if model == "gpt2" else 7) + generations)
-            flops = 2 * parameters(recipe, model, preset_of(stage)) * tokens
-            seconds += flops / GENERATE_FLOPS_PER_SECOND
+        tokens, flops, seconds = _stage_cost(recipe, stage, sizes)
         row["tokens"] += tokens
         row["flops"] += flops
         row["seconds"] += seconds
     for row in rows.values():
         row["gpu_hours"] = gpu_hours(row["kind"], row["flops"])
     return list(rows.values())
+
+
+def stage_hours(recipe: Recipe, stage: Any) -> float:
+    """One stage's estimated wall hours where it runs: on a CUDA device the slowest named GPU's
+    hours shared by its ranks, else the CPU estimate (a cluster job's time limit starts here)."""
+    _tokens, flops, seconds = _stage_cost(recipe, stage, _sizes(recipe))
+    device = str(stage.launch.get("device", recipe.resources.device))
+    if stage.kind not in WORK or not device.startswith("cuda"):
+        return seconds / 3600
+    ranks = stage.launch.get("processes", 1) * stage.launch.get("nodes", 1)
+    overhead = STAGE_OVERHEAD_SECONDS.get(stage.kind, 0) / 3600
+    return overhead + max(gpu_hours(stage.kind, flops).values()) / max(1, ranks)
+
+
+def _sizes(recipe: Recipe) -> dict[str, Any]:
+    bench = _benchmark_sizes(recipe)
+    base_total = base_documents(recipe)
+    return {"bench": bench, "base_total": base_total,
+            "arm_documents": recipe.corpus.limit or base_total}
+
+
+def _stage_cost(recipe: Recipe, stage: Any, sizes: dict[str, Any]) -> tuple[float, float, float]:
+    """(tokens, FLOPs, CPU seconds) of one stage. A kind without a measured overhead or
+    estimate below (a new one) counts nothing."""
+    bench, base_total, arm_documents = sizes["bench"], sizes["base_total"], sizes["arm_documents"]
+    test_n, test_in, test_out = bench["test"]
+    train_n, train_in, train_out = bench["train"]
+    cfg, tokens, flops = stage.config, 0.0, 0.0
+    seconds = float(STAGE_OVERHEAD_SECONDS.get(stage.kind, 0))
+    if stage.kind == "inject":
+        seconds += INJECT_SECONDS_PER_BASE_DOCUMENT * base_total
+    elif stage.kind == "tokenizer":
+        seconds += arm_documents * CSN_DOCUMENT_CHARS * 2e-7
+    elif stage.kind == "pretrain":
+        tokens = arm_tokens(recipe, stage.labels["arm"], bench, arm_documents) * cfg.epochs
+        flops = 6 * parameters(recipe, cfg.model, cfg.preset) * tokens
+        seconds += _training_seconds(flops, "pretrain", cfg)
+    elif stage.kind == "finetune":
+        examples = min(cfg.train_size or train_n, train_n)
+        tokens = examples * (train_in + train_out) / CHARS_PER_TOKEN * cfg.epochs
+        flops = 6 * parameters(recipe, stage.labels["model"], preset_of(stage)) * tokens
+        seconds += _training_seconds(flops, "finetune", cfg)
+    elif stage.kind == "evaluate":
+        samples = min(cfg.max_samples or test_n, test_n)
+        generated = cfg.max_new_tokens or test_out / CHARS_PER_TOKEN
+        tokens = samples * (test_in / CHARS_PER_TOKEN + generated)
+        flops = 2 * parameters(recipe, stage.labels["model"], preset_of(stage)) * tokens
+        seconds += flops / GENERATE_FLOPS_PER_SECOND
+    elif stage.kind == "probe":
+        # Scoring passes over each probed sample (RoBERTa: 7 masked passes plus one per
+        # name) and, for GPT-2, a greedy extraction of each output.
+        samples = min(cfg.max_samples or test_n, test_n)
+        model = stage.labels["model"]
+        passes = 1 if model == "gpt2" else 7 + cfg.max_names // 2
+        tokens = samples * (test_in + test_out) / CHARS_PER_TOKEN
+        flops = 2 * parameters(recipe, model, preset_of(stage)) * tokens * passes
+        seconds += flops / GENERATE_FLOPS_PER_SECOND
+    elif stage.kind == "detect":
+        # Members and as many non-members: scoring passes (RoBERTa: 7 masked ones) over the
+        # samples, their renamed twins and the reference model; GPT-2 also generates each
+        # output once greedily (extraction) and the CDD samples.
+        samples = 2 * min(cfg.max_samples or test_n, test_n)
+        model, chosen = stage.labels["model"], set(cfg.detectors)
+        copies = (1 + ("reference" in chosen)
+                  + (cfg.neighbours if "neighbourhood" in chosen else 0))
+        generations = (("extraction" in chosen)
+                       + (cfg.cdd_samples + 1 if "peakedness" in chosen else 0)
+                       if model == "gpt2" else 0)
+        tokens = samples * (test_in + test_out) / CHARS_PER_TOKEN * (
+            copies * (1 if model == "gpt2" else 7) + generations)
+        flops = 2 * parameters(recipe, model, preset_of(stage)) * tokens
+        seconds += flops / GENERATE_FLOPS_PER_SECOND
+    return tokens, flops, seconds
 
 
 def gpu_hours(kind: str, flops: float) -> dict[str, float]:

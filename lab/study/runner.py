@@ -309,7 +309,13 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
             **({"grown": [{"differs_in": grown, "stages": len(stages)}]} if grown else {})}
         summary = merged_summary(previous_summary, ours)
         write_json_atomic(study / SUMMARY, summary)
-    submit, shutdown = submitter(executor, workers, threads, study, corpora_dir, slurm)
+    limits = None
+    if executor == "slurm":
+        from lab.study.cost import stage_hours
+        from lab.study.jobs import time_limit_minutes
+
+        limits = {s.key: time_limit_minutes(stage_hours(recipe, s)) for s in stages}
+    submit, shutdown = submitter(executor, workers, threads, study, corpora_dir, slurm, limits)
     started = time.perf_counter()
     elsewhere: list[str] = []
     try:

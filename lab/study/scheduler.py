@@ -78,8 +78,9 @@ class _SubmititHandle:
 
 
 def submitter(executor: str, workers: int, threads: int, study: Path, corpora_dir: Path | None,
-              slurm: dict[str, Any] | None):
-    """(submit(stage) -> handle with done()/result(), shutdown())."""
+              slurm: dict[str, Any] | None, limits: dict[str, int] | None = None):
+    """(submit(stage) -> handle with done()/result(), shutdown()). `limits`: each stage's job
+    time limit in minutes (SLURM; lab.study.jobs.time_limit_minutes)."""
     if executor == "local" and workers == 1:
         def run_here(stage: Stage) -> _Finished:
             try:
@@ -101,11 +102,15 @@ def submitter(executor: str, workers: int, threads: int, study: Path, corpora_di
     except ImportError:
         raise LabError(f"--executor {executor}: needs submitit "
                        "(.venv/bin/pip install -e '.[slurm]')") from None
-    folder = study / "submitit"
     if executor == "slurm":
-        pool = submitit.AutoExecutor(folder=folder, cluster="slurm")
-    else:
-        pool = submitit.LocalExecutor(folder=folder)
+        from lab.study.jobs import slurm_submitter
+
+        def parameters(stage: Stage) -> dict[str, Any]:
+            return job_parameters(stage, executor, threads, slurm or {}, (limits or {}).get(stage.key))
+
+        submit_job = slurm_submitter(study, corpora_dir, threads, parameters)
+        return (lambda stage: _SubmititHandle(submit_job(stage), stage)), lambda: None
+    pool = submitit.LocalExecutor(folder=study / "submitit")
 
     def submit(stage: Stage) -> _SubmititHandle:
         # One executor, its parameters set for each job: a multi-rank pre-training is one job of
@@ -122,12 +127,13 @@ def submitter(executor: str, workers: int, threads: int, study: Path, corpora_di
     return submit, lambda: None
 
 
-def job_parameters(stage: Stage, executor: str, threads: int, slurm: dict[str, Any]
-                   ) -> dict[str, Any]:
-    """submitit parameters of one stage's job. `slurm` (--slurm key=value) applies to every job;
-    a multi-rank pre-training asks for its nodes, one task per rank and, on SLURM, one GPU per
-    rank; everything else is one task (on the GPUs --slurm gives, if any)."""
-    base: dict[str, Any] = {"timeout_min": 24 * 60}
+def job_parameters(stage: Stage, executor: str, threads: int, slurm: dict[str, Any],
+                   limit_minutes: int | None = None) -> dict[str, Any]:
+    """submitit parameters of one stage's job. `slurm` (--slurm key=value) applies to every job,
+    a timeout_min there over the stage's own `limit_minutes`; a multi-rank pre-training asks
+    for its nodes, one task per rank and, on SLURM, one GPU per rank; everything else is one
+    task (on the GPUs --slurm gives, if any)."""
+    base: dict[str, Any] = {"timeout_min": limit_minutes or 24 * 60}
     if executor == "slurm":
         base.update(name=f"lab-{stage.kind}", cpus_per_task=threads)
     world = world_size(stage.launch)
