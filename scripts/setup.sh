@@ -41,7 +41,7 @@ if [ -n "$dry_run" ]; then
   echo "$python -m venv .venv"
   echo "pip install ${torch_source[*]:+${torch_source[*]} }$torch_spec"
   echo "pip install -e .${extras}"
-  [ -n "$extras" ] && echo "pip install --no-build-isolation deepspeed>=0.14 (DS_BUILD_OPS=0); pip install --no-deps lm_eval==0.4.13"
+  [ -n "$extras" ] && echo "pip install --no-build-isolation deepspeed>=0.14 (DS_BUILD_OPS=0); pip install --no-deps lm_eval==0.4.13; as root: apt-get install slurm-wlm munge chromium chromium-driver"
   echo "bash scripts/install_wordnet.sh .venv/bin/python"
   exit 0
 fi
@@ -80,6 +80,12 @@ if [ -n "$extras" ]; then
   # without its dependencies (datasets, evaluate, peft, sacrebleu, an unpinned torch, ...); the
   # one module used, lm_eval.decontamination.janitor, needs the standard library alone.
   pip install --no-deps "lm_eval==0.4.13"
+  # tests/test_slurm.py runs a study through a one-node SLURM cluster of Debian's slurm-wlm and
+  # munge (scripts/slurm-local.sh); where apt-get cannot run as root, that test is skipped.
+  if [ "$(id -u)" = 0 ] && command -v apt-get > /dev/null; then
+    bash scripts/slurm-local.sh install \
+      || echo "setup: could not install slurm-wlm and munge (the SLURM test will be skipped)" >&2
+  fi
   # The HTML report's browser test drives Debian's Chromium (Selenium, chromium-driver); on a
   # machine where apt-get cannot run as root, that test is skipped with its reason.
   if ! command -v chromium > /dev/null || ! command -v chromedriver > /dev/null; then

@@ -22,6 +22,9 @@ def study(
     out: Optional[Path] = typer.Option(None, help="Study directory (default runs/NAME)."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="Override: section.key=value."),
     dry_run: bool = typer.Option(False, help="Print the grid, what is done and the estimated cost."),
+    status: bool = typer.Option(False, help="Print what each stage of the study folder is doing "
+                                            "now (done, running, queued, failed, waiting; its "
+                                            "SLURM job), start nothing."),
     executor: str = typer.Option(declared_default(run_study, "executor"),
                                  help="local, slurm (submitit) or submitit-local."),
     workers: Optional[int] = typer.Option(None, help="Stages at a time (local default: cores / "
@@ -64,6 +67,9 @@ def study(
     slurm_parameters = _parse_pairs(slurm or [], "--slurm")
     shard = parse_seeds(seeds)
     check_study_folder(folder, corpora)
+    if status:
+        _print_status(parsed, folder, shard)
+        return
     if dry_run:
         plan = run_study(parsed, folder, corpora, dry_run=True, executor=executor, workers=workers,
                          seeds=shard, allow_underpowered=allow_underpowered, smoke=smoked)
@@ -107,6 +113,26 @@ def study(
         console.print(result["console"], markup=False, highlight=False, soft_wrap=True)
         console.print(f"figure: {', '.join(str(p) for p in result['figure'])}", markup=False,
                       highlight=False, soft_wrap=True)
+
+
+def _print_status(recipe: Any, folder: Path, seeds: Optional[List[int]]) -> None:
+    from collections import Counter
+
+    from lab.study.grid import expand
+    from lab.study.jobs import stage_states
+
+    rows = stage_states(expand(recipe, seeds), folder)
+    counts = Counter(row["state"] for row in rows)
+    order = ("done", "running", "queued", "failed", "waiting")
+    console.print(f"{recipe.name} ({folder}): {len(rows)} stages: "
+                  + ", ".join(f"{counts[state]} {state}" for state in order if counts[state]),
+                  markup=False, highlight=False, soft_wrap=True)
+    for row in rows:
+        if row["state"] != "done":
+            job = f" (SLURM job {row['job']}: {(row['slurm_state'] or 'not in the queue').lower()})" \
+                if row["job"] else ""
+            console.print(f"  {row['state']:8} {row['what']}{job}", markup=False,
+                          highlight=False, soft_wrap=True)
 
 
 def _exit_with_a_resume_line_on_signals(command: List[str]) -> None:
