@@ -350,7 +350,10 @@ def test_setup_on_a_gpu_node_takes_the_cuda_build_and_installs_nothing_in_a_dry_
             == [l for l in cpu.stdout.splitlines() if "torch==" not in l])
     assert "--index-url https://example.org/whl torch==2.13.0" in _setup_plan(
         "--torch-index-url", "https://example.org/whl").stdout
-    assert "TORCH_INDEX_URL" in DOCKERFILE.read_text(encoding="utf-8")
+    dockerfile = DOCKERFILE.read_text(encoding="utf-8")
+    assert "TORCH_INDEX_URL" in dockerfile
+    # the image runs `lab study --executor slurm` (submitit) as the docs' cluster page does
+    assert re.search(r"pip install -e \.\[slurm\]", dockerfile)
     for bad, says in ((["--cuda", "12"], "--cuda 12: give the CUDA version as X.Y"),
                       (["--cuda"], "give the CUDA version as X.Y"), (["--gpu"], "unknown option --gpu")):
         done = _setup_plan(*bad)

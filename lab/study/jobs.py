@@ -159,6 +159,7 @@ def slurm_submitter(study: Path, corpora_dir: Path | None, threads: int, paramet
     from submitit.slurm.slurm import SlurmJob
 
     from lab.study.grid import world_size
+    from lab.study.scheduler import submit_stage
 
     def submit(stage: Stage) -> Any:
         folder = job_folder(stage, study)
@@ -178,12 +179,7 @@ def slurm_submitter(study: Path, corpora_dir: Path | None, threads: int, paramet
         extra = dict(options.pop("slurm_additional_parameters", {}) or {})
         extra.setdefault("requeue", True)
         pool.update_parameters(slurm_additional_parameters=extra, **options)
-        if tasks > 1:
-            # Every rank must agree on resuming: decided once, here, not by each task.
-            partial = stage.out(study).with_name(stage.key + ".partial")
-            job = pool.submit(run_rank_job, stage, study, threads, partial.exists())
-        else:
-            job = pool.submit(run_stage_job, stage, study, corpora_dir, threads)
+        job = submit_stage(pool, stage, study, corpora_dir, threads, run_stage_job, run_rank_job)
         write_json_atomic(job_record(stage, study), {
             "job_id": job.job_id, "tasks": tasks, "time_limit_min": options["timeout_min"],
             "submitted": time.strftime("%Y-%m-%dT%H:%M:%S%z")})

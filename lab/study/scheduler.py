@@ -116,15 +116,20 @@ def submitter(executor: str, workers: int, threads: int, study: Path, corpora_di
         # One executor, its parameters set for each job: a multi-rank pre-training is one job of
         # `processes` tasks per node (one rank each), every other stage a one-task job.
         pool.update_parameters(**job_parameters(stage, executor, threads, slurm or {}))
-        if stage.kind == "pretrain" and world_size(stage.launch) > 1:
-            # Every rank must agree on resuming: decided once, here, not by each task.
-            partial = stage.out(study).with_name(stage.key + ".partial")
-            job = pool.submit(run_rank, stage, study, threads, partial.exists())
-        else:
-            job = pool.submit(run_stage, stage, study, corpora_dir, threads)
-        return _SubmititHandle(job, stage)
+        return _SubmititHandle(submit_stage(pool, stage, study, corpora_dir, threads), stage)
 
     return submit, lambda: None
+
+
+def submit_stage(pool: Any, stage: Stage, study: Path, corpora_dir: Path | None, threads: int,
+                 one: Callable[..., bool] = run_stage, ranks: Callable[..., bool] = run_rank) -> Any:
+    """A stage as one submitit job: `one` in a one-task job, or a multi-rank pre-training's
+    `ranks` in each task of its job."""
+    if stage.kind == "pretrain" and world_size(stage.launch) > 1:
+        # Every rank must agree on resuming: decided once, here, not by each task.
+        partial = stage.out(study).with_name(stage.key + ".partial")
+        return pool.submit(ranks, stage, study, threads, partial.exists())
+    return pool.submit(one, stage, study, corpora_dir, threads)
 
 
 def job_parameters(stage: Stage, executor: str, threads: int, slurm: dict[str, Any],
