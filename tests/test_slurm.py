@@ -38,6 +38,30 @@ def slurm_env(tmp_path_factory):
     subprocess.run(["bash", script, "stop", str(folder)], capture_output=True, timeout=60)
 
 
+def test_a_stage_job_notes_each_start_and_refuses_past_its_requeues(tmp_path, monkeypatch):
+    """Every start of a stage's job writes its job id, node and count to the stage's log; a job
+    SLURM started more than MAX_REQUEUES + 1 times (preempted or its node failing again and
+    again) refuses in one line naming the log, instead of running on forever."""
+    from lab.common import LabError
+    from lab.study import jobs
+    from lab.study.grid import expand
+    from lab.study.recipe import load_recipe
+
+    stage = expand(load_recipe(REPO / "recipes" / "mini" / "micro.yaml"))[0]
+    monkeypatch.setenv("SLURM_JOB_ID", "41")
+    for restarts in range(jobs.MAX_REQUEUES + 1):
+        monkeypatch.setenv("SLURM_RESTART_COUNT", str(restarts))
+        jobs._note_start(stage, tmp_path)
+    monkeypatch.setenv("SLURM_RESTART_COUNT", str(jobs.MAX_REQUEUES + 1))
+    with pytest.raises(LabError, match=r"SLURM job 41 was requeued 4 times \(at most 3\); its log: "):
+        jobs._note_start(stage, tmp_path)
+    log = jobs.stage_log(stage, tmp_path).read_text()
+    assert re.findall(r"^lab: SLURM job 41 on \S+, start (\d) of at most 4$", log, re.M) == [
+        "1", "2", "3", "4", "5"]
+    assert jobs.time_limit_minutes(0.0) == jobs.MIN_LIMIT_MINUTES
+    assert jobs.time_limit_minutes(2.0) == 2 * 60 * 3 + 15  # 3x the estimate, 15 min more
+
+
 def _study_command(study: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "lab.cli", "study", str(REPO / "recipes" / "mini" / "micro.yaml"),
             "--smoke", "--executor", "slurm", "--slurm", "slurm_partition=debug", "--threads", "1",

@@ -129,8 +129,9 @@ def _print_status(recipe: Any, folder: Path, seeds: Optional[List[int]]) -> None
                   markup=False, highlight=False, soft_wrap=True)
     for row in rows:
         if row["state"] != "done":
-            job = f" (SLURM job {row['job']}: {(row['slurm_state'] or 'not in the queue').lower()})" \
-                if row["job"] else ""
+            where = f" on {row['node']}" if row["node"] and row["state"] == "running" else ""
+            job = (f" (SLURM job {row['job']}: {(row['slurm_state'] or 'not in the queue').lower()}"
+                   f"{where})" if row["job"] else "")
             console.print(f"  {row['state']:8} {row['what']}{job}", markup=False,
                           highlight=False, soft_wrap=True)
 

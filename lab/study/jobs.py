@@ -64,6 +64,12 @@ def time_limit_minutes(hours: float) -> int:
 
 def queue_states(job_ids: list[str]) -> dict[str, str] | None:
     """Each job's state in `squeue` (absent: no longer in the queue); None where squeue fails."""
+    found = queue_entries(job_ids)
+    return None if found is None else {job_id: state for job_id, (state, _node) in found.items()}
+
+
+def queue_entries(job_ids: list[str]) -> dict[str, tuple[str, str]] | None:
+    """(state, node) of each job in `squeue`; None where squeue fails."""
     if not job_ids:
         return {}
     try:
@@ -74,12 +80,12 @@ def queue_states(job_ids: list[str]) -> dict[str, str] | None:
         return None
     if done.returncode != 0 and "Invalid job id" not in done.stderr:
         return None
-    states = {}
+    entries = {}
     for line in done.stdout.splitlines():
         job_id, _, rest = line.strip().partition("|")
-        state, _, _node = rest.partition("|")
-        states[job_id.split("_")[0]] = state
-    return states
+        state, _, node = rest.partition("|")
+        entries[job_id.split("_")[0]] = (state, node)
+    return entries
 
 
 def _note_start(stage: Stage, study: Path, rank: int = 0) -> None:
@@ -196,12 +202,12 @@ def stage_states(stages: list[Stage], study: Path) -> list[dict[str, Any]]:
     waiting (nothing started it)."""
     jobs = {stage.key: recorded_job(stage, study) for stage in stages}
     ids = [str(job["job_id"]) for job in jobs.values() if job]
-    states = queue_states(ids) if ids else {}
+    states = queue_entries(ids) if ids else {}
     rows = []
     for stage in stages:
         job = jobs[stage.key]
         job_id = str(job["job_id"]) if job else None
-        queued = (states or {}).get(job_id) if job_id else None
+        queued, node = (states or {}).get(job_id, (None, "")) if job_id else (None, "")
         if stage.done(study):
             state = "done"
         elif queued in ("RUNNING", "COMPLETING", "CONFIGURING") or _lock_held(stage, study):
@@ -213,7 +219,7 @@ def stage_states(stages: list[Stage], study: Path) -> list[dict[str, Any]]:
         else:
             state = "waiting"
         rows.append({"stage": stage.key, "what": describe(stage), "state": state,
-                     "job": job_id, "slurm_state": queued})
+                     "job": job_id, "slurm_state": queued, "node": node or None})
     return rows
 
 
