@@ -1,7 +1,8 @@
 """A study through a real SLURM: a one-node cluster from Debian's slurm-wlm and munge on this
 machine (scripts/slurm-local.sh; no systemd, no accounting database), the micro recipe's smoke
 run submitted stage by stage with `lab study --executor slurm`, one stage's job requeued by
-SLURM mid-run (as on preemption or a node failure), and the runner killed and started again."""
+SLURM mid-run (as on preemption or a node failure), and the runner killed and started again
+(139 s (docs/times.md: slurm-study) beside a CI run)."""
 from __future__ import annotations
 
 import json
