@@ -59,6 +59,11 @@ def test_a_stage_job_notes_each_start_and_refuses_past_its_requeues(tmp_path, mo
     log = jobs.stage_log(stage, tmp_path).read_text()
     assert re.findall(r"^lab: SLURM job 41 on \S+, start (\d) of at most 4$", log, re.M) == [
         "1", "2", "3", "4", "5"]
+    # submitit requeues a job near its time limit only where its callable can `checkpoint`:
+    # the stage's job is requeued as the same call, which resumes the stage
+    job = jobs.StageJob()
+    again = job.checkpoint(stage, tmp_path, None, 1)
+    assert again.function is job and again.args == (stage, tmp_path, None, 1)
     assert jobs.time_limit_minutes(0.0) == jobs.MIN_LIMIT_MINUTES
     assert jobs.time_limit_minutes(2.0) == 2 * 60 * 3 + 15  # 3x the estimate, 15 min more
 

@@ -2,10 +2,10 @@
 
 Each stage is a job of its own (submitit): its time limit from the study's cost estimate, its
 job files and logs in STUDY/stages/KEY.slurm/, its job id in STUDY/stages/KEY.job.json and, at
-every start, in the stage's log. SLURM requeues a job on preemption or node failure (submitted
-with --requeue; submitit requeues it on the timeout signal); a stage resumes from what the last
-start left (a pre-training from its newest checkpoint), and a job started more than
-MAX_REQUEUES + 1 times refuses. A runner that was killed and started again re-attaches to the
+every start, in the stage's log. SLURM requeues a job on node failure (submitted with
+--requeue), submitit on preemption and on the signal before its time limit; a stage resumes
+from what the last start left (a pre-training from its newest checkpoint), and a job started
+more than MAX_REQUEUES + 1 times refuses. A runner that was killed and started again re-attaches to the
 jobs its stages still have in the queue instead of submitting them twice. Where the cluster
 keeps no accounting database (no `sacct`), job states come from `squeue`.
 """
@@ -105,16 +105,26 @@ def _note_start(stage: Stage, study: Path, rank: int = 0) -> None:
                        f"{stage_log(stage, study)}")
 
 
-def run_stage_job(stage: Stage, study: Path, corpora_dir: Path | None, threads: int) -> bool:
-    """What a stage's SLURM job runs (lab.study.execution.run_stage, its start noted)."""
-    _note_start(stage, study)
-    return run_stage(stage, study, corpora_dir, threads)
+class StageJob:
+    """What a stage's SLURM job runs: lab.study.execution.run_stage (or, in each task of a
+    multi-rank pre-training's job, run_rank), its start noted. It has submitit's `checkpoint`,
+    so that on the signal before its time limit or on preemption submitit requeues the same
+    call (at most MAX_REQUEUES timeouts); the stage then resumes from what it left."""
 
+    def __init__(self, ranks: bool = False):
+        self.ranks = ranks
 
-def run_rank_job(stage: Stage, study: Path, threads: int, resume: bool) -> bool:
-    """What each task of a multi-rank pre-training's SLURM job runs."""
-    _note_start(stage, study, int(os.environ.get("SLURM_PROCID", "0") or 0))
-    return run_rank(stage, study, threads, resume)
+    def __call__(self, stage: Stage, study: Path, *args: Any) -> bool:
+        if self.ranks:
+            _note_start(stage, study, int(os.environ.get("SLURM_PROCID", "0") or 0))
+            return run_rank(stage, study, *args)
+        _note_start(stage, study)
+        return run_stage(stage, study, *args)
+
+    def checkpoint(self, *args: Any) -> Any:
+        from submitit.helpers import DelayedSubmission
+
+        return DelayedSubmission(self, *args)
 
 
 def queue_watcher() -> Any:
@@ -185,7 +195,7 @@ def slurm_submitter(study: Path, corpora_dir: Path | None, threads: int, paramet
         extra = dict(options.pop("slurm_additional_parameters", {}) or {})
         extra.setdefault("requeue", True)
         pool.update_parameters(slurm_additional_parameters=extra, **options)
-        job = submit_stage(pool, stage, study, corpora_dir, threads, run_stage_job, run_rank_job)
+        job = submit_stage(pool, stage, study, corpora_dir, threads, StageJob(), StageJob(ranks=True))
         write_json_atomic(job_record(stage, study), {
             "job_id": job.job_id, "tasks": tasks, "time_limit_min": options["timeout_min"],
             "submitted": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
