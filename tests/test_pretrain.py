@@ -76,6 +76,8 @@ def test_tokenizer_without_hub_access_records_the_missing_split(world, tmp_path,
         raise ConnectionError("no route to huggingface.co")
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    # past the host look-up (which fails at once where DNS does), to datasets' own failure
+    monkeypatch.setattr("lab.corpora.base.check_hub_reachable", lambda hub_id: None)
     monkeypatch.setattr(datasets, "load_dataset", unreachable)
     manifest = train_tokenizer(world / "control", tmp_path / "t", ["codetrans", "concode"],
                                vocab_size=1200)

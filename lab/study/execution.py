@@ -16,7 +16,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from filelock import FileLock
 
@@ -297,3 +297,14 @@ def run_rank(stage: Stage, study: Path, threads: int, resume: bool) -> bool:
             KINDS[stage.kind].run(cfg)
             finish(stage, study)
     return True
+
+
+def submit_stage(pool: Any, stage: Stage, study: Path, corpora_dir: Path | None, threads: int,
+                 one: Callable[..., bool] = run_stage, ranks: Callable[..., bool] = run_rank) -> Any:
+    """A stage as one submitit job: `one` in a one-task job, or a multi-rank pre-training's
+    `ranks` in each task of its job."""
+    if stage.kind == "pretrain" and world_size(stage.launch) > 1:
+        # Every rank must agree on resuming: decided once, here, not by each task.
+        partial = stage.out(study).with_name(stage.key + ".partial")
+        return pool.submit(ranks, stage, study, threads, partial.exists())
+    return pool.submit(one, stage, study, corpora_dir, threads)

@@ -24,7 +24,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from lab.common import LabError, write_json_atomic
-from lab.study.execution import run_rank, run_stage, stage_log
+from lab.study.execution import run_rank, run_stage, stage_log, submit_stage
 from lab.study.grid import Stage, describe
 
 # Starts of one stage's job beyond the first that are allowed (preemption, node failure, timeout).
@@ -175,7 +175,6 @@ def slurm_submitter(study: Path, corpora_dir: Path | None, threads: int, paramet
     from submitit.slurm.slurm import SlurmJob
 
     from lab.study.grid import world_size
-    from lab.study.scheduler import submit_stage
 
     def submit(stage: Stage) -> Any:
         folder = job_folder(stage, study)

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lab.common import LabError
-from lab.study.execution import (available_cores, die_with_parent, recorded_seconds, run_rank,
-                                 run_stage, stage_log)
+from lab.study.execution import (available_cores, die_with_parent, recorded_seconds, run_stage,
+                                 stage_log, submit_stage)
 from lab.study.grid import Stage, describe, world_size
 
 EXECUTORS = ("local", "slurm", "submitit-local")
@@ -119,17 +119,6 @@ def submitter(executor: str, workers: int, threads: int, study: Path, corpora_di
         return _SubmititHandle(submit_stage(pool, stage, study, corpora_dir, threads), stage)
 
     return submit, lambda: None
-
-
-def submit_stage(pool: Any, stage: Stage, study: Path, corpora_dir: Path | None, threads: int,
-                 one: Callable[..., bool] = run_stage, ranks: Callable[..., bool] = run_rank) -> Any:
-    """A stage as one submitit job: `one` in a one-task job, or a multi-rank pre-training's
-    `ranks` in each task of its job."""
-    if stage.kind == "pretrain" and world_size(stage.launch) > 1:
-        # Every rank must agree on resuming: decided once, here, not by each task.
-        partial = stage.out(study).with_name(stage.key + ".partial")
-        return pool.submit(ranks, stage, study, threads, partial.exists())
-    return pool.submit(one, stage, study, corpora_dir, threads)
 
 
 def job_parameters(stage: Stage, executor: str, threads: int, slurm: dict[str, Any],
