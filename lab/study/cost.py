@@ -123,7 +123,7 @@ def _training_seconds(flops: float, kind: str, cfg: Any) -> float:
 def estimate(recipe: Recipe, stages: list[Any], study: Path) -> list[dict[str, Any]]:
     """One row per stage kind: stages, already done, tokens, FLOPs, estimated CPU seconds and
     GPU-hours on each named GPU (gpu_hours)."""
-    sizes = _sizes(recipe)
+    sizes = benchmark_sizes(recipe)
     rows: dict[str, dict[str, Any]] = {}
     for stage in stages:
         row = rows.setdefault(stage.kind, {"kind": stage.kind, "stages": 0, "done": 0, "tokens": 0.0,
@@ -141,10 +141,10 @@ def estimate(recipe: Recipe, stages: list[Any], study: Path) -> list[dict[str, A
     return list(rows.values())
 
 
-def stage_hours(recipe: Recipe, stage: Any) -> float:
+def stage_hours(recipe: Recipe, stage: Any, sizes: dict[str, Any] | None = None) -> float:
     """One stage's estimated wall hours where it runs: on a CUDA device the slowest named GPU's
     hours shared by its ranks, else the CPU estimate (a cluster job's time limit starts here)."""
-    _tokens, flops, seconds = _stage_cost(recipe, stage, _sizes(recipe))
+    _tokens, flops, seconds = _stage_cost(recipe, stage, sizes or benchmark_sizes(recipe))
     device = str(stage.launch.get("device", recipe.resources.device))
     if stage.kind not in WORK or not device.startswith("cuda"):
         return seconds / 3600
@@ -153,7 +153,8 @@ def stage_hours(recipe: Recipe, stage: Any) -> float:
     return overhead + max(gpu_hours(stage.kind, flops).values()) / max(1, ranks)
 
 
-def _sizes(recipe: Recipe) -> dict[str, Any]:
+def benchmark_sizes(recipe: Recipe) -> dict[str, Any]:
+    """What every stage's estimate reads of the benchmark and corpus (read once per study)."""
     bench = _benchmark_sizes(recipe)
     base_total = base_documents(recipe)
     return {"bench": bench, "base_total": base_total,

@@ -311,10 +311,11 @@ def run_study(recipe: Recipe, study: Path, corpora_dir: Path | None = None, dry_
         write_json_atomic(study / SUMMARY, summary)
     limits = None
     if executor == "slurm":
-        from lab.study.cost import stage_hours
+        from lab.study.cost import benchmark_sizes, stage_hours
         from lab.study.jobs import time_limit_minutes
 
-        limits = {s.key: time_limit_minutes(stage_hours(recipe, s)) for s in stages}
+        sizes = benchmark_sizes(recipe)  # once: it reads the benchmark's files
+        limits = {s.key: time_limit_minutes(stage_hours(recipe, s, sizes)) for s in stages}
     submit, shutdown = submitter(executor, workers, threads, study, corpora_dir, slurm, limits)
     started = time.perf_counter()
     elsewhere: list[str] = []
