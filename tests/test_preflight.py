@@ -357,6 +357,7 @@ def test_a_dry_run_refuses_with_the_real_runs_line(monkeypatch, tiny_corpora, tm
 
     from lab.study import runner
     from lab.study.recipe import recipe_dict
+    from lab.study.runner import run_study
 
     monkeypatch.setattr(runner, "power_plan", lambda recipe, **_: {})  # the plan's slowest part
 
@@ -379,6 +380,10 @@ def test_a_dry_run_refuses_with_the_real_runs_line(monkeypatch, tiny_corpora, tm
     for recipe, study, corpora, fragment in cases:
         dry, real = _refusals(recipe, study, corpora)
         assert dry == real and fragment in dry, (dry, real)
+    if not gpus:  # docs/scaling-out.md's plan on a login node: the GPU nodes are SLURM's
+        plan = run_study(load_recipe(MICRO, ["resources.device=cuda"]), tmp_path / "e",
+                         tiny_corpora, dry_run=True, executor="slurm")
+        assert plan["refusal"] is None, plan["refusal"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other", "tiny-corpora"]
     assert [p.name for p in other.iterdir()] == ["recipe.json"]
 
