@@ -443,7 +443,7 @@ def test_a_micro_ladder_study_reports_every_level(tmp_path):
     from lab.study.runner import run_study
     recipe = load_recipe(Path(__file__).resolve().parents[1] / "recipes" / "mini" / "micro.yaml",
                          ["injection.fraction=null", "injection.doses=[0,2,4]",
-                          "injection.samples=12", "seeds=[0]", "finetune.epochs=[0]"])
+                          "injection.samples=12", "seeds=[0]", "finetune.epochs=[0]", "resources.threads=1"])
     summary = run_study(recipe, tmp_path / "study", workers=1)
     study = tmp_path / "study"
     [corpus] = [json.loads(p.read_text()) for p in study.glob("stages/inject-*/manifest.json")

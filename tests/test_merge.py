@@ -54,7 +54,8 @@ def _rows(path: Path) -> list[dict]:
 @pytest.mark.long
 @pytest.mark.skipif(not os.environ.get("LAB_CORPORA"), reason="needs LAB_CORPORA")
 def test_shards_run_apart_merge_into_the_whole_study(tmp_path):
-    recipe = load_recipe(RECIPE)
+    # One thread a stage: CI runs two tests at once on two cores.
+    recipe = load_recipe(RECIPE, ["resources.threads=1"])
     whole = run_study(recipe, tmp_path / "whole", workers=1)
     # Each seed in a folder of its own, as on two machines; the second through the CLI.
     # seed 0's folder is a study begun with one seed (grown below), not a shard: its plan is 1
@@ -63,7 +64,8 @@ def test_shards_run_apart_merge_into_the_whole_study(tmp_path):
     assert first["analysis"]["statistics"]["planned_seeds"] == 1
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     done = subprocess.run([sys.executable, "-m", "lab.cli", "study", str(RECIPE), "--out",
-                           str(tmp_path / "seed1"), "--seeds", "1", "--no-report"],
+                           str(tmp_path / "seed1"), "--seeds", "1", "--no-report",
+                           "--threads", "1"],
                           env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert {r["seed"] for r in _rows(tmp_path / "seed1" / "results.csv")} == {"1"}
@@ -133,8 +135,8 @@ def test_shards_run_apart_merge_into_the_whole_study(tmp_path):
     # statistics section, in one line naming the field, and writes nothing.
     recorded = (tmp_path / "whole" / "recipe.json").read_bytes()
     done = subprocess.run([sys.executable, "-m", "lab.cli", "study", str(RECIPE), "--out",
-                           str(tmp_path / "whole"), "--set", "statistics.alpha=0.5", "--set",
-                           "statistics.descriptive=false"], env=env, capture_output=True, text=True)
+                           str(tmp_path / "whole"), "--threads", "1", "--set", "statistics.alpha=0.5",
+                           "--set", "statistics.descriptive=false"], env=env, capture_output=True, text=True)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "statistics.alpha: 0.05 -> 0.5 (and 1 more): the analysis was frozen" in done.stderr
     assert (tmp_path / "whole" / "recipe.json").read_bytes() == recorded
