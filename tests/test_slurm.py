@@ -39,6 +39,32 @@ def slurm_env(tmp_path_factory):
     subprocess.run(["bash", script, "stop", str(folder)], capture_output=True, timeout=60)
 
 
+def test_the_queue_watcher_reads_squeue_where_sacct_fails_and_forgets_finished_jobs(monkeypatch):
+    """lab.study.jobs.queue_watcher overrides submitit's SlurmInfoWatcher.update and reads its
+    internals: checked here against the installed submitit, not only by the long test's cluster.
+    A cluster without accounting: sacct fails, squeue gives the states, a job no longer queued
+    is done and is not asked about again."""
+    pytest.importorskip("submitit")
+    from lab.study import jobs
+
+    asked: list[list[str]] = []
+
+    def sacct_fails(command, **_):
+        asked.append(command)
+        return subprocess.CompletedProcess(command, 1, b"", b"accounting storage is disabled")
+
+    monkeypatch.setattr(jobs.subprocess, "run", sacct_fails)
+    monkeypatch.setattr(jobs, "queue_states", lambda ids: {"12": "RUNNING"})
+    watcher = jobs.queue_watcher()
+    for job_id in ("12", "13"):
+        watcher.register_job(job_id)
+    assert watcher.get_state("12", mode="force") == "RUNNING" and not watcher.is_done("12", "cache")
+    assert watcher.get_state("13", mode="cache") == jobs.GONE and watcher.is_done("13", "cache")
+    assert asked[0][0] == "sacct" and {"12", "13"} <= set(asked[0])
+    watcher.update()
+    assert "12" in asked[1] and "13" not in asked[1]  # finished: not asked again
+
+
 def test_a_stage_job_notes_each_start_and_refuses_past_its_requeues(tmp_path, monkeypatch):
     """Every start of a stage's job writes its job id, node and count to the stage's log; a job
     SLURM started more than MAX_REQUEUES + 1 times (preempted or its node failing again and
