@@ -23,6 +23,7 @@ from typing import Any
 from lab.common import (LabError, atomic_output_dir, check_output, param, write_json_atomic,
                         write_text_atomic)
 from lab.corpora import DATASETS
+from lab.outputs import EVALUATION, EXPORT_RECORD
 from lab.models import (EXPORTED_NAME, MANIFEST, LOADERS, WEIGHTS_SUBDIR, architecture_of,
                         MODEL_KINDS, pretraining_record)
 from lab.train.artefacts import read_model
@@ -33,12 +34,11 @@ from lab.tasks import Decoding
 # every lab command (the CLI imports this module for ExportConfig).
 CARD = "README.md"
 LICENSE = "apache-2.0"
-EVALUATION = "metrics.json"  # what lab evaluate writes last in its output folder
 # Files of a model folder that an exported copy keeps (the rest is lab bookkeeping).
 EXPORTED_EXTRA = (MANIFEST,)
 # Each kept under the name EXPORTED_NAME (lab.models).
 # What an exported folder records of the export, so that `lab export --force` knows its own.
-EXPORT_RECORD, EXPORT_KIND = "lab_export.json", "lab-export"
+EXPORT_KIND = "lab-export"
 PIPELINE = {"causal-lm": "text-generation", "masked-lm": "fill-mask",
             "encoder-decoder": "text2text-generation"}
 METRIC_NAMES = {"bleu": "BLEU", "meteor": "METEOR", "em": "Exact match", "codebleu": "CodeBLEU",

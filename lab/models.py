@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator
 from unittest import mock
 
+from lab.outputs import MANIFEST  # a lab model directory's record of how it was made
 from lab.common import (LabError, cached_sha256, loading, param, read_text_file,
                         safetensors_complete)
 
@@ -225,7 +226,6 @@ def missing_field(manifest: dict[str, Any]) -> str | None:
 
 # --- loading what the lab trained -------------------------------------------------------------
 
-MANIFEST = "manifest.json"  # a lab model directory's record of how it was made
 # An exported folder keeps it under this name: the manifest the source's provenance (membership,
 # lineage) travels in, which `lab pretrain --init-from` reads from an exported folder.
 EXPORTED_NAME = "lab_{}"

@@ -88,9 +88,18 @@ def write_jsonl(path: Path, rows: Any, sort_keys: bool = True) -> None:
             handle.write(orjson.dumps(row, option=option) + b"\n")
 
 
+# The record each kind of lab output folder keeps, named once here: the command that writes it
+# and every reader import the name.
+MANIFEST = "manifest.json"  # a model's, corpus's or stage's record of how it was made
+EVALUATION = "metrics.json"  # what lab evaluate writes last in its output folder
+TOKENIZER_RECORD = "lab_tokenizer.json"
+EXPORT_RECORD = "lab_export.json"
+MERGED = "merged.json"  # written last in a merged folder: its sources and what each gave
+EXTRACT_MANIFEST = "extract-manifest.json"
+LLM_RESULTS = "results.json"
 # Files in which a lab output folder records the `kind` of the command that wrote it.
-KIND_FILES = ("manifest.json", "summary.json", "metrics.json", "results.json", "lab_tokenizer.json",
-              "lab_export.json", "merged.json", "extract-manifest.json")
+KIND_FILES = (MANIFEST, "summary.json", EVALUATION, LLM_RESULTS, TOKENIZER_RECORD, EXPORT_RECORD,
+              MERGED, EXTRACT_MANIFEST)
 
 
 # Outputs written before their command recorded a kind, recognised by their fields.

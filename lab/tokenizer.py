@@ -19,11 +19,12 @@ from lab.common import (
 from lab.contamination import SEP_MARKER
 from lab.corpora.shards import read_corpus, verify_corpus
 from lab.corpora import corpora_inputs, get_spec, load_samples
+from lab.outputs import TOKENIZER_RECORD
 from lab.recipe_sections import section
 
 BOS, EOS, PAD, UNK, MASK = "<s>", "</s>", "<pad>", "<unk>", "<mask>"
 SPECIAL_TOKENS = [BOS, PAD, EOS, UNK, MASK, SEP_MARKER]  # ids 0..5, RoBERTa's order first
-MANIFEST = "lab_tokenizer.json"
+MANIFEST = TOKENIZER_RECORD
 
 
 def _benchmark_train_texts(benchmarks: list[str], corpora_dir: Path | None,

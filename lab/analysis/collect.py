@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from lab.outputs import EVALUATION
 from lab.common import (LabError, atomic_file, read_json_if_there, sha256_file, table_cell,
                         write_json_atomic, write_text_atomic)
 from lab.analysis.plan import change_text, changes, check_recorded, planned_statistics
@@ -92,7 +93,7 @@ def collected_rows(recipe: Recipe, stages: list[Stage], study: Path
     for stage in stages:
         if stage.kind != "evaluate" or not stage.done(study):
             continue
-        metrics = json.loads((stage.out(study) / "metrics.json").read_text())
+        metrics = json.loads((stage.out(study) / EVALUATION).read_text())
         pretrain = stage_model(stage.inputs[0].inputs[0], study)
         base = {"study": recipe.name, "benchmark": recipe.benchmark, "task": metrics["task"],
                 "model": model_name(stage.labels),

@@ -24,11 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from lab.common import LabError, dumps_json, read_json_if_there, sha256_text
+from lab.analysis.study_record import SUMMARY
+from lab.outputs import MERGED
 from lab.analysis.questions import StatisticsSection
 from lab.study.recipe import Recipe, recipe_dict, recipe_from_dict
 
 ANALYSIS = "analysis"  # the key of the frozen plan in study.json and merged.json
-RECORDS = ("study.json", "merged.json")  # where a study folder keeps it: run, or merged
+RECORDS = (SUMMARY, MERGED)  # where a study folder keeps it: run, or merged
 
 
 def section_sha256(statistics: dict[str, Any]) -> str:

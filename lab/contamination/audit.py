@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from lab.outputs import MANIFEST
 from lab.common import (DataNotFound, LabError, check_output, corpora_param,
                         environment_record, param, write_rows_and_summary)
 from lab.contamination.overlap import (
@@ -105,8 +106,8 @@ def _against_units(against: str, corpora_dir: Path | None, cfg: ExecutorConfig,
     """Resolve --against into units: a lab corpus directory (its shards), a corpus
     dataset[:split] (its files), or benchmark:split (one unit)."""
     path = Path(against)
-    if path.is_dir() or path.name == "manifest.json" or "/" in against:
-        folder = path.parent if path.name == "manifest.json" else path
+    if path.is_dir() or path.name == MANIFEST or "/" in against:
+        folder = path.parent if path.name == MANIFEST else path
         return f"corpus directory {path}", corpus_dir_units(folder)
     name, _, split = against.partition(":")
     spec = get_spec(name)

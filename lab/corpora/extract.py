@@ -29,13 +29,14 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from lab.common import LabError, atomic_output_dir, check_output, dumps_json, param
+from lab.outputs import EXTRACT_MANIFEST
 
 LANGUAGES = {"java": "lab.corpora.extract_java", "python": "lab.corpora.extract_python"}
 SPLITS = ("train", "valid", "test")
 FIELDS = ("repo", "path", "func_name", "original_string", "language", "code", "code_tokens",
           "docstring", "docstring_tokens", "sha", "url", "partition")
 SHARD_RECORDS = 30_000
-MANIFEST = "extract-manifest.json"
+MANIFEST = EXTRACT_MANIFEST
 KIND = "lab-corpora-extract"
 FILE_FILTERS = ("test_path", "file_not_utf8", "file_syntax_error")
 SUMMARY_FILTERS = ("doc_lt3_tokens", "doc_gt256_tokens", "doc_special_tokens", "doc_not_english",

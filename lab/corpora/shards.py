@@ -25,11 +25,11 @@ from typing import Any, Iterable, Iterator
 import orjson
 
 from lab.common import LabError, read_text_file
+from lab.outputs import MANIFEST
 from lab.contamination import settings as settings_table  # the data layer's settings table
 from lab.corpora import placements
 
 CORPUS_SUBDIR = "corpus"
-MANIFEST = "manifest.json"
 BASE_FIELDS = {"sample": "", "side": "base", "copy": 0}  # a base document's injection fields
 
 

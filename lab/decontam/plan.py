@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lab.outputs import MANIFEST
 from lab.common import LabError
 from lab.contamination.soft import recorded_form
 from lab.corpora import get_spec, load_samples
@@ -52,7 +53,7 @@ class DecontamPlan:
 def read_arm(cfg: DecontamConfig, manifest: dict[str, Any]) -> ArmData:
     """The arm's documents and the benchmark samples its manifest (already verified) names."""
     corpus = Path(cfg.corpus)
-    benchmark, split, reference = reference_of(manifest, corpus / "manifest.json",
+    benchmark, split, reference = reference_of(manifest, corpus / MANIFEST,
                                                cfg.corpora_dir)
     texts, sample_fields = [], []
     for record in read_corpus(corpus):

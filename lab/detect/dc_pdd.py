@@ -31,6 +31,7 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
+from lab.outputs import MANIFEST
 from lab.common import LabError
 from lab.detect.context import DetectContext
 
@@ -106,7 +107,7 @@ def corpus_counts(ctx: DetectContext) -> Any:
 
     record = ctx.corpus or {}
     path = record.get("path")
-    if not isinstance(path, str) or not (Path(path) / "manifest.json").is_file():
+    if not isinstance(path, str) or not (Path(path) / MANIFEST).is_file():
         raise LabError(f"dc_pdd: the model's pre-training corpus {path or '(none recorded)'} is "
                        "not there (its token frequencies are DC-PDD's reference)")
     sha = verify_corpus(Path(path))["corpus_sha256"]

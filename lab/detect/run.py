@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from lab.outputs import MANIFEST
 from lab.common import (LabError, beside, check_output, corpora_param, environment_record,
                         param, write_rows_and_summary)
 from lab.contamination import settings as settings_table
@@ -276,7 +277,7 @@ def _lab_subject(cfg: DetectConfig, check: Any) -> _Subject:
         raise LabError(f"--benchmark {cfg.benchmark}: only for a model that is not a lab model; "
                        "a lab model's members come from its corpus (or --groups)")
     own = refuse_corpus(read_model(cfg.model, "--model"), cfg.model)
-    if cfg.groups is not None and (Path(cfg.groups) / "manifest.json").is_file() and \
+    if cfg.groups is not None and (Path(cfg.groups) / MANIFEST).is_file() and \
             read_model(cfg.groups, "--groups").get("kind") == "lab-corpus":
         verify_corpus(cfg.groups)  # its membership is what its shards hold
     chosen = probe_groups(own, cfg.groups)
@@ -367,7 +368,7 @@ def run_detect(cfg: DetectConfig | Path, out: Path | None = None, **options: Any
     out = Path(cfg.out or beside(cfg.model, "detect"))
     inputs = [cfg.model, cfg.groups, cfg.reference, *cfg.seed_corpora,
               *corpora_inputs(cfg.corpora_dir)]
-    outside = Path(cfg.model).is_dir() and not (Path(cfg.model) / "manifest.json").exists()
+    outside = Path(cfg.model).is_dir() and not (Path(cfg.model) / MANIFEST).exists()
     subject = (_outside_subject if outside else _lab_subject)(
         cfg, lambda: check_output(out, cfg.force, "lab-detection", inputs))
     chosen, form, family, manifest = (subject.chosen, subject.form, subject.family,

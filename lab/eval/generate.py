@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from lab.outputs import EVALUATION
 from lab import progress
 from lab.codetokens import whitespace_hash
 from lab.contamination import settings as settings_table
@@ -567,6 +568,6 @@ def run_evaluate(cfg: EvaluateConfig | Path, task: str | None = None, **options:
                        "in_finetune_data": overlap.get(sample.id, []),
                        "scores": {m: values[i] for m, values in per_sample.items()}}
                 handle.write(orjson.dumps(row, option=orjson.OPT_SORT_KEYS) + b"\n")
-        write_json_atomic(tmp / "metrics.json", result)
+        write_json_atomic(tmp / EVALUATION, result)
     result["out"] = str(out)
     return result

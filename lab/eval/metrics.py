@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from lab.outputs import EVALUATION
 from lab.common import LabError, read_jsonl, read_text_file
 from lab.eval.smooth_bleu import MAX_ORDER, _ngram_counts, smooth_bleu_per_sample
 
@@ -405,7 +406,7 @@ def _evaluation_task(pred: Path) -> str | None:
     """The task of a `lab evaluate` predictions.jsonl, from the metrics.json beside it (if any)."""
     import json
 
-    record = Path(pred).parent / "metrics.json"
+    record = Path(pred).parent / EVALUATION
     try:
         found = json.loads(record.read_text(encoding="utf-8"))
     except (OSError, ValueError):

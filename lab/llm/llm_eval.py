@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from lab.outputs import LLM_RESULTS, MANIFEST
 from lab.common import (
     SEED_MAX, LabError, atomic_output_dir, check_numbers, check_output, environment_record,
     loading, param, sha256_file, sha256_text, write_json_atomic, write_jsonl,
@@ -153,7 +154,7 @@ def load_causal_lm(path: Path) -> tuple[Any, Any, dict[str, Any]]:
         raise LabError(f"--model {path}: not a local directory (llm-eval loads a local Hugging "
                        "Face model folder and never downloads one)")
     kind, hf_dir = "huggingface", path
-    manifest_path = path / "manifest.json"
+    manifest_path = path / MANIFEST
     architecture = None
     if manifest_path.is_file():
         manifest = read_model(path, "--model")  # its weights and membership checked
@@ -506,7 +507,7 @@ def run_llm_eval(model: Path, contaminated: Path, perturbed: Path, **options: An
     if cfg.out is not None:
         with atomic_output_dir(Path(cfg.out), force=cfg.force, kind="lab-llm-eval", inputs=inputs) as tmp:
             write_jsonl(tmp / "generations.jsonl", generations)
-            write_json_atomic(tmp / "results.json", record)
+            write_json_atomic(tmp / LLM_RESULTS, record)
             (tmp / "table.md").write_text(table, encoding="utf-8")
         record["out"] = str(cfg.out)
     record["generations"] = generations  # in memory only: generations.jsonl holds them

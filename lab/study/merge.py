@@ -21,6 +21,7 @@ from typing import Any
 
 from lab.common import LabError, check_output, table_cell, write_json_atomic
 from lab.models import MANIFEST
+from lab.outputs import MERGED
 from lab.analysis.plan import (ANALYSIS, frozen_analysis, merged_analysis, recorded_analysis,
                                with_frozen_statistics)
 from lab.analysis.collect import (PROBES, RESULTS, SAMPLE_TEXT, SAMPLES, check_recipe_ran,
@@ -30,7 +31,6 @@ from lab.study.grid import expand
 from lab.study.recipe import recipe_dict, study_differences
 from lab.analysis.study_record import is_smoke
 
-MERGED = "merged.json"  # written last in a merged folder: its sources and what each gave
 MERGED_KIND = "lab-merged"
 # merged.json per source: what its stages ran with (manifest environment fields). The same
 # recipe and seed give the same numbers on the same kind of CPU, not always across kinds.

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from lab.outputs import EVALUATION, MANIFEST
 from lab.common import default_of, write_json_atomic
 from lab.contamination.inject import InjectConfig, run_inject
 from lab.detect.run import DetectConfig, run_detect
@@ -52,7 +53,7 @@ class StageKind:
     # (theirs re-run; every other stage keeps its key): config -> {name: value}.
     revision: Callable[[Any], dict[str, Any]] | None = None
     output: str = ""                   # what later stages read: the stage folder, or this in it
-    done: str = "manifest.json"        # the file written last in the stage folder
+    done: str = MANIFEST               # the file written last in the stage folder
     # after(stage folder): what a finished stage's folder gets from its records (a model's
     # card), in the process that ran it and again at the end of every study run, for a stage
     # whose run was killed between its last file and this; running it twice gives the same.
@@ -63,7 +64,7 @@ def run_tokenizer_stage(cfg: TokenizerConfig) -> dict[str, Any]:
     """A study's tokenizer in STAGE/tokenizer (what pre-training reads), and its manifest as
     STAGE/manifest.json, the stage's last file."""
     manifest = run_tokenizer(cfg)
-    write_json_atomic(Path(cfg.out).parent / "manifest.json", manifest)
+    write_json_atomic(Path(cfg.out).parent / MANIFEST, manifest)
     return manifest
 
 
@@ -140,7 +141,7 @@ KINDS: dict[str, StageKind] = {
         EvaluateStageConfig, run_evaluate_stage,
         key=("task", "split", "decoding", "metrics", "max_new_tokens", "max_samples", "device",
              "dtype"),
-        neutral=PLACEMENT, inputs=("model",), done="metrics.json"),
+        neutral=PLACEMENT, inputs=("model",), done=EVALUATION),
 }
 
 

@@ -20,11 +20,11 @@ from lab.models import MODEL_FILES, WEIGHTS_SUBDIR
 from lab.train.common import (CHECKPOINT_WEIGHTS, MEMBERSHIP_HASH, checkpoint_problem,
                               checkpoints_newest_first, history_without_timing, membership_hashes,
                               read_checkpoint_weights)
+from lab.outputs import MANIFEST
 from lab.train.continued import continued_records
 from lab.train.speed import flops_per_token, gpu_name
 
 CONFIG_FILE = "lab_pretrain_config.json"
-MANIFEST = "manifest.json"
 # Settings that change the trained weights; a resume must match them exactly.
 RESUME_KEYS = ("model", "corpus_sha256", "tokenizer_sha256", "preset", "epochs", "lr", "batch_size",
                "block_size", "seed", "grad_accum", "max_steps", "warmup_steps", "weight_decay",
