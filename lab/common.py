@@ -23,10 +23,11 @@ from typing import Any, Callable, Iterable, Iterator
 import lab
 from lab import cpu_info
 from lab.errors import DataNotFound, LabError
-from lab.outputs import (KIND_FILES, atomic_file, atomic_output_dir, beside, check_apart,
-                         check_output, dumps_json, output_kind, remove_stale_siblings, share_tree,
-                         temporary_prefix, write_error, write_json_atomic, write_jsonl,
-                         write_rows_and_summary, write_text_atomic)
+from lab.outputs import (EVALUATION, EXPORT_RECORD, EXTRACT_MANIFEST, KIND_FILES, LLM_RESULTS,
+                         MANIFEST, MERGED, TOKENIZER_RECORD, atomic_file, atomic_output_dir,
+                         beside, check_apart, check_output, dumps_json, output_kind,
+                         remove_stale_siblings, share_tree, temporary_prefix, write_error,
+                         write_json_atomic, write_jsonl, write_rows_and_summary, write_text_atomic)
 
 
 def param(default: Any = dataclasses.MISSING, help: str = "", **shown: Any) -> Any:

@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.common import (LabError, atomic_output_dir, check_output, param, write_json_atomic,
-                        write_text_atomic)
+from lab.common import (EVALUATION, EXPORT_RECORD, LabError, atomic_output_dir, check_output, param,
+                        write_json_atomic, write_text_atomic)
 from lab.corpora import DATASETS
-from lab.outputs import EVALUATION, EXPORT_RECORD
 from lab.models import (EXPORTED_NAME, MANIFEST, LOADERS, WEIGHTS_SUBDIR, architecture_of,
                         MODEL_KINDS, pretraining_record)
 from lab.train.artefacts import read_model

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator
 from unittest import mock
 
-from lab.outputs import MANIFEST  # a lab model directory's record of how it was made
-from lab.common import (LabError, cached_sha256, loading, param, read_text_file,
+from lab.common import (MANIFEST, LabError, cached_sha256, loading, param, read_text_file,
                         safetensors_complete)
 
 MODELS = ("roberta", "gpt2")

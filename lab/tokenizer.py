@@ -13,18 +13,16 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from lab.common import (
-    DataNotFound, LabError, atomic_output_dir, check_output, environment_record,
+    TOKENIZER_RECORD, DataNotFound, LabError, atomic_output_dir, check_output, environment_record,
     corpora_param, loading, param, read_text_file, sha256_file, write_json_atomic,
 )
 from lab.contamination import SEP_MARKER
 from lab.corpora.shards import read_corpus, verify_corpus
 from lab.corpora import corpora_inputs, get_spec, load_samples
-from lab.outputs import TOKENIZER_RECORD
 from lab.recipe_sections import section
 
 BOS, EOS, PAD, UNK, MASK = "<s>", "</s>", "<pad>", "<unk>", "<mask>"
 SPECIAL_TOKENS = [BOS, PAD, EOS, UNK, MASK, SEP_MARKER]  # ids 0..5, RoBERTa's order first
-MANIFEST = TOKENIZER_RECORD
 
 
 def _benchmark_train_texts(benchmarks: list[str], corpora_dir: Path | None,
@@ -136,7 +134,7 @@ def run_tokenizer(cfg: TokenizerConfig) -> dict[str, Any]:
             "wall_seconds": round(time.perf_counter() - started, 2),
             "environment": environment_record(),
         }
-        write_json_atomic(tmp / MANIFEST, manifest)
+        write_json_atomic(tmp / TOKENIZER_RECORD, manifest)
     return manifest
 
 
@@ -147,12 +145,13 @@ def load_tokenizer(folder: Path):
     folder = Path(folder)
     if not folder.is_dir():
         raise LabError(f"--tokenizer {folder}: no such directory")
-    if not (folder / "tokenizer.json").is_file() or not (folder / MANIFEST).is_file():
+    if not (folder / "tokenizer.json").is_file() or not (folder / TOKENIZER_RECORD).is_file():
         raise LabError(f"--tokenizer {folder}: not a lab tokenizer (make one with lab tokenizer train)")
     recorded = tokenizer_hash(folder)
     if sha256_file(folder / "tokenizer.json") != recorded:
         raise LabError(f"--tokenizer {folder}: tokenizer.json differs from the sha256 in its "
-                       f"{MANIFEST} (changed since it was trained: restore it or train it again)")
+                       f"{TOKENIZER_RECORD} (changed since it was trained: restore it or train it "
+                       "again)")
     with loading(folder, "--tokenizer"):
         tokenizer = PreTrainedTokenizerFast.from_pretrained(str(folder))
     for token in SPECIAL_TOKENS:
@@ -178,7 +177,7 @@ def fit_to_model(tokenizer: Any, config: Any, trained_positions: int | None = No
 
 def tokenizer_hash(folder: Path) -> str:
     """The tokenizer_sha256 its manifest records (load_tokenizer checks the file against it)."""
-    path = Path(folder) / MANIFEST
+    path = Path(folder) / TOKENIZER_RECORD
     try:
         recorded = json.loads(read_text_file(path, "--tokenizer")).get("tokenizer_sha256")
     except (json.JSONDecodeError, AttributeError):

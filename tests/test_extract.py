@@ -16,7 +16,8 @@ import pytest
 from lab.common import LabError
 from lab.corpora.base import read_json_lines
 from lab.corpora.csn import find_local
-from lab.corpora.extract import (FIELDS, MANIFEST, SPLITS, ExtractConfig, docstring_summary,
+from lab.common import EXTRACT_MANIFEST
+from lab.corpora.extract import (FIELDS, SPLITS, ExtractConfig, docstring_summary,
                                  run_extract)
 
 GOVERNATOR = "governator-legacy/src/main/java/com/netflix/governator/"
@@ -461,7 +462,7 @@ def test_bad_options_are_one_line_errors(tmp_path):
     run_extract(ExtractConfig(**good))
     with pytest.raises(LabError, match="--force"):
         run_extract(ExtractConfig(**good))
-    manifest = json.loads((tmp_path / "out" / MANIFEST).read_text(encoding="utf-8"))
+    manifest = json.loads((tmp_path / "out" / EXTRACT_MANIFEST).read_text(encoding="utf-8"))
     assert manifest["kind"] == "lab-corpora-extract" and manifest["records"] == 7
     assert manifest["input"] == str(tree.resolve())
     run_extract(ExtractConfig(**good, force=True))  # its own earlier output: replaced

@@ -17,9 +17,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from lab.outputs import EVALUATION
-from lab.common import (LabError, atomic_file, read_json_if_there, sha256_file, table_cell,
-                        write_json_atomic, write_text_atomic)
+from lab.common import (EVALUATION, LabError, atomic_file, read_json_if_there, sha256_file,
+                        table_cell, write_json_atomic, write_text_atomic)
 from lab.analysis.plan import change_text, changes, check_recorded, planned_statistics
 from lab.study.grid import Stage, expand, model_name
 from lab.study.recipe import Recipe, recipe_dict, recipe_from_dict, study_differences

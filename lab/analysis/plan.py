@@ -23,9 +23,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lab.common import LabError, dumps_json, read_json_if_there, sha256_text
+from lab.common import MERGED, LabError, dumps_json, read_json_if_there, sha256_text
 from lab.analysis.study_record import SUMMARY
-from lab.outputs import MERGED
 from lab.analysis.questions import StatisticsSection
 from lab.study.recipe import Recipe, recipe_dict, recipe_from_dict
 

@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from lab.common import EXTRACT_MANIFEST
 from lab.cli.shared import CorporaOption, console, formatted, options_of, rich_table
 from lab.contamination.audit import AuditConfig, run_audit
 from lab.contamination.inject import InjectConfig  # the configs declare their commands' options
@@ -75,7 +76,7 @@ def corpora_extract(cfg: ExtractConfig) -> None:
     removed = {**manifest["files"], **manifest["filters"]}
     console.print("removed: " + ", ".join(f"{k} {v}" for k, v in removed.items() if k != "files")
                   + f"\n{manifest['files']['files']} files, {manifest['seconds']} s; corpus and "
-                  f"extract-manifest.json: {cfg.out}", markup=False, soft_wrap=True)
+                  f"{EXTRACT_MANIFEST}: {cfg.out}", markup=False, soft_wrap=True)
 
 
 @options_of(InjectConfig)

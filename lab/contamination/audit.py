@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from lab.outputs import MANIFEST
-from lab.common import (DataNotFound, LabError, check_output, corpora_param,
+from lab.common import (MANIFEST, DataNotFound, LabError, check_output, corpora_param,
                         environment_record, param, write_rows_and_summary)
 from lab.contamination.overlap import (
     CODE_LANGUAGES, MIN_TOKENS, MULTISET_THRESHOLD, SET_THRESHOLD, OverlapIndex, SideMatch,

@@ -28,15 +28,14 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Iterator
 
-from lab.common import LabError, atomic_output_dir, check_output, dumps_json, param
-from lab.outputs import EXTRACT_MANIFEST
+from lab.common import (EXTRACT_MANIFEST, LabError, atomic_output_dir, check_output, dumps_json,
+                        param)
 
 LANGUAGES = {"java": "lab.corpora.extract_java", "python": "lab.corpora.extract_python"}
 SPLITS = ("train", "valid", "test")
 FIELDS = ("repo", "path", "func_name", "original_string", "language", "code", "code_tokens",
           "docstring", "docstring_tokens", "sha", "url", "partition")
 SHARD_RECORDS = 30_000
-MANIFEST = EXTRACT_MANIFEST
 KIND = "lab-corpora-extract"
 FILE_FILTERS = ("test_path", "file_not_utf8", "file_syntax_error")
 SUMMARY_FILTERS = ("doc_lt3_tokens", "doc_gt256_tokens", "doc_special_tokens", "doc_not_english",
@@ -139,7 +138,7 @@ def _extract(cfg: ExtractConfig, source: str) -> dict[str, Any]:
             _write_split(tmp / cfg.language / "final" / "jsonl" / split, cfg.language, split,
                          [r for r in kept if r["partition"] == split])
         manifest["seconds"] = round(time.perf_counter() - started, 3)
-        (tmp / MANIFEST).write_text(dumps_json(manifest), encoding="utf-8")
+        (tmp / EXTRACT_MANIFEST).write_text(dumps_json(manifest), encoding="utf-8")
     return manifest
 
 

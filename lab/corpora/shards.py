@@ -24,8 +24,7 @@ from typing import Any, Iterable, Iterator
 
 import orjson
 
-from lab.common import LabError, read_text_file
-from lab.outputs import MANIFEST
+from lab.common import MANIFEST, LabError, read_text_file
 from lab.contamination import settings as settings_table  # the data layer's settings table
 from lab.corpora import placements
 

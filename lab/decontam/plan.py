@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.outputs import MANIFEST
-from lab.common import LabError
+from lab.common import MANIFEST, LabError
 from lab.contamination.soft import recorded_form
 from lab.corpora import get_spec, load_samples
 from lab.corpora.shards import read_corpus

@@ -31,8 +31,7 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
-from lab.outputs import MANIFEST
-from lab.common import LabError
+from lab.common import MANIFEST, LabError
 from lab.detect.context import DetectContext
 
 A = 0.01  # the upper bound of a token's term (the paper's hyperparameter a; its default)

@@ -28,8 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from lab.outputs import MANIFEST
-from lab.common import (LabError, beside, check_output, corpora_param, environment_record,
+from lab.common import (MANIFEST, LabError, beside, check_output, corpora_param, environment_record,
                         param, write_rows_and_summary)
 from lab.contamination import settings as settings_table
 from lab.contamination.soft import recorded_form

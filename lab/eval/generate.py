@@ -16,12 +16,11 @@ from typing import Any
 
 import orjson
 
-from lab.outputs import EVALUATION
 from lab import progress
 from lab.codetokens import whitespace_hash
 from lab.contamination import settings as settings_table
-from lab.common import (LabError, atomic_output_dir, beside, check_numbers, check_output,
-                        corpora_param, environment_record, param, write_json_atomic)
+from lab.common import (EVALUATION, LabError, atomic_output_dir, beside, check_numbers,
+                        check_output, corpora_param, environment_record, param, write_json_atomic)
 from lab.corpora import Sample, corpora_inputs, get_spec, load_samples
 from lab.corpora.base import read_sample_ids
 from lab.eval import metrics as metric_fns

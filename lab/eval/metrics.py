@@ -17,8 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from lab.outputs import EVALUATION
-from lab.common import LabError, read_jsonl, read_text_file
+from lab.common import EVALUATION, LabError, read_jsonl, read_text_file
 from lab.eval.smooth_bleu import MAX_ORDER, _ngram_counts, smooth_bleu_per_sample
 
 METRICS = ("bleu", "bleu_sentence", "smooth_bleu", "meteor", "em", "em_tokens", "codebleu")

@@ -19,10 +19,9 @@ from typing import Any
 
 import orjson
 
-from lab.outputs import LLM_RESULTS, MANIFEST
 from lab.common import (
-    SEED_MAX, LabError, atomic_output_dir, check_numbers, check_output, environment_record,
-    loading, param, sha256_file, sha256_text, write_json_atomic, write_jsonl,
+    LLM_RESULTS, MANIFEST, SEED_MAX, LabError, atomic_output_dir, check_numbers, check_output,
+    environment_record, loading, param, sha256_file, sha256_text, write_json_atomic, write_jsonl,
 )
 from lab.eval import metrics as metric_fns
 from lab.eval.generate import padded

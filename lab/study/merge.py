@@ -19,9 +19,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from lab.common import LabError, check_output, table_cell, write_json_atomic
+from lab.common import MERGED, LabError, check_output, table_cell, write_json_atomic
 from lab.models import MANIFEST
-from lab.outputs import MERGED
 from lab.analysis.plan import (ANALYSIS, frozen_analysis, merged_analysis, recorded_analysis,
                                with_frozen_statistics)
 from lab.analysis.collect import (PROBES, RESULTS, SAMPLE_TEXT, SAMPLES, check_recipe_ran,

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from lab.outputs import EVALUATION, MANIFEST
-from lab.common import default_of, write_json_atomic
+from lab.common import EVALUATION, MANIFEST, default_of, write_json_atomic
 from lab.contamination.inject import InjectConfig, run_inject
 from lab.detect.run import DetectConfig, run_detect
 from lab.detect.probe import ProbeConfig, run_probe

@@ -15,12 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.common import LabError, environment_record, files_record, write_json_atomic
+from lab.common import MANIFEST, LabError, environment_record, files_record, write_json_atomic
 from lab.models import MODEL_FILES, WEIGHTS_SUBDIR
 from lab.train.common import (CHECKPOINT_WEIGHTS, MEMBERSHIP_HASH, checkpoint_problem,
                               checkpoints_newest_first, history_without_timing, membership_hashes,
                               read_checkpoint_weights)
-from lab.outputs import MANIFEST
 from lab.train.continued import continued_records
 from lab.train.speed import flops_per_token, gpu_name
 
